@@ -1,0 +1,216 @@
+//! Wires a validated [`Config`] into running parts: store, pipeline,
+//! listeners and background tasks, and owns their shutdown.
+//!
+//! Shutdown order (SIGTERM/SIGINT in `main.rs`, or [`RunningApp::stop`]):
+//! stop accepting on both listeners, let open connections finish their
+//! requests, then wait for detached upstream calls and their store writes
+//! (tracked by a `TaskTracker`), all within `limits.shutdown_grace`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admin::Admin;
+use crate::config::{Config, Scheme};
+use crate::metrics::DURATION_BUCKETS;
+use crate::pipeline::Pipeline;
+use crate::server;
+use crate::store::{AnyStore, StoreError};
+
+/// How often the embedded store deletes expired records.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// How often the Prometheus recorder drains its histogram buffers.
+const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Why the app could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened or configured.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A listener address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The configured address.
+        address: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Installs the global Prometheus recorder with idemgate's buckets and
+/// returns the handle the admin listener renders.
+pub fn install_metrics() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Suffix("_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    crate::metrics::describe();
+    Ok(handle)
+}
+
+/// A started idemgate.
+#[derive(Debug)]
+pub struct RunningApp {
+    /// Where the proxy listens (useful with port 0).
+    pub proxy_addr: SocketAddr,
+    /// Where the admin listener listens.
+    pub admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    finished: JoinHandle<()>,
+}
+
+impl RunningApp {
+    /// Starts shutdown and waits for it to complete.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.finished.await;
+    }
+
+    /// Waits until the app has shut down (after `stop`-like cancellation).
+    pub async fn wait(self) {
+        let _ = self.finished.await;
+    }
+
+    /// A token that starts shutdown when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| StartError::Bind { address, source })
+}
+
+fn warn_about(config: &Config) {
+    for route in &config.routes {
+        if matches!(route.scheme, Scheme::None) {
+            tracing::warn!(
+                route = route.name,
+                "signature scheme \"none\": deliveries are not authenticated; anyone who can reach the proxy can trigger the backend"
+            );
+        }
+    }
+}
+
+/// Starts the proxy and admin listeners and the background tasks.
+pub async fn start(
+    config: Config,
+    metrics: Option<PrometheusHandle>,
+) -> Result<RunningApp, StartError> {
+    warn_about(&config);
+    let config = Arc::new(config);
+    let store = Arc::new(AnyStore::connect(&config.store).await?);
+    let proxy_listener = bind(config.listen.proxy).await?;
+    let admin_listener = bind(config.listen.admin).await?;
+    let proxy_addr = proxy_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            address: config.listen.proxy,
+            source,
+        })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            address: config.listen.admin,
+            source,
+        })?;
+
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let pipeline = Arc::new(Pipeline::new(
+        Arc::clone(&config),
+        Arc::clone(&store),
+        tracker.clone(),
+    ));
+    let admin = Arc::new(Admin::new(Arc::clone(&store), metrics.clone()));
+    let limits = config.limits.clone();
+
+    let proxy = tokio::spawn(server::serve(
+        proxy_listener,
+        move |request, peer| Arc::clone(&pipeline).handle(request, Some(peer)),
+        limits.header_read_timeout,
+        shutdown.clone(),
+        limits.shutdown_grace,
+    ));
+    let admin_server = tokio::spawn(server::serve(
+        admin_listener,
+        move |request, _peer| Arc::clone(&admin).handle(request),
+        limits.header_read_timeout,
+        shutdown.clone(),
+        limits.shutdown_grace,
+    ));
+    spawn_upkeep(&tracker, &shutdown, &store, metrics);
+
+    let token = shutdown.clone();
+    let finished = tokio::spawn(async move {
+        token.cancelled().await;
+        let deadline = tokio::time::Instant::now() + limits.shutdown_grace;
+        let _ = proxy.await;
+        let _ = admin_server.await;
+        tracker.close();
+        if tokio::time::timeout_at(deadline, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background work still running after the shutdown grace period");
+        }
+        tracing::info!("shutdown complete");
+    });
+    tracing::info!(%proxy_addr, %admin_addr, "idemgate listening");
+    Ok(RunningApp {
+        proxy_addr,
+        admin_addr,
+        shutdown,
+        finished,
+    })
+}
+
+fn spawn_upkeep(
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    store: &Arc<AnyStore>,
+    metrics: Option<PrometheusHandle>,
+) {
+    if let AnyStore::Embedded(embedded) = store.as_ref() {
+        let embedded = embedded.clone();
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            let mut ticker = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = ticker.tick() => {
+                        if let Err(error) = embedded.sweep().await {
+                            tracing::warn!(%error, "embedded store sweep failed");
+                        }
+                    }
+                }
+            }
+        });
+    }
+    if let Some(handle) = metrics {
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            let mut ticker = tokio::time::interval(METRICS_UPKEEP_EVERY);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = ticker.tick() => handle.run_upkeep(),
+                }
+            }
+        });
+    }
+}

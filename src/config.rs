@@ -1,0 +1,1124 @@
+//! The validated runtime configuration.
+//!
+//! [`Config::load`] reads the TOML file (see `config/idemgate.toml` for the
+//! annotated reference), resolves secrets and checks every rule it can before
+//! a single socket is opened. Every error names its key, e.g.
+//! `route[0].idempotency.lease: …`, and all errors are reported at once so an
+//! operator fixes a file in one pass.
+
+pub mod raw;
+pub mod selector;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{Method, Uri};
+
+use raw::{RawConfig, RawIdempotency, RawRoute, RawSignature, parse_duration};
+pub use selector::{Segment, Selector, Template};
+
+/// Every problem found in a configuration file, each prefixed by its key.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .0.join("\n  "))]
+pub struct ConfigError(pub Vec<String>);
+
+/// A secret value: redacted whenever printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    value: Vec<u8>,
+    source: String,
+}
+
+impl Secret {
+    /// Resolves `env:NAME`, `file:PATH` or `literal:VALUE`.
+    pub fn resolve(spec: &str) -> Result<Self, String> {
+        let (kind, argument) = spec
+            .split_once(':')
+            .ok_or_else(|| "a secret is written env:NAME, file:PATH or literal:VALUE".to_owned())?;
+        let value = match kind {
+            "env" => std::env::var(argument)
+                .map_err(|_| format!("environment variable {argument} is not set"))?
+                .into_bytes(),
+            "file" => {
+                let mut bytes = std::fs::read(argument)
+                    .map_err(|e| format!("cannot read secret file {argument}: {e}"))?;
+                while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    bytes.pop();
+                }
+                bytes
+            }
+            "literal" => argument.as_bytes().to_vec(),
+            _ => {
+                return Err(format!(
+                    "unknown secret source {kind:?}; expected env:NAME, file:PATH or literal:VALUE"
+                ));
+            }
+        };
+        if value.is_empty() {
+            return Err(format!("secret from {kind}:{argument} is empty"));
+        }
+        let source = match kind {
+            "literal" => "literal:…".to_owned(),
+            _ => spec.to_owned(),
+        };
+        Ok(Self { value, source })
+    }
+
+    /// A secret given directly (tests, the demo).
+    pub fn from_bytes(value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            value: value.into(),
+            source: "literal:…".to_owned(),
+        }
+    }
+
+    /// The secret bytes; call sites are the MAC and the token compare only.
+    pub fn expose(&self) -> &[u8] {
+        &self.value
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret(<redacted, from {}>)", self.source)
+    }
+}
+
+/// What to do with requests no route matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmatched {
+    /// Forward untouched, counted as `passthrough`.
+    Forward,
+    /// Answer 404 `route_not_found`.
+    Reject,
+}
+
+/// Fail closed or open when the store cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnavailable {
+    /// 503 `store_unavailable` with `Retry-After`.
+    Reject,
+    /// Forward without protection, counted as `unprotected`.
+    Forward,
+}
+
+/// Listener addresses.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// Where senders deliver.
+    pub proxy: SocketAddr,
+    /// `/metrics`, `/healthz`, `/readyz`, `/admin/*`.
+    pub admin: SocketAddr,
+}
+
+/// Resource limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: u64,
+    /// Time allowed to receive the request headers.
+    pub header_read_timeout: Duration,
+    /// Time in-flight work gets after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+/// Which store backs the claims.
+#[derive(Debug, Clone)]
+pub enum StoreBackend {
+    /// Redis, Redis Cluster or Sentinel via fred.
+    Redis {
+        /// Connection URL (fred syntax).
+        url: String,
+    },
+    /// The embedded redb file; single instance only.
+    Embedded {
+        /// Database file.
+        path: PathBuf,
+    },
+}
+
+/// `[store]`.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Backend and its address.
+    pub backend: StoreBackend,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Timeout of one store call.
+    pub command_timeout: Duration,
+}
+
+/// `[upstream]` or a route's override.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Base URL; the request path and query are appended.
+    pub url: Uri,
+    /// Time allowed for the whole answer.
+    pub timeout: Duration,
+}
+
+/// HMAC digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// HMAC-SHA-256.
+    Sha256,
+    /// HMAC-SHA-512.
+    Sha512,
+}
+
+/// Text encoding of a presented signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Lower- or upper-case hex.
+    Hex,
+    /// Standard base64 (padding optional).
+    Base64,
+}
+
+/// Units of a timestamp value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampUnit {
+    /// Unix seconds.
+    Seconds,
+    /// Unix milliseconds.
+    Millis,
+}
+
+/// The freshness check of a route.
+#[derive(Debug, Clone)]
+pub struct TimestampRule {
+    /// Where the timestamp is read.
+    pub selector: Selector,
+    /// Its unit.
+    pub unit: TimestampUnit,
+    /// Largest allowed |now − timestamp|.
+    pub tolerance: Duration,
+}
+
+/// The generic `scheme = "hmac"` parameters.
+#[derive(Debug, Clone)]
+pub struct HmacScheme {
+    /// Any one may match (rotation).
+    pub secrets: Vec<Secret>,
+    /// Digest.
+    pub algorithm: Algorithm,
+    /// Where the presented signature is read.
+    pub signature: Selector,
+    /// How it is encoded.
+    pub encoding: Encoding,
+    /// Stripped before decoding, e.g. `sha256=`.
+    pub prefix: String,
+    /// The signed content.
+    pub message: Template,
+    /// Freshness check, if any.
+    pub timestamp: Option<TimestampRule>,
+}
+
+/// How a route authenticates deliveries.
+#[derive(Debug, Clone)]
+pub enum Scheme {
+    /// No verification (warned about at start-up).
+    None,
+    /// Generic HMAC.
+    Hmac(HmacScheme),
+}
+
+impl Scheme {
+    /// The signature tolerance, which `retention` must exceed (SPEC §4 rule 8).
+    pub fn tolerance(&self) -> Option<Duration> {
+        match self {
+            Self::None => None,
+            Self::Hmac(h) => h.timestamp.as_ref().map(|t| t.tolerance),
+        }
+    }
+}
+
+/// A part of the request fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FingerprintPart {
+    /// The method.
+    Method,
+    /// The path.
+    Path,
+    /// The raw query string.
+    Query,
+    /// The body hash (canonical if `fingerprint_ignore` is set).
+    Body,
+    /// A header value.
+    Header(http::HeaderName),
+}
+
+/// Duplicate handling while the first delivery is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInFlight {
+    /// Wait up to `wait_timeout` and replay.
+    Wait,
+    /// Answer 409 `in_flight` at once.
+    Conflict,
+}
+
+/// What an upstream timeout does to the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUpstreamTimeout {
+    /// Record the outcome as unknown for `unknown_hold`.
+    Hold,
+    /// Release the claim (the next retry is forwarded).
+    Release,
+}
+
+/// Enforce deduplication, or only observe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Replay and reject as specified.
+    Enforce,
+    /// Forward everything; record and count what enforce would have done.
+    Shadow,
+}
+
+/// Which upstream statuses are stored and replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// `(low, high)` inclusive ranges.
+    ranges: Vec<(u16, u16)>,
+}
+
+impl CacheStatus {
+    fn parse(items: &[String]) -> Result<Self, String> {
+        let mut ranges = Vec::new();
+        for item in items {
+            let range = match item.as_bytes() {
+                [d @ b'1'..=b'5', b'x', b'x'] => {
+                    let base = u16::from(d - b'0') * 100;
+                    (base, base + 99)
+                }
+                _ => match item.parse::<u16>() {
+                    Ok(code @ 100..=599) => (code, code),
+                    _ => {
+                        return Err(format!(
+                            "{item:?} is not a status class; expected \"2xx\"…\"5xx\" or a code 100-599"
+                        ));
+                    }
+                },
+            };
+            ranges.push(range);
+        }
+        Ok(Self { ranges })
+    }
+
+    /// Whether an answer with this status is kept.
+    pub fn contains(&self, status: u16) -> bool {
+        self.ranges
+            .iter()
+            .any(|(low, high)| (*low..=*high).contains(&status))
+    }
+}
+
+/// `[route.idempotency]`, validated.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    /// Key parts; `None`: the fingerprint is the key.
+    pub key: Option<Vec<Selector>>,
+    /// A missing key part is a 400 (else the fingerprint is the key).
+    pub require_key: bool,
+    /// Fingerprint parts.
+    pub fingerprint: Vec<FingerprintPart>,
+    /// Body fields left out of the body hash.
+    pub fingerprint_ignore: Vec<Selector>,
+    /// In-flight claim lifetime.
+    pub lease: Duration,
+    /// Replay window.
+    pub retention: Duration,
+    /// Duplicate handling while in flight.
+    pub on_in_flight: OnInFlight,
+    /// Longest wait for an in-flight first delivery.
+    pub wait_timeout: Duration,
+    /// Stored statuses.
+    pub cache_status: CacheStatus,
+    /// Upstream timeout handling.
+    pub on_upstream_timeout: OnUpstreamTimeout,
+    /// How long an unknown outcome blocks.
+    pub unknown_hold: Duration,
+    /// Enforce or shadow.
+    pub mode: Mode,
+    /// Fail closed or open.
+    pub on_unavailable: OnUnavailable,
+}
+
+/// One protected route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Metric label and store key component.
+    pub name: String,
+    /// Path prefix that selects it.
+    pub path_prefix: String,
+    /// Accepted methods.
+    pub methods: Vec<Method>,
+    /// Upstream of this route.
+    pub upstream: Upstream,
+    /// Signature checking.
+    pub scheme: Scheme,
+    /// Deduplication rules.
+    pub idempotency: Idempotency,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Requests that match no route.
+    pub unmatched: Unmatched,
+    /// Listener addresses.
+    pub listen: Listen,
+    /// Resource limits.
+    pub limits: Limits,
+    /// The store.
+    pub store: StoreConfig,
+    /// Default upstream (used by unmatched requests and routes without an override).
+    pub upstream: Upstream,
+    /// Store-wide default for `on_unavailable`.
+    pub on_unavailable: OnUnavailable,
+    /// Bearer token of `/admin/records`; `None` disables it.
+    pub admin_token: Option<Secret>,
+    /// Routes, in file order.
+    pub routes: Vec<Route>,
+}
+
+/// Collects errors with their key paths.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, key: &str, message: impl fmt::Display) {
+        self.0.push(format!("{key}: {message}"));
+    }
+
+    fn take<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|e| self.push(key, e)).ok()
+    }
+
+    fn duration(&mut self, key: &str, text: Option<&str>, default: &str) -> Duration {
+        self.take(key, parse_duration(text.unwrap_or(default)))
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        text: Option<&str>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> T {
+        let Some(text) = text else { return default };
+        if let Some((_, value)) = options.iter().find(|(name, _)| *name == text) {
+            return *value;
+        }
+        let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+        self.push(
+            key,
+            format!(
+                "{text:?} is not valid; expected one of {}",
+                names.join(", ")
+            ),
+        );
+        default
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(vec![format!("{}: {e}", path.display())]))?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates configuration text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string()]))?;
+        Self::try_from(raw)
+    }
+
+    /// The route a request belongs to: longest matching prefix whose methods
+    /// include the request's.
+    pub fn route_for(&self, method: &Method, path: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .filter(|r| path_has_prefix(path, &r.path_prefix) && r.methods.contains(method))
+            .max_by_key(|r| r.path_prefix.len())
+    }
+}
+
+/// Prefix match on whole path segments (`/notify` matches `/notify` and
+/// `/notify/x`, not `/notifyx`), unless the prefix itself ends in `/`.
+fn path_has_prefix(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'),
+        None => false,
+    }
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
+        let mut p = Problems::default();
+        let unmatched = p.choice(
+            "unmatched",
+            raw.unmatched.as_deref(),
+            Unmatched::Forward,
+            &[
+                ("forward", Unmatched::Forward),
+                ("reject", Unmatched::Reject),
+            ],
+        );
+        let listen = Listen {
+            proxy: socket(&mut p, "listen.proxy", raw.listen.proxy, "127.0.0.1:8080"),
+            admin: socket(&mut p, "listen.admin", raw.listen.admin, "127.0.0.1:9090"),
+        };
+        let limits = Limits {
+            max_body_bytes: raw
+                .limits
+                .max_body_bytes
+                .unwrap_or(raw::DEFAULT_MAX_BODY_BYTES),
+            header_read_timeout: p.duration(
+                "limits.header_read_timeout",
+                raw.limits.header_read_timeout.as_deref(),
+                raw::DEFAULT_HEADER_READ_TIMEOUT,
+            ),
+            shutdown_grace: p.duration(
+                "limits.shutdown_grace",
+                raw.limits.shutdown_grace.as_deref(),
+                raw::DEFAULT_SHUTDOWN_GRACE,
+            ),
+        };
+        if limits.max_body_bytes == 0 {
+            p.push("limits.max_body_bytes", "must be at least 1");
+        }
+        let store = store_config(&mut p, &raw.store);
+        let on_unavailable = on_unavailable(
+            &mut p,
+            "store.on_unavailable",
+            raw.store.on_unavailable.as_deref(),
+            OnUnavailable::Reject,
+        );
+        let upstream = Upstream {
+            url: upstream_url(&mut p, "upstream.url", &raw.upstream.url),
+            timeout: p.duration(
+                "upstream.timeout",
+                raw.upstream.timeout.as_deref(),
+                raw::DEFAULT_UPSTREAM_TIMEOUT,
+            ),
+        };
+        let admin_token = raw
+            .admin
+            .token
+            .as_deref()
+            .and_then(|spec| p.take("admin.token", Secret::resolve(spec)));
+
+        let mut routes: Vec<Route> = Vec::new();
+        for (index, raw_route) in raw.routes.into_iter().enumerate() {
+            let key = format!("route[{index}]");
+            if let Some(route) = route(&mut p, &key, raw_route, &upstream, on_unavailable) {
+                if routes.iter().any(|r| r.name == route.name) {
+                    p.push(&format!("{key}.name"), "duplicate route name");
+                }
+                routes.push(route);
+            }
+        }
+        if p.0.is_empty() {
+            Ok(Self {
+                unmatched,
+                listen,
+                limits,
+                store,
+                upstream,
+                on_unavailable,
+                admin_token,
+                routes,
+            })
+        } else {
+            Err(ConfigError(p.0))
+        }
+    }
+}
+
+fn socket(p: &mut Problems, key: &str, text: Option<String>, default: &str) -> SocketAddr {
+    let text = text.unwrap_or_else(|| default.to_owned());
+    p.take(
+        key,
+        text.parse()
+            .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
+    )
+    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
+    let parsed = text.parse::<Uri>().ok().filter(|uri| {
+        uri.scheme_str() == Some("http") && uri.authority().is_some() && uri.query().is_none()
+    });
+    match parsed {
+        Some(uri) => uri,
+        None => {
+            p.push(
+                key,
+                format!("{text:?} is not an http:// base URL such as \"http://127.0.0.1:3000\""),
+            );
+            Uri::from_static("http://127.0.0.1:1")
+        }
+    }
+}
+
+fn on_unavailable(
+    p: &mut Problems,
+    key: &str,
+    text: Option<&str>,
+    default: OnUnavailable,
+) -> OnUnavailable {
+    p.choice(
+        key,
+        text,
+        default,
+        &[
+            ("reject", OnUnavailable::Reject),
+            ("forward", OnUnavailable::Forward),
+        ],
+    )
+}
+
+fn store_config(p: &mut Problems, raw: &raw::RawStore) -> StoreConfig {
+    let backend = match raw.kind.as_str() {
+        "redis" => {
+            if raw.path.is_some() {
+                p.push("store.path", "only valid with kind = \"embedded\"");
+            }
+            let url = raw.url.clone().unwrap_or_default();
+            let known = [
+                "redis://",
+                "rediss://",
+                "redis-cluster://",
+                "redis-sentinel://",
+            ];
+            if !known.iter().any(|scheme| url.starts_with(scheme)) {
+                p.push(
+                    "store.url",
+                    format!(
+                        "{url:?} is not a Redis URL; expected one of {}",
+                        known.join(" ")
+                    ),
+                );
+            }
+            StoreBackend::Redis { url }
+        }
+        "embedded" => {
+            if raw.url.is_some() {
+                p.push("store.url", "only valid with kind = \"redis\"");
+            }
+            match &raw.path {
+                Some(path) if !path.is_empty() => StoreBackend::Embedded {
+                    path: PathBuf::from(path),
+                },
+                _ => {
+                    p.push(
+                        "store.path",
+                        "required with kind = \"embedded\", e.g. \"data/idemgate.redb\"",
+                    );
+                    StoreBackend::Embedded {
+                        path: PathBuf::new(),
+                    }
+                }
+            }
+        }
+        other => {
+            p.push(
+                "store.kind",
+                format!("{other:?} is not valid; expected \"redis\" or \"embedded\""),
+            );
+            StoreBackend::Embedded {
+                path: PathBuf::new(),
+            }
+        }
+    };
+    let key_prefix = raw
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
+    if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
+        p.push(
+            "store.key_prefix",
+            "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
+        );
+    }
+    StoreConfig {
+        backend,
+        key_prefix,
+        command_timeout: p.duration(
+            "store.command_timeout",
+            raw.command_timeout.as_deref(),
+            raw::DEFAULT_COMMAND_TIMEOUT,
+        ),
+    }
+}
+
+fn route(
+    p: &mut Problems,
+    key: &str,
+    raw: RawRoute,
+    default_upstream: &Upstream,
+    store_on_unavailable: OnUnavailable,
+) -> Option<Route> {
+    let name_ok = !raw.name.is_empty()
+        && raw.name.len() <= 64
+        && raw
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !name_ok {
+        p.push(
+            &format!("{key}.name"),
+            format!(
+                "{:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is a metric label and part of the store key)",
+                raw.name
+            ),
+        );
+    }
+    if !raw.path_prefix.starts_with('/') {
+        p.push(
+            &format!("{key}.path_prefix"),
+            format!("{:?} must start with '/'", raw.path_prefix),
+        );
+    }
+    let methods = raw
+        .methods
+        .unwrap_or_else(|| vec!["POST".to_owned()])
+        .into_iter()
+        .filter_map(|m| {
+            let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok();
+            if method.is_none() {
+                p.push(
+                    &format!("{key}.methods"),
+                    format!("{m:?} is not an HTTP method"),
+                );
+            }
+            method
+        })
+        .collect::<Vec<_>>();
+    if methods.is_empty() {
+        p.push(&format!("{key}.methods"), "must list at least one method");
+    }
+    let upstream = match &raw.upstream {
+        Some(url) => Upstream {
+            url: upstream_url(p, &format!("{key}.upstream"), url),
+            timeout: default_upstream.timeout,
+        },
+        None => default_upstream.clone(),
+    };
+    let scheme = scheme(p, &format!("{key}.signature"), &raw.signature);
+    let idempotency = idempotency(
+        p,
+        &format!("{key}.idempotency"),
+        &raw.idempotency,
+        store_on_unavailable,
+    );
+    if let Some(tolerance) = scheme.tolerance() {
+        if idempotency.retention <= tolerance {
+            p.push(
+                &format!("{key}.idempotency.retention"),
+                format!(
+                    "must exceed the signature tolerance ({}s), or a captured request still inside the window could be replayed to the backend after its record expired",
+                    tolerance.as_secs()
+                ),
+            );
+        }
+    }
+    Some(Route {
+        name: raw.name,
+        path_prefix: raw.path_prefix,
+        methods,
+        upstream,
+        scheme,
+        idempotency,
+    })
+}
+
+fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
+    let secrets: Vec<Secret> = raw
+        .secrets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, spec)| p.take(&format!("{key}.secrets[{i}]"), Secret::resolve(spec)))
+        .collect();
+    match raw.scheme.as_str() {
+        "none" => {
+            let generic = [
+                ("secrets", !raw.secrets.is_empty()),
+                ("algorithm", raw.algorithm.is_some()),
+                ("signature", raw.signature.is_some()),
+                ("encoding", raw.encoding.is_some()),
+                ("prefix", raw.prefix.is_some()),
+                ("message", raw.message.is_some()),
+                ("timestamp", raw.timestamp.is_some()),
+                ("timestamp_unit", raw.timestamp_unit.is_some()),
+                ("tolerance", raw.tolerance.is_some()),
+            ];
+            for (field, set) in generic {
+                if set {
+                    p.push(
+                        &format!("{key}.{field}"),
+                        "has no effect with scheme = \"none\"",
+                    );
+                }
+            }
+            Scheme::None
+        }
+        "hmac" => Scheme::Hmac(hmac_scheme(p, key, raw, secrets)),
+        other => {
+            p.push(
+                &format!("{key}.scheme"),
+                format!("{other:?} is not valid; expected \"hmac\" or \"none\""),
+            );
+            Scheme::None
+        }
+    }
+}
+
+fn hmac_scheme(
+    p: &mut Problems,
+    key: &str,
+    raw: &RawSignature,
+    secrets: Vec<Secret>,
+) -> HmacScheme {
+    if raw.secrets.is_empty() {
+        p.push(
+            &format!("{key}.secrets"),
+            "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
+        );
+    }
+    let algorithm = p.choice(
+        &format!("{key}.algorithm"),
+        raw.algorithm.as_deref(),
+        Algorithm::Sha256,
+        &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
+    );
+    let signature = match &raw.signature {
+        Some(text) => p
+            .take(&format!("{key}.signature"), Selector::parse(text))
+            .unwrap_or(Selector::Query(String::new())),
+        None => {
+            p.push(
+                &format!("{key}.signature"),
+                "required with scheme = \"hmac\", e.g. \"header:X-Signature\"",
+            );
+            Selector::Query(String::new())
+        }
+    };
+    let encoding = p.choice(
+        &format!("{key}.encoding"),
+        raw.encoding.as_deref(),
+        Encoding::Hex,
+        &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
+    );
+    let message = match &raw.message {
+        Some(text) => p
+            .take(&format!("{key}.message"), Template::parse(text))
+            .unwrap_or_else(Template::body_only),
+        None => Template::body_only(),
+    };
+    let timestamp = raw.timestamp.as_ref().and_then(|text| {
+        let selector = p.take(&format!("{key}.timestamp"), Selector::parse(text))?;
+        let unit = p.choice(
+            &format!("{key}.timestamp_unit"),
+            raw.timestamp_unit.as_deref(),
+            TimestampUnit::Seconds,
+            &[("s", TimestampUnit::Seconds), ("ms", TimestampUnit::Millis)],
+        );
+        let tolerance = p.duration(
+            &format!("{key}.tolerance"),
+            raw.tolerance.as_deref(),
+            raw::DEFAULT_TOLERANCE,
+        );
+        if tolerance.is_zero() {
+            p.push(&format!("{key}.tolerance"), "must be greater than zero");
+        }
+        Some(TimestampRule {
+            selector,
+            unit,
+            tolerance,
+        })
+    });
+    if raw.timestamp.is_none() {
+        for (field, set) in [
+            ("timestamp_unit", raw.timestamp_unit.is_some()),
+            ("tolerance", raw.tolerance.is_some()),
+        ] {
+            if set {
+                p.push(
+                    &format!("{key}.{field}"),
+                    "has no effect without a timestamp selector",
+                );
+            }
+        }
+    }
+    HmacScheme {
+        secrets,
+        algorithm,
+        signature,
+        encoding,
+        prefix: raw.prefix.clone().unwrap_or_default(),
+        message,
+        timestamp,
+    }
+}
+
+fn selectors(p: &mut Problems, key: &str, items: &[String]) -> Vec<Selector> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| p.take(&format!("{key}[{i}]"), Selector::parse(text)))
+        .collect()
+}
+
+fn idempotency(
+    p: &mut Problems,
+    key: &str,
+    raw: &RawIdempotency,
+    store_on_unavailable: OnUnavailable,
+) -> Idempotency {
+    let key_parts = raw.key.as_ref().map(|items| {
+        if items.is_empty() {
+            p.push(
+                &format!("{key}.key"),
+                "must list at least one part, or be omitted",
+            );
+        }
+        selectors(p, &format!("{key}.key"), items)
+    });
+    let fingerprint = raw
+        .fingerprint
+        .clone()
+        .unwrap_or_else(|| vec!["method".into(), "path".into(), "body".into()])
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let part = match item.as_str() {
+                "method" => Ok(FingerprintPart::Method),
+                "path" => Ok(FingerprintPart::Path),
+                "query" => Ok(FingerprintPart::Query),
+                "body" => Ok(FingerprintPart::Body),
+                other => match other.strip_prefix("header:") {
+                    Some(name) => http::HeaderName::from_bytes(name.as_bytes())
+                        .map(FingerprintPart::Header)
+                        .map_err(|_| format!("{name:?} is not a valid header name")),
+                    None => Err(format!(
+                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\" or \"header:NAME\""
+                    )),
+                },
+            };
+            p.take(&format!("{key}.fingerprint[{i}]"), part)
+        })
+        .collect::<Vec<_>>();
+    if fingerprint.is_empty() {
+        p.push(&format!("{key}.fingerprint"), "must list at least one part");
+    }
+    let fingerprint_ignore = selectors(
+        p,
+        &format!("{key}.fingerprint_ignore"),
+        raw.fingerprint_ignore.as_deref().unwrap_or_default(),
+    );
+    for (i, selector) in fingerprint_ignore.iter().enumerate() {
+        if !selector.needs_body() {
+            p.push(
+                &format!("{key}.fingerprint_ignore[{i}]"),
+                "only json:/pointer and form:FIELD selectors name body fields",
+            );
+        }
+    }
+    let lease = p.duration(
+        &format!("{key}.lease"),
+        raw.lease.as_deref(),
+        raw::DEFAULT_LEASE,
+    );
+    let retention = p.duration(
+        &format!("{key}.retention"),
+        raw.retention.as_deref(),
+        raw::DEFAULT_RETENTION,
+    );
+    let wait_timeout = p.duration(
+        &format!("{key}.wait_timeout"),
+        raw.wait_timeout.as_deref(),
+        raw::DEFAULT_WAIT_TIMEOUT,
+    );
+    let unknown_hold = p.duration(
+        &format!("{key}.unknown_hold"),
+        raw.unknown_hold.as_deref(),
+        raw::DEFAULT_UNKNOWN_HOLD,
+    );
+    for (field, value) in [
+        ("lease", lease),
+        ("retention", retention),
+        ("unknown_hold", unknown_hold),
+    ] {
+        if value < Duration::from_millis(100) {
+            p.push(&format!("{key}.{field}"), "must be at least 100ms");
+        }
+    }
+    let cache_status = match &raw.cache_status {
+        Some(items) => p
+            .take(&format!("{key}.cache_status"), CacheStatus::parse(items))
+            .unwrap_or(CacheStatus { ranges: Vec::new() }),
+        None => CacheStatus {
+            ranges: vec![(200, 299), (400, 499)],
+        },
+    };
+    Idempotency {
+        key: key_parts,
+        require_key: raw.require_key.unwrap_or(true),
+        fingerprint,
+        fingerprint_ignore,
+        lease,
+        retention,
+        on_in_flight: p.choice(
+            &format!("{key}.on_in_flight"),
+            raw.on_in_flight.as_deref(),
+            OnInFlight::Wait,
+            &[
+                ("wait", OnInFlight::Wait),
+                ("conflict", OnInFlight::Conflict),
+            ],
+        ),
+        wait_timeout,
+        cache_status,
+        on_upstream_timeout: p.choice(
+            &format!("{key}.on_upstream_timeout"),
+            raw.on_upstream_timeout.as_deref(),
+            OnUpstreamTimeout::Hold,
+            &[
+                ("hold", OnUpstreamTimeout::Hold),
+                ("release", OnUpstreamTimeout::Release),
+            ],
+        ),
+        unknown_hold,
+        mode: p.choice(
+            &format!("{key}.mode"),
+            raw.mode.as_deref(),
+            Mode::Enforce,
+            &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
+        ),
+        on_unavailable: on_unavailable(
+            p,
+            &format!("{key}.on_unavailable"),
+            raw.on_unavailable.as_deref(),
+            store_on_unavailable,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [store]
+        kind = "embedded"
+        path = "/tmp/x.redb"
+        [upstream]
+        url = "http://127.0.0.1:3000"
+        [[route]]
+        name = "payments"
+        path_prefix = "/notify"
+        [route.signature]
+        scheme = "hmac"
+        secrets = ["literal:s3cret", "literal:old"]
+        signature = "header:X-Signature"
+        timestamp = "json:/timestamp"
+        timestamp_unit = "ms"
+        tolerance = "5m"
+        [route.idempotency]
+        key = ["json:/paymentNo"]
+        lease = "30s"
+    "#;
+
+    #[test]
+    fn minimal_file_loads_with_defaults() {
+        let config = Config::parse(MINIMAL).unwrap();
+        let route = &config.routes[0];
+        assert_eq!(route.methods, vec![Method::POST]);
+        assert_eq!(route.idempotency.retention, Duration::from_secs(86_400));
+        assert!(route.idempotency.cache_status.contains(201));
+        assert!(route.idempotency.cache_status.contains(404));
+        assert!(!route.idempotency.cache_status.contains(500));
+        let Scheme::Hmac(h) = &route.scheme else {
+            panic!("expected hmac")
+        };
+        assert_eq!(h.secrets.len(), 2);
+        assert_eq!(h.message, Template::body_only());
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let config = Config::parse(MINIMAL).unwrap();
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(printed.contains("redacted"));
+    }
+
+    #[test]
+    fn errors_name_their_keys_and_are_all_reported() {
+        let text = MINIMAL
+            .replace(
+                "lease = \"30s\"",
+                "lease = \"30 parsecs\"\nretention = \"1m\"",
+            )
+            .replace("kind = \"embedded\"", "kind = \"memcached\"");
+        let err = Config::parse(&text).unwrap_err();
+        let joined = err.0.join("\n");
+        assert!(joined.contains("route[0].idempotency.lease:"), "{joined}");
+        assert!(
+            joined.contains("route[0].idempotency.retention: must exceed"),
+            "{joined}"
+        );
+        assert!(joined.contains("store.kind:"), "{joined}");
+    }
+
+    #[test]
+    fn missing_env_secret_is_named() {
+        let text = MINIMAL.replace("literal:old", "env:IDEMGATE_TEST_SURELY_UNSET");
+        let err = Config::parse(&text).unwrap_err();
+        assert!(
+            err.0[0].starts_with("route[0].signature.secrets[1]: environment variable"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn file_secret_trims_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "abc\n").unwrap();
+        let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
+        assert_eq!(secret.expose(), b"abc");
+    }
+
+    #[test]
+    fn longest_prefix_and_method_select_the_route() {
+        let text = format!(
+            "{MINIMAL}\n[[route]]\nname = \"refunds\"\npath_prefix = \"/notify/refund\"\n[route.signature]\nscheme = \"none\"\n"
+        );
+        let config = Config::parse(&text).unwrap();
+        let pick = |m: Method, path: &str| config.route_for(&m, path).map(|r| r.name.as_str());
+        assert_eq!(pick(Method::POST, "/notify"), Some("payments"));
+        assert_eq!(pick(Method::POST, "/notify/pay"), Some("payments"));
+        assert_eq!(pick(Method::POST, "/notify/refund/1"), Some("refunds"));
+        assert_eq!(pick(Method::POST, "/notifyx"), None);
+        assert_eq!(pick(Method::GET, "/notify"), None);
+    }
+
+    #[test]
+    fn status_classes() {
+        let classes = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
+        assert!(classes.contains(200) && classes.contains(299) && classes.contains(409));
+        assert!(!classes.contains(300) && !classes.contains(410));
+        assert!(CacheStatus::parse(&["6xx".into()]).is_err());
+        assert!(CacheStatus::parse(&["20".into()]).is_err());
+    }
+}

@@ -1,0 +1,276 @@
+//! The configuration file exactly as written: serde structs, defaults and
+//! duration parsing.
+//!
+//! Every struct denies unknown keys, so a typo is an error rather than a
+//! silently ignored setting. Nothing here is validated beyond its TOML type:
+//! [`super::Config`] turns these structs into checked runtime values and
+//! names the offending key in every error.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default body limit: callbacks are small; 1 MiB leaves ample room.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+/// Default time a client has to send its request headers (slowloris guard).
+pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
+/// Default time in-flight work may take to finish after SIGTERM.
+pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
+/// Default Redis key prefix, so idemgate shares a database safely.
+pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
+/// Default per-command store timeout: a healthy Redis answers in well under
+/// a millisecond, so 250 ms means "unreachable", not "slow".
+pub const DEFAULT_COMMAND_TIMEOUT: &str = "250ms";
+/// Default upstream timeout: legacy handlers can be slow, 30 s is typical.
+pub const DEFAULT_UPSTREAM_TIMEOUT: &str = "30s";
+/// Default in-flight claim lifetime (renewed while the upstream call runs).
+pub const DEFAULT_LEASE: &str = "30s";
+/// Default replay window: a day covers every common sender's retry schedule
+/// for the first day; raise it for senders that retry for longer.
+pub const DEFAULT_RETENTION: &str = "24h";
+/// Default time a duplicate waits for an in-flight first delivery.
+pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
+/// Default time an unknown outcome blocks re-forwarding.
+pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
+/// Default signature tolerance for the generic scheme.
+pub const DEFAULT_TOLERANCE: &str = "5m";
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `"forward"` or `"reject"`.
+    #[serde(default)]
+    pub unmatched: Option<String>,
+    /// Listener addresses.
+    #[serde(default)]
+    pub listen: RawListen,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// The idempotency store.
+    pub store: RawStore,
+    /// The default upstream.
+    pub upstream: RawUpstream,
+    /// The admin API.
+    #[serde(default)]
+    pub admin: RawAdmin,
+    /// Protected routes.
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RawRoute>,
+}
+
+/// `[listen]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    /// Where senders deliver.
+    pub proxy: Option<String>,
+    /// The admin listener.
+    pub admin: Option<String>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest accepted request body.
+    pub max_body_bytes: Option<u64>,
+    /// Time allowed for request headers.
+    pub header_read_timeout: Option<String>,
+    /// Time allowed to finish in-flight work on shutdown.
+    pub shutdown_grace: Option<String>,
+}
+
+/// `[store]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `"redis"` or `"embedded"`.
+    pub kind: String,
+    /// Redis URL (kind = "redis").
+    pub url: Option<String>,
+    /// File path (kind = "embedded").
+    pub path: Option<String>,
+    /// Prefix of every store key.
+    pub key_prefix: Option<String>,
+    /// Timeout of one store call.
+    pub command_timeout: Option<String>,
+    /// `"reject"` or `"forward"`.
+    pub on_unavailable: Option<String>,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// Base URL of the protected handler.
+    pub url: String,
+    /// Time allowed for the upstream's answer.
+    pub timeout: Option<String>,
+}
+
+/// `[admin]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Bearer token source; omit to disable `/admin/records`.
+    pub token: Option<String>,
+}
+
+/// One `[[route]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// Name used in metrics and store keys.
+    pub name: String,
+    /// Path prefix that selects this route.
+    pub path_prefix: String,
+    /// Accepted methods (default `["POST"]`).
+    pub methods: Option<Vec<String>>,
+    /// Per-route upstream override.
+    pub upstream: Option<String>,
+    /// Signature checking.
+    pub signature: RawSignature,
+    /// Key, fingerprint and replay rules.
+    #[serde(default)]
+    pub idempotency: RawIdempotency,
+}
+
+/// `[route.signature]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSignature {
+    /// Scheme name.
+    pub scheme: String,
+    /// Secret sources; any one may match.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// `"sha256"` or `"sha512"`.
+    pub algorithm: Option<String>,
+    /// Selector of the presented signature.
+    pub signature: Option<String>,
+    /// `"hex"` or `"base64"`.
+    pub encoding: Option<String>,
+    /// Text stripped before decoding.
+    pub prefix: Option<String>,
+    /// Template of the signed content.
+    pub message: Option<String>,
+    /// Selector of the timestamp.
+    pub timestamp: Option<String>,
+    /// `"s"` or `"ms"`.
+    pub timestamp_unit: Option<String>,
+    /// Allowed clock difference.
+    pub tolerance: Option<String>,
+}
+
+/// `[route.idempotency]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIdempotency {
+    /// Key part selectors.
+    pub key: Option<Vec<String>>,
+    /// Whether a missing key part is a 400.
+    pub require_key: Option<bool>,
+    /// Fingerprint parts.
+    pub fingerprint: Option<Vec<String>>,
+    /// Body fields left out of the body hash.
+    pub fingerprint_ignore: Option<Vec<String>>,
+    /// In-flight claim lifetime.
+    pub lease: Option<String>,
+    /// Replay window.
+    pub retention: Option<String>,
+    /// `"wait"` or `"conflict"`.
+    pub on_in_flight: Option<String>,
+    /// Longest wait for an in-flight first delivery.
+    pub wait_timeout: Option<String>,
+    /// Status classes that are stored.
+    pub cache_status: Option<Vec<String>>,
+    /// `"hold"` or `"release"`.
+    pub on_upstream_timeout: Option<String>,
+    /// How long an unknown outcome blocks.
+    pub unknown_hold: Option<String>,
+    /// `"enforce"` or `"shadow"`.
+    pub mode: Option<String>,
+    /// Per-route `on_unavailable`.
+    pub on_unavailable: Option<String>,
+}
+
+/// Parses `"250ms"`, `"30s"`, `"5m"`, `"24h"`, `"7d"` and sums such as
+/// `"1m30s"`. Returns a message saying what would be valid.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    const HINT: &str = "expected a duration such as \"250ms\", \"30s\", \"5m\", \"24h\"";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("empty duration; {HINT}"));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("{text:?} is not a duration; {HINT}"));
+        }
+        let amount: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?} is too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+        let unit_ms: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "" => return Err(format!("{text:?} has no unit; {HINT}")),
+            other => return Err(format!("unknown unit {other:?} in {text:?}; {HINT}")),
+        };
+        rest = &rest[unit_len..];
+        let part = amount
+            .checked_mul(unit_ms)
+            .ok_or_else(|| format!("{text:?} is too large"))?;
+        total = total
+            .checked_add(Duration::from_millis(part))
+            .ok_or_else(|| format!("{text:?} is too large"))?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "5 parsecs",
+            "-1s",
+            "1.5s",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let text = r#"
+            [store]
+            kind = "embedded"
+            path = "x"
+            colour = "blue"
+            [upstream]
+            url = "http://127.0.0.1:1"
+        "#;
+        let err = toml::from_str::<RawConfig>(text).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+    }
+}

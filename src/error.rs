@@ -1,0 +1,298 @@
+//! The one table that turns a refusal into an HTTP answer.
+//!
+//! Every stage of the pipeline that refuses a request returns a
+//! [`Rejection`]. This module alone decides the status code, the `reason`
+//! word (shared with the `idemgate_rejections_total` metric label) and the
+//! RFC 9457 `application/problem+json` body. Nothing here ever echoes a
+//! secret, a signature or request body content: the `detail` texts are fixed
+//! strings chosen per variant, plus at most a configured key name.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::Full;
+
+/// Why idemgate itself answered instead of the upstream.
+///
+/// The variants mirror the table of SPEC §3 one to one, plus the 404 for
+/// `unmatched = "reject"`. Keeping them in one enum means one match decides
+/// every status, reason and problem text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// No route matched and `unmatched = "reject"`.
+    #[error("no route matches this request")]
+    RouteNotFound,
+    /// The body is larger than `limits.max_body_bytes`.
+    #[error("request body exceeds the configured limit")]
+    BodyTooLarge,
+    /// A signature is required but none was found where the route looks.
+    #[error("signature missing")]
+    SignatureMissing,
+    /// No configured secret produces the presented signature.
+    #[error("signature invalid")]
+    SignatureInvalid,
+    /// The route checks a timestamp but none was found or it is not digits.
+    #[error("timestamp missing or unparsable")]
+    TimestampMissing,
+    /// The timestamp lies outside the route's tolerance window.
+    #[error("timestamp outside the allowed window")]
+    TimestampOutOfWindow,
+    /// A required part of the idempotency key is absent.
+    #[error("idempotency key part {0} missing")]
+    KeyMissing(String),
+    /// A key part is empty, longer than 255 bytes or a malformed sf-string.
+    #[error("idempotency key part {0} invalid")]
+    KeyInvalid(String),
+    /// The body could not be parsed as JSON or form data where a selector needs it.
+    #[error("request body could not be parsed as {0}")]
+    BadRequestBody(&'static str),
+    /// The key was used before for a request with a different fingerprint.
+    #[error("idempotency key reused with a different request")]
+    FingerprintMismatch,
+    /// The first delivery of this key is still being processed.
+    #[error("first delivery still in flight")]
+    InFlight {
+        /// Seconds the sender should wait before retrying.
+        retry_after: Duration,
+    },
+    /// The first delivery's outcome is unknown (upstream timed out or was cut).
+    #[error("first delivery outcome unknown")]
+    OutcomeUnknown {
+        /// Seconds until the hold ends, as far as the store knows.
+        retry_after: Duration,
+    },
+    /// The store is unreachable and the route fails closed.
+    #[error("idempotency store unavailable")]
+    StoreUnavailable {
+        /// Seconds the sender should wait before retrying.
+        retry_after: Duration,
+    },
+    /// The upstream refused or reset the connection.
+    #[error("upstream connection failed")]
+    UpstreamError,
+    /// The upstream did not answer within `upstream.timeout`.
+    #[error("upstream timed out")]
+    UpstreamTimeout,
+}
+
+/// Everything the wire and the metrics need to know about one rejection.
+struct Row {
+    status: StatusCode,
+    reason: &'static str,
+    title: &'static str,
+}
+
+impl Rejection {
+    fn row(&self) -> Row {
+        let (status, reason, title) = match self {
+            Self::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found", "No route"),
+            Self::BodyTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "Request body too large",
+            ),
+            Self::SignatureMissing => (
+                StatusCode::UNAUTHORIZED,
+                "signature_missing",
+                "Signature missing",
+            ),
+            Self::SignatureInvalid => (
+                StatusCode::UNAUTHORIZED,
+                "signature_invalid",
+                "Signature invalid",
+            ),
+            Self::TimestampMissing => (
+                StatusCode::UNAUTHORIZED,
+                "timestamp_missing",
+                "Timestamp missing",
+            ),
+            Self::TimestampOutOfWindow => (
+                StatusCode::UNAUTHORIZED,
+                "timestamp_out_of_window",
+                "Timestamp outside the allowed window",
+            ),
+            Self::KeyMissing(_) => (
+                StatusCode::BAD_REQUEST,
+                "key_missing",
+                "Idempotency key missing",
+            ),
+            Self::KeyInvalid(_) => (
+                StatusCode::BAD_REQUEST,
+                "key_invalid",
+                "Idempotency key invalid",
+            ),
+            Self::BadRequestBody(_) => (
+                StatusCode::BAD_REQUEST,
+                "bad_request_body",
+                "Request body unparsable",
+            ),
+            Self::FingerprintMismatch => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "fingerprint_mismatch",
+                "Idempotency key reused for a different request",
+            ),
+            Self::InFlight { .. } => (
+                StatusCode::CONFLICT,
+                "in_flight",
+                "First delivery still in flight",
+            ),
+            Self::OutcomeUnknown { .. } => (
+                StatusCode::CONFLICT,
+                "outcome_unknown",
+                "Outcome of the first delivery unknown",
+            ),
+            Self::StoreUnavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "Idempotency store unavailable",
+            ),
+            Self::UpstreamError => (
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "Upstream connection failed",
+            ),
+            Self::UpstreamTimeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "Upstream timed out",
+            ),
+        };
+        Row {
+            status,
+            reason,
+            title,
+        }
+    }
+
+    /// The HTTP status of this rejection.
+    pub fn status(&self) -> StatusCode {
+        self.row().status
+    }
+
+    /// The machine-readable reason: the `reason` member of the problem body
+    /// and the `reason` label of `idemgate_rejections_total`.
+    pub fn reason(&self) -> &'static str {
+        self.row().reason
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::InFlight { retry_after }
+            | Self::OutcomeUnknown { retry_after }
+            | Self::StoreUnavailable { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    /// Renders the RFC 9457 problem document, with `Retry-After` where the
+    /// sender is expected to come back.
+    pub fn into_response(self) -> Response<Full<Bytes>> {
+        let row = self.row();
+        let body = serde_json::json!({
+            "type": format!("https://idemgate.dev/problems/{}", row.reason),
+            "title": row.title,
+            "status": row.status.as_u16(),
+            "detail": self.to_string(),
+            "reason": row.reason,
+        });
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        *response.status_mut() = row.status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(wait) = self.retry_after() {
+            let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn one_second() -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// SPEC §3, row by row: status and reason word.
+    #[test]
+    fn every_row_of_the_spec_table() {
+        let table: Vec<(Rejection, u16, &str)> = vec![
+            (Rejection::BodyTooLarge, 413, "body_too_large"),
+            (Rejection::SignatureMissing, 401, "signature_missing"),
+            (Rejection::SignatureInvalid, 401, "signature_invalid"),
+            (Rejection::TimestampMissing, 401, "timestamp_missing"),
+            (
+                Rejection::TimestampOutOfWindow,
+                401,
+                "timestamp_out_of_window",
+            ),
+            (Rejection::KeyMissing("k".into()), 400, "key_missing"),
+            (Rejection::KeyInvalid("k".into()), 400, "key_invalid"),
+            (Rejection::BadRequestBody("json"), 400, "bad_request_body"),
+            (Rejection::FingerprintMismatch, 422, "fingerprint_mismatch"),
+            (
+                Rejection::InFlight {
+                    retry_after: one_second(),
+                },
+                409,
+                "in_flight",
+            ),
+            (
+                Rejection::OutcomeUnknown {
+                    retry_after: one_second(),
+                },
+                409,
+                "outcome_unknown",
+            ),
+            (
+                Rejection::StoreUnavailable {
+                    retry_after: one_second(),
+                },
+                503,
+                "store_unavailable",
+            ),
+            (Rejection::UpstreamError, 502, "upstream_error"),
+            (Rejection::UpstreamTimeout, 504, "upstream_timeout"),
+            (Rejection::RouteNotFound, 404, "route_not_found"),
+        ];
+        for (rejection, status, reason) in table {
+            assert_eq!(rejection.status().as_u16(), status, "{rejection:?}");
+            assert_eq!(rejection.reason(), reason, "{rejection:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn problem_json_has_every_member_and_retry_after() {
+        let response = Rejection::StoreUnavailable {
+            retry_after: Duration::from_millis(1500),
+        }
+        .into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        for member in ["type", "title", "status", "detail", "reason"] {
+            assert!(doc.get(member).is_some(), "missing {member}");
+        }
+        assert_eq!(doc["status"], 503);
+        assert_eq!(doc["reason"], "store_unavailable");
+    }
+
+    #[test]
+    fn only_waiting_rejections_carry_retry_after() {
+        let response = Rejection::SignatureInvalid.into_response();
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

@@ -1,0 +1,159 @@
+//! A buffered request and the reading of selector values out of it.
+//!
+//! [`Inbound`] owns the request head and body bytes and parses the body at
+//! most once per format, only when a selector asks for it: a route that
+//! needs nothing from the body never parses JSON. Values come back as bytes
+//! borrowed from the request where possible.
+//!
+//! JSON values are read as follows: a string gives its unescaped text, a
+//! number its literal text as sent (exact, thanks to `arbitrary_precision`),
+//! `true`/`false` their words, an object or array its compact JSON, and
+//! `null` counts as absent.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use http::request::Parts;
+
+use crate::config::Selector;
+use crate::error::Rejection;
+
+/// A request whose body has been read in full.
+#[derive(Debug)]
+pub struct Inbound {
+    /// Method, URI, headers.
+    pub parts: Parts,
+    /// The raw body.
+    pub body: Bytes,
+    json: OnceLock<Option<serde_json::Value>>,
+    form: OnceLock<Vec<(String, String)>>,
+}
+
+impl Inbound {
+    /// Wraps a request head and its body.
+    pub fn new(parts: Parts, body: Bytes) -> Self {
+        Self {
+            parts,
+            body,
+            json: OnceLock::new(),
+            form: OnceLock::new(),
+        }
+    }
+
+    /// The body parsed as JSON, or `bad_request_body`.
+    pub fn json(&self) -> Result<&serde_json::Value, Rejection> {
+        self.json
+            .get_or_init(|| serde_json::from_slice(&self.body).ok())
+            .as_ref()
+            .ok_or(Rejection::BadRequestBody("json"))
+    }
+
+    /// The body parsed as `application/x-www-form-urlencoded` pairs.
+    pub fn form(&self) -> Result<&[(String, String)], Rejection> {
+        if std::str::from_utf8(&self.body).is_err() {
+            return Err(Rejection::BadRequestBody("form"));
+        }
+        Ok(self.form.get_or_init(|| {
+            form_urlencoded::parse(&self.body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        }))
+    }
+
+    /// Reads a selector. `Ok(None)`: the value is absent. `Err`: the body
+    /// could not be parsed as the selector requires.
+    pub fn value(&self, selector: &Selector) -> Result<Option<Cow<'_, [u8]>>, Rejection> {
+        Ok(match selector {
+            Selector::Header(name) => self
+                .parts
+                .headers
+                .get(name)
+                .map(|v| Cow::Borrowed(v.as_bytes())),
+            Selector::Query(name) => self.parts.uri.query().and_then(|query| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| Cow::Owned(v.into_owned().into_bytes()))
+            }),
+            Selector::Json(pointer) => self.json()?.pointer(pointer).and_then(json_bytes),
+            Selector::Form(field) => self
+                .form()?
+                .iter()
+                .find(|(k, _)| k == field)
+                .map(|(_, v)| Cow::Borrowed(v.as_bytes())),
+        })
+    }
+}
+
+fn json_bytes(value: &serde_json::Value) -> Option<Cow<'_, [u8]>> {
+    use serde_json::Value;
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(Cow::Borrowed(s.as_bytes())),
+        Value::Bool(true) => Some(Cow::Borrowed(b"true")),
+        Value::Bool(false) => Some(Cow::Borrowed(b"false")),
+        Value::Number(n) => Some(Cow::Owned(n.to_string().into_bytes())),
+        Value::Array(_) | Value::Object(_) => Some(Cow::Owned(value.to_string().into_bytes())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbound(uri: &str, headers: &[(&str, &str)], body: &str) -> Inbound {
+        let mut builder = http::Request::builder().method("POST").uri(uri);
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let (parts, ()) = builder.body(()).unwrap().into_parts();
+        Inbound::new(parts, Bytes::from(body.to_owned()))
+    }
+
+    fn read(inbound: &Inbound, selector: &str) -> Result<Option<Vec<u8>>, Rejection> {
+        inbound
+            .value(&Selector::parse(selector).unwrap())
+            .map(|v| v.map(Cow::into_owned))
+    }
+
+    #[test]
+    fn reads_every_selector_kind() {
+        let req = inbound(
+            "/n?a=1&t=%2042",
+            &[("X-Sig", "abc")],
+            r#"{"id":"p-1","amount":10.50,"ok":true,"nil":null,"obj":{"b":1,"a":2}}"#,
+        );
+        assert_eq!(read(&req, "header:x-sig").unwrap(), Some(b"abc".to_vec()));
+        assert_eq!(read(&req, "query:t").unwrap(), Some(b" 42".to_vec()));
+        assert_eq!(read(&req, "query:zz").unwrap(), None);
+        assert_eq!(read(&req, "json:/id").unwrap(), Some(b"p-1".to_vec()));
+        assert_eq!(read(&req, "json:/amount").unwrap(), Some(b"10.50".to_vec()));
+        assert_eq!(read(&req, "json:/ok").unwrap(), Some(b"true".to_vec()));
+        assert_eq!(read(&req, "json:/nil").unwrap(), None);
+        assert_eq!(read(&req, "json:/missing").unwrap(), None);
+        assert_eq!(
+            read(&req, "json:/obj").unwrap(),
+            Some(br#"{"a":2,"b":1}"#.to_vec())
+        );
+        assert_eq!(read(&req, "form:x"), Ok(None));
+    }
+
+    #[test]
+    fn form_and_unparsable_bodies() {
+        let req = inbound("/n", &[], "sign=ab%2Bc&x=1&x=2");
+        assert_eq!(read(&req, "form:sign").unwrap(), Some(b"ab+c".to_vec()));
+        assert_eq!(read(&req, "form:x").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(
+            read(&req, "json:/a"),
+            Err(Rejection::BadRequestBody("json"))
+        );
+        let binary = Inbound::new(
+            http::Request::new(()).into_parts().0,
+            Bytes::from_static(&[0xff, 0xfe]),
+        );
+        assert_eq!(
+            binary.value(&Selector::Form("a".into())).map(|_| ()),
+            Err(Rejection::BadRequestBody("form"))
+        );
+    }
+}

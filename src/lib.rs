@@ -1,0 +1,53 @@
+//! idemgate: an idempotency sidecar for at-least-once webhook and payment
+//! callbacks.
+//!
+//! It sits in front of a legacy handler, verifies each delivery's signature
+//! and freshness, claims the delivery's key atomically in a shared store,
+//! forwards only the first delivery, stores the handler's answer and
+//! replays it to every duplicate. The product contract is `SPEC.md`
+//! (mirrored in `config/idemgate.toml` and the README).
+//!
+//! # Architecture
+//!
+//! ```text
+//! sender ──► server.rs ──► pipeline.rs ────────────────────────────────► response
+//!                            │ 1 route     Config::route_for           404 (reject)
+//!                            │ 2 body      pipeline/body.rs     413 ───┤
+//!                            │ 3 verify    pipeline/verify.rs   401 ───┤  error.rs: the ONE
+//!                            │ 4 identify  pipeline/delivery.rs 400 ───┤  Rejection → status,
+//!                            │ 5 claim     pipeline/claim.rs    503/409/422  reason, problem+json
+//!                            │ 6 forward   pipeline/forward.rs  502/504┤
+//!                            │ 7 settle    pipeline/settle.rs  (complete | release | unknown)
+//!                            ▼
+//!                         store.rs (trait) ── store/redis.rs (fred + lua/*.lua)
+//!                                          └─ store/embedded.rs (redb)
+//!         admin.rs: /metrics /healthz /readyz      metrics.rs: names, buckets, helpers
+//! ```
+//!
+//! # Layout
+//!
+//! * [`config`] — the TOML file: raw serde structs, selectors, validation.
+//! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
+//! * [`server`] — accept loop, HTTP/1+2, header timeout, graceful drain.
+//! * [`pipeline`] — the request stages, sequenced in one place.
+//! * [`extract`] — a buffered request and selector reads out of it.
+//! * [`signature`] — the HMAC core and the signature schemes.
+//! * [`store`] — the store contract; Redis and embedded backends.
+//! * [`record`] — the versioned record encoding both stores share.
+//! * [`error`] — every rejection's status, reason and problem+json.
+//! * [`metrics`] — metric names, labels and recording helpers.
+//! * [`admin`] — the admin listener.
+//! * [`demo`] — `idemgate demo`, a self-contained demonstration.
+
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod pipeline;
+pub mod record;
+pub mod server;
+pub mod signature;
+pub mod store;

@@ -1,0 +1,133 @@
+//! The `idemgate` binary: command line, logging, signals.
+//!
+//! `idemgate [serve] --config PATH` runs the proxy until SIGTERM/SIGINT;
+//! `idemgate check-config --config PATH` validates a file (exit 2 with every
+//! error on failure); `idemgate demo` runs the self-contained demonstration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use idemgate::config::Config;
+use tracing_subscriber::EnvFilter;
+
+/// Exit code for an invalid configuration (SPEC §8).
+const EXIT_BAD_CONFIG: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idemgate",
+    version,
+    about = "Idempotency sidecar for at-least-once webhooks"
+)]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, env = "IDEMGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy (the default).
+    Serve,
+    /// Validate the configuration and print it with secrets redacted.
+    CheckConfig,
+    /// Run a self-contained demonstration on loopback.
+    Demo,
+}
+
+fn init_logging(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
+    let Some(path) = path else {
+        eprintln!("no configuration: pass --config PATH or set IDEMGATE_CONFIG");
+        return Err(ExitCode::from(EXIT_BAD_CONFIG));
+    };
+    Config::load(path).map_err(|error| {
+        eprintln!("{}: {error}", path.display());
+        ExitCode::from(EXIT_BAD_CONFIG)
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let metrics = idemgate::app::install_metrics()
+        .map_err(anyhow::Error::msg)
+        .context("installing the metrics recorder")?;
+    let app = idemgate::app::start(config, Some(metrics))
+        .await
+        .context("starting idemgate")?;
+    shutdown_signal().await;
+    app.stop().await;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::CheckConfig => match load(cli.config.as_ref()) {
+            Ok(config) => {
+                println!("{config:#?}");
+                println!("configuration is valid");
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Serve => {
+            init_logging(cli.log_format, "info");
+            let config = match load(cli.config.as_ref()) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+            match runtime.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!("{error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo => {
+            init_logging(cli.log_format, "warn");
+            let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+            match runtime.block_on(idemgate::demo::run()) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(error) => {
+                    eprintln!("demo failed: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

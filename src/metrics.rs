@@ -1,0 +1,190 @@
+//! Metric names, label values and recording helpers (SPEC §7).
+//!
+//! Names and labels are part of the product contract, so they live here as
+//! constants and closed enums: no label value ever comes from request
+//! input, which keeps cardinality bounded. The recorder itself (Prometheus
+//! exporter and its upkeep) is installed by `app.rs`; without a recorder
+//! every helper is a cheap no-op, which is what unit tests get.
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+
+/// `idemgate_requests_total{route, outcome}`.
+pub const REQUESTS_TOTAL: &str = "idemgate_requests_total";
+/// `idemgate_rejections_total{route, reason}`.
+pub const REJECTIONS_TOTAL: &str = "idemgate_rejections_total";
+/// `idemgate_request_duration_seconds{route, outcome}`.
+pub const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+/// `idemgate_upstream_duration_seconds{route}`.
+pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+/// `idemgate_upstream_errors_total{route, kind}`.
+pub const UPSTREAM_ERRORS_TOTAL: &str = "idemgate_upstream_errors_total";
+/// `idemgate_store_duration_seconds{op}`.
+pub const STORE_DURATION: &str = "idemgate_store_duration_seconds";
+/// `idemgate_store_errors_total{op}`.
+pub const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
+/// `idemgate_in_flight{route}`.
+pub const IN_FLIGHT: &str = "idemgate_in_flight";
+/// `idemgate_build_info{version}`.
+pub const BUILD_INFO: &str = "idemgate_build_info";
+
+/// Histogram buckets for every `_duration_seconds` metric: from 100 µs
+/// (store round trips, replays) to 30 s (slow legacy upstreams).
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// The label route for requests that matched no route.
+pub const UNMATCHED_ROUTE: &str = "_unmatched";
+
+/// What idemgate did with a request (`outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// First delivery, sent upstream.
+    Forwarded,
+    /// Stored answer replayed.
+    Replayed,
+    /// Answered by idemgate with a problem document.
+    Rejected,
+    /// No route matched; forwarded untouched.
+    Passthrough,
+    /// Store unavailable and `on_unavailable = "forward"`.
+    Unprotected,
+    /// Shadow mode: forwarded although enforce would have replayed or refused.
+    ShadowDuplicate,
+}
+
+impl Outcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Replayed => "replayed",
+            Self::Rejected => "rejected",
+            Self::Passthrough => "passthrough",
+            Self::Unprotected => "unprotected",
+            Self::ShadowDuplicate => "shadow_duplicate",
+        }
+    }
+}
+
+/// Store operation (`op` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    /// claim.lua / embedded claim.
+    Claim,
+    /// complete.lua.
+    Complete,
+    /// release.lua.
+    Release,
+    /// renew.lua.
+    Renew,
+    /// lookup.lua.
+    Lookup,
+    /// Admin purge.
+    Purge,
+}
+
+impl StoreOp {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::Complete => "complete",
+            Self::Release => "release",
+            Self::Renew => "renew",
+            Self::Lookup => "lookup",
+            Self::Purge => "purge",
+        }
+    }
+}
+
+/// Upstream failure kind (`kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// Connection refused or reset.
+    Connect,
+    /// Slower than `upstream.timeout`.
+    Timeout,
+    /// Answered with a status outside `cache_status`.
+    Status,
+}
+
+impl UpstreamErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::Status => "status",
+        }
+    }
+}
+
+/// Registers help texts and units with the installed recorder.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
+    describe_counter!(
+        REJECTIONS_TOTAL,
+        "Requests idemgate answered itself, by reason"
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from request head to answer"
+    );
+    describe_histogram!(
+        UPSTREAM_DURATION,
+        Unit::Seconds,
+        "Time the upstream took to answer"
+    );
+    describe_counter!(UPSTREAM_ERRORS_TOTAL, "Upstream failures by kind");
+    describe_histogram!(
+        STORE_DURATION,
+        Unit::Seconds,
+        "Store call latency by operation"
+    );
+    describe_counter!(STORE_ERRORS_TOTAL, "Failed store calls by operation");
+    describe_gauge!(IN_FLIGHT, "First deliveries currently being forwarded");
+    describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// Counts one finished request and its latency.
+pub fn request(route: &str, outcome: Outcome, elapsed: Duration) {
+    let route = route.to_owned();
+    counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => outcome.as_str()).increment(1);
+    histogram!(REQUEST_DURATION, "route" => route, "outcome" => outcome.as_str())
+        .record(elapsed.as_secs_f64());
+}
+
+/// Counts a rejection by reason.
+pub fn rejection(route: &str, reason: &'static str) {
+    counter!(REJECTIONS_TOTAL, "route" => route.to_owned(), "reason" => reason).increment(1);
+}
+
+/// Records an upstream call's duration.
+pub fn upstream(route: &str, elapsed: Duration) {
+    histogram!(UPSTREAM_DURATION, "route" => route.to_owned()).record(elapsed.as_secs_f64());
+}
+
+/// Counts an upstream failure.
+pub fn upstream_error(route: &str, kind: UpstreamErrorKind) {
+    counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.to_owned(), "kind" => kind.as_str())
+        .increment(1);
+}
+
+/// Records a store call's latency and failure.
+pub fn store_op(op: StoreOp, elapsed: Duration, failed: bool) {
+    histogram!(STORE_DURATION, "op" => op.as_str()).record(elapsed.as_secs_f64());
+    if failed {
+        counter!(STORE_ERRORS_TOTAL, "op" => op.as_str()).increment(1);
+    }
+}
+
+/// Moves the in-flight gauge of a route.
+pub fn in_flight(route: &str, delta: f64) {
+    gauge!(IN_FLIGHT, "route" => route.to_owned()).increment(delta);
+}

@@ -1,0 +1,378 @@
+//! `Pipeline::handle`: the only place the stages are sequenced and metered.
+//!
+//! ```text
+//! 1 route    Config::route_for          unmatched → passthrough | 404
+//! 2 body     pipeline/body.rs           413
+//! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
+//! 4 identify pipeline/delivery.rs       400
+//! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
+//! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
+//! 7 settle   pipeline/settle.rs         complete | release | unknown
+//! ```
+//!
+//! Each stage takes its input and returns the next type or a
+//! [`Rejection`]; no stage calls another. A first delivery's forward and
+//! settle run as a task of their own under the app's `TaskTracker`, so the
+//! sender hanging up cancels nothing (SPEC §4 rule 3) and shutdown waits
+//! for it. Every request ends in exactly one [`Finished`], which is counted
+//! and logged once, here.
+
+pub mod body;
+pub mod claim;
+pub mod delivery;
+pub mod forward;
+pub mod settle;
+pub mod verify;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
+use crate::error::Rejection;
+use crate::extract::Inbound;
+use crate::metrics::{self as m, Outcome, UpstreamErrorKind};
+use crate::record::{OwnerMint, now_ms};
+use crate::store::{AnyStore, Lease, Store};
+use claim::{Decision, Signals};
+use delivery::Identity;
+use forward::{ForwardError, ProxyBody, UpstreamClient, full};
+use settle::Settlement;
+use verify::{Unverified, Verified};
+
+/// How long a sender is told to wait when the store is down.
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How one request ended: what is counted and logged.
+struct Finished {
+    outcome: Outcome,
+    response: Response<ProxyBody>,
+    reason: Option<&'static str>,
+    key_hash: Option<String>,
+}
+
+impl Finished {
+    fn new(outcome: Outcome, response: Response<ProxyBody>) -> Self {
+        Self {
+            outcome,
+            response,
+            reason: None,
+            key_hash: None,
+        }
+    }
+
+    fn rejected(rejection: Rejection) -> Self {
+        let reason = rejection.reason();
+        let response = rejection.into_response().map(full_from);
+        Self {
+            outcome: Outcome::Rejected,
+            response,
+            reason: Some(reason),
+            key_hash: None,
+        }
+    }
+
+    fn with_reason(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+}
+
+fn full_from(body: http_body_util::Full<bytes::Bytes>) -> ProxyBody {
+    use http_body_util::BodyExt;
+    body.map_err(|never| match never {}).boxed()
+}
+
+/// Everything a request needs, shared by all connections.
+#[derive(Debug)]
+pub struct Pipeline {
+    config: Arc<Config>,
+    store: Arc<AnyStore>,
+    client: UpstreamClient,
+    owners: OwnerMint,
+    signals: Signals,
+    tracker: TaskTracker,
+}
+
+impl Pipeline {
+    /// Assembles a pipeline; `tracker` owns the detached upstream calls.
+    pub fn new(config: Arc<Config>, store: Arc<AnyStore>, tracker: TaskTracker) -> Self {
+        Self {
+            config,
+            store,
+            client: forward::client(),
+            owners: OwnerMint::new(),
+            signals: Signals::default(),
+            tracker,
+        }
+    }
+
+    /// Handles one request end to end. Never fails: every error becomes a
+    /// problem+json answer.
+    pub async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+    ) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let route_index = self
+            .config
+            .route_for(request.method(), request.uri().path())
+            .map(|route| {
+                self.config
+                    .routes
+                    .iter()
+                    .position(|r| std::ptr::eq(r, route))
+                    .expect("route comes from this config")
+            });
+        let (route_name, finished) = match route_index {
+            None => (m::UNMATCHED_ROUTE, self.unmatched(request, peer).await),
+            Some(index) => (
+                self.config.routes[index].name.as_str(),
+                Arc::clone(&self).protected(index, request, peer).await,
+            ),
+        };
+        let elapsed = started.elapsed();
+        m::request(route_name, finished.outcome, elapsed);
+        if let Some(reason) = finished.reason {
+            m::rejection(route_name, reason);
+        }
+        tracing::info!(
+            route = route_name,
+            outcome = finished.outcome.as_str(),
+            reason = finished.reason.unwrap_or(""),
+            key = finished.key_hash.as_deref().unwrap_or(""),
+            status = finished.response.status().as_u16(),
+            latency_ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
+        finished.response
+    }
+
+    async fn unmatched(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Finished {
+        if self.config.unmatched == Unmatched::Reject {
+            return Finished::rejected(Rejection::RouteNotFound);
+        }
+        match forward::pass_through(&self.client, &self.config.upstream, request, peer).await {
+            Ok(response) => Finished::new(Outcome::Passthrough, response),
+            Err(error) => Finished::rejected(settle::failure(error)),
+        }
+    }
+
+    async fn protected(
+        self: Arc<Self>,
+        index: usize,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+    ) -> Finished {
+        let route = &self.config.routes[index];
+        let shadow = route.idempotency.mode == Mode::Shadow;
+        let inbound = match body::read(request, self.config.limits.max_body_bytes).await {
+            Ok(inbound) => inbound,
+            Err(rejection) => return Finished::rejected(rejection),
+        };
+        let verified = match verify::verify(inbound, route, now_ms()) {
+            Ok(verified) => verified,
+            Err(refused) if shadow => {
+                let Unverified { inbound, rejection } = *refused;
+                return self
+                    .unprotected(route, &inbound, peer, Outcome::Passthrough)
+                    .await
+                    .with_reason(rejection.reason());
+            }
+            Err(refused) => return Finished::rejected(refused.rejection),
+        };
+        let identity = match delivery::identify(&verified, route, &self.config.store.key_prefix) {
+            Ok(identity) => identity,
+            Err(rejection) if shadow => {
+                return self
+                    .unprotected(route, verified.inbound(), peer, Outcome::Passthrough)
+                    .await
+                    .with_reason(rejection.reason());
+            }
+            Err(rejection) => return Finished::rejected(rejection),
+        };
+        let decision = claim::claim(
+            &self.store,
+            &self.signals,
+            &identity,
+            self.owners.next(),
+            &route.idempotency,
+        )
+        .await;
+        let mut finished = match decision {
+            Ok(Decision::Forward(lease)) => {
+                Arc::clone(&self)
+                    .first_delivery(index, verified, &identity, lease, peer)
+                    .await
+            }
+            Ok(Decision::Replay(_)) if shadow => {
+                self.unprotected(route, verified.inbound(), peer, Outcome::ShadowDuplicate)
+                    .await
+            }
+            Ok(Decision::Replay(stored)) => {
+                Finished::new(Outcome::Replayed, settle::replay(&stored))
+            }
+            Ok(Decision::Refuse(rejection)) if shadow => self
+                .unprotected(route, verified.inbound(), peer, Outcome::ShadowDuplicate)
+                .await
+                .with_reason(rejection.reason()),
+            Ok(Decision::Refuse(rejection)) => Finished::rejected(rejection),
+            Err(error) => {
+                tracing::warn!(route = route.name, %error, "store unavailable");
+                match route.idempotency.on_unavailable {
+                    OnUnavailable::Forward => {
+                        self.unprotected(route, verified.inbound(), peer, Outcome::Unprotected)
+                            .await
+                    }
+                    OnUnavailable::Reject => Finished::rejected(Rejection::StoreUnavailable {
+                        retry_after: STORE_RETRY_AFTER,
+                    }),
+                }
+            }
+        };
+        finished.key_hash = Some(identity.key_hash);
+        finished
+    }
+
+    /// Forwards without a claim: shadow mode, or a fail-open store outage.
+    async fn unprotected(
+        &self,
+        route: &Route,
+        inbound: &Inbound,
+        peer: Option<SocketAddr>,
+        outcome: Outcome,
+    ) -> Finished {
+        let started = Instant::now();
+        let result = forward::forward(
+            &self.client,
+            &route.upstream,
+            &inbound.parts,
+            inbound.body.clone(),
+            peer,
+        )
+        .await;
+        meter_upstream(route, &result, started.elapsed());
+        match result {
+            Ok(answer) => Finished::new(outcome, settle::live(answer)),
+            Err(error) => {
+                let rejection = settle::failure(error);
+                let reason = rejection.reason();
+                Finished::new(outcome, rejection.into_response().map(full_from)).with_reason(reason)
+            }
+        }
+    }
+
+    /// Forwards a claimed delivery and settles its lease in a detached task;
+    /// the sender's connection only waits for the result.
+    async fn first_delivery(
+        self: Arc<Self>,
+        index: usize,
+        verified: Verified,
+        identity: &Identity,
+        lease: Lease,
+        peer: Option<SocketAddr>,
+    ) -> Finished {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let this = Arc::clone(&self);
+        let route_name = self.config.routes[index].name.clone();
+        m::in_flight(&route_name, 1.0);
+        self.tracker.spawn(async move {
+            let route = &this.config.routes[index];
+            let request = verified.inbound();
+            let started = Instant::now();
+            let result = claim::while_renewing(
+                &this.store,
+                &lease,
+                &route.idempotency,
+                forward::forward(
+                    &this.client,
+                    &route.upstream,
+                    &request.parts,
+                    request.body.clone(),
+                    peer,
+                ),
+            )
+            .await;
+            meter_upstream(route, &result, started.elapsed());
+            this.settle(route, lease, &result).await;
+            m::in_flight(&route.name, -1.0);
+            let _ = reply.send(result);
+        });
+        match answer.await {
+            Ok(Ok(answer)) => Finished::new(Outcome::Forwarded, settle::live(answer)),
+            Ok(Err(error)) => {
+                let rejection = settle::failure(error);
+                let reason = rejection.reason();
+                Finished::new(Outcome::Forwarded, rejection.into_response().map(full_from))
+                    .with_reason(reason)
+            }
+            Err(_) => {
+                tracing::error!(
+                    route = route_name,
+                    key = identity.key_hash,
+                    "upstream task ended without an answer"
+                );
+                Finished::rejected(Rejection::UpstreamError)
+            }
+        }
+    }
+
+    /// Stores the outcome of a first delivery and wakes local duplicates.
+    async fn settle(
+        &self,
+        route: &Route,
+        lease: Lease,
+        result: &Result<forward::UpstreamAnswer, ForwardError>,
+    ) {
+        let key = lease.key().as_str().to_owned();
+        let outcome = match settle::settlement(result, lease.record(), &route.idempotency) {
+            Settlement::Keep(record, ttl) => self.store.complete(lease, record, ttl).await,
+            Settlement::Release => self.store.release(lease).await,
+        };
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                route = route.name,
+                key,
+                "claim expired or taken over before the outcome was stored"
+            ),
+            Err(error) => {
+                tracing::error!(route = route.name, key, %error, "could not store the outcome")
+            }
+        }
+        self.signals.settled(&key);
+    }
+}
+
+fn meter_upstream(
+    route: &Route,
+    result: &Result<forward::UpstreamAnswer, ForwardError>,
+    elapsed: Duration,
+) {
+    m::upstream(&route.name, elapsed);
+    let kind = match result {
+        Ok(answer)
+            if route
+                .idempotency
+                .cache_status
+                .contains(answer.status.as_u16()) =>
+        {
+            return;
+        }
+        Ok(_) => UpstreamErrorKind::Status,
+        Err(ForwardError::Timeout) => UpstreamErrorKind::Timeout,
+        Err(ForwardError::Refused | ForwardError::Broken) => UpstreamErrorKind::Connect,
+    };
+    m::upstream_error(&route.name, kind);
+}
+
+/// Re-exported for the server: a plain `Full` body as [`ProxyBody`].
+pub fn body_of(bytes: impl Into<bytes::Bytes>) -> ProxyBody {
+    full(bytes)
+}

@@ -1,0 +1,36 @@
+//! Stage 2: read the request body, at most `limits.max_body_bytes`.
+//!
+//! A declared `Content-Length` over the limit is refused before a byte of
+//! the body is read; a chunked body is cut off as soon as it crosses the
+//! limit. Either way the answer is 413 `body_too_large`, and nothing is
+//! buffered beyond the limit.
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::error::Rejection;
+use crate::extract::Inbound;
+
+/// Reads the whole body of `request` into an [`Inbound`].
+pub async fn read(request: Request<Incoming>, limit: u64) -> Result<Inbound, Rejection> {
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(Rejection::BodyTooLarge);
+    }
+    let (parts, body) = request.into_parts();
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let body: Bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            return Err(Rejection::BodyTooLarge);
+        }
+        Err(_) => return Err(Rejection::BadRequestBody("a complete HTTP body")),
+    };
+    Ok(Inbound::new(parts, body))
+}

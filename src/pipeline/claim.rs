@@ -1,0 +1,157 @@
+//! Stage 5 and the decisions 6b–6e: claim the key, or decide from the
+//! record already there.
+//!
+//! Order matters and follows SPEC §1: a record with a different fingerprint
+//! is a 422 whatever its state; then a completed record is replayed, an
+//! unknown one (or an in-flight one whose owner stopped renewing) is a 409
+//! `outcome_unknown`, and a live in-flight one is waited for (re-claiming,
+//! so a released first attempt makes the waiter the new first delivery) or
+//! refused with 409 `in_flight`.
+//!
+//! Waiting is cheap: duplicates on this instance are woken by
+//! [`Signals`] the moment the local first delivery settles; duplicates of a
+//! first delivery running on another instance re-check the store at a
+//! short, growing interval.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::delivery::Identity;
+use crate::config::{Idempotency, Mode, OnInFlight};
+use crate::error::Rejection;
+use crate::record::{OwnerToken, Record, StoredResponse};
+use crate::store::{AnyStore, ClaimOutcome, Lease, Observed, Store, StoreError};
+
+/// First and largest pause between store re-checks while waiting.
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(100);
+
+/// What to do with a delivery.
+#[derive(Debug)]
+pub enum Decision {
+    /// First delivery: forward it and settle the lease.
+    Forward(Lease),
+    /// Replay this stored answer.
+    Replay(StoredResponse),
+    /// Answer with this rejection.
+    Refuse(Rejection),
+}
+
+/// Wakes local duplicates when a first delivery settles.
+#[derive(Debug, Default)]
+pub struct Signals {
+    waiting: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Signals {
+    fn subscribe(&self, key: &str) -> Arc<Notify> {
+        let mut waiting = self.waiting.lock().expect("signals lock");
+        Arc::clone(waiting.entry(key.to_owned()).or_default())
+    }
+
+    fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
+        let mut waiting = self.waiting.lock().expect("signals lock");
+        // The map's handle plus ours: nobody else is waiting.
+        if Arc::strong_count(notify) == 2 {
+            waiting.remove(key);
+        }
+    }
+
+    /// Wakes every local waiter on `key`.
+    pub fn settled(&self, key: &str) {
+        let notify = self.waiting.lock().expect("signals lock").remove(key);
+        if let Some(notify) = notify {
+            notify.notify_waiters();
+        }
+    }
+}
+
+/// Time a sender should wait before retrying a live in-flight key: what is
+/// left of its lease.
+fn lease_left(ttl: Option<Duration>, rules: &Idempotency) -> Duration {
+    ttl.map_or(rules.lease, |t| t.saturating_sub(rules.unknown_hold))
+}
+
+/// Claims `identity` or decides from the existing record (module docs).
+pub async fn claim(
+    store: &AnyStore,
+    signals: &Signals,
+    identity: &Identity,
+    owner: OwnerToken,
+    rules: &Idempotency,
+) -> Result<Decision, StoreError> {
+    let claim_ttl = rules.lease + rules.unknown_hold;
+    let deadline = Instant::now() + rules.wait_timeout;
+    let mut pause = POLL_FIRST;
+    let mut subscription: Option<Arc<Notify>> = None;
+    let decision = loop {
+        let notify = subscription.get_or_insert_with(|| signals.subscribe(identity.key.as_str()));
+        let woken = notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let record = Record::in_flight(owner, identity.fingerprint);
+        let existing = match store.claim(&identity.key, record, claim_ttl).await {
+            Ok(ClaimOutcome::Claimed(lease)) => break Ok(Decision::Forward(lease)),
+            Ok(ClaimOutcome::Existing(existing)) => existing,
+            Err(error) => break Err(error),
+        };
+        if existing.record.fingerprint != identity.fingerprint {
+            break Ok(Decision::Refuse(Rejection::FingerprintMismatch));
+        }
+        match existing.observe(rules.unknown_hold) {
+            Observed::Completed(answer) => break Ok(Decision::Replay(answer.clone())),
+            Observed::Unknown { remaining } => {
+                break Ok(Decision::Refuse(Rejection::OutcomeUnknown {
+                    retry_after: remaining,
+                }));
+            }
+            Observed::InFlight => {
+                let retry_after = lease_left(existing.ttl, rules);
+                let now = Instant::now();
+                // Shadow mode never holds a request back.
+                let no_wait =
+                    rules.on_in_flight == OnInFlight::Conflict || rules.mode == Mode::Shadow;
+                if no_wait || now >= deadline {
+                    break Ok(Decision::Refuse(Rejection::InFlight { retry_after }));
+                }
+                let nap = pause.min(deadline - now);
+                let _ = tokio::time::timeout(nap, woken).await;
+                pause = (pause * 2).min(POLL_MAX);
+            }
+        }
+    };
+    if let Some(notify) = subscription {
+        signals.unsubscribe(identity.key.as_str(), &notify);
+    }
+    decision
+}
+
+/// Runs `work` while renewing `lease` every third of the lease, so a slow
+/// upstream never lets the claim lapse (SPEC §4 rule 4). Renewal failures
+/// are logged and retried at the next tick; the work is never interrupted.
+pub async fn while_renewing<T>(
+    store: &AnyStore,
+    lease: &Lease,
+    rules: &Idempotency,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let ttl = rules.lease + rules.unknown_hold;
+    let period = (rules.lease / 3).max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            output = &mut work => return output,
+            _ = ticker.tick() => match store.renew(lease, ttl).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(key = lease.key().as_str(), "lease lost while the upstream call runs"),
+                Err(error) => tracing::warn!(key = lease.key().as_str(), %error, "lease renewal failed"),
+            },
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Stage 4: the idempotency key and the request fingerprint.
+//!
+//! The **key** says "this is the same delivery": its parts are read with
+//! selectors, each checked (non-empty, at most 255 bytes; a header value
+//! that starts with `"` must be a valid RFC 8941 sf-string, whose content
+//! is then the part), joined with a 4-byte length before each part so
+//! `["a:b","c"]` and `["a","b:c"]` can not collide, and hashed with SHA-256.
+//! Without configured parts the fingerprint itself is the key.
+//!
+//! The **fingerprint** says "this is the same request": SHA-256 over the
+//! configured parts, each tagged and length-prefixed. Its body part is the
+//! SHA-256 of the raw body, or, with `fingerprint_ignore`, of a canonical
+//! form without the volatile fields (JSON: keys sorted, compact; form:
+//! pairs sorted).
+
+use std::borrow::Cow;
+
+use sha2::{Digest, Sha256};
+
+use super::verify::Verified;
+use crate::config::{FingerprintPart, Route, Selector};
+use crate::error::Rejection;
+use crate::extract::Inbound;
+use crate::record::Fingerprint;
+use crate::store::StoreKey;
+
+/// Longest accepted key part, in bytes.
+pub const MAX_KEY_PART: usize = 255;
+
+/// Who a delivery is, for the store.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The store key.
+    pub key: StoreKey,
+    /// Hex SHA-256 of the joined key parts (safe to log).
+    pub key_hash: String,
+    /// The request fingerprint.
+    pub fingerprint: Fingerprint,
+}
+
+/// Computes the identity of a verified delivery.
+pub fn identify(
+    verified: &Verified,
+    route: &Route,
+    key_prefix: &str,
+) -> Result<Identity, Rejection> {
+    let request = verified.inbound();
+    let fingerprint = fingerprint(request, route)?;
+    let key_hash = match key_digest(request, route)? {
+        Some(digest) => hex::encode(digest),
+        None => hex::encode(fingerprint.0),
+    };
+    Ok(Identity {
+        key: StoreKey::new(key_prefix, &route.name, &key_hash),
+        key_hash,
+        fingerprint,
+    })
+}
+
+/// SHA-256 of the length-prefixed key parts, or `None` when the route has
+/// no key parts (or they are optional and absent).
+fn key_digest(request: &Inbound, route: &Route) -> Result<Option<[u8; 32]>, Rejection> {
+    let Some(selectors) = &route.idempotency.key else {
+        return Ok(None);
+    };
+    let mut hasher = Sha256::new();
+    for selector in selectors {
+        let Some(raw) = request.value(selector)? else {
+            if route.idempotency.require_key {
+                return Err(Rejection::KeyMissing(selector.to_string()));
+            }
+            return Ok(None);
+        };
+        let part = key_part(selector, raw)?;
+        hasher.update((part.len() as u32).to_be_bytes());
+        hasher.update(&part);
+    }
+    Ok(Some(hasher.finalize().into()))
+}
+
+fn key_part<'a>(selector: &Selector, raw: Cow<'a, [u8]>) -> Result<Cow<'a, [u8]>, Rejection> {
+    let invalid = || Rejection::KeyInvalid(selector.to_string());
+    let part = match selector {
+        Selector::Header(_) if raw.first() == Some(&b'"') => {
+            Cow::Owned(parse_sf_string(&raw).ok_or_else(invalid)?)
+        }
+        Selector::Header(_) => match raw {
+            Cow::Borrowed(b) => Cow::Borrowed(b.trim_ascii()),
+            Cow::Owned(b) => Cow::Owned(b.trim_ascii().to_vec()),
+        },
+        _ => raw,
+    };
+    if part.is_empty() || part.len() > MAX_KEY_PART {
+        return Err(invalid());
+    }
+    Ok(part)
+}
+
+/// Parses an RFC 8941 sf-string (`"…"` with `\"` and `\\` escapes, printable
+/// ASCII only). Returns its content, or `None` if malformed.
+pub fn parse_sf_string(raw: &[u8]) -> Option<Vec<u8>> {
+    let inner = raw.trim_ascii().strip_prefix(b"\"")?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(escaped),
+                _ => return None,
+            },
+            b'"' => return bytes.as_slice().is_empty().then_some(out),
+            0x20..=0x7e => out.push(b),
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn fingerprint(request: &Inbound, route: &Route) -> Result<Fingerprint, Rejection> {
+    let mut hasher = Sha256::new();
+    let mut put = |tag: u8, bytes: &[u8]| {
+        hasher.update([tag]);
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(bytes);
+    };
+    for part in &route.idempotency.fingerprint {
+        match part {
+            FingerprintPart::Method => put(b'M', request.parts.method.as_str().as_bytes()),
+            FingerprintPart::Path => put(b'P', request.parts.uri.path().as_bytes()),
+            FingerprintPart::Query => put(b'Q', request.parts.uri.query().unwrap_or("").as_bytes()),
+            FingerprintPart::Header(name) => {
+                let mut joined = Vec::new();
+                for value in request.parts.headers.get_all(name) {
+                    joined.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                    joined.extend_from_slice(value.as_bytes());
+                }
+                put(b'H', &joined);
+            }
+            FingerprintPart::Body => {
+                let digest = body_digest(request, &route.idempotency.fingerprint_ignore)?;
+                put(b'B', &digest);
+            }
+        }
+    }
+    Ok(Fingerprint(hasher.finalize().into()))
+}
+
+fn body_digest(request: &Inbound, ignore: &[Selector]) -> Result<[u8; 32], Rejection> {
+    if ignore.is_empty() {
+        return Ok(Sha256::digest(&request.body).into());
+    }
+    let canonical = if ignore.iter().any(|s| matches!(s, Selector::Json(_))) {
+        canonical_json(request, ignore)?
+    } else {
+        canonical_form(request, ignore)?
+    };
+    Ok(Sha256::digest(canonical).into())
+}
+
+/// Compact JSON with sorted keys (serde_json's map is ordered) and the
+/// ignored pointers removed.
+fn canonical_json(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
+    let mut value = request.json()?.clone();
+    for selector in ignore {
+        if let Selector::Json(pointer) = selector {
+            remove_pointer(&mut value, pointer);
+        }
+    }
+    Ok(value.to_string().into_bytes())
+}
+
+fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let token = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(serde_json::Value::Object(map)) => {
+            map.remove(&token);
+        }
+        Some(serde_json::Value::Array(items)) => {
+            if let Ok(index) = token.parse::<usize>() {
+                if index < items.len() {
+                    items.remove(index);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Sorted `key=value` pairs without the ignored fields, re-encoded.
+fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
+    let mut pairs: Vec<&(String, String)> = request
+        .form()?
+        .iter()
+        .filter(|(k, _)| {
+            !ignore
+                .iter()
+                .any(|s| matches!(s, Selector::Form(f) if f == k))
+        })
+        .collect();
+    pairs.sort();
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        out.append_pair(k, v);
+    }
+    Ok(out.finish().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::verify::verify;
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    fn route(idempotency: &str) -> Route {
+        let text = format!(
+            r#"
+            [store]
+            kind = "embedded"
+            path = "/tmp/unused.redb"
+            [upstream]
+            url = "http://127.0.0.1:1"
+            [[route]]
+            name = "r"
+            path_prefix = "/"
+            [route.signature]
+            scheme = "none"
+            [route.idempotency]
+            {idempotency}
+            "#
+        );
+        Config::parse(&text).unwrap().routes.remove(0)
+    }
+
+    fn identity(
+        route: &Route,
+        headers: &[(&str, &[u8])],
+        body: &str,
+    ) -> Result<Identity, Rejection> {
+        let mut parts = http::Request::post("/n?q=1")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        for (k, v) in headers {
+            parts.headers.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        let inbound = Inbound::new(parts, Bytes::from(body.to_owned()));
+        let verified = verify(inbound, route, 0).unwrap();
+        identify(&verified, route, "idemgate")
+    }
+
+    #[test]
+    fn composite_keys_do_not_collide() {
+        let r = route(r#"key = ["json:/a", "json:/b"]"#);
+        let one = identity(&r, &[], r#"{"a":"x:y","b":"z"}"#).unwrap();
+        let two = identity(&r, &[], r#"{"a":"x","b":"y:z"}"#).unwrap();
+        assert_ne!(one.key, two.key);
+        assert!(one.key.as_str().starts_with("idemgate:r:"));
+        assert_eq!(one.key.as_str().len(), "idemgate:r:".len() + 64);
+    }
+
+    #[test]
+    fn key_errors() {
+        let r = route(r#"key = ["json:/a"]"#);
+        assert!(matches!(
+            identity(&r, &[], "{}"),
+            Err(Rejection::KeyMissing(_))
+        ));
+        assert!(matches!(
+            identity(&r, &[], r#"{"a":""}"#),
+            Err(Rejection::KeyInvalid(_))
+        ));
+        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(256));
+        assert!(matches!(
+            identity(&r, &[], &long),
+            Err(Rejection::KeyInvalid(_))
+        ));
+        let ok = format!(r#"{{"a":"{}"}}"#, "x".repeat(255));
+        assert!(identity(&r, &[], &ok).is_ok());
+        assert_eq!(
+            identity(&r, &[], "nope").unwrap_err(),
+            Rejection::BadRequestBody("json")
+        );
+        let optional = route("key = [\"json:/a\"]\nrequire_key = false");
+        let fallback = identity(&optional, &[], "{}").unwrap();
+        assert_eq!(fallback.key_hash, hex::encode(fallback.fingerprint.0));
+    }
+
+    #[test]
+    fn sf_string_and_token_mean_the_same_key() {
+        let r = route(r#"key = ["header:Idempotency-Key"]"#);
+        let quoted = identity(&r, &[("idempotency-key", b"\"abc\"")], "").unwrap();
+        let token = identity(&r, &[("idempotency-key", b"abc")], "").unwrap();
+        assert_eq!(quoted.key, token.key);
+        for bad in [&b"\"abc"[..], b"\"a\\bc\"", b"\"abc\"x", b"\"\""] {
+            assert!(
+                matches!(
+                    identity(&r, &[("idempotency-key", bad)], ""),
+                    Err(Rejection::KeyInvalid(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(parse_sf_string(b"\"a\\\"b\\\\\""), Some(b"a\"b\\".to_vec()));
+    }
+
+    #[test]
+    fn fingerprint_ignores_volatile_fields_only() {
+        let r = route("key = [\"json:/id\"]\nfingerprint_ignore = [\"json:/notify_time\"]");
+        let a = identity(&r, &[], r#"{"id":"1","amount":5,"notify_time":"10:00"}"#).unwrap();
+        let b = identity(
+            &r,
+            &[],
+            r#"{ "notify_time":"10:05", "amount":5, "id":"1" }"#,
+        )
+        .unwrap();
+        let c = identity(&r, &[], r#"{"id":"1","amount":6,"notify_time":"10:00"}"#).unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_ne!(a.fingerprint, c.fingerprint);
+        assert_eq!(a.key, c.key);
+
+        let form = route("key = [\"form:id\"]\nfingerprint_ignore = [\"form:ts\"]");
+        let a = identity(&form, &[], "id=1&x=2&ts=5").unwrap();
+        let b = identity(&form, &[], "ts=9&x=2&id=1").unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+    }
+
+    #[test]
+    fn without_key_the_fingerprint_is_the_key() {
+        let r = route("fingerprint = [\"method\", \"path\", \"query\", \"header:x-a\", \"body\"]");
+        let a = identity(&r, &[("x-a", b"1")], "same").unwrap();
+        let b = identity(&r, &[("x-a", b"2")], "same").unwrap();
+        assert_ne!(a.key, b.key);
+        assert_eq!(a.key_hash, hex::encode(a.fingerprint.0));
+    }
+
+    proptest! {
+        #[test]
+        fn sf_string_parser_never_panics(raw in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_sf_string(&raw);
+        }
+
+        #[test]
+        fn key_extraction_never_panics(body in ".{0,80}", header in proptest::collection::vec(32u8..127, 0..300)) {
+            let r = route(r#"key = ["json:/a", "header:Idempotency-Key"]"#);
+            let _ = identity(&r, &[("idempotency-key", &header)], &body);
+            let f = route("key = [\"form:a\"]\nfingerprint_ignore = [\"form:b\"]");
+            let _ = identity(&f, &[], &body);
+        }
+    }
+}

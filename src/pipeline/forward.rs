@@ -1,0 +1,245 @@
+//! Stage 6: send a request upstream through the one pooled client.
+//!
+//! The request is re-framed by hyper (never passed through raw): hop-by-hop
+//! headers (RFC 9110 §7.6.1: `Connection` and every header it lists,
+//! `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
+//! `Upgrade`) are dropped, `X-Forwarded-For` gets the sender's address, and
+//! the whole exchange including the response body is bounded by
+//! `upstream.timeout`.
+//!
+//! Failures are sorted by what they mean for idempotency: a refused
+//! connection ([`ForwardError::Refused`]) sent nothing, so the claim can be
+//! released; a connection that broke after the request may have been
+//! written ([`ForwardError::Broken`]) and a timeout leave the outcome
+//! unknown.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::config::Upstream;
+
+/// Body type of everything idemgate sends or answers: a boxed body, so
+/// buffered (protected) and streamed (passthrough) messages share one type.
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// The pooled upstream client, cloned cheaply per request.
+pub type UpstreamClient = Client<HttpConnector, ProxyBody>;
+
+/// Wraps bytes as a [`ProxyBody`].
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// Builds the shared client: keep-alive pool, no per-request connection.
+pub fn client() -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
+/// A buffered upstream answer.
+#[derive(Debug, Clone)]
+pub struct UpstreamAnswer {
+    /// Status code.
+    pub status: StatusCode,
+    /// Headers, hop-by-hop ones removed.
+    pub headers: HeaderMap,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+/// Why no answer came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// Connection refused before anything was sent: a clean failure.
+    #[error("upstream refused the connection")]
+    Refused,
+    /// The connection failed after the request may have been written.
+    #[error("upstream connection broke")]
+    Broken,
+    /// No complete answer within `upstream.timeout`.
+    #[error("upstream timed out")]
+    Timeout,
+}
+
+/// Removes hop-by-hop headers, including those named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// The upstream URI for a request path: base URL + path + query.
+pub fn target(upstream: &Uri, path_and_query: Option<&http::uri::PathAndQuery>) -> Uri {
+    let base_path = upstream.path().trim_end_matches('/');
+    let tail = path_and_query.map_or("/", |pq| pq.as_str());
+    let mut builder = Uri::builder();
+    if let Some(scheme) = upstream.scheme() {
+        builder = builder.scheme(scheme.clone());
+    }
+    if let Some(authority) = upstream.authority() {
+        builder = builder.authority(authority.clone());
+    }
+    builder
+        .path_and_query(format!("{base_path}{tail}"))
+        .build()
+        .unwrap_or_else(|_| upstream.clone())
+}
+
+/// Prepares the head of an upstream request from the sender's head.
+pub fn upstream_request(
+    parts: &http::request::Parts,
+    upstream: &Uri,
+    peer: Option<SocketAddr>,
+    body: ProxyBody,
+) -> Request<ProxyBody> {
+    let mut headers = parts.headers.clone();
+    strip_hop_by_hop(&mut headers);
+    if let Some(peer) = peer {
+        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prior) => format!("{prior}, {}", peer.ip()),
+            None => peer.ip().to_string(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&forwarded) {
+            headers.insert("x-forwarded-for", value);
+        }
+    }
+    let mut request = Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = target(upstream, parts.uri.path_and_query());
+    *request.headers_mut() = headers;
+    request
+}
+
+/// Sends a buffered request and buffers the answer, within `upstream.timeout`.
+pub async fn forward(
+    client: &UpstreamClient,
+    upstream: &Upstream,
+    parts: &http::request::Parts,
+    body: Bytes,
+    peer: Option<SocketAddr>,
+) -> Result<UpstreamAnswer, ForwardError> {
+    let request = upstream_request(parts, &upstream.url, peer, full(body));
+    let exchange = async {
+        let response = client.request(request).await.map_err(|error| {
+            if error.is_connect() {
+                ForwardError::Refused
+            } else {
+                ForwardError::Broken
+            }
+        })?;
+        let (head, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|_| ForwardError::Broken)?
+            .to_bytes();
+        let mut headers = head.headers;
+        strip_hop_by_hop(&mut headers);
+        Ok(UpstreamAnswer {
+            status: head.status,
+            headers,
+            body,
+        })
+    };
+    tokio::time::timeout(upstream.timeout, exchange)
+        .await
+        .unwrap_or(Err(ForwardError::Timeout))
+}
+
+/// Forwards a request untouched (no buffering) for unmatched routes.
+pub async fn pass_through(
+    client: &UpstreamClient,
+    upstream: &Upstream,
+    request: Request<hyper::body::Incoming>,
+    peer: Option<SocketAddr>,
+) -> Result<Response<ProxyBody>, ForwardError> {
+    let (parts, body) = request.into_parts();
+    let request = upstream_request(&parts, &upstream.url, peer, body.boxed());
+    let response = tokio::time::timeout(upstream.timeout, client.request(request))
+        .await
+        .map_err(|_| ForwardError::Timeout)?
+        .map_err(|error| {
+            if error.is_connect() {
+                ForwardError::Refused
+            } else {
+                ForwardError::Broken
+            }
+        })?;
+    let (mut head, body) = response.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    Ok(Response::from_parts(head, body.boxed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret-hop"),
+        );
+        headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        headers.insert("x-keep", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 1);
+        assert_eq!(headers["x-keep"], "yes");
+    }
+
+    #[test]
+    fn targets_keep_base_path_and_query() {
+        let base: Uri = "http://127.0.0.1:3000/legacy/".parse().unwrap();
+        let pq: http::uri::PathAndQuery = "/notify?a=1".parse().unwrap();
+        assert_eq!(
+            target(&base, Some(&pq)).to_string(),
+            "http://127.0.0.1:3000/legacy/notify?a=1"
+        );
+        let root: Uri = "http://127.0.0.1:3000".parse().unwrap();
+        assert_eq!(
+            target(&root, Some(&pq)).to_string(),
+            "http://127.0.0.1:3000/notify?a=1"
+        );
+    }
+}

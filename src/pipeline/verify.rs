@@ -1,0 +1,51 @@
+//! Stage 3: authenticate the delivery and check its freshness.
+//!
+//! This is the only place a [`Verified`] can be made, so unverified bytes
+//! can not reach the store or, in enforce mode, the upstream. It is pure
+//! computation: a forged or stale request causes no store access, no
+//! upstream call and no side effect (SPEC §1 stage 3).
+
+use crate::config::Route;
+use crate::error::Rejection;
+use crate::extract::Inbound;
+use crate::signature::{self, Authenticity};
+
+/// A request whose signature and timestamp checked out.
+#[derive(Debug)]
+pub struct Verified {
+    inbound: Inbound,
+    authenticity: Authenticity,
+}
+
+impl Verified {
+    /// The buffered request.
+    pub fn inbound(&self) -> &Inbound {
+        &self.inbound
+    }
+
+    /// Which secret verified it.
+    pub fn authenticity(&self) -> Authenticity {
+        self.authenticity
+    }
+}
+
+/// A request that failed verification, handed back so shadow mode can
+/// still forward it.
+#[derive(Debug)]
+pub struct Unverified {
+    /// The request as received.
+    pub inbound: Inbound,
+    /// Why it failed.
+    pub rejection: Rejection,
+}
+
+/// Verifies `inbound` under `route`'s scheme at `now_ms`.
+pub fn verify(inbound: Inbound, route: &Route, now_ms: u64) -> Result<Verified, Box<Unverified>> {
+    match signature::verify(&route.scheme, &inbound, now_ms) {
+        Ok(authenticity) => Ok(Verified {
+            inbound,
+            authenticity,
+        }),
+        Err(rejection) => Err(Box::new(Unverified { inbound, rejection })),
+    }
+}

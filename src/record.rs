@@ -1,0 +1,381 @@
+//! The versioned record encoding shared by both stores.
+//!
+//! One record per idempotency key. The layout is fixed-offset up front so
+//! the Lua scripts can check the owner token with `string.sub` without
+//! decoding anything:
+//!
+//! ```text
+//! offset  size  field
+//! 0       1     version (= 1)
+//! 1       1     state: 1 in-flight, 2 completed, 3 unknown
+//! 2       16    owner token of the instance that claimed the key
+//! 18      32    request fingerprint (SHA-256)
+//! 50      8     created at, unix milliseconds, big-endian
+//! -- completed records only --
+//! 58      2     status code, big-endian
+//! 60      2     header count N
+//!         N ×   (u16 name length, name bytes, u32 value length, value bytes)
+//!         4     body length, then the body bytes
+//! ```
+//!
+//! A record that fails to decode (unknown version, truncated) is a
+//! [`DecodeError`]; callers treat it as a store error, never as "absent", so
+//! a corrupted record can not let a duplicate through.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The encoding version written by this build.
+pub const VERSION: u8 = 1;
+/// Byte range of the owner token, as the Lua scripts read it (1-based 3..18).
+pub const OWNER_RANGE: std::ops::Range<usize> = 2..18;
+const FINGERPRINT_RANGE: std::ops::Range<usize> = 18..50;
+const HEADER_LEN: usize = 58;
+
+/// Identifies the instance and request that holds a claim, so only it can
+/// complete, release or renew it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerToken(pub [u8; 16]);
+
+impl std::fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OwnerToken({})", hex::encode(self.0))
+    }
+}
+
+/// Mints owner tokens: 8 random bytes per process plus a counter, so tokens
+/// are unique across instances without a syscall per request.
+#[derive(Debug)]
+pub struct OwnerMint {
+    instance: [u8; 8],
+    counter: AtomicU64,
+}
+
+impl OwnerMint {
+    /// A mint with a fresh random instance id.
+    pub fn new() -> Self {
+        let mut instance = [0u8; 8];
+        getrandom::fill(&mut instance).expect("the operating system has no random source");
+        Self {
+            instance,
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The next unique token.
+    pub fn next(&self) -> OwnerToken {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut token = [0u8; 16];
+        token[..8].copy_from_slice(&self.instance);
+        token[8..].copy_from_slice(&n.to_be_bytes());
+        OwnerToken(token)
+    }
+}
+
+impl Default for OwnerMint {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// SHA-256 over the parts of a request that make it "the same request".
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fingerprint({})", hex::encode(self.0))
+    }
+}
+
+/// A stored upstream answer, replayed byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// Status code.
+    pub status: u16,
+    /// End-to-end headers in order (hop-by-hop ones already removed).
+    pub headers: Vec<(Bytes, Bytes)>,
+    /// Body bytes.
+    pub body: Bytes,
+}
+
+/// Where a key's first delivery stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// Claimed; the upstream call runs (or its owner died, see SPEC §4 rule 4).
+    InFlight,
+    /// Answered; replay this.
+    Completed(StoredResponse),
+    /// The upstream may or may not have acted; block re-forwarding.
+    Unknown,
+}
+
+/// One key's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Holder of the claim.
+    pub owner: OwnerToken,
+    /// Fingerprint of the first delivery.
+    pub fingerprint: Fingerprint,
+    /// When the key was first claimed (unix ms).
+    pub created_at_ms: u64,
+    /// State and, when completed, the answer.
+    pub state: RecordState,
+}
+
+/// A stored value that this build cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Written by a newer (or foreign) encoder.
+    #[error("unknown record version {0}")]
+    Version(u8),
+    /// The state byte is not 1, 2 or 3.
+    #[error("unknown record state {0}")]
+    State(u8),
+    /// Ends before its declared lengths.
+    #[error("record truncated")]
+    Truncated,
+    /// Bytes after the body.
+    #[error("record has trailing bytes")]
+    Trailing,
+}
+
+/// Current wall-clock time in unix milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Record {
+    /// A fresh in-flight record for a claim.
+    pub fn in_flight(owner: OwnerToken, fingerprint: Fingerprint) -> Self {
+        Self {
+            owner,
+            fingerprint,
+            created_at_ms: now_ms(),
+            state: RecordState::InFlight,
+        }
+    }
+
+    /// The same record in another state (keeps owner, fingerprint, age).
+    pub fn with_state(&self, state: RecordState) -> Self {
+        Self {
+            state,
+            ..self.clone()
+        }
+    }
+
+    /// Serialises the record (layout in the module docs).
+    pub fn encode(&self) -> Bytes {
+        let extra = match &self.state {
+            RecordState::Completed(r) => {
+                8 + r.body.len()
+                    + r.headers
+                        .iter()
+                        .map(|(n, v)| 6 + n.len() + v.len())
+                        .sum::<usize>()
+            }
+            _ => 0,
+        };
+        let mut out = BytesMut::with_capacity(HEADER_LEN + extra);
+        out.put_u8(VERSION);
+        out.put_u8(match self.state {
+            RecordState::InFlight => 1,
+            RecordState::Completed(_) => 2,
+            RecordState::Unknown => 3,
+        });
+        out.put_slice(&self.owner.0);
+        out.put_slice(&self.fingerprint.0);
+        out.put_u64(self.created_at_ms);
+        if let RecordState::Completed(response) = &self.state {
+            out.put_u16(response.status);
+            out.put_u16(response.headers.len() as u16);
+            for (name, value) in &response.headers {
+                out.put_u16(name.len() as u16);
+                out.put_slice(name);
+                out.put_u32(value.len() as u32);
+                out.put_slice(value);
+            }
+            out.put_u32(response.body.len() as u32);
+            out.put_slice(&response.body);
+        }
+        out.freeze()
+    }
+
+    /// Parses a stored value; slices of `bytes` become the body and headers
+    /// without copying.
+    pub fn decode(bytes: &Bytes) -> Result<Self, DecodeError> {
+        if bytes.is_empty() {
+            return Err(DecodeError::Truncated);
+        }
+        if bytes[0] != VERSION {
+            return Err(DecodeError::Version(bytes[0]));
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(DecodeError::Truncated);
+        }
+        let mut owner = [0u8; 16];
+        owner.copy_from_slice(&bytes[OWNER_RANGE]);
+        let mut fingerprint = [0u8; 32];
+        fingerprint.copy_from_slice(&bytes[FINGERPRINT_RANGE]);
+        let created_at_ms = u64::from_be_bytes(bytes[50..58].try_into().expect("8 bytes"));
+        let state = match bytes[1] {
+            1 | 3 if bytes.len() > HEADER_LEN => return Err(DecodeError::Trailing),
+            1 => RecordState::InFlight,
+            3 => RecordState::Unknown,
+            2 => RecordState::Completed(decode_response(bytes, HEADER_LEN)?),
+            other => return Err(DecodeError::State(other)),
+        };
+        Ok(Self {
+            owner: OwnerToken(owner),
+            fingerprint: Fingerprint(fingerprint),
+            created_at_ms,
+            state,
+        })
+    }
+}
+
+/// A bounds-checked reader over a record's tail.
+struct Cursor<'a> {
+    bytes: &'a Bytes,
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn take(&mut self, len: usize) -> Result<Bytes, DecodeError> {
+        let end = self.at.checked_add(len).ok_or(DecodeError::Truncated)?;
+        if end > self.bytes.len() {
+            return Err(DecodeError::Truncated);
+        }
+        let slice = self.bytes.slice(self.at..end);
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+fn decode_response(bytes: &Bytes, at: usize) -> Result<StoredResponse, DecodeError> {
+    let mut cursor = Cursor { bytes, at };
+    let status = cursor.u16()?;
+    let count = cursor.u16()?;
+    let mut headers = Vec::with_capacity(usize::from(count).min(64));
+    for _ in 0..count {
+        let name_len = cursor.u16()?;
+        let name = cursor.take(usize::from(name_len))?;
+        let value_len = cursor.u32()?;
+        let value = cursor.take(value_len as usize)?;
+        headers.push((name, value));
+    }
+    let body_len = cursor.u32()?;
+    let body = cursor.take(body_len as usize)?;
+    if cursor.at != bytes.len() {
+        return Err(DecodeError::Trailing);
+    }
+    Ok(StoredResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(state: RecordState) -> Record {
+        Record {
+            owner: OwnerToken([7; 16]),
+            fingerprint: Fingerprint([9; 32]),
+            created_at_ms: 1_700_000_000_000,
+            state,
+        }
+    }
+
+    #[test]
+    fn round_trips_every_state() {
+        let completed = RecordState::Completed(StoredResponse {
+            status: 201,
+            headers: vec![
+                (
+                    Bytes::from_static(b"content-type"),
+                    Bytes::from_static(b"text/plain"),
+                ),
+                (Bytes::from_static(b"x-a"), Bytes::new()),
+            ],
+            body: Bytes::from_static(b"success"),
+        });
+        for state in [RecordState::InFlight, RecordState::Unknown, completed] {
+            let record = sample(state);
+            assert_eq!(Record::decode(&record.encode()), Ok(record));
+        }
+    }
+
+    #[test]
+    fn owner_sits_where_the_scripts_read_it() {
+        let encoded = sample(RecordState::InFlight).encode();
+        assert_eq!(&encoded[OWNER_RANGE], &[7u8; 16]);
+    }
+
+    #[test]
+    fn rejects_foreign_and_truncated_values() {
+        let encoded = sample(RecordState::InFlight).encode();
+        let mut foreign = encoded.to_vec();
+        foreign[0] = 9;
+        assert_eq!(
+            Record::decode(&Bytes::from(foreign)),
+            Err(DecodeError::Version(9))
+        );
+        assert_eq!(
+            Record::decode(&encoded.slice(..20)),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(Record::decode(&Bytes::new()), Err(DecodeError::Truncated));
+    }
+
+    #[test]
+    fn tokens_are_unique() {
+        let mint = OwnerMint::new();
+        assert_ne!(mint.next(), mint.next());
+        assert_ne!(OwnerMint::new().next(), OwnerMint::new().next());
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Record::decode(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn decode_never_panics_on_valid_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut bytes = sample(RecordState::InFlight).encode().to_vec();
+            bytes[1] = 2;
+            bytes.extend(tail);
+            let _ = Record::decode(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn completed_round_trip(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..300),
+                                value in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let record = sample(RecordState::Completed(StoredResponse {
+                status,
+                headers: vec![(Bytes::from_static(b"x-v"), Bytes::from(value))],
+                body: Bytes::from(body),
+            }));
+            prop_assert_eq!(Record::decode(&record.encode()), Ok(record));
+        }
+    }
+}

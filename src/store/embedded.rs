@@ -1,0 +1,331 @@
+//! The embedded store: the same six operations in a local redb file, for a
+//! single instance with no Redis.
+//!
+//! Two tables: `records` maps a store key to `expires_at_ms (u64 BE) ++
+//! record bytes`; `expiries` indexes `(expires_at_ms, key)` so the sweeper
+//! deletes expired records in order without scanning everything. Expiry is
+//! wall-clock based because records must outlive a restart. Each operation
+//! is one redb write transaction (serialised, committed durably before the
+//! call returns), so a claim is on disk before the upstream is called and a
+//! crash right after it can not lose it. redb is synchronous, so calls run
+//! on tokio's blocking pool.
+//!
+//! An expired record is treated as absent by every operation even before
+//! the sweeper removes it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
+
+use super::{ClaimOutcome, Existing, Lease, Store, StoreError, StoreKey};
+use crate::record::{Record, RecordState, now_ms};
+
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
+const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");
+
+/// How many expired records one sweep removes at most, so a sweep never
+/// holds the write lock for long.
+const SWEEP_BATCH: usize = 1_000;
+
+/// The redb-backed store.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").finish_non_exhaustive()
+    }
+}
+
+fn backend<E: std::fmt::Display>(error: E) -> StoreError {
+    StoreError::Backend(error.to_string())
+}
+
+/// A live stored entry: expiry and decoded record.
+struct Entry {
+    expires_at_ms: u64,
+    record: Record,
+}
+
+type Records<'t> = Table<'t, &'static str, &'static [u8]>;
+type Expiries<'t> = Table<'t, (u64, &'static str), ()>;
+
+fn read_entry(records: &Records<'_>, key: &str, now: u64) -> Result<Option<Entry>, StoreError> {
+    let Some(guard) = records.get(key).map_err(backend)? else {
+        return Ok(None);
+    };
+    let raw = guard.value();
+    if raw.len() < 8 {
+        return Err(StoreError::Backend("embedded entry truncated".into()));
+    }
+    let expires_at_ms = u64::from_be_bytes(raw[..8].try_into().expect("8 bytes"));
+    if expires_at_ms <= now {
+        return Ok(None);
+    }
+    let record = Record::decode(&Bytes::copy_from_slice(&raw[8..]))?;
+    Ok(Some(Entry {
+        expires_at_ms,
+        record,
+    }))
+}
+
+fn write_entry(
+    records: &mut Records<'_>,
+    expiries: &mut Expiries<'_>,
+    key: &str,
+    previous_expiry: Option<u64>,
+    expires_at_ms: u64,
+    record: &[u8],
+) -> Result<(), StoreError> {
+    if let Some(old) = previous_expiry {
+        expiries.remove((old, key)).map_err(backend)?;
+    }
+    let mut value = Vec::with_capacity(8 + record.len());
+    value.extend_from_slice(&expires_at_ms.to_be_bytes());
+    value.extend_from_slice(record);
+    records.insert(key, value.as_slice()).map_err(backend)?;
+    expiries.insert((expires_at_ms, key), ()).map_err(backend)?;
+    Ok(())
+}
+
+fn delete_entry(
+    records: &mut Records<'_>,
+    expiries: &mut Expiries<'_>,
+    key: &str,
+) -> Result<bool, StoreError> {
+    let removed = records.remove(key).map_err(backend)?;
+    let Some(guard) = removed else {
+        return Ok(false);
+    };
+    let raw = guard.value();
+    if raw.len() >= 8 {
+        let expiry = u64::from_be_bytes(raw[..8].try_into().expect("8 bytes"));
+        drop(guard);
+        expiries.remove((expiry, key)).map_err(backend)?;
+    }
+    Ok(true)
+}
+
+fn deadline(now: u64, ttl: Duration) -> u64 {
+    now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the database file, creating its parent folder.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(backend)?;
+        }
+        let db = Database::create(path).map_err(backend)?;
+        let txn = db.begin_write().map_err(backend)?;
+        txn.open_table(RECORDS).map_err(backend)?;
+        txn.open_table(EXPIRIES).map_err(backend)?;
+        txn.commit().map_err(backend)?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    /// Runs `op` in one write transaction on the blocking pool; commits
+    /// only if it succeeds.
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Records<'_>, &mut Expiries<'_>, u64) -> Result<(T, bool), StoreError>
+            + Send
+            + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().map_err(backend)?;
+            let (value, changed) = {
+                let mut records = txn.open_table(RECORDS).map_err(backend)?;
+                let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
+                op(&mut records, &mut expiries, now_ms())?
+            };
+            if changed {
+                txn.commit().map_err(backend)?;
+            } else {
+                txn.abort().map_err(backend)?;
+            }
+            Ok(value)
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    /// Replaces the record of `lease` if it still owns the key.
+    async fn replace_owned(
+        &self,
+        lease: &Lease,
+        replacement: Option<(Bytes, Duration)>,
+        require_in_flight: bool,
+    ) -> Result<bool, StoreError> {
+        let key = lease.key.0.clone();
+        let owner = lease.owner();
+        self.write(move |records, expiries, now| {
+            let Some(entry) = read_entry(records, &key, now)? else {
+                return Ok((false, false));
+            };
+            let owned = entry.record.owner == owner
+                && (!require_in_flight || entry.record.state == RecordState::InFlight);
+            if !owned {
+                return Ok((false, false));
+            }
+            match replacement {
+                Some((bytes, ttl)) => write_entry(
+                    records,
+                    expiries,
+                    &key,
+                    Some(entry.expires_at_ms),
+                    deadline(now, ttl),
+                    &bytes,
+                )?,
+                None => {
+                    delete_entry(records, expiries, &key)?;
+                }
+            }
+            Ok((true, true))
+        })
+        .await
+    }
+
+    /// Deletes up to [`SWEEP_BATCH`] expired records; returns how many.
+    /// The app calls this periodically.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        self.write(|records, expiries, now| {
+            let mut expired: Vec<(u64, String)> = Vec::new();
+            for item in expiries.range(..(now, "")).map_err(backend)? {
+                let (entry, _) = item.map_err(backend)?;
+                let (at, key) = entry.value();
+                expired.push((at, key.to_owned()));
+                if expired.len() >= SWEEP_BATCH {
+                    break;
+                }
+            }
+            for (at, key) in &expired {
+                expiries.remove((*at, key.as_str())).map_err(backend)?;
+                let stale = records
+                    .get(key.as_str())
+                    .map_err(backend)?
+                    .is_some_and(|g| g.value().get(..8) == Some(&at.to_be_bytes()[..]));
+                if stale {
+                    records.remove(key.as_str()).map_err(backend)?;
+                }
+            }
+            let count = expired.len();
+            Ok((count, count > 0))
+        })
+        .await
+    }
+}
+
+impl Store for EmbeddedStore {
+    async fn claim(
+        &self,
+        key: &StoreKey,
+        record: Record,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let encoded = record.encode();
+        let name = key.0.clone();
+        let found = self
+            .write(move |records, expiries, now| {
+                if let Some(entry) = read_entry(records, &name, now)? {
+                    let ttl = Duration::from_millis(entry.expires_at_ms - now);
+                    return Ok((Some((entry.record, ttl)), false));
+                }
+                let stale_expiry = records.get(name.as_str()).map_err(backend)?.and_then(|g| {
+                    g.value()
+                        .get(..8)
+                        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+                });
+                write_entry(
+                    records,
+                    expiries,
+                    &name,
+                    stale_expiry,
+                    deadline(now, ttl),
+                    &encoded,
+                )?;
+                Ok((None, true))
+            })
+            .await?;
+        Ok(match found {
+            Some((existing, ttl)) => ClaimOutcome::Existing(Existing {
+                record: existing,
+                ttl: Some(ttl),
+            }),
+            None => ClaimOutcome::Claimed(Lease {
+                key: key.clone(),
+                record,
+            }),
+        })
+    }
+
+    async fn complete(
+        &self,
+        lease: Lease,
+        record: Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.replace_owned(&lease, Some((record.encode(), ttl)), false)
+            .await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
+        self.replace_owned(&lease, None, false).await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let bytes = lease.record.encode();
+        self.replace_owned(lease, Some((bytes, ttl)), true).await
+    }
+
+    async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
+        let db = Arc::clone(&self.db);
+        let name = key.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let table = txn.open_table(RECORDS).map_err(backend)?;
+            let now = now_ms();
+            let Some(guard) = table.get(name.as_str()).map_err(backend)? else {
+                return Ok(None);
+            };
+            let raw = guard.value();
+            let expires_at_ms = raw
+                .get(..8)
+                .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+                .ok_or_else(|| StoreError::Backend("embedded entry truncated".into()))?;
+            if expires_at_ms <= now {
+                return Ok(None);
+            }
+            Ok(Some(Existing {
+                record: Record::decode(&Bytes::copy_from_slice(&raw[8..]))?,
+                ttl: Some(Duration::from_millis(expires_at_ms - now)),
+            }))
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let name = key.0.clone();
+        self.write(move |records, expiries, now| {
+            let live = read_entry(records, &name, now)?.is_some();
+            let existed = delete_entry(records, expiries, &name)?;
+            Ok((live, existed))
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || db.begin_read().map(|_| ()).map_err(backend))
+            .await
+            .map_err(backend)?
+    }
+}

@@ -1,0 +1,275 @@
+//! Redis (standalone, Cluster or Sentinel) through fred and the Lua scripts
+//! in `lua/`.
+//!
+//! Each operation is one `EVALSHA` on one key, so every call is atomic and
+//! Redis Cluster safe. Scripts are embedded at build time, loaded once at
+//! start-up (on every primary) and called by SHA; `evalsha_with_reload`
+//! re-loads a script after `NOSCRIPT` (a restarted or failed-over server)
+//! and retries once. fred reconnects with bounded exponential backoff while
+//! every command is bounded by `command_timeout`, so an outage surfaces as
+//! [`StoreError::Unavailable`] within that time.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::{
+    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
+    ReconnectPolicy, Value,
+};
+use fred::types::scripts::Script;
+
+use super::{ClaimOutcome, Existing, Lease, Store, StoreError, StoreKey};
+use crate::record::{OWNER_RANGE, Record};
+
+/// The scripts of SPEC §5, compiled into the binary.
+#[derive(Debug)]
+struct Scripts {
+    claim: Script,
+    complete: Script,
+    release: Script,
+    renew: Script,
+    lookup: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            claim: Script::from_lua(include_str!("../../lua/claim.lua")),
+            complete: Script::from_lua(include_str!("../../lua/complete.lua")),
+            release: Script::from_lua(include_str!("../../lua/release.lua")),
+            renew: Script::from_lua(include_str!("../../lua/renew.lua")),
+            lookup: Script::from_lua(include_str!("../../lua/lookup.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.claim,
+            &self.complete,
+            &self.release,
+            &self.renew,
+            &self.lookup,
+        ]
+    }
+}
+
+/// How long start-up waits for the first connection before going on
+/// degraded (requests then follow `on_unavailable` until Redis answers).
+const INITIAL_CONNECT_WAIT: Duration = Duration::from_secs(3);
+/// Reconnect backoff bounds in milliseconds: quick first retry, capped so
+/// recovery is noticed within two seconds of Redis returning.
+const RECONNECT_MIN_MS: u32 = 50;
+const RECONNECT_MAX_MS: u32 = 2_000;
+
+/// The Redis-backed store.
+pub struct RedisStore {
+    pool: Pool,
+    scripts: Scripts,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").finish_non_exhaustive()
+    }
+}
+
+fn classify(error: &FredError) -> StoreError {
+    match error.kind() {
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => {
+            StoreError::Unavailable(error.to_string())
+        }
+        _ if error.details().contains("LOADING") || error.details().contains("CLUSTERDOWN") => {
+            StoreError::Unavailable(error.to_string())
+        }
+        _ => StoreError::Backend(error.to_string()),
+    }
+}
+
+/// Turns a `{record, pttl}` reply into an [`Existing`].
+fn existing_from(reply: Value) -> Result<Option<Existing>, StoreError> {
+    if reply.is_null() {
+        return Ok(None);
+    }
+    let mut parts = reply.into_array().into_iter();
+    let (Some(value), Some(pttl)) = (parts.next(), parts.next()) else {
+        return Err(StoreError::Backend("unexpected script reply".into()));
+    };
+    let bytes = match value {
+        Value::Bytes(bytes) => bytes,
+        Value::String(text) => text.into_inner(),
+        _ => return Err(StoreError::Backend("unexpected record type".into())),
+    };
+    let record = Record::decode(&bytes)?;
+    let ttl = pttl
+        .as_i64()
+        .filter(|ms| *ms >= 0)
+        .map(|ms| Duration::from_millis(ms as u64));
+    Ok(Some(Existing { record, ttl }))
+}
+
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+impl RedisStore {
+    /// Connects a small pool to `url` (fred URL syntax: `redis://`,
+    /// `rediss://`, `redis-cluster://`, `redis-sentinel://`) and loads the
+    /// scripts. An unreachable server is not fatal: the pool keeps
+    /// reconnecting in the background.
+    pub async fn connect(url: &str, command_timeout: Duration) -> Result<Self, StoreError> {
+        let mut config =
+            FredConfig::from_url(url).map_err(|e| StoreError::Backend(e.to_string()))?;
+        config.fail_fast = false;
+        let pool_size = std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2)
+            .clamp(2, 8);
+        let pool = Builder::from_config(config)
+            .with_performance_config(|perf| perf.default_command_timeout = command_timeout)
+            .with_connection_config(|conn| {
+                conn.connection_timeout = command_timeout.max(Duration::from_millis(500));
+                conn.internal_command_timeout = command_timeout.max(Duration::from_millis(500));
+                conn.max_command_attempts = 2;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(
+                0,
+                RECONNECT_MIN_MS,
+                RECONNECT_MAX_MS,
+                2,
+            ))
+            .build_pool(pool_size)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        pool.connect_pool();
+        let store = Self {
+            pool,
+            scripts: Scripts::new(),
+        };
+        match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
+            Ok(Ok(())) => {
+                if let Err(error) = store.load_scripts().await {
+                    tracing::warn!(%error, "could not load Lua scripts; they load on first use");
+                }
+            }
+            _ => tracing::warn!("redis is not reachable yet; retrying in the background"),
+        }
+        Ok(store)
+    }
+
+    async fn load_scripts(&self) -> Result<(), StoreError> {
+        let client = self.pool.next();
+        for script in self.scripts.all() {
+            script.load(client).await.map_err(|e| classify(&e))?;
+        }
+        Ok(())
+    }
+
+    async fn eval(
+        &self,
+        script: &Script,
+        key: &StoreKey,
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        script
+            .evalsha_with_reload(self.pool.next(), key.as_str(), args)
+            .await
+            .map_err(|e| classify(&e))
+    }
+
+    async fn eval_flag(
+        &self,
+        script: &Script,
+        key: &StoreKey,
+        args: Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        let reply = self.eval(script, key, args).await?;
+        Ok(reply.as_i64() == Some(1))
+    }
+}
+
+fn owner_arg(lease: &Lease) -> Value {
+    Value::Bytes(Bytes::copy_from_slice(&lease.owner().0))
+}
+
+impl Store for RedisStore {
+    async fn claim(
+        &self,
+        key: &StoreKey,
+        record: Record,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let encoded = record.encode();
+        let reply = self
+            .eval(
+                &self.scripts.claim,
+                key,
+                vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))],
+            )
+            .await?;
+        match existing_from(reply)? {
+            // A retried claim (fred resends a command whose connection
+            // dropped) can find its own record: that is still our claim.
+            Some(existing) if existing.record.owner.0[..] == encoded[OWNER_RANGE] => {
+                Ok(ClaimOutcome::Claimed(Lease {
+                    key: key.clone(),
+                    record,
+                }))
+            }
+            Some(existing) => Ok(ClaimOutcome::Existing(existing)),
+            None => Ok(ClaimOutcome::Claimed(Lease {
+                key: key.clone(),
+                record,
+            })),
+        }
+    }
+
+    async fn complete(
+        &self,
+        lease: Lease,
+        record: Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = vec![
+            owner_arg(&lease),
+            Value::Bytes(record.encode()),
+            Value::Integer(millis(ttl)),
+        ];
+        self.eval_flag(&self.scripts.complete, &lease.key, args)
+            .await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
+        let args = vec![owner_arg(&lease)];
+        self.eval_flag(&self.scripts.release, &lease.key, args)
+            .await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let args = vec![owner_arg(lease), Value::Integer(millis(ttl))];
+        self.eval_flag(&self.scripts.renew, &lease.key, args).await
+    }
+
+    async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
+        let reply = self.eval(&self.scripts.lookup, key, Vec::new()).await?;
+        existing_from(reply)
+    }
+
+    async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        use fred::interfaces::KeysInterface;
+        let deleted: i64 = self
+            .pool
+            .next()
+            .del(key.as_str())
+            .await
+            .map_err(|e| classify(&e))?;
+        Ok(deleted > 0)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.pool
+            .next()
+            .ping::<Value>(None)
+            .await
+            .map(|_| ())
+            .map_err(|e| classify(&e))
+    }
+}
