@@ -1,0 +1,80 @@
+# idemgate container image.
+#
+#   docker build -t idemgate .
+#   docker run --rm -p 8080:8080 -p 9090:9090 \
+#     -v "$PWD/my-idemgate.toml:/etc/idemgate/idemgate.toml:ro" \
+#     -e PAYMENTS_SECRET=... -e IDEMGATE_ADMIN_TOKEN=... \
+#     idemgate
+#
+# Configuration: the image carries config/idemgate.toml (the annotated
+# reference) at /etc/idemgate/idemgate.toml only as an example. Operators
+# mount their own file over it (or elsewhere, pointing IDEMGATE_CONFIG or
+# --config at it). Inside a container that file must set
+#
+#   [listen]
+#   proxy = "0.0.0.0:8080"
+#   admin = "0.0.0.0:9090"
+#
+# because the defaults (127.0.0.1) are unreachable from outside the
+# container; and its [store] url / [upstream] url must name addresses that
+# are reachable from the container (127.0.0.1 is the container itself,
+# unless it shares the pod's or host's network namespace, as a sidecar does).
+# Secrets come from the environment (env:NAME) or mounted files (file:PATH).
+# Validate a file with: docker run --rm -v ... idemgate check-config
+#
+# The admin listener serves /healthz (liveness) and /readyz (store
+# reachable) for orchestrator probes. With [store] kind = "embedded", a
+# relative path such as "data/idemgate.redb" lands under the working
+# directory /var/lib/idemgate: mount a volume there to keep it.
+
+# ---- build ------------------------------------------------------------------
+FROM rust:1.95-bookworm AS builder
+WORKDIR /build
+
+# Dependencies first, against placeholder sources, so this layer stays cached
+# until Cargo.toml or Cargo.lock change.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+    && echo '//! placeholder' > src/lib.rs \
+    && echo 'fn main() {}' > src/main.rs \
+    && cargo build --release --locked \
+    && rm -rf src
+
+# The real sources. lua/ must be in the build context: the Redis scripts are
+# embedded into the binary with include_str! at compile time.
+COPY src ./src
+COPY lua ./lua
+# COPY keeps the files' original mtimes, which can be older than the
+# placeholder build; touch them so cargo rebuilds the crate itself.
+RUN touch src/lib.rs src/main.rs \
+    && cargo build --release --locked \
+    && ./target/release/idemgate --version
+
+# ---- runtime ----------------------------------------------------------------
+FROM debian:bookworm-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 idemgate \
+    && useradd --system --uid 10001 --gid idemgate \
+        --home-dir /var/lib/idemgate --no-create-home \
+        --shell /usr/sbin/nologin idemgate \
+    && mkdir -p /etc/idemgate /var/lib/idemgate \
+    && chown idemgate:idemgate /var/lib/idemgate
+
+COPY --from=builder /build/target/release/idemgate /usr/local/bin/idemgate
+COPY config/idemgate.toml /etc/idemgate/idemgate.toml
+
+ENV IDEMGATE_CONFIG=/etc/idemgate/idemgate.toml
+WORKDIR /var/lib/idemgate
+# 8080: proxy (senders deliver here); 9090: admin (/metrics, /healthz,
+# /readyz, /admin/*). Both only reachable if the config listens on 0.0.0.0.
+EXPOSE 8080 9090
+USER idemgate
+
+# Exec form: idemgate is PID 1 and receives SIGTERM directly, which starts its
+# graceful shutdown (stop accepting, finish in-flight work within
+# [limits].shutdown_grace).
+ENTRYPOINT ["/usr/local/bin/idemgate"]
+CMD ["serve"]

@@ -1,0 +1,568 @@
+//! Test harness: real parts on loopback, stopped by PID.
+//!
+//! * [`RedisServer`] — a real `redis-server` on a free 127.0.0.1 port, with
+//!   `INFO commandstats` access through `redis-cli`.
+//! * [`Upstream`] — a real HTTP server (hyper) that counts executions and
+//!   answers as a test script says (status, delay).
+//! * [`Gate`] — idemgate started in-process on port 0 from TOML text.
+//! * [`GateProcess`] — the real `idemgate` binary, for crash tests.
+//! * [`send`] / [`signed`] — an HTTP client and the signing scheme the
+//!   test configs use.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use idemgate::app::RunningApp;
+use idemgate::config::{Algorithm, Config};
+use tokio::net::TcpListener;
+
+/// Request headers as name/value pairs.
+pub type Headers = Vec<(String, String)>;
+
+/// The secret every test route uses.
+pub const SECRET: &str = "test-secret";
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A real redis-server child process.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let mut server = Self {
+            port: free_port(),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.cli(&["PING"]).trim() == "PONG" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Runs a redis-cli command and returns its raw output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `cmdstat_*` call counts from `INFO commandstats`.
+    pub fn command_counts(&self) -> HashMap<String, u64> {
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+                Some((name.to_owned(), calls.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Calls of every command except the ones the harness itself sends.
+    pub fn data_commands(&self) -> u64 {
+        self.command_counts()
+            .iter()
+            .filter(|(name, _)| {
+                !matches!(
+                    name.as_str(),
+                    "ping"
+                        | "info"
+                        | "config|resetstat"
+                        | "config"
+                        | "client|setinfo"
+                        | "client"
+                        | "hello"
+                        | "select"
+                        | "command|docs"
+                        | "command"
+                )
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    pub fn reset_stats(&self) {
+        self.cli(&["CONFIG", "RESETSTAT"]);
+    }
+
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.cli(&["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_owned)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// SIGKILLs the server, keeping the port for `restart`.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What the upstream does with one call.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok() -> Self {
+        Self {
+            status: 200,
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn slow(delay: Duration) -> Self {
+        Self { status: 200, delay }
+    }
+}
+
+type Script = dyn Fn(usize, &Bytes) -> Reply + Send + Sync;
+
+/// A real HTTP upstream that counts executions.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    calls: Arc<AtomicUsize>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    /// Answers every call with 200 at once.
+    pub async fn start() -> Self {
+        Self::scripted(|_, _| Reply::ok()).await
+    }
+
+    /// Answers call `n` (0-based, counting every arrival) as `script` says.
+    /// The body names the call number, so replays are recognisable.
+    pub async fn scripted(script: impl Fn(usize, &Bytes) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let addr = listener.local_addr().expect("upstream addr");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let (c, b) = (Arc::clone(&calls), Arc::clone(&bodies));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    break;
+                };
+                let (calls, bodies, script) = (Arc::clone(&c), Arc::clone(&b), Arc::clone(&script));
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |request: Request<hyper::body::Incoming>| {
+                            let (calls, bodies, script) =
+                                (Arc::clone(&calls), Arc::clone(&bodies), Arc::clone(&script));
+                            async move {
+                                let body = request
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|c| c.to_bytes())
+                                    .unwrap_or_default();
+                                let n = calls.fetch_add(1, Ordering::SeqCst);
+                                bodies.lock().unwrap().push(body.clone());
+                                let reply = script(n, &body);
+                                tokio::time::sleep(reply.delay).await;
+                                let mut response = Response::new(Full::new(Bytes::from(format!(
+                                    "{{\"call\":{n},\"status\":{}}}",
+                                    reply.status
+                                ))));
+                                *response.status_mut() =
+                                    StatusCode::from_u16(reply.status).unwrap();
+                                response
+                                    .headers_mut()
+                                    .insert("content-type", "application/json".parse().unwrap());
+                                response
+                                    .headers_mut()
+                                    .insert("x-upstream-call", n.to_string().parse().unwrap());
+                                Ok::<_, std::convert::Infallible>(response)
+                            }
+                        },
+                    );
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            calls,
+            bodies,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many requests reached the upstream.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    pub fn bodies(&self) -> Vec<Bytes> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A test configuration: one route `pay` on `/notify`, generic HMAC over
+/// `{timestamp}.{body}` with the timestamp in `X-Timestamp` (seconds), key
+/// `json:/id`. `store` is a `[store]` body; `extra` is appended to
+/// `[route.idempotency]`.
+pub fn config_text(store: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        r#"
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[limits]
+shutdown_grace = "5s"
+
+[store]
+{store}
+
+[upstream]
+url = "{upstream}"
+timeout = "5s"
+
+[[route]]
+name = "pay"
+path_prefix = "/notify"
+
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:{SECRET}", "literal:previous-secret"]
+signature = "header:X-Signature"
+message = "{{timestamp}}.{{body}}"
+timestamp = "header:X-Timestamp"
+tolerance = "5m"
+
+[route.idempotency]
+key = ["json:/id"]
+retention = "1h"
+{extra}
+"#
+    )
+}
+
+pub fn redis_store(redis: &RedisServer) -> String {
+    format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        redis.url()
+    )
+}
+
+pub fn embedded_store(path: &std::path::Path) -> String {
+    format!("kind = \"embedded\"\npath = \"{}\"", path.display())
+}
+
+/// idemgate running in this process.
+pub struct Gate {
+    pub app: Option<RunningApp>,
+    pub addr: SocketAddr,
+}
+
+impl Gate {
+    pub async fn start(text: &str) -> Self {
+        let config = Config::parse(text).expect("test config is valid");
+        let app = idemgate::app::start(config, None)
+            .await
+            .expect("idemgate starts");
+        Self {
+            addr: app.proxy_addr,
+            app: Some(app),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(app) = self.app.take() {
+            app.stop().await;
+        }
+    }
+}
+
+/// The `idemgate` binary as a child process.
+pub struct GateProcess {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl GateProcess {
+    /// Starts the binary with `text` (whose listen section is replaced by
+    /// fresh ports) and waits until it accepts connections.
+    pub fn start(text: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let text = text
+            .replace(
+                "proxy = \"127.0.0.1:0\"",
+                &format!("proxy = \"127.0.0.1:{port}\""),
+            )
+            .replace(
+                "admin = \"127.0.0.1:0\"",
+                &format!("admin = \"127.0.0.1:{}\"", free_port()),
+            );
+        let path = dir.path().join("idemgate.toml");
+        std::fs::write(&path, text).expect("write config");
+        let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn idemgate");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "idemgate did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: no shutdown, no cleanup.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("wait idemgate")
+    }
+}
+
+impl Drop for GateProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A whole answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn replayed(&self) -> Option<&str> {
+        self.headers
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    /// The `reason` member of a problem+json answer.
+    pub fn reason(&self) -> Option<String> {
+        let doc: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        doc.get("reason")?.as_str().map(str::to_owned)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// Sends a request and reads the whole answer.
+pub async fn send(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: impl Into<Bytes>,
+) -> Answer {
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request.body(Full::new(body.into())).expect("request");
+    let response = client().request(request).await.expect("request sent");
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Answer {
+        status: head.status.as_u16(),
+        headers: head.headers,
+        body,
+    }
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Headers signing `body` at `timestamp` with `secret`, as the test route expects.
+pub fn signed_with(secret: &str, timestamp: u64, body: &str) -> Headers {
+    let ts = timestamp.to_string();
+    let mac = idemgate::signature::mac(
+        Algorithm::Sha256,
+        secret.as_bytes(),
+        &[ts.as_bytes(), b".", body.as_bytes()],
+    );
+    vec![
+        ("x-signature".into(), hex::encode(mac)),
+        ("x-timestamp".into(), ts),
+        ("content-type".into(), "application/json".into()),
+    ]
+}
+
+/// Headers signing `body` now with the route's secret.
+pub fn signed(body: &str) -> Headers {
+    signed_with(SECRET, now_secs(), body)
+}
+
+/// POSTs a freshly signed delivery to the gate.
+pub async fn deliver(url: &str, body: &str) -> Answer {
+    send("POST", url, &signed(body), body.to_owned()).await
+}
+
+/// A delivery body for payment `id`.
+pub fn payment(id: &str) -> String {
+    format!(r#"{{"id":"{id}","amount":"10.00","status":"PAID"}}"#)
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
+}
+
+/// Writes a complete signed delivery on a raw socket and hands the socket
+/// back, so a test can hang up or wait as a real sender would.
+pub async fn write_raw_delivery(addr: SocketAddr, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!(
+        "POST /notify HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in signed(body) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    stream.write_all(body.as_bytes()).await.expect("write body");
+    stream
+}

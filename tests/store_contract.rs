@@ -1,0 +1,188 @@
+//! One contract, two stores: the same suite runs against the Redis store
+//! (real redis-server) and the embedded redb store.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::RedisServer;
+use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredResponse};
+use idemgate::store::embedded::EmbeddedStore;
+use idemgate::store::redis::RedisStore;
+use idemgate::store::{ClaimOutcome, Lease, Observed, Store, StoreKey};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> StoreKey {
+    StoreKey::new("contract", "r", name)
+}
+
+fn answer() -> RecordState {
+    RecordState::Completed(StoredResponse {
+        status: 201,
+        headers: vec![(Bytes::from_static(b"x-a"), Bytes::from_static(b"1"))],
+        body: Bytes::from_static(b"done"),
+    })
+}
+
+async fn claimed<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey, ttl: Duration) -> Lease {
+    match store
+        .claim(
+            key,
+            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            ttl,
+        )
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed(lease) => lease,
+        ClaimOutcome::Existing(e) => panic!("expected a free key, found {e:?}"),
+    }
+}
+
+async fn contract<S: Store>(store: &S) {
+    let mint = OwnerMint::new();
+
+    // claim, then a second claim sees the first record and its TTL
+    let k = key("claim");
+    let lease = claimed(store, &mint, &k, LONG).await;
+    match store
+        .claim(
+            &k,
+            Record::in_flight(mint.next(), Fingerprint([2; 32])),
+            LONG,
+        )
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Existing(existing) => {
+            assert_eq!(existing.record.fingerprint, Fingerprint([1; 32]));
+            assert_eq!(existing.record.owner, lease.owner());
+            let ttl = existing.ttl.expect("ttl");
+            assert!(ttl > Duration::from_secs(55) && ttl <= LONG, "{ttl:?}");
+            assert_eq!(
+                existing.observe(Duration::from_secs(10)),
+                Observed::InFlight
+            );
+        }
+        ClaimOutcome::Claimed(_) => panic!("claimed twice"),
+    }
+
+    // complete stores the answer with the new TTL; renew no longer applies
+    let completed = lease.record().with_state(answer());
+    assert!(
+        store
+            .complete(lease, completed.clone(), Duration::from_secs(3600))
+            .await
+            .unwrap()
+    );
+    let found = store.lookup(&k).await.unwrap().expect("record");
+    assert_eq!(found.record, completed);
+    assert!(found.ttl.unwrap() > Duration::from_secs(3500));
+
+    // release by the owner deletes; the next claim is free
+    let k = key("release");
+    let lease = claimed(store, &mint, &k, LONG).await;
+    assert!(store.release(lease).await.unwrap());
+    assert!(store.lookup(&k).await.unwrap().is_none());
+    let _ = claimed(store, &mint, &k, LONG).await;
+
+    // an expired claim is free again; its old owner can no longer settle it
+    let k = key("expiry");
+    let stale_complete = claimed(store, &mint, &k, Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(store.lookup(&k).await.unwrap().is_none());
+    assert!(
+        !store.renew(&stale_complete, LONG).await.unwrap(),
+        "renewing a lapsed claim"
+    );
+    let stale_release = claimed(store, &mint, &k, Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let current = claimed(store, &mint, &k, LONG).await;
+    let foreign = stale_complete.record().with_state(answer());
+    assert!(
+        !store.complete(stale_complete, foreign, LONG).await.unwrap(),
+        "owner checked on complete"
+    );
+    assert!(
+        !store.release(stale_release).await.unwrap(),
+        "owner checked on release"
+    );
+    let record = store
+        .lookup(&k)
+        .await
+        .unwrap()
+        .expect("current claim intact");
+    assert_eq!(record.record.owner, current.owner());
+    assert_eq!(record.record.state, RecordState::InFlight);
+
+    // renew resets the TTL of an owned in-flight claim
+    let k = key("renew");
+    let lease = claimed(store, &mint, &k, Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(store.renew(&lease, LONG).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        store.lookup(&k).await.unwrap().is_some(),
+        "renewed past its first TTL"
+    );
+
+    // an unknown outcome is kept for its hold and observed as unknown
+    let unknown = lease.record().with_state(RecordState::Unknown);
+    assert!(store.complete(lease, unknown, LONG).await.unwrap());
+    let found = store.lookup(&k).await.unwrap().unwrap();
+    assert!(matches!(
+        found.observe(Duration::from_secs(1)),
+        Observed::Unknown { .. }
+    ));
+
+    // purge deletes whoever owns the key
+    assert!(store.purge(&k).await.unwrap());
+    assert!(!store.purge(&k).await.unwrap());
+    assert!(store.lookup(&k).await.unwrap().is_none());
+
+    store.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn redis_store_meets_the_contract() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500))
+        .await
+        .unwrap();
+    contract(&store).await;
+}
+
+#[tokio::test]
+async fn embedded_store_meets_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&dir.path().join("contract.redb")).unwrap();
+    contract(&store).await;
+    // the sweeper removes expired records
+    let mint = OwnerMint::new();
+    let _ = claimed(&store, &mint, &key("sweep"), Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(store.sweep().await.unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500))
+        .await
+        .unwrap();
+    let k = key("corrupt");
+    redis.cli(&["SET", k.as_str(), "garbage"]);
+    let outcome = store
+        .claim(
+            &k,
+            Record::in_flight(OwnerMint::new().next(), Fingerprint([0; 32])),
+            LONG,
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(idemgate::store::StoreError::Corrupt(_))),
+        "{outcome:?}"
+    );
+}
