@@ -442,10 +442,18 @@ impl Config {
     /// The route a request belongs to: longest matching prefix whose methods
     /// include the request's.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<&Route> {
+        self.route_index(method, path)
+            .map(|index| &self.routes[index])
+    }
+
+    /// Index into `routes` of [`Config::route_for`]'s answer.
+    pub fn route_index(&self, method: &Method, path: &str) -> Option<usize> {
         self.routes
             .iter()
-            .filter(|r| path_has_prefix(path, &r.path_prefix) && r.methods.contains(method))
-            .max_by_key(|r| r.path_prefix.len())
+            .enumerate()
+            .filter(|(_, r)| path_has_prefix(path, &r.path_prefix) && r.methods.contains(method))
+            .max_by_key(|(_, r)| r.path_prefix.len())
+            .map(|(index, _)| index)
     }
 }
 

@@ -177,7 +177,7 @@ tolerance = "5m"
 [route.idempotency]
 key = ["json:/paymentNo", "json:/status"]
 fingerprint = ["method", "path", "body"]
-
+fingerprint_ignore = ["json:/timestamp"]
 lease = "30s"
 retention = "24h"
 on_in_flight = "wait"

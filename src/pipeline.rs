@@ -54,6 +54,9 @@ struct Finished {
     response: Response<ProxyBody>,
     reason: Option<&'static str>,
     key_hash: Option<String>,
+    /// Already counted and logged (by a detached first delivery, which
+    /// records itself so a sender's hang-up can not lose the count).
+    recorded: bool,
 }
 
 impl Finished {
@@ -63,6 +66,7 @@ impl Finished {
             response,
             reason: None,
             key_hash: None,
+            recorded: false,
         }
     }
 
@@ -74,12 +78,35 @@ impl Finished {
             response,
             reason: Some(reason),
             key_hash: None,
+            recorded: false,
         }
     }
 
     fn with_reason(mut self, reason: &'static str) -> Self {
         self.reason = Some(reason);
         self
+    }
+
+    /// Counts and logs the request once.
+    fn record(&mut self, route: &str, started: Instant) {
+        if self.recorded {
+            return;
+        }
+        self.recorded = true;
+        let elapsed = started.elapsed();
+        m::request(route, self.outcome, elapsed);
+        if let Some(reason) = self.reason {
+            m::rejection(route, reason);
+        }
+        tracing::info!(
+            route,
+            outcome = self.outcome.as_str(),
+            reason = self.reason.unwrap_or(""),
+            key = self.key_hash.as_deref().unwrap_or(""),
+            status = self.response.status().as_u16(),
+            latency_ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
     }
 }
 
@@ -122,35 +149,17 @@ impl Pipeline {
         let started = Instant::now();
         let route_index = self
             .config
-            .route_for(request.method(), request.uri().path())
-            .map(|route| {
-                self.config
-                    .routes
-                    .iter()
-                    .position(|r| std::ptr::eq(r, route))
-                    .expect("route comes from this config")
-            });
-        let (route_name, finished) = match route_index {
+            .route_index(request.method(), request.uri().path());
+        let (route_name, mut finished) = match route_index {
             None => (m::UNMATCHED_ROUTE, self.unmatched(request, peer).await),
             Some(index) => (
                 self.config.routes[index].name.as_str(),
-                Arc::clone(&self).protected(index, request, peer).await,
+                Arc::clone(&self)
+                    .protected(index, request, peer, started)
+                    .await,
             ),
         };
-        let elapsed = started.elapsed();
-        m::request(route_name, finished.outcome, elapsed);
-        if let Some(reason) = finished.reason {
-            m::rejection(route_name, reason);
-        }
-        tracing::info!(
-            route = route_name,
-            outcome = finished.outcome.as_str(),
-            reason = finished.reason.unwrap_or(""),
-            key = finished.key_hash.as_deref().unwrap_or(""),
-            status = finished.response.status().as_u16(),
-            latency_ms = elapsed.as_secs_f64() * 1e3,
-            "request"
-        );
+        finished.record(route_name, started);
         finished.response
     }
 
@@ -169,6 +178,7 @@ impl Pipeline {
         index: usize,
         request: Request<Incoming>,
         peer: Option<SocketAddr>,
+        started: Instant,
     ) -> Finished {
         let route = &self.config.routes[index];
         let shadow = route.idempotency.mode == Mode::Shadow;
@@ -208,7 +218,7 @@ impl Pipeline {
         let mut finished = match decision {
             Ok(Decision::Forward(lease)) => {
                 Arc::clone(&self)
-                    .first_delivery(index, verified, &identity, lease, peer)
+                    .first_delivery(index, verified, &identity, lease, peer, started)
                     .await
             }
             Ok(Decision::Replay(_)) if shadow => {
@@ -236,7 +246,7 @@ impl Pipeline {
                 }
             }
         };
-        finished.key_hash = Some(identity.key_hash);
+        finished.key_hash.get_or_insert(identity.key_hash);
         finished
     }
 
@@ -268,8 +278,10 @@ impl Pipeline {
         }
     }
 
-    /// Forwards a claimed delivery and settles its lease in a detached task;
-    /// the sender's connection only waits for the result.
+    /// Forwards a claimed delivery and settles its lease in a detached
+    /// task; the sender's connection only waits for the result. The task
+    /// also counts and logs the request, so a sender that hangs up (the
+    /// incident this product exists for) is still on the dashboard.
     async fn first_delivery(
         self: Arc<Self>,
         index: usize,
@@ -277,15 +289,16 @@ impl Pipeline {
         identity: &Identity,
         lease: Lease,
         peer: Option<SocketAddr>,
+        started: Instant,
     ) -> Finished {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
-        let route_name = self.config.routes[index].name.clone();
-        m::in_flight(&route_name, 1.0);
+        let key_hash = identity.key_hash.clone();
+        m::in_flight(&self.config.routes[index].name, 1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
             let request = verified.inbound();
-            let started = Instant::now();
+            let upstream_started = Instant::now();
             let result = claim::while_renewing(
                 &this.store,
                 &lease,
@@ -299,28 +312,29 @@ impl Pipeline {
                 ),
             )
             .await;
-            meter_upstream(route, &result, started.elapsed());
+            meter_upstream(route, &result, upstream_started.elapsed());
             this.settle(route, lease, &result).await;
             m::in_flight(&route.name, -1.0);
-            let _ = reply.send(result);
+            let mut finished = match result {
+                Ok(answer) => Finished::new(Outcome::Forwarded, settle::live(answer)),
+                Err(error) => {
+                    let rejection = settle::failure(error);
+                    let reason = rejection.reason();
+                    Finished::new(Outcome::Forwarded, rejection.into_response().map(full_from))
+                        .with_reason(reason)
+                }
+            };
+            finished.key_hash = Some(key_hash);
+            finished.record(&route.name, started);
+            let _ = reply.send(finished);
         });
-        match answer.await {
-            Ok(Ok(answer)) => Finished::new(Outcome::Forwarded, settle::live(answer)),
-            Ok(Err(error)) => {
-                let rejection = settle::failure(error);
-                let reason = rejection.reason();
-                Finished::new(Outcome::Forwarded, rejection.into_response().map(full_from))
-                    .with_reason(reason)
-            }
-            Err(_) => {
-                tracing::error!(
-                    route = route_name,
-                    key = identity.key_hash,
-                    "upstream task ended without an answer"
-                );
-                Finished::rejected(Rejection::UpstreamError)
-            }
-        }
+        answer.await.unwrap_or_else(|_| {
+            tracing::error!(
+                key = identity.key_hash,
+                "upstream task ended without an answer"
+            );
+            Finished::rejected(Rejection::UpstreamError)
+        })
     }
 
     /// Stores the outcome of a first delivery and wakes local duplicates.

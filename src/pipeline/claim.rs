@@ -87,47 +87,41 @@ pub async fn claim(
     let claim_ttl = rules.lease + rules.unknown_hold;
     let deadline = Instant::now() + rules.wait_timeout;
     let mut pause = POLL_FIRST;
-    let mut subscription: Option<Arc<Notify>> = None;
-    let decision = loop {
-        let notify = subscription.get_or_insert_with(|| signals.subscribe(identity.key.as_str()));
-        let woken = notify.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+    loop {
         let record = Record::in_flight(owner, identity.fingerprint);
-        let existing = match store.claim(&identity.key, record, claim_ttl).await {
-            Ok(ClaimOutcome::Claimed(lease)) => break Ok(Decision::Forward(lease)),
-            Ok(ClaimOutcome::Existing(existing)) => existing,
-            Err(error) => break Err(error),
+        let existing = match store.claim(&identity.key, record, claim_ttl).await? {
+            ClaimOutcome::Claimed(lease) => return Ok(Decision::Forward(lease)),
+            ClaimOutcome::Existing(existing) => existing,
         };
         if existing.record.fingerprint != identity.fingerprint {
-            break Ok(Decision::Refuse(Rejection::FingerprintMismatch));
+            return Ok(Decision::Refuse(Rejection::FingerprintMismatch));
         }
         match existing.observe(rules.unknown_hold) {
-            Observed::Completed(answer) => break Ok(Decision::Replay(answer.clone())),
+            Observed::Completed(answer) => return Ok(Decision::Replay(answer.clone())),
             Observed::Unknown { remaining } => {
-                break Ok(Decision::Refuse(Rejection::OutcomeUnknown {
+                return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
                     retry_after: remaining,
                 }));
             }
-            Observed::InFlight => {
-                let retry_after = lease_left(existing.ttl, rules);
-                let now = Instant::now();
-                // Shadow mode never holds a request back.
-                let no_wait =
-                    rules.on_in_flight == OnInFlight::Conflict || rules.mode == Mode::Shadow;
-                if no_wait || now >= deadline {
-                    break Ok(Decision::Refuse(Rejection::InFlight { retry_after }));
-                }
-                let nap = pause.min(deadline - now);
-                let _ = tokio::time::timeout(nap, woken).await;
-                pause = (pause * 2).min(POLL_MAX);
-            }
+            Observed::InFlight => {}
         }
-    };
-    if let Some(notify) = subscription {
-        signals.unsubscribe(identity.key.as_str(), &notify);
+        let now = Instant::now();
+        // Shadow mode never holds a request back.
+        let no_wait = rules.on_in_flight == OnInFlight::Conflict || rules.mode == Mode::Shadow;
+        if no_wait || now >= deadline {
+            return Ok(Decision::Refuse(Rejection::InFlight {
+                retry_after: lease_left(existing.ttl, rules),
+            }));
+        }
+        // Subscribing only now keeps the first-delivery path free of the
+        // signal map; a settle that slipped in between is caught by the
+        // short first pause.
+        let key = identity.key.as_str();
+        let notify = signals.subscribe(key);
+        let _ = tokio::time::timeout(pause.min(deadline - now), notify.notified()).await;
+        signals.unsubscribe(key, &notify);
+        pause = (pause * 2).min(POLL_MAX);
     }
-    decision
 }
 
 /// Runs `work` while renewing `lease` every third of the lease, so a slow
