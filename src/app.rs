@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::Admin;
-use crate::config::{Config, Scheme};
+use crate::config::Config;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
 use crate::server;
@@ -95,13 +95,8 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
 }
 
 fn warn_about(config: &Config) {
-    for route in &config.routes {
-        if matches!(route.scheme, Scheme::None) {
-            tracing::warn!(
-                route = route.name,
-                "signature scheme \"none\": deliveries are not authenticated; anyone who can reach the proxy can trigger the backend"
-            );
-        }
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
     }
 }
 

@@ -125,7 +125,7 @@ pub struct Limits {
 }
 
 /// Which store backs the claims.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum StoreBackend {
     /// Redis, Redis Cluster or Sentinel via fred.
     Redis {
@@ -137,6 +137,39 @@ pub enum StoreBackend {
         /// Database file.
         path: PathBuf,
     },
+}
+
+impl fmt::Debug for StoreBackend {
+    /// Prints the Redis URL with any password replaced, so `check-config`
+    /// output and logs never carry it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &redact_url(url))
+                .finish(),
+            Self::Embedded { path } => f.debug_struct("Embedded").field("path", path).finish(),
+        }
+    }
+}
+
+/// `scheme://user:password@host` → `scheme://user:<redacted>@host`.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    let redacted = if userinfo.contains(':') || !user.is_empty() {
+        format!("{user}:<redacted>")
+    } else {
+        String::new()
+    };
+    format!("{scheme}://{redacted}@{host}{tail}")
 }
 
 /// `[store]`.
@@ -446,15 +479,91 @@ impl Config {
             .map(|index| &self.routes[index])
     }
 
+    /// Legal but risky settings, printed at start-up and by `check-config`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (index, route) in self.routes.iter().enumerate() {
+            let key = format!("route[{index}]");
+            match &route.scheme {
+                Scheme::None => warnings.push(format!(
+                    "{key}.signature.scheme: \"none\" — deliveries are not authenticated; anyone who can reach the proxy can trigger the backend"
+                )),
+                Scheme::Hmac(hmac) => {
+                    if let Some(rule) = &hmac.timestamp {
+                        if !timestamp_is_signed(hmac, rule) {
+                            warnings.push(format!(
+                                "{key}.signature.message: does not cover the timestamp, so a captured request can be re-sent with a fresh one; add {{timestamp}}"
+                            ));
+                        }
+                    }
+                }
+            }
+            if let Some(tolerance) = route.scheme.tolerance() {
+                if route.idempotency.retention <= tolerance * 2 {
+                    warnings.push(format!(
+                        "{key}.idempotency.retention: {:?} is at most twice the tolerance ({tolerance:?}); a request stamped in the future by a fast sender clock stays valid for up to 2 × tolerance",
+                        route.idempotency.retention
+                    ));
+                }
+            }
+        }
+        warnings
+    }
+
     /// Index into `routes` of [`Config::route_for`]'s answer.
+    ///
+    /// The path is normalised first ([`normalize_path`]), so `//notify`,
+    /// `/./notify` or `/%6Eotify` can not slip past a protected route to a
+    /// backend that would normalise them itself.
     pub fn route_index(&self, method: &Method, path: &str) -> Option<usize> {
+        let path = normalize_path(path);
         self.routes
             .iter()
             .enumerate()
-            .filter(|(_, r)| path_has_prefix(path, &r.path_prefix) && r.methods.contains(method))
+            .filter(|(_, r)| path_has_prefix(&path, &r.path_prefix) && r.methods.contains(method))
             .max_by_key(|(_, r)| r.path_prefix.len())
             .map(|(index, _)| index)
     }
+}
+
+/// Whether the signed message includes the timestamp value.
+fn timestamp_is_signed(hmac: &HmacScheme, rule: &TimestampRule) -> bool {
+    hmac.message.segments.iter().any(|segment| match segment {
+        Segment::Timestamp => true,
+        Segment::Body => rule.selector.needs_body(),
+        Segment::Value(selector) => *selector == rule.selector,
+        Segment::Literal(_) | Segment::Method | Segment::Path => false,
+    })
+}
+
+/// The path as a backend would most likely resolve it: percent-decoded,
+/// empty and `.` segments dropped, `..` applied. Only used to choose a
+/// route; the request is forwarded with its path as sent.
+pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let suspicious = path.contains('%') || path.contains("//") || path.contains("/.");
+    if !suspicious {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    let mut normal = String::with_capacity(decoded.len());
+    for segment in &segments {
+        normal.push('/');
+        normal.push_str(segment);
+    }
+    if normal.is_empty() || decoded.ends_with('/') {
+        normal.push('/');
+    }
+    std::borrow::Cow::Owned(normal)
 }
 
 /// Prefix match on whole path segments (`/notify` matches `/notify` and
@@ -500,6 +609,9 @@ impl TryFrom<RawConfig> for Config {
                 raw::DEFAULT_SHUTDOWN_GRACE,
             ),
         };
+        if limits.header_read_timeout.is_zero() {
+            p.push("limits.header_read_timeout", "must be greater than zero");
+        }
         if limits.max_body_bytes == 0 {
             p.push("limits.max_body_bytes", "must be at least 1");
         }
@@ -518,6 +630,12 @@ impl TryFrom<RawConfig> for Config {
                 raw::DEFAULT_UPSTREAM_TIMEOUT,
             ),
         };
+        if upstream.timeout.is_zero() {
+            p.push("upstream.timeout", "must be greater than zero");
+        }
+        if store.command_timeout.is_zero() {
+            p.push("store.command_timeout", "must be greater than zero");
+        }
         let admin_token = raw
             .admin
             .token
@@ -530,6 +648,19 @@ impl TryFrom<RawConfig> for Config {
             if let Some(route) = route(&mut p, &key, raw_route, &upstream, on_unavailable) {
                 if routes.iter().any(|r| r.name == route.name) {
                     p.push(&format!("{key}.name"), "duplicate route name");
+                }
+                let shadowed = routes.iter().find(|r| {
+                    r.path_prefix == route.path_prefix
+                        && r.methods.iter().any(|m| route.methods.contains(m))
+                });
+                if let Some(other) = shadowed {
+                    p.push(
+                        &format!("{key}.path_prefix"),
+                        format!(
+                            "route {:?} already matches {:?} for the same methods",
+                            other.name, route.path_prefix
+                        ),
+                    );
                 }
                 routes.push(route);
             }
@@ -733,8 +864,7 @@ fn route(
             p.push(
                 &format!("{key}.idempotency.retention"),
                 format!(
-                    "must exceed the signature tolerance ({}s), or a captured request still inside the window could be replayed to the backend after its record expired",
-                    tolerance.as_secs()
+                    "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
                 ),
             );
         }
@@ -970,6 +1100,18 @@ fn idempotency(
             p.push(&format!("{key}.{field}"), "must be at least 100ms");
         }
     }
+    if !fingerprint_ignore.is_empty() && !fingerprint.contains(&FingerprintPart::Body) {
+        p.push(
+            &format!("{key}.fingerprint_ignore"),
+            "has no effect unless \"body\" is part of the fingerprint",
+        );
+    }
+    if raw.cache_status.as_ref().is_some_and(Vec::is_empty) {
+        p.push(
+            &format!("{key}.cache_status"),
+            "must list at least one status class, e.g. [\"2xx\"]",
+        );
+    }
     let cache_status = match &raw.cache_status {
         Some(items) => p
             .take(&format!("{key}.cache_status"), CacheStatus::parse(items))
@@ -1119,6 +1261,77 @@ mod tests {
         assert_eq!(pick(Method::POST, "/notify/refund/1"), Some("refunds"));
         assert_eq!(pick(Method::POST, "/notifyx"), None);
         assert_eq!(pick(Method::GET, "/notify"), None);
+    }
+
+    #[test]
+    fn route_matching_sees_through_path_tricks() {
+        let config = Config::parse(MINIMAL).unwrap();
+        for path in [
+            "//notify",
+            "/./notify",
+            "/%6Eotify",
+            "/x/../notify/a",
+            "/notify/",
+        ] {
+            assert_eq!(config.route_index(&Method::POST, path), Some(0), "{path}");
+        }
+        assert_eq!(config.route_index(&Method::POST, "/notifyx"), None);
+        assert_eq!(normalize_path("/a/b"), "/a/b");
+        assert_eq!(normalize_path("/a//b/./c/../"), "/a/b/");
+    }
+
+    #[test]
+    fn redis_passwords_never_print() {
+        let text = MINIMAL.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://app:hunter2@127.0.0.1:6379/0\"",
+        );
+        let printed = format!("{:?}", Config::parse(&text).unwrap());
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(
+            printed.contains("redis://app:<redacted>@127.0.0.1:6379/0"),
+            "{printed}"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:<redacted>@h:1/0");
+    }
+
+    #[test]
+    fn ambiguous_or_ineffective_settings_are_errors() {
+        let twice = format!(
+            "{MINIMAL}\n[[route]]\nname = \"other\"\npath_prefix = \"/notify\"\n[route.signature]\nscheme = \"none\"\n"
+        );
+        let err = Config::parse(&twice).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("route[1].path_prefix: route \"payments\" already matches"),
+            "{err}"
+        );
+        let zero = MINIMAL.replace("[upstream]", "[upstream]\ntimeout = \"0ms\"");
+        assert!(Config::parse(&zero).unwrap_err().0[0].starts_with("upstream.timeout"));
+        let empty = MINIMAL.replace("lease = \"30s\"", "cache_status = []");
+        assert!(Config::parse(&empty).unwrap_err().0[0].contains("cache_status"));
+    }
+
+    #[test]
+    fn warnings_flag_unsigned_timestamps_and_short_retention() {
+        let signed = Config::parse(MINIMAL).unwrap();
+        assert!(signed.warnings().is_empty(), "{:?}", signed.warnings());
+        let header = MINIMAL.replace("json:/timestamp", "header:X-Timestamp");
+        let warnings = Config::parse(&header).unwrap().warnings().join("\n");
+        assert!(
+            warnings.contains("does not cover the timestamp"),
+            "{warnings}"
+        );
+        let covered = header.replace(
+            "timestamp_unit",
+            "message = \"{timestamp}.{body}\"\ntimestamp_unit",
+        );
+        assert!(Config::parse(&covered).unwrap().warnings().is_empty());
+        let short = MINIMAL.replace("lease = \"30s\"", "retention = \"9m\"");
+        assert!(Config::parse(&short).unwrap().warnings()[0].contains("retention"));
     }
 
     #[test]

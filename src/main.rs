@@ -97,6 +97,9 @@ fn main() -> ExitCode {
         Command::CheckConfig => match load(cli.config.as_ref()) {
             Ok(config) => {
                 println!("{config:#?}");
+                for warning in config.warnings() {
+                    println!("warning: {warning}");
+                }
                 println!("configuration is valid");
                 ExitCode::SUCCESS
             }
