@@ -52,6 +52,7 @@ fn init_logging(format: LogFormat, default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -70,23 +71,31 @@ fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
     })
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, so call it before anything slow (connecting the store).
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
-    }
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+        }
+    })
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    let stop = shutdown_signal()?;
+    tokio::pin!(stop);
     let metrics = idemgate::app::install_metrics()
         .map_err(anyhow::Error::msg)
         .context("installing the metrics recorder")?;
-    let app = idemgate::app::start(config, Some(metrics))
-        .await
-        .context("starting idemgate")?;
-    shutdown_signal().await;
+    let app = tokio::select! {
+        started = idemgate::app::start(config, Some(metrics)) => started.context("starting idemgate")?,
+        () = &mut stop => return Ok(()),
+    };
+    stop.await;
     app.stop().await;
     Ok(())
 }
