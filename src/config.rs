@@ -78,6 +78,15 @@ impl Secret {
     pub fn expose(&self) -> &[u8] {
         &self.value
     }
+
+    /// A secret computed from this one (e.g. a base64-decoded key), keeping
+    /// the source for redacted printing.
+    pub fn derive(&self, value: Vec<u8>) -> Self {
+        Self {
+            value,
+            source: self.source.clone(),
+        }
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -249,6 +258,66 @@ pub struct HmacScheme {
     pub timestamp: Option<TimestampRule>,
 }
 
+/// A published sender's signature scheme (SPEC §2 "Presets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresetKind {
+    /// Standard Webhooks / Svix: `webhook-*` or `svix-*` headers.
+    StandardWebhooks,
+    /// Stripe: `Stripe-Signature: t=…,v1=…`.
+    Stripe,
+    /// GitHub: `X-Hub-Signature-256: sha256=…`.
+    Github,
+    /// Slack: `X-Slack-Signature: v0=…`.
+    Slack,
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>`.
+    Shopify,
+}
+
+impl PresetKind {
+    /// Every preset with its `scheme` name.
+    pub const ALL: [(&'static str, Self); 5] = [
+        ("standard-webhooks", Self::StandardWebhooks),
+        ("stripe", Self::Stripe),
+        ("github", Self::Github),
+        ("slack", Self::Slack),
+        ("shopify", Self::Shopify),
+    ];
+
+    /// The sender's own replay window, if its scheme signs a timestamp.
+    pub fn default_tolerance(self) -> Option<Duration> {
+        match self {
+            Self::StandardWebhooks | Self::Stripe | Self::Slack => Some(Duration::from_secs(300)),
+            Self::Github | Self::Shopify => None,
+        }
+    }
+
+    /// The idempotency key the sender's documentation recommends.
+    pub fn default_key(self) -> KeyPart {
+        let header = |name: &'static str| {
+            KeyPart::Value(Selector::Header(http::HeaderName::from_static(name)))
+        };
+        match self {
+            Self::StandardWebhooks => KeyPart::SignedId,
+            Self::Stripe => KeyPart::Value(Selector::Json("/id".into())),
+            Self::Github => header("x-github-delivery"),
+            Self::Slack => KeyPart::Value(Selector::Json("/event_id".into())),
+            Self::Shopify => header("x-shopify-webhook-id"),
+        }
+    }
+}
+
+/// A preset route's parameters: everything else is fixed by the sender.
+#[derive(Debug, Clone)]
+pub struct Preset {
+    /// Which sender.
+    pub kind: PresetKind,
+    /// MAC keys, in configured order (rotation: any may match). For
+    /// standard-webhooks these are the decoded `whsec_` keys.
+    pub keys: Vec<Secret>,
+    /// Replay window (`None` for senders that sign no timestamp).
+    pub tolerance: Option<Duration>,
+}
+
 /// How a route authenticates deliveries.
 #[derive(Debug, Clone)]
 pub enum Scheme {
@@ -256,6 +325,8 @@ pub enum Scheme {
     None,
     /// Generic HMAC.
     Hmac(HmacScheme),
+    /// A published sender's scheme.
+    Preset(Preset),
 }
 
 impl Scheme {
@@ -264,6 +335,26 @@ impl Scheme {
         match self {
             Self::None => None,
             Self::Hmac(h) => h.timestamp.as_ref().map(|t| t.tolerance),
+            Self::Preset(p) => p.tolerance,
+        }
+    }
+}
+
+/// One part of an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// A selector's value.
+    Value(Selector),
+    /// The message id the signature covers (standard-webhooks: `webhook-id`
+    /// or `svix-id`, whichever the sender used).
+    SignedId,
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Value(selector) => selector.fmt(f),
+            Self::SignedId => f.write_str("signed message id"),
         }
     }
 }
@@ -352,7 +443,7 @@ impl CacheStatus {
 #[derive(Debug, Clone)]
 pub struct Idempotency {
     /// Key parts; `None`: the fingerprint is the key.
-    pub key: Option<Vec<Selector>>,
+    pub key: Option<Vec<KeyPart>>,
     /// A missing key part is a 400 (else the fingerprint is the key).
     pub require_key: bool,
     /// Fingerprint parts.
@@ -488,6 +579,11 @@ impl Config {
                 Scheme::None => warnings.push(format!(
                     "{key}.signature.scheme: \"none\" — deliveries are not authenticated; anyone who can reach the proxy can trigger the backend"
                 )),
+                Scheme::Preset(preset) if preset.tolerance.is_none() => warnings.push(format!(
+                    "{key}.signature.scheme: this sender signs no timestamp, so replay protection rests on retention ({:?}) alone: a delivery captured and re-sent after its record expired reaches the backend",
+                    route.idempotency.retention
+                )),
+                Scheme::Preset(_) => {}
                 Scheme::Hmac(hmac) => {
                     if let Some(rule) = &hmac.timestamp {
                         if !timestamp_is_signed(hmac, rule) {
@@ -858,6 +954,7 @@ fn route(
         &format!("{key}.idempotency"),
         &raw.idempotency,
         store_on_unavailable,
+        &scheme,
     );
     if let Some(tolerance) = scheme.tolerance() {
         if idempotency.retention <= tolerance {
@@ -910,13 +1007,98 @@ fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
             Scheme::None
         }
         "hmac" => Scheme::Hmac(hmac_scheme(p, key, raw, secrets)),
-        other => {
+        name => match PresetKind::ALL.iter().find(|(n, _)| *n == name) {
+            Some((_, kind)) => Scheme::Preset(preset(p, key, raw, *kind, &secrets)),
+            None => {
+                let names: Vec<&str> = PresetKind::ALL.iter().map(|(n, _)| *n).collect();
+                p.push(
+                    &format!("{key}.scheme"),
+                    format!(
+                        "{name:?} is not valid; expected \"hmac\", \"none\" or a preset: {}",
+                        names.join(", ")
+                    ),
+                );
+                Scheme::None
+            }
+        },
+    }
+}
+
+fn preset(
+    p: &mut Problems,
+    key: &str,
+    raw: &RawSignature,
+    kind: PresetKind,
+    secrets: &[Secret],
+) -> Preset {
+    let generic_only = [
+        ("algorithm", raw.algorithm.is_some()),
+        ("signature", raw.signature.is_some()),
+        ("encoding", raw.encoding.is_some()),
+        ("prefix", raw.prefix.is_some()),
+        ("message", raw.message.is_some()),
+        ("timestamp", raw.timestamp.is_some()),
+        ("timestamp_unit", raw.timestamp_unit.is_some()),
+    ];
+    for (field, set) in generic_only {
+        if set {
             p.push(
-                &format!("{key}.scheme"),
-                format!("{other:?} is not valid; expected \"hmac\" or \"none\""),
+                &format!("{key}.{field}"),
+                format!(
+                    "only for scheme = \"hmac\"; scheme = {:?} fixes it itself",
+                    raw.scheme
+                ),
             );
-            Scheme::None
         }
+    }
+    if raw.secrets.is_empty() {
+        p.push(
+            &format!("{key}.secrets"),
+            "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
+        );
+    }
+    let tolerance = match (kind.default_tolerance(), raw.tolerance.as_deref()) {
+        (None, Some(_)) => {
+            p.push(
+                &format!("{key}.tolerance"),
+                format!(
+                    "scheme = {:?} signs no timestamp, so there is no window to set",
+                    raw.scheme
+                ),
+            );
+            None
+        }
+        (None, None) => None,
+        (Some(default), None) => Some(default),
+        (Some(_), Some(text)) => {
+            let tolerance = p.duration(&format!("{key}.tolerance"), Some(text), "5m");
+            if tolerance.is_zero() {
+                p.push(&format!("{key}.tolerance"), "must be greater than zero");
+            }
+            Some(tolerance)
+        }
+    };
+    let keys = match kind {
+        PresetKind::StandardWebhooks => secrets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, secret)| {
+                p.take(
+                    &format!("{key}.secrets[{i}]"),
+                    crate::signature::standard_webhooks::decode_secret(secret.expose())
+                        .map(|bytes| secret.derive(bytes))
+                        .ok_or_else(|| {
+                            "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
+                        }),
+                )
+            })
+            .collect(),
+        _ => secrets.to_vec(),
+    };
+    Preset {
+        kind,
+        keys,
+        tolerance,
     }
 }
 
@@ -1021,16 +1203,26 @@ fn idempotency(
     key: &str,
     raw: &RawIdempotency,
     store_on_unavailable: OnUnavailable,
+    scheme: &Scheme,
 ) -> Idempotency {
-    let key_parts = raw.key.as_ref().map(|items| {
-        if items.is_empty() {
-            p.push(
-                &format!("{key}.key"),
-                "must list at least one part, or be omitted",
-            );
+    let key_parts = match (&raw.key, scheme) {
+        (Some(items), _) => {
+            if items.is_empty() {
+                p.push(
+                    &format!("{key}.key"),
+                    "must list at least one part, or be omitted",
+                );
+            }
+            Some(
+                selectors(p, &format!("{key}.key"), items)
+                    .into_iter()
+                    .map(KeyPart::Value)
+                    .collect(),
+            )
         }
-        selectors(p, &format!("{key}.key"), items)
-    });
+        (None, Scheme::Preset(preset)) => Some(vec![preset.kind.default_key()]),
+        (None, _) => None,
+    };
     let fingerprint = raw
         .fingerprint
         .clone()

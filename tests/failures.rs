@@ -172,7 +172,7 @@ async fn store_outage_fails_closed_or_open_and_recovers() {
     let first = first.expect("protection resumes after Redis returns, without a restart");
     assert_eq!(first.replayed(), Some("false"));
     let again = deliver(&closed.url("/notify"), &body).await;
-    assert_eq!(again.replayed(), Some("true"));
+    assert_eq!(again.replayed(), Some("true"), "{again:?}");
     assert_eq!(upstream.calls(), 2);
     closed.stop().await;
     open.stop().await;

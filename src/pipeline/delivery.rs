@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use sha2::{Digest, Sha256};
 
 use super::verify::Verified;
-use crate::config::{FingerprintPart, Route, Selector};
+use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::record::Fingerprint;
@@ -46,7 +46,7 @@ pub fn identify(
 ) -> Result<Identity, Rejection> {
     let request = verified.inbound();
     let fingerprint = fingerprint(request, route)?;
-    let key_hash = match key_digest(request, route)? {
+    let key_hash = match key_digest(verified, route)? {
         Some(digest) => hex::encode(digest),
         None => hex::encode(fingerprint.0),
     };
@@ -59,41 +59,50 @@ pub fn identify(
 
 /// SHA-256 of the length-prefixed key parts, or `None` when the route has
 /// no key parts (or they are optional and absent).
-fn key_digest(request: &Inbound, route: &Route) -> Result<Option<[u8; 32]>, Rejection> {
-    let Some(selectors) = &route.idempotency.key else {
+fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Rejection> {
+    let Some(parts) = &route.idempotency.key else {
         return Ok(None);
     };
+    let request = verified.inbound();
     let mut hasher = Sha256::new();
-    for selector in selectors {
-        let Some(raw) = request.value(selector)? else {
+    for part in parts {
+        let raw = match part {
+            KeyPart::Value(selector) => request.value(selector)?,
+            KeyPart::SignedId => verified
+                .authenticity()
+                .signed_id
+                .as_deref()
+                .map(Cow::Borrowed),
+        };
+        let Some(raw) = raw else {
             if route.idempotency.require_key {
-                return Err(Rejection::KeyMissing(selector.to_string()));
+                return Err(Rejection::KeyMissing(part.to_string()));
             }
             return Ok(None);
         };
-        let part = key_part(selector, raw)?;
+        let part = key_part(part, raw)?;
         hasher.update((part.len() as u32).to_be_bytes());
         hasher.update(&part);
     }
     Ok(Some(hasher.finalize().into()))
 }
 
-fn key_part<'a>(selector: &Selector, raw: Cow<'a, [u8]>) -> Result<Cow<'a, [u8]>, Rejection> {
-    let invalid = || Rejection::KeyInvalid(selector.to_string());
-    let part = match selector {
-        Selector::Header(_) if raw.first() == Some(&b'"') => {
+fn key_part<'a>(part: &KeyPart, raw: Cow<'a, [u8]>) -> Result<Cow<'a, [u8]>, Rejection> {
+    let invalid = || Rejection::KeyInvalid(part.to_string());
+    let value = match part {
+        KeyPart::Value(Selector::Header(_)) if raw.first() == Some(&b'"') => {
             Cow::Owned(parse_sf_string(&raw).ok_or_else(invalid)?)
         }
-        Selector::Header(_) => match raw {
+        KeyPart::Value(Selector::Header(_)) => match raw {
             Cow::Borrowed(b) => Cow::Borrowed(b.trim_ascii()),
             Cow::Owned(b) => Cow::Owned(b.trim_ascii().to_vec()),
         },
         _ => raw,
     };
-    if part.is_empty() || part.len() > MAX_KEY_PART {
+    if value.is_empty() || value.len() > MAX_KEY_PART {
         return Err(invalid());
     }
-    Ok(part)
+    Ok(value)
 }
 
 /// Parses an RFC 8941 sf-string (`"…"` with `\"` and `\\` escapes, printable

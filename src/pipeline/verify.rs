@@ -23,9 +23,9 @@ impl Verified {
         &self.inbound
     }
 
-    /// Which secret verified it.
-    pub fn authenticity(&self) -> Authenticity {
-        self.authenticity
+    /// Which secret verified it, and the id it signed.
+    pub fn authenticity(&self) -> &Authenticity {
+        &self.authenticity
     }
 }
 

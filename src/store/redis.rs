@@ -156,7 +156,7 @@ impl RedisStore {
     }
 
     async fn load_scripts(&self) -> Result<(), StoreError> {
-        let client = self.pool.next();
+        let client = self.pool.next_connected();
         for script in self.scripts.all() {
             script.load(client).await.map_err(|e| classify(&e))?;
         }
@@ -170,7 +170,7 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         script
-            .evalsha_with_reload(self.pool.next(), key.as_str(), args)
+            .evalsha_with_reload(self.pool.next_connected(), key.as_str(), args)
             .await
             .map_err(|e| classify(&e))
     }
@@ -257,7 +257,7 @@ impl Store for RedisStore {
         use fred::interfaces::KeysInterface;
         let deleted: i64 = self
             .pool
-            .next()
+            .next_connected()
             .del(key.as_str())
             .await
             .map_err(|e| classify(&e))?;
@@ -266,7 +266,7 @@ impl Store for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.pool
-            .next()
+            .next_connected()
             .ping::<Value>(None)
             .await
             .map(|_| ())

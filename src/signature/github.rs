@@ -1,0 +1,29 @@
+//! GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA-256 of the raw
+//! body keyed by the secret as text. The whole `sha256=<lowercase hex>`
+//! string must match, as in @octokit/webhooks-methods. GitHub signs no
+//! timestamp, so there is no window: deduplication on `X-GitHub-Delivery`
+//! for `retention` is the replay protection (warned about at start-up).
+
+use super::{Authenticity, Form, matching_secret, single_header};
+use crate::config::{Algorithm, Preset};
+use crate::error::Rejection;
+use crate::extract::Inbound;
+
+/// Verifies a GitHub delivery.
+pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Rejection> {
+    let header = single_header(&request.parts.headers, "x-hub-signature-256")?
+        .ok_or(Rejection::SignatureMissing)?;
+    let signature = header
+        .strip_prefix(b"sha256=")
+        .ok_or(Rejection::SignatureInvalid)?;
+    let message: [&[u8]; 1] = [&request.body];
+    matching_secret(
+        Algorithm::Sha256,
+        &preset.keys,
+        &message,
+        &[signature],
+        Form::LowerHex,
+    )
+    .map(Authenticity::by_secret)
+    .ok_or(Rejection::SignatureInvalid)
+}
