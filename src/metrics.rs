@@ -26,6 +26,10 @@ pub const STORE_DURATION: &str = "idemgate_store_duration_seconds";
 pub const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
 /// `idemgate_in_flight{route}`.
 pub const IN_FLIGHT: &str = "idemgate_in_flight";
+/// `idemgate_secret_matches_total{route, secret_index}`: which configured
+/// secret verified each delivery, so operators see when an old secret is no
+/// longer used and can be retired.
+pub const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
 /// `idemgate_build_info{version}`.
 pub const BUILD_INFO: &str = "idemgate_build_info";
 
@@ -148,6 +152,10 @@ pub fn describe() {
     );
     describe_counter!(STORE_ERRORS_TOTAL, "Failed store calls by operation");
     describe_gauge!(IN_FLIGHT, "First deliveries currently being forwarded");
+    describe_counter!(
+        SECRET_MATCHES_TOTAL,
+        "Verified deliveries by the index of the configured secret that matched"
+    );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -182,6 +190,15 @@ pub fn store_op(op: StoreOp, elapsed: Duration, failed: bool) {
     if failed {
         counter!(STORE_ERRORS_TOTAL, "op" => op.as_str()).increment(1);
     }
+}
+
+/// Counts a verification by the secret at `index` (position in the
+/// route's `secrets`, a bounded label; never the secret).
+pub fn secret_match(route: &str, index: usize) {
+    const INDEX: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+    let label = INDEX.get(index).copied().unwrap_or("8+");
+    counter!(SECRET_MATCHES_TOTAL, "route" => route.to_owned(), "secret_index" => label)
+        .increment(1);
 }
 
 /// Moves the in-flight gauge of a route.

@@ -54,6 +54,8 @@ struct Finished {
     response: Response<ProxyBody>,
     reason: Option<&'static str>,
     key_hash: Option<String>,
+    /// Index of the secret that verified the delivery, for the log line.
+    secret_index: Option<usize>,
     /// Already counted and logged (by a detached first delivery, which
     /// records itself so a sender's hang-up can not lose the count).
     recorded: bool,
@@ -66,6 +68,7 @@ impl Finished {
             response,
             reason: None,
             key_hash: None,
+            secret_index: None,
             recorded: false,
         }
     }
@@ -78,6 +81,7 @@ impl Finished {
             response,
             reason: Some(reason),
             key_hash: None,
+            secret_index: None,
             recorded: false,
         }
     }
@@ -103,6 +107,7 @@ impl Finished {
             outcome = self.outcome.as_str(),
             reason = self.reason.unwrap_or(""),
             key = self.key_hash.as_deref().unwrap_or(""),
+            secret_index = self.secret_index,
             status = self.response.status().as_u16(),
             latency_ms = elapsed.as_secs_f64() * 1e3,
             "request"
@@ -187,7 +192,12 @@ impl Pipeline {
             Err(rejection) => return Finished::rejected(rejection),
         };
         let verified = match verify::verify(inbound, route, now_ms()) {
-            Ok(verified) => verified,
+            Ok(verified) => {
+                if let Some(index) = verified.authenticity().secret_index {
+                    m::secret_match(&route.name, index);
+                }
+                verified
+            }
             Err(refused) if shadow => {
                 let Unverified { inbound, rejection } = *refused;
                 return self
@@ -197,6 +207,7 @@ impl Pipeline {
             }
             Err(refused) => return Finished::rejected(refused.rejection),
         };
+        let verified_secret = verified.authenticity().secret_index;
         let identity = match delivery::identify(&verified, route, &self.config.store.key_prefix) {
             Ok(identity) => identity,
             Err(rejection) if shadow => {
@@ -247,6 +258,7 @@ impl Pipeline {
             }
         };
         finished.key_hash.get_or_insert(identity.key_hash);
+        finished.secret_index = verified_secret;
         finished
     }
 
@@ -325,6 +337,7 @@ impl Pipeline {
                 }
             };
             finished.key_hash = Some(key_hash);
+            finished.secret_index = verified.authenticity().secret_index;
             finished.record(&route.name, started);
             let _ = reply.send(finished);
         });
