@@ -76,6 +76,26 @@ pub enum Rejection {
     UpstreamTimeout,
 }
 
+/// Every `reason` word, in the order of SPEC §3 (plus `route_not_found`):
+/// the closed label set of `idemgate_rejections_total`.
+pub const REASONS: [&str; 15] = [
+    "body_too_large",
+    "signature_missing",
+    "signature_invalid",
+    "timestamp_missing",
+    "timestamp_out_of_window",
+    "key_missing",
+    "key_invalid",
+    "bad_request_body",
+    "fingerprint_mismatch",
+    "in_flight",
+    "outcome_unknown",
+    "store_unavailable",
+    "upstream_error",
+    "upstream_timeout",
+    "route_not_found",
+];
+
 /// Everything the wire and the metrics need to know about one rejection.
 struct Row {
     status: StatusCode,
@@ -263,10 +283,16 @@ mod tests {
             (Rejection::UpstreamTimeout, 504, "upstream_timeout"),
             (Rejection::RouteNotFound, 404, "route_not_found"),
         ];
+        let mut reasons = Vec::new();
         for (rejection, status, reason) in table {
             assert_eq!(rejection.status().as_u16(), status, "{rejection:?}");
             assert_eq!(rejection.reason(), reason, "{rejection:?}");
+            reasons.push(reason);
         }
+        assert_eq!(
+            reasons, REASONS,
+            "REASONS lists every reason once, in table order"
+        );
     }
 
     #[tokio::test]

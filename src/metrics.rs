@@ -30,6 +30,11 @@ pub const IN_FLIGHT: &str = "idemgate_in_flight";
 /// secret verified each delivery, so operators see when an old secret is no
 /// longer used and can be retired.
 pub const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
+/// `idemgate_unknown_outcomes_total{route}`: first deliveries whose outcome
+/// was recorded as unknown (upstream timed out or the connection broke
+/// after the request was sent). Each one blocks its key for `unknown_hold`
+/// and may need an operator.
+pub const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
 /// `idemgate_build_info{version}`.
 pub const BUILD_INFO: &str = "idemgate_build_info";
 
@@ -61,6 +66,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, for pre-registering label sets.
+    pub const ALL: [Self; 6] = [
+        Self::Forwarded,
+        Self::Replayed,
+        Self::Rejected,
+        Self::Passthrough,
+        Self::Unprotected,
+        Self::ShadowDuplicate,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -92,6 +107,16 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
+    /// Every operation, for pre-registering label sets.
+    pub const ALL: [Self; 6] = [
+        Self::Claim,
+        Self::Complete,
+        Self::Release,
+        Self::Renew,
+        Self::Lookup,
+        Self::Purge,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -117,6 +142,9 @@ pub enum UpstreamErrorKind {
 }
 
 impl UpstreamErrorKind {
+    /// Every kind, for pre-registering label sets.
+    pub const ALL: [Self; 3] = [Self::Connect, Self::Timeout, Self::Status];
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
@@ -156,8 +184,42 @@ pub fn describe() {
         SECRET_MATCHES_TOTAL,
         "Verified deliveries by the index of the configured secret that matched"
     );
+    describe_counter!(
+        UNKNOWN_OUTCOMES_TOTAL,
+        "First deliveries whose outcome was recorded as unknown"
+    );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// Creates every counter series at zero for these routes, so dashboards
+/// and alerts see a 0 rather than an absent series before the first event
+/// (an absent series makes `rate()` and ratios silently empty).
+pub fn register_routes<'a>(routes: impl IntoIterator<Item = &'a str>) {
+    for route in routes {
+        for outcome in Outcome::ALL {
+            counter!(REQUESTS_TOTAL, "route" => route.to_owned(), "outcome" => outcome.as_str())
+                .increment(0);
+        }
+        for reason in crate::error::REASONS {
+            counter!(REJECTIONS_TOTAL, "route" => route.to_owned(), "reason" => reason)
+                .increment(0);
+        }
+        for kind in UpstreamErrorKind::ALL {
+            counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.to_owned(), "kind" => kind.as_str())
+                .increment(0);
+        }
+        counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.to_owned()).increment(0);
+        gauge!(IN_FLIGHT, "route" => route.to_owned()).increment(0.0);
+    }
+    for op in StoreOp::ALL {
+        counter!(STORE_ERRORS_TOTAL, "op" => op.as_str()).increment(0);
+    }
+}
+
+/// Counts a first delivery whose outcome was recorded as unknown.
+pub fn unknown_outcome(route: &str) {
+    counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.to_owned()).increment(1);
 }
 
 /// Counts one finished request and its latency.

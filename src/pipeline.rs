@@ -37,7 +37,7 @@ use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::metrics::{self as m, Outcome, UpstreamErrorKind};
-use crate::record::{OwnerMint, now_ms};
+use crate::record::{OwnerMint, RecordState, now_ms};
 use crate::store::{AnyStore, Lease, Store};
 use claim::{Decision, Signals};
 use delivery::Identity;
@@ -359,7 +359,18 @@ impl Pipeline {
     ) {
         let key = lease.key().as_str().to_owned();
         let outcome = match settle::settlement(result, lease.record(), &route.idempotency) {
-            Settlement::Keep(record, ttl) => self.store.complete(lease, record, ttl).await,
+            Settlement::Keep(record, ttl) => {
+                if record.state == RecordState::Unknown {
+                    m::unknown_outcome(&route.name);
+                    tracing::warn!(
+                        route = route.name,
+                        key,
+                        hold_s = ttl.as_secs(),
+                        "outcome unknown: the key is blocked until the hold ends or an operator purges it"
+                    );
+                }
+                self.store.complete(lease, record, ttl).await
+            }
             Settlement::Release => self.store.release(lease).await,
         };
         match outcome {

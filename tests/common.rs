@@ -378,6 +378,8 @@ impl Gate {
 pub struct GateProcess {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin listener (/metrics, /healthz, /readyz, /admin/records).
+    pub admin: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -385,8 +387,15 @@ impl GateProcess {
     /// Starts the binary with `text` (whose listen section is replaced by
     /// fresh ports) and waits until it accepts connections.
     pub fn start(text: &str) -> Self {
+        Self::launch(text, &[], None)
+    }
+
+    /// Like `start`, with extra environment variables and, if `log` is
+    /// given, debug-level logs written to that file.
+    pub fn launch(text: &str, envs: &[(&str, &str)], log: Option<&std::path::Path>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
+        let admin_port = free_port();
         let text = text
             .replace(
                 "proxy = \"127.0.0.1:0\"",
@@ -394,16 +403,20 @@ impl GateProcess {
             )
             .replace(
                 "admin = \"127.0.0.1:0\"",
-                &format!("admin = \"127.0.0.1:{}\"", free_port()),
+                &format!("admin = \"127.0.0.1:{admin_port}\""),
             );
         let path = dir.path().join("idemgate.toml");
         std::fs::write(&path, text).expect("write config");
         let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
             .args(["serve", "--config"])
             .arg(&path)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", if log.is_some() { "debug" } else { "warn" })
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+                None => Stdio::null(),
+            })
             .spawn()
             .expect("spawn idemgate");
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -415,6 +428,7 @@ impl GateProcess {
         Self {
             child,
             addr,
+            admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
             _dir: dir,
         }
     }
