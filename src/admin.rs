@@ -1,8 +1,16 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz` and the record API.
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
 //! senders.
+//!
+//! `GET /admin/records/{route}/{key}` shows one record; `DELETE` purges it
+//! so the next delivery is forwarded — how an operator resolves an unknown
+//! outcome after checking the backend. `{key}` is either the key value as
+//! the sender sends it (single-part keys, percent-encoded in the URL) or
+//! the 64-hex key hash that idemgate logs with every request. The record
+//! API exists only when `[admin] token` is set; the bearer token is
+//! compared in constant time and every purge is logged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +18,14 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
+use subtle::ConstantTimeEq;
 
+use crate::config::{Config, Route};
 use crate::pipeline::body_of;
+use crate::pipeline::delivery::hash_key_parts;
 use crate::pipeline::forward::ProxyBody;
-use crate::store::{AnyStore, Store};
+use crate::record::{RecordState, now_ms};
+use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -21,51 +33,159 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 /// State the admin endpoints read.
 #[derive(Debug)]
 pub struct Admin {
+    config: Arc<Config>,
     store: Arc<AnyStore>,
     metrics: Option<PrometheusHandle>,
 }
 
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
+    let mut response = Response::new(body_of(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+fn text(status: StatusCode, body: &str) -> Response<ProxyBody> {
+    reply(status, "text/plain; charset=utf-8", format!("{body}\n"))
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
+    reply(status, "application/json", body.to_string())
+}
+
 impl Admin {
-    /// An admin handler over the shared store and the metrics handle.
-    pub fn new(store: Arc<AnyStore>, metrics: Option<PrometheusHandle>) -> Self {
-        Self { store, metrics }
+    /// An admin handler over the shared config, store and metrics handle.
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<AnyStore>,
+        metrics: Option<PrometheusHandle>,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            metrics,
+        }
     }
 
     /// Answers one admin request.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
-        let text = |status: StatusCode, body: String| {
-            let mut response = Response::new(body_of(body));
-            *response.status_mut() = status;
-            response
-        };
-        if request.method() != Method::GET {
-            return text(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed\n".into(),
-            );
+        let path = request.uri().path().to_owned();
+        if let Some(rest) = path.strip_prefix("/admin/records/") {
+            return self.records(&request, rest).await;
         }
-        match request.uri().path() {
-            "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        if request.method() != Method::GET {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+        }
+        match path.as_str() {
+            "/healthz" => text(StatusCode::OK, "ok"),
             "/readyz" => match tokio::time::timeout(READY_TIMEOUT, self.store.ping()).await {
-                Ok(Ok(())) => text(StatusCode::OK, "ready\n".into()),
-                Ok(Err(error)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
-                Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "store timed out\n".into()),
+                Ok(Ok(())) => text(StatusCode::OK, "ready"),
+                Ok(Err(error)) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+                Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
             },
             "/metrics" => match &self.metrics {
-                Some(handle) => {
-                    let mut response = text(StatusCode::OK, handle.render());
-                    response.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        header::HeaderValue::from_static("text/plain; version=0.0.4"),
-                    );
-                    response
-                }
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    "metrics recorder not installed\n".into(),
-                ),
+                Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
+                None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
             },
-            _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+            _ => text(StatusCode::NOT_FOUND, "not found"),
         }
     }
+
+    fn authorized(&self, request: &Request<Incoming>) -> Option<bool> {
+        let token = self.config.admin_token.as_ref()?;
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        Some(bool::from(presented.ct_eq(token.expose())))
+    }
+
+    async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
+        match self.authorized(request) {
+            None => {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "record API disabled: set [admin] token",
+                );
+            }
+            Some(false) => {
+                let mut denied = text(StatusCode::UNAUTHORIZED, "bearer token required");
+                denied.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Bearer realm=\"idemgate admin\""),
+                );
+                return denied;
+            }
+            Some(true) => {}
+        }
+        let Some((route_name, raw_key)) = rest.split_once('/') else {
+            return text(
+                StatusCode::NOT_FOUND,
+                "expected /admin/records/{route}/{key}",
+            );
+        };
+        let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
+            return text(StatusCode::NOT_FOUND, "no such route");
+        };
+        let key_hash = key_hash_from_url(raw_key);
+        let key = StoreKey::new(&self.config.store.key_prefix, &route.name, &key_hash);
+        match *request.method() {
+            Method::GET => match self.store.lookup(&key).await {
+                Ok(Some(existing)) => json(StatusCode::OK, &describe(route, &key_hash, &existing)),
+                Ok(None) => text(StatusCode::NOT_FOUND, "no record"),
+                Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            },
+            Method::DELETE => match self.store.purge(&key).await {
+                Ok(true) => {
+                    tracing::warn!(
+                        route = route.name,
+                        key = key_hash,
+                        "record purged by operator"
+                    );
+                    reply(StatusCode::NO_CONTENT, "text/plain", String::new())
+                }
+                Ok(false) => text(StatusCode::NOT_FOUND, "no record"),
+                Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            },
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET or DELETE"),
+        }
+    }
+}
+
+/// The key hash for a URL's `{key}`: a 64-hex hash as is, otherwise the
+/// percent-decoded key value, hashed as a single-part key.
+fn key_hash_from_url(raw: &str) -> String {
+    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return raw.to_ascii_lowercase();
+    }
+    let value: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
+    hex::encode(hash_key_parts([value.as_slice()]))
+}
+
+/// The JSON view of a record: no body content, only its size.
+fn describe(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::Value {
+    let record = &existing.record;
+    let state = match existing.observe(route.idempotency.unknown_hold) {
+        Observed::Completed(_) => "completed",
+        Observed::InFlight => "in_flight",
+        Observed::Unknown { .. } if record.state == RecordState::InFlight => "unknown_owner_lost",
+        Observed::Unknown { .. } => "unknown",
+    };
+    let mut view = serde_json::json!({
+        "route": route.name,
+        "key_hash": key_hash,
+        "state": state,
+        "age_ms": now_ms().saturating_sub(record.created_at_ms),
+        "ttl_ms": existing.ttl.map(|t| t.as_millis() as u64),
+        "fingerprint": hex::encode(record.fingerprint.0),
+    });
+    if let RecordState::Completed(answer) = &record.state {
+        view["status"] = answer.status.into();
+        view["body_bytes"] = answer.body.len().into();
+    }
+    view
 }

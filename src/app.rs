@@ -137,7 +137,11 @@ pub async fn start(
         Arc::clone(&store),
         tracker.clone(),
     ));
-    let admin = Arc::new(Admin::new(Arc::clone(&store), metrics.clone()));
+    let admin = Arc::new(Admin::new(
+        Arc::clone(&config),
+        Arc::clone(&store),
+        metrics.clone(),
+    ));
     let limits = config.limits.clone();
 
     let proxy = tokio::spawn(server::serve(

@@ -26,7 +26,7 @@ struct Cli {
     #[arg(long, global = true, env = "IDEMGATE_CONFIG")]
     config: Option<PathBuf>,
     /// Log line format.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "IDEMGATE_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,

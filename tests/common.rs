@@ -349,6 +349,8 @@ pub fn embedded_store(path: &std::path::Path) -> String {
 pub struct Gate {
     pub app: Option<RunningApp>,
     pub addr: SocketAddr,
+    /// The admin listener.
+    pub admin: SocketAddr,
 }
 
 impl Gate {
@@ -359,6 +361,7 @@ impl Gate {
             .expect("idemgate starts");
         Self {
             addr: app.proxy_addr,
+            admin: app.admin_addr,
             app: Some(app),
         }
     }

@@ -64,7 +64,7 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Re
         return Ok(None);
     };
     let request = verified.inbound();
-    let mut hasher = Sha256::new();
+    let mut values = Vec::with_capacity(parts.len());
     for part in parts {
         let raw = match part {
             KeyPart::Value(selector) => request.value(selector)?,
@@ -80,11 +80,21 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Re
             }
             return Ok(None);
         };
-        let part = key_part(part, raw)?;
-        hasher.update((part.len() as u32).to_be_bytes());
-        hasher.update(&part);
+        values.push(key_part(part, raw)?);
     }
-    Ok(Some(hasher.finalize().into()))
+    Ok(Some(hash_key_parts(values.iter().map(AsRef::as_ref))))
+}
+
+/// SHA-256 over key parts, each preceded by its length as 4 bytes
+/// big-endian: the unambiguous join of SPEC §2. The admin API uses it to
+/// find a record from the key an operator knows.
+pub fn hash_key_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u32).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
 }
 
 fn key_part<'a>(part: &KeyPart, raw: Cow<'a, [u8]>) -> Result<Cow<'a, [u8]>, Rejection> {
