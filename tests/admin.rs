@@ -8,7 +8,7 @@ use common::*;
 
 const TOKEN: &str = "admin-token-for-tests";
 
-fn with_admin(text: String) -> String {
+fn with_admin(text: &str) -> String {
     format!("{text}\n[admin]\ntoken = \"literal:{TOKEN}\"\n")
 }
 
@@ -42,7 +42,7 @@ async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
         "unknown_hold = \"10m\"",
     )
     .replace("timeout = \"5s\"", "timeout = \"200ms\"");
-    let gate = Gate::start(&with_admin(text)).await;
+    let gate = Gate::start(&with_admin(&text)).await;
     assert_eq!(admin(&gate, "GET", "/healthz", None).await.status, 200);
     assert_eq!(admin(&gate, "GET", "/readyz", None).await.status, 200);
 
