@@ -181,11 +181,23 @@ fn redact_url(url: &str) -> String {
     format!("{scheme}://{redacted}@{host}{tail}")
 }
 
+/// Durability knob: how many replicas must acknowledge a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaAck {
+    /// `WAIT numreplicas`.
+    pub replicas: u32,
+    /// `WAIT timeout`.
+    pub timeout: Duration,
+}
+
 /// `[store]`.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// Backend and its address.
     pub backend: StoreBackend,
+    /// Claims (and stored answers) must reach this many replicas; `None`:
+    /// don't wait (Redis replicates asynchronously).
+    pub replica_ack: Option<ReplicaAck>,
     /// Prefix of every key.
     pub key_prefix: String,
     /// Timeout of one store call.
@@ -832,7 +844,9 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore) -> StoreConfig {
                 "redis://",
                 "rediss://",
                 "redis-cluster://",
+                "rediss-cluster://",
                 "redis-sentinel://",
+                "rediss-sentinel://",
             ];
             if !known.iter().any(|scheme| url.starts_with(scheme)) {
                 p.push(
@@ -884,8 +898,35 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore) -> StoreConfig {
             "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
         );
     }
+    let replica_ack = match raw.min_replicas_ack {
+        None | Some(0) => None,
+        Some(replicas) => {
+            if !matches!(backend, StoreBackend::Redis { .. }) {
+                p.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
+            }
+            let timeout = p.duration(
+                "store.replica_ack_timeout",
+                raw.replica_ack_timeout.as_deref(),
+                raw::DEFAULT_REPLICA_ACK_TIMEOUT,
+            );
+            if timeout.is_zero() {
+                p.push(
+                    "store.replica_ack_timeout",
+                    "must be greater than zero (0 would make WAIT block forever)",
+                );
+            }
+            Some(ReplicaAck { replicas, timeout })
+        }
+    };
+    if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
+        p.push(
+            "store.replica_ack_timeout",
+            "has no effect without min_replicas_ack",
+        );
+    }
     StoreConfig {
         backend,
+        replica_ack,
         key_prefix,
         command_timeout: p.duration(
             "store.command_timeout",

@@ -202,7 +202,7 @@ impl AnyStore {
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         match &config.backend {
             StoreBackend::Redis { url } => Ok(Self::Redis(Box::new(
-                redis::RedisStore::connect(url, config.command_timeout).await?,
+                redis::RedisStore::connect(url, config.command_timeout, config.replica_ack).await?,
             ))),
             StoreBackend::Embedded { path } => {
                 Ok(Self::Embedded(embedded::EmbeddedStore::open(path)?))

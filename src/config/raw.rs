@@ -21,6 +21,9 @@ pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
 /// Default per-command store timeout: a healthy Redis answers in well under
 /// a millisecond, so 250 ms means "unreachable", not "slow".
 pub const DEFAULT_COMMAND_TIMEOUT: &str = "250ms";
+/// Default time a claim waits for replica acknowledgements: replication on
+/// a healthy LAN takes well under a millisecond.
+pub const DEFAULT_REPLICA_ACK_TIMEOUT: &str = "100ms";
 /// Default upstream timeout: legacy handlers can be slow, 30 s is typical.
 pub const DEFAULT_UPSTREAM_TIMEOUT: &str = "30s";
 /// Default in-flight claim lifetime (renewed while the upstream call runs).
@@ -98,6 +101,10 @@ pub struct RawStore {
     pub command_timeout: Option<String>,
     /// `"reject"` or `"forward"`.
     pub on_unavailable: Option<String>,
+    /// Replicas that must acknowledge a claim (Redis `WAIT`); 0 = off.
+    pub min_replicas_ack: Option<u32>,
+    /// How long to wait for those acknowledgements.
+    pub replica_ack_timeout: Option<String>,
 }
 
 /// `[upstream]`.

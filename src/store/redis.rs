@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
+    Builder, Client, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
     ReconnectPolicy, Value,
 };
 use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand};
 
 use super::{ClaimOutcome, Existing, Lease, Store, StoreError, StoreKey};
+use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, Record};
 
 /// The scripts of SPEC §5, compiled into the binary.
@@ -65,6 +67,7 @@ const RECONNECT_MAX_MS: u32 = 2_000;
 pub struct RedisStore {
     pool: Pool,
     scripts: Scripts,
+    replica_ack: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -116,7 +119,16 @@ impl RedisStore {
     /// `rediss://`, `redis-cluster://`, `redis-sentinel://`) and loads the
     /// scripts. An unreachable server is not fatal: the pool keeps
     /// reconnecting in the background.
-    pub async fn connect(url: &str, command_timeout: Duration) -> Result<Self, StoreError> {
+    ///
+    /// With `replica_ack`, every claim and every stored answer is followed
+    /// by `WAIT replicas timeout` on the same connection; a claim that too
+    /// few replicas acknowledged is released again and reported as
+    /// unavailable, so a primary crash right after it can not lose it.
+    pub async fn connect(
+        url: &str,
+        command_timeout: Duration,
+        replica_ack: Option<ReplicaAck>,
+    ) -> Result<Self, StoreError> {
         let mut config =
             FredConfig::from_url(url).map_err(|e| StoreError::Backend(e.to_string()))?;
         config.fail_fast = false;
@@ -143,6 +155,7 @@ impl RedisStore {
         let store = Self {
             pool,
             scripts: Scripts::new(),
+            replica_ack,
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -165,12 +178,13 @@ impl RedisStore {
 
     async fn eval(
         &self,
+        client: &Client,
         script: &Script,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         script
-            .evalsha_with_reload(self.pool.next_connected(), key.as_str(), args)
+            .evalsha_with_reload(client, key.as_str(), args)
             .await
             .map_err(|e| classify(&e))
     }
@@ -181,8 +195,31 @@ impl RedisStore {
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<bool, StoreError> {
-        let reply = self.eval(script, key, args).await?;
+        let reply = self
+            .eval(self.pool.next_connected(), script, key, args)
+            .await?;
         Ok(reply.as_i64() == Some(1))
+    }
+
+    /// `WAIT` on the connection (and, in a cluster, the node) that just
+    /// wrote `key`. Returns whether enough replicas acknowledged.
+    async fn replicated(&self, client: &Client, key: &StoreKey) -> Result<bool, StoreError> {
+        let Some(ack) = self.replica_ack else {
+            return Ok(true);
+        };
+        let slot = fred::util::redis_keyslot(key.as_str().as_bytes());
+        let command = CustomCommand::new("WAIT", ClusterHash::Custom(slot), true);
+        let args = vec![
+            Value::Integer(i64::from(ack.replicas)),
+            Value::Integer(millis(ack.timeout)),
+        ];
+        let acknowledged = client
+            .custom::<Value, Value>(command, args)
+            .await
+            .map_err(|e| classify(&e))?
+            .as_i64()
+            .unwrap_or(0);
+        Ok(acknowledged >= i64::from(ack.replicas))
     }
 }
 
@@ -197,29 +234,29 @@ impl Store for RedisStore {
         record: Record,
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
+        let client = self.pool.next_connected();
         let encoded = record.encode();
-        let reply = self
-            .eval(
-                &self.scripts.claim,
-                key,
-                vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))],
-            )
-            .await?;
-        match existing_from(reply)? {
-            // A retried claim (fred resends a command whose connection
-            // dropped) can find its own record: that is still our claim.
-            Some(existing) if existing.record.owner.0[..] == encoded[OWNER_RANGE] => {
-                Ok(ClaimOutcome::Claimed(Lease {
-                    key: key.clone(),
-                    record,
-                }))
+        let args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
+        let reply = self.eval(client, &self.scripts.claim, key, args).await?;
+        // A retried claim (fred resends a command whose connection dropped)
+        // can find its own record: that is still our claim.
+        if let Some(existing) = existing_from(reply)? {
+            if existing.record.owner.0[..] != encoded[OWNER_RANGE] {
+                return Ok(ClaimOutcome::Existing(existing));
             }
-            Some(existing) => Ok(ClaimOutcome::Existing(existing)),
-            None => Ok(ClaimOutcome::Claimed(Lease {
-                key: key.clone(),
-                record,
-            })),
         }
+        let lease = Lease {
+            key: key.clone(),
+            record,
+        };
+        if !self.replicated(client, key).await? {
+            let owner = vec![owner_arg(&lease)];
+            let _ = self.eval(client, &self.scripts.release, key, owner).await;
+            return Err(StoreError::Unavailable(
+                "too few replicas acknowledged the claim".into(),
+            ));
+        }
+        Ok(ClaimOutcome::Claimed(lease))
     }
 
     async fn complete(
@@ -228,13 +265,23 @@ impl Store for RedisStore {
         record: Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
+        let client = self.pool.next_connected();
         let args = vec![
             owner_arg(&lease),
             Value::Bytes(record.encode()),
             Value::Integer(millis(ttl)),
         ];
-        self.eval_flag(&self.scripts.complete, &lease.key, args)
-            .await
+        let reply = self
+            .eval(client, &self.scripts.complete, &lease.key, args)
+            .await?;
+        let stored = reply.as_i64() == Some(1);
+        if stored && !self.replicated(client, &lease.key).await? {
+            tracing::warn!(
+                key = lease.key.as_str(),
+                "stored answer not yet acknowledged by enough replicas"
+            );
+        }
+        Ok(stored)
     }
 
     async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
@@ -249,7 +296,14 @@ impl Store for RedisStore {
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
-        let reply = self.eval(&self.scripts.lookup, key, Vec::new()).await?;
+        let reply = self
+            .eval(
+                self.pool.next_connected(),
+                &self.scripts.lookup,
+                key,
+                Vec::new(),
+            )
+            .await?;
         existing_from(reply)
     }
 
