@@ -156,6 +156,40 @@ impl Admin {
     }
 }
 
+/// How long `idemgate healthcheck` waits for `/healthz`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `GET /healthz` on the admin listener at `addr` (an unspecified address
+/// such as `0.0.0.0` is probed on loopback). `Ok` on a 200.
+pub async fn probe_health(addr: std::net::SocketAddr) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(match target {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(target).await?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: idemgate\r\nconnection: close\r\n\r\n")
+            .await?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, exchange).await {
+        Ok(Ok(head)) if head.starts_with(b"HTTP/1.1 200") => Ok(()),
+        Ok(Ok(head)) => Err(format!(
+            "{target} answered {}",
+            String::from_utf8_lossy(&head)
+        )),
+        Ok(Err(error)) => Err(format!("{target}: {error}")),
+        Err(_) => Err(format!("{target}: no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
 /// The key hash for a URL's `{key}`: a 64-hex hash as is, otherwise the
 /// percent-decoded key value, hashed as a single-part key.
 fn key_hash_from_url(raw: &str) -> String {

@@ -46,6 +46,9 @@ enum Command {
     CheckConfig,
     /// Run a self-contained demonstration on loopback.
     Demo,
+    /// Probe the admin listener's /healthz (container HEALTHCHECK; no shell
+    /// tools needed). Exit 0 when healthy, 1 otherwise.
+    Healthcheck,
 }
 
 fn init_logging(format: LogFormat, default: &str) {
@@ -125,6 +128,20 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!("{error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Healthcheck => {
+            let config = match load(cli.config.as_ref()) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+            match runtime.block_on(idemgate::admin::probe_health(config.listen.admin)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("unhealthy: {error}");
                     ExitCode::FAILURE
                 }
             }

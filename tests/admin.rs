@@ -132,3 +132,24 @@ async fn record_api_is_off_without_a_token() {
     );
     gate.stop().await;
 }
+
+#[tokio::test]
+async fn healthcheck_subcommand_probes_the_admin_listener() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let mut gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), ""));
+    let probe = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .arg("healthcheck")
+            .arg("--config")
+            .arg(path)
+            .output()
+            .expect("run healthcheck")
+    };
+    let healthy = probe(&gate.config_path);
+    assert!(healthy.status.success(), "{healthy:?}");
+    gate.kill();
+    let down = probe(&gate.config_path);
+    assert_eq!(down.status.code(), Some(1), "{down:?}");
+    assert!(String::from_utf8_lossy(&down.stderr).contains("unhealthy"));
+}

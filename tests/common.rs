@@ -383,6 +383,8 @@ pub struct GateProcess {
     pub addr: SocketAddr,
     /// The admin listener (/metrics, /healthz, /readyz, /admin/records).
     pub admin: SocketAddr,
+    /// The configuration file it runs with.
+    pub config_path: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -432,6 +434,7 @@ impl GateProcess {
             child,
             addr,
             admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+            config_path: path,
             _dir: dir,
         }
     }
