@@ -147,16 +147,14 @@ pub async fn start(
     let proxy = tokio::spawn(server::serve(
         proxy_listener,
         move |request, peer| Arc::clone(&pipeline).handle(request, Some(peer)),
-        limits.header_read_timeout,
+        limits.clone(),
         shutdown.clone(),
-        limits.shutdown_grace,
     ));
     let admin_server = tokio::spawn(server::serve(
         admin_listener,
         move |request, _peer| Arc::clone(&admin).handle(request),
-        limits.header_read_timeout,
+        limits.clone(),
         shutdown.clone(),
-        limits.shutdown_grace,
     ));
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
 

@@ -131,6 +131,17 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Time in-flight work gets after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Time allowed to receive the body after the headers (slow-body guard).
+    pub body_read_timeout: Duration,
+    /// Open proxy connections at most; further ones wait in the listen
+    /// backlog until one closes.
+    pub max_connections: usize,
+    /// Header fields per request at most (hyper answers 431 beyond).
+    pub max_headers: usize,
+    /// Request-head bytes at most (hyper answers 431 beyond).
+    pub max_header_bytes: usize,
+    /// Duplicates of one key that may wait at once.
+    pub max_waiting_per_key: usize,
 }
 
 /// Which store backs the claims.
@@ -716,7 +727,37 @@ impl TryFrom<RawConfig> for Config {
                 raw.limits.shutdown_grace.as_deref(),
                 raw::DEFAULT_SHUTDOWN_GRACE,
             ),
+            body_read_timeout: p.duration(
+                "limits.body_read_timeout",
+                raw.limits.body_read_timeout.as_deref(),
+                raw::DEFAULT_BODY_READ_TIMEOUT,
+            ),
+            max_connections: raw
+                .limits
+                .max_connections
+                .unwrap_or(raw::DEFAULT_MAX_CONNECTIONS),
+            max_headers: raw.limits.max_headers.unwrap_or(raw::DEFAULT_MAX_HEADERS),
+            max_header_bytes: raw
+                .limits
+                .max_header_bytes
+                .unwrap_or(raw::DEFAULT_MAX_HEADER_BYTES),
+            max_waiting_per_key: raw
+                .limits
+                .max_waiting_per_key
+                .unwrap_or(raw::DEFAULT_MAX_WAITING_PER_KEY),
         };
+        for (key, value, least) in [
+            ("limits.max_connections", limits.max_connections, 1),
+            ("limits.max_headers", limits.max_headers, 1),
+            ("limits.max_header_bytes", limits.max_header_bytes, 8192),
+        ] {
+            if value < least {
+                p.push(key, format!("must be at least {least}"));
+            }
+        }
+        if limits.body_read_timeout.is_zero() {
+            p.push("limits.body_read_timeout", "must be greater than zero");
+        }
         if limits.header_read_timeout.is_zero() {
             p.push("limits.header_read_timeout", "must be greater than zero");
         }

@@ -26,6 +26,9 @@ pub enum Rejection {
     /// The body is larger than `limits.max_body_bytes`.
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
+    /// The body did not arrive within `limits.body_read_timeout`.
+    #[error("request body not received in time")]
+    BodyTimeout,
     /// A signature is required but none was found where the route looks.
     #[error("signature missing")]
     SignatureMissing,
@@ -78,8 +81,9 @@ pub enum Rejection {
 
 /// Every `reason` word, in the order of SPEC §3 (plus `route_not_found`):
 /// the closed label set of `idemgate_rejections_total`.
-pub const REASONS: [&str; 15] = [
+pub const REASONS: [&str; 16] = [
     "body_too_large",
+    "body_timeout",
     "signature_missing",
     "signature_invalid",
     "timestamp_missing",
@@ -111,6 +115,11 @@ impl Rejection {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 "Request body too large",
+            ),
+            Self::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "Request body too slow",
             ),
             Self::SignatureMissing => (
                 StatusCode::UNAUTHORIZED,
@@ -246,6 +255,7 @@ mod tests {
     fn every_row_of_the_spec_table() {
         let table: Vec<(Rejection, u16, &str)> = vec![
             (Rejection::BodyTooLarge, 413, "body_too_large"),
+            (Rejection::BodyTimeout, 408, "body_timeout"),
             (Rejection::SignatureMissing, 401, "signature_missing"),
             (Rejection::SignatureInvalid, 401, "signature_invalid"),
             (Rejection::TimestampMissing, 401, "timestamp_missing"),

@@ -187,10 +187,12 @@ impl Pipeline {
     ) -> Finished {
         let route = &self.config.routes[index];
         let shadow = route.idempotency.mode == Mode::Shadow;
-        let inbound = match body::read(request, self.config.limits.max_body_bytes).await {
-            Ok(inbound) => inbound,
-            Err(rejection) => return Finished::rejected(rejection),
-        };
+        let limits = &self.config.limits;
+        let inbound =
+            match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
+                Ok(inbound) => inbound,
+                Err(rejection) => return Finished::rejected(rejection),
+            };
         let verified = match verify::verify(inbound, route, now_ms()) {
             Ok(verified) => {
                 if let Some(index) = verified.authenticity().secret_index {
@@ -224,6 +226,7 @@ impl Pipeline {
             &identity,
             self.owners.next(),
             &route.idempotency,
+            self.config.limits.max_waiting_per_key,
         )
         .await;
         let mut finished = match decision {

@@ -1,15 +1,30 @@
 //! The accept loop shared by the proxy and admin listeners.
 //!
 //! hyper-util's auto builder serves HTTP/1.1 and HTTP/2 (prior knowledge)
-//! on each connection; HTTP/1 header reads are bounded by
-//! `header_read_timeout` (slowloris). On shutdown the listener is dropped
-//! first, so no new connection is accepted, then every open connection is
-//! told to finish its in-flight requests and close, within the grace
-//! period.
+//! on each connection. Resource limits, all from `[limits]`:
+//!
+//! * at most `max_connections` open connections: at the cap the loop stops
+//!   accepting, so further connections wait in the kernel's listen backlog
+//!   (they are not refused) until one closes;
+//! * HTTP/1 request heads must arrive within `header_read_timeout`
+//!   (slowloris). hyper starts that timer whenever a connection waits for a
+//!   new request, so it is also the idle keep-alive timeout;
+//! * at most `max_headers` header fields and `max_header_bytes` of head
+//!   (hyper answers 431 beyond either).
+//!
+//! hyper's HTTP/1 parser refuses the classic request-smuggling shapes
+//! (conflicting `Content-Length`/`Transfer-Encoding`, repeated or invalid
+//! `Content-Length`, obs-fold, invalid header bytes) with 400 before any
+//! handler runs; `tests/hardening.rs` proves each one.
+//!
+//! On shutdown the listener is dropped first, so no new connection is
+//! accepted, then every open connection is told to finish its in-flight
+//! requests and close, within the grace period.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -18,18 +33,20 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::Limits;
 
 use crate::pipeline::forward::ProxyBody;
 
-/// Serves `handler` on `listener` until `shutdown` fires, then drains open
-/// connections for at most `grace`.
+/// Serves `handler` on `listener` under `limits` until `shutdown` fires,
+/// then drains open connections for at most `limits.shutdown_grace`.
 pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
-    header_read_timeout: Duration,
+    limits: Limits,
     shutdown: CancellationToken,
-    grace: Duration,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
@@ -38,9 +55,16 @@ pub async fn serve<H, F>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers)
+        .max_buf_size(limits.max_header_bytes);
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
         let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -65,10 +89,11 @@ pub async fn serve<H, F>(
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, error = %error, "connection ended with an error");
             }
+            drop(slot);
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
         .is_err()
     {

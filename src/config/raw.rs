@@ -14,6 +14,19 @@ use serde::Deserialize;
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 /// Default time a client has to send its request headers (slowloris guard).
 pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
+/// Default time to receive a body once its headers arrived (slow-body
+/// guard): generous for callbacks of at most `max_body_bytes`.
+pub const DEFAULT_BODY_READ_TIMEOUT: &str = "10s";
+/// Default connection cap: far above what one handler's senders need,
+/// low enough that file descriptors and memory stay bounded.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default header count cap (hyper's own default is 100).
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+/// Default request-head size cap; webhook heads are well under 8 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Default cap on duplicates of one key waiting at once; more copies get
+/// 409 `in_flight` at once, so a flood of copies can not pin memory.
+pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
 /// Default Redis key prefix, so idemgate shares a database safely.
@@ -83,6 +96,16 @@ pub struct RawLimits {
     pub header_read_timeout: Option<String>,
     /// Time allowed to finish in-flight work on shutdown.
     pub shutdown_grace: Option<String>,
+    /// Time allowed to receive the whole body once the headers are in.
+    pub body_read_timeout: Option<String>,
+    /// Open proxy connections at most; further ones wait in the backlog.
+    pub max_connections: Option<usize>,
+    /// Request header fields at most.
+    pub max_headers: Option<usize>,
+    /// Size of the request head (request line + headers) at most.
+    pub max_header_bytes: Option<usize>,
+    /// Duplicates of one key waiting for its first delivery at most.
+    pub max_waiting_per_key: Option<usize>,
 }
 
 /// `[store]`.

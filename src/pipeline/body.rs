@@ -3,7 +3,8 @@
 //! A declared `Content-Length` over the limit is refused before a byte of
 //! the body is read; a chunked body is cut off as soon as it crosses the
 //! limit. Either way the answer is 413 `body_too_large`, and nothing is
-//! buffered beyond the limit.
+//! buffered beyond the limit. A body that trickles in slower than
+//! `limits.body_read_timeout` allows is cut off with 408 `body_timeout`.
 
 use bytes::Bytes;
 use http::Request;
@@ -13,8 +14,13 @@ use hyper::body::Incoming;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
-/// Reads the whole body of `request` into an [`Inbound`].
-pub async fn read(request: Request<Incoming>, limit: u64) -> Result<Inbound, Rejection> {
+/// Reads the whole body of `request` into an [`Inbound`], within
+/// `timeout` (a slow-body sender gets 408 `body_timeout`).
+pub async fn read(
+    request: Request<Incoming>,
+    limit: u64,
+    timeout: std::time::Duration,
+) -> Result<Inbound, Rejection> {
     let declared = request
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -25,7 +31,10 @@ pub async fn read(request: Request<Incoming>, limit: u64) -> Result<Inbound, Rej
     }
     let (parts, body) = request.into_parts();
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let body: Bytes = match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(timeout, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| Rejection::BodyTimeout)?;
+    let body: Bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {
             return Err(Rejection::BodyTooLarge);

@@ -48,9 +48,12 @@ pub struct Signals {
 }
 
 impl Signals {
-    fn subscribe(&self, key: &str) -> Arc<Notify> {
+    /// A handle to wait on `key`, unless `limit` waiters hold one already.
+    fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
         let mut waiting = self.waiting.lock().expect("signals lock");
-        Arc::clone(waiting.entry(key.to_owned()).or_default())
+        let notify = waiting.entry(key.to_owned()).or_default();
+        // The map holds one handle; every other one is a waiter.
+        (Arc::strong_count(notify) <= limit).then(|| Arc::clone(notify))
     }
 
     fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
@@ -83,6 +86,7 @@ pub async fn claim(
     identity: &Identity,
     owner: OwnerToken,
     rules: &Idempotency,
+    max_waiting: usize,
 ) -> Result<Decision, StoreError> {
     let claim_ttl = rules.lease + rules.unknown_hold;
     let deadline = Instant::now() + rules.wait_timeout;
@@ -117,7 +121,12 @@ pub async fn claim(
         // signal map; a settle that slipped in between is caught by the
         // short first pause.
         let key = identity.key.as_str();
-        let notify = signals.subscribe(key);
+        let Some(notify) = signals.subscribe(key, max_waiting) else {
+            // Enough copies wait already; this one would only hold memory.
+            return Ok(Decision::Refuse(Rejection::InFlight {
+                retry_after: lease_left(existing.ttl, rules),
+            }));
+        };
         let _ = tokio::time::timeout(pause.min(deadline - now), notify.notified()).await;
         signals.unsubscribe(key, &notify);
         pause = (pause * 2).min(POLL_MAX);
