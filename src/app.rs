@@ -107,13 +107,7 @@ pub async fn start(
 ) -> Result<RunningApp, StartError> {
     warn_about(&config);
     let config = Arc::new(config);
-    crate::metrics::register_routes(
-        config
-            .routes
-            .iter()
-            .map(|r| r.name.as_str())
-            .chain([crate::metrics::UNMATCHED_ROUTE]),
-    );
+    crate::metrics::register_routes(&config.routes);
     let store = Arc::new(AnyStore::connect(&config.store).await?);
     let proxy_listener = bind(config.listen.proxy).await?;
     let admin_listener = bind(config.listen.admin).await?;

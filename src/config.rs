@@ -353,6 +353,15 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    /// How many secrets the scheme tries (the range of `secret_index`).
+    pub fn secret_count(&self) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Hmac(h) => h.secrets.len(),
+            Self::Preset(p) => p.keys.len(),
+        }
+    }
+
     /// The signature tolerance, which `retention` must exceed (SPEC §4 rule 8).
     pub fn tolerance(&self) -> Option<Duration> {
         match self {

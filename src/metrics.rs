@@ -195,8 +195,15 @@ pub fn describe() {
 /// Creates every counter series at zero for these routes, so dashboards
 /// and alerts see a 0 rather than an absent series before the first event
 /// (an absent series makes `rate()` and ratios silently empty).
-pub fn register_routes<'a>(routes: impl IntoIterator<Item = &'a str>) {
-    for route in routes {
+pub fn register_routes(routes: &[crate::config::Route]) {
+    for configured in routes {
+        for index in 0..configured.scheme.secret_count() {
+            counter!(SECRET_MATCHES_TOTAL, "route" => configured.name.clone(), "secret_index" => secret_label(index))
+                .increment(0);
+        }
+    }
+    let names = routes.iter().map(|r| r.name.as_str());
+    for route in names.chain([UNMATCHED_ROUTE]) {
         for outcome in Outcome::ALL {
             counter!(REQUESTS_TOTAL, "route" => route.to_owned(), "outcome" => outcome.as_str())
                 .increment(0);
@@ -257,10 +264,14 @@ pub fn store_op(op: StoreOp, elapsed: Duration, failed: bool) {
 /// Counts a verification by the secret at `index` (position in the
 /// route's `secrets`, a bounded label; never the secret).
 pub fn secret_match(route: &str, index: usize) {
-    const INDEX: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
-    let label = INDEX.get(index).copied().unwrap_or("8+");
-    counter!(SECRET_MATCHES_TOTAL, "route" => route.to_owned(), "secret_index" => label)
+    counter!(SECRET_MATCHES_TOTAL, "route" => route.to_owned(), "secret_index" => secret_label(index))
         .increment(1);
+}
+
+/// The bounded `secret_index` label value.
+fn secret_label(index: usize) -> &'static str {
+    const INDEX: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+    INDEX.get(index).copied().unwrap_or("8+")
 }
 
 /// Moves the in-flight gauge of a route.

@@ -172,9 +172,16 @@ impl Pipeline {
         if self.config.unmatched == Unmatched::Reject {
             return Finished::rejected(Rejection::RouteNotFound);
         }
-        match forward::pass_through(&self.client, &self.config.upstream, request, peer).await {
+        let started = Instant::now();
+        let result =
+            forward::pass_through(&self.client, &self.config.upstream, request, peer).await;
+        m::upstream(m::UNMATCHED_ROUTE, started.elapsed());
+        match result {
             Ok(response) => Finished::new(Outcome::Passthrough, response),
-            Err(error) => Finished::rejected(settle::failure(error)),
+            Err(error) => {
+                m::upstream_error(m::UNMATCHED_ROUTE, upstream_error_kind(error));
+                Finished::rejected(settle::failure(error))
+            }
         }
     }
 
@@ -407,10 +414,16 @@ fn meter_upstream(
             return;
         }
         Ok(_) => UpstreamErrorKind::Status,
-        Err(ForwardError::Timeout) => UpstreamErrorKind::Timeout,
-        Err(ForwardError::Refused | ForwardError::Broken) => UpstreamErrorKind::Connect,
+        Err(error) => upstream_error_kind(*error),
     };
     m::upstream_error(&route.name, kind);
+}
+
+fn upstream_error_kind(error: ForwardError) -> UpstreamErrorKind {
+    match error {
+        ForwardError::Timeout => UpstreamErrorKind::Timeout,
+        ForwardError::Refused | ForwardError::Broken => UpstreamErrorKind::Connect,
+    }
 }
 
 /// Re-exported for the server: a plain `Full` body as [`ProxyBody`].
