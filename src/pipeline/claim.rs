@@ -8,6 +8,10 @@
 //! so a released first attempt makes the waiter the new first delivery) or
 //! refused with 409 `in_flight`.
 //!
+//! A record this build can not decode is answered like an unknown outcome
+//! (409, logged, counted as a store error): it may stand for a delivery
+//! that ran, so it is never treated as free.
+//!
 //! Waiting is cheap: duplicates on this instance are woken by
 //! [`Signals`] the moment the local first delivery settles; duplicates of a
 //! first delivery running on another instance re-check the store at a
@@ -93,9 +97,23 @@ pub async fn claim(
     let mut pause = POLL_FIRST;
     loop {
         let record = Record::in_flight(owner, identity.fingerprint);
-        let existing = match store.claim(&identity.key, record, claim_ttl).await? {
-            ClaimOutcome::Claimed(lease) => return Ok(Decision::Forward(lease)),
-            ClaimOutcome::Existing(existing) => existing,
+        let existing = match store.claim(&identity.key, record, claim_ttl).await {
+            Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
+            Ok(ClaimOutcome::Existing(existing)) => existing,
+            Err(StoreError::Corrupt(error)) => {
+                // Unreadable (a newer encoding mid-upgrade, or damage): the
+                // first delivery may have run, so treat it as an unknown
+                // outcome — never as a free key, never as a 5xx.
+                tracing::error!(
+                    key = identity.key.as_str(),
+                    %error,
+                    "unreadable record: answering outcome_unknown until it expires or is purged"
+                );
+                return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
+                    retry_after: rules.unknown_hold,
+                }));
+            }
+            Err(error) => return Err(error),
         };
         if existing.record.fingerprint != identity.fingerprint {
             return Ok(Decision::Refuse(Rejection::FingerprintMismatch));
