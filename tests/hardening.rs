@@ -362,11 +362,10 @@ async fn slowloris_does_not_starve_deliveries() {
                             break;
                         }
                         let mut probe = [0u8; 256];
-                        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut probe))
-                            .await
-                        {
-                            Ok(Ok(0) | Err(_)) => break,
-                            _ => {}
+                        let read =
+                            tokio::time::timeout(Duration::from_secs(1), stream.read(&mut probe));
+                        if let Ok(Ok(0) | Err(_)) = read.await {
+                            break;
                         }
                     }
                     lifetimes.push(opened.elapsed());
