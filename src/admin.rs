@@ -101,7 +101,7 @@ impl Admin {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
             .unwrap_or_default();
-        Some(bool::from(presented.ct_eq(token.expose())))
+        Some(bool::from(presented.ct_eq(&token.expose())))
     }
 
     async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {

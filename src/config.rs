@@ -7,6 +7,7 @@
 //! operator fixes a file in one pass.
 
 pub mod raw;
+pub mod secret;
 pub mod selector;
 
 use std::fmt;
@@ -17,83 +18,13 @@ use std::time::Duration;
 use http::{Method, Uri};
 
 use raw::{RawConfig, RawIdempotency, RawRoute, RawSignature, parse_duration};
+pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};
 
 /// Every problem found in a configuration file, each prefixed by its key.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration:\n  {}", .0.join("\n  "))]
 pub struct ConfigError(pub Vec<String>);
-
-/// A secret value: redacted whenever printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret {
-    value: Vec<u8>,
-    source: String,
-}
-
-impl Secret {
-    /// Resolves `env:NAME`, `file:PATH` or `literal:VALUE`.
-    pub fn resolve(spec: &str) -> Result<Self, String> {
-        let (kind, argument) = spec
-            .split_once(':')
-            .ok_or_else(|| "a secret is written env:NAME, file:PATH or literal:VALUE".to_owned())?;
-        let value = match kind {
-            "env" => std::env::var(argument)
-                .map_err(|_| format!("environment variable {argument} is not set"))?
-                .into_bytes(),
-            "file" => {
-                let mut bytes = std::fs::read(argument)
-                    .map_err(|e| format!("cannot read secret file {argument}: {e}"))?;
-                while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                    bytes.pop();
-                }
-                bytes
-            }
-            "literal" => argument.as_bytes().to_vec(),
-            _ => {
-                return Err(format!(
-                    "unknown secret source {kind:?}; expected env:NAME, file:PATH or literal:VALUE"
-                ));
-            }
-        };
-        if value.is_empty() {
-            return Err(format!("secret from {kind}:{argument} is empty"));
-        }
-        let source = match kind {
-            "literal" => "literal:…".to_owned(),
-            _ => spec.to_owned(),
-        };
-        Ok(Self { value, source })
-    }
-
-    /// A secret given directly (tests, the demo).
-    pub fn from_bytes(value: impl Into<Vec<u8>>) -> Self {
-        Self {
-            value: value.into(),
-            source: "literal:…".to_owned(),
-        }
-    }
-
-    /// The secret bytes; call sites are the MAC and the token compare only.
-    pub fn expose(&self) -> &[u8] {
-        &self.value
-    }
-
-    /// A secret computed from this one (e.g. a base64-decoded key), keeping
-    /// the source for redacted printing.
-    pub fn derive(&self, value: Vec<u8>) -> Self {
-        Self {
-            value,
-            source: self.source.clone(),
-        }
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret(<redacted, from {}>)", self.source)
-    }
-}
 
 /// What to do with requests no route matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -538,6 +469,33 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Routes, in file order.
     pub routes: Vec<Route>,
+}
+
+impl Config {
+    /// Re-reads every `file:` secret (SIGHUP). Returns how many changed,
+    /// or the errors of those that could not be read (they keep their old
+    /// value; the others are still updated).
+    pub fn reload_secrets(&self) -> Result<usize, Vec<String>> {
+        let route_secrets = self.routes.iter().flat_map(|route| match &route.scheme {
+            Scheme::None => &[][..],
+            Scheme::Hmac(hmac) => &hmac.secrets[..],
+            Scheme::Preset(preset) => &preset.keys[..],
+        });
+        let mut changed = 0;
+        let mut errors = Vec::new();
+        for secret in route_secrets.chain(self.admin_token.iter()) {
+            match secret.reload() {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(error) => errors.push(error),
+            }
+        }
+        if errors.is_empty() {
+            Ok(changed)
+        } else {
+            Err(errors)
+        }
+    }
 }
 
 /// Collects errors with their key paths.
@@ -1176,9 +1134,9 @@ fn preset(
             .filter_map(|(i, secret)| {
                 p.take(
                     &format!("{key}.secrets[{i}]"),
-                    crate::signature::standard_webhooks::decode_secret(secret.expose())
-                        .map(|bytes| secret.derive(bytes))
-                        .ok_or_else(|| {
+                    secret
+                        .derived(crate::signature::standard_webhooks::decode_secret)
+                        .map_err(|_| {
                             "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
                         }),
                 )
@@ -1521,15 +1479,6 @@ mod tests {
             err.0[0].starts_with("route[0].signature.secrets[1]: environment variable"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn file_secret_trims_trailing_newline() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "abc\n").unwrap();
-        let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
-        assert_eq!(secret.expose(), b"abc");
     }
 
     #[test]

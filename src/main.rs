@@ -88,12 +88,34 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+/// SIGHUP re-reads every `file:` secret (rotation without a restart).
+fn reload_secrets_on_sighup(config: Config) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match config.reload_secrets() {
+                Ok(changed) => tracing::info!(changed, "SIGHUP: file secrets re-read"),
+                Err(errors) => {
+                    for error in errors {
+                        tracing::error!("SIGHUP: {error}; keeping the previous value");
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     tokio::pin!(stop);
     let metrics = idemgate::app::install_metrics()
         .map_err(anyhow::Error::msg)
         .context("installing the metrics recorder")?;
+    // Clones share their secret cells, so reloading this copy's `file:`
+    // secrets changes what every route verifies with.
+    reload_secrets_on_sighup(config.clone())?;
     let app = tokio::select! {
         started = idemgate::app::start(config, Some(metrics)) => started.context("starting idemgate")?,
         () = &mut stop => return Ok(()),

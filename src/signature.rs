@@ -97,7 +97,7 @@ pub fn matching_secret(
 ) -> Option<usize> {
     let mut found = None;
     for (index, secret) in secrets.iter().enumerate() {
-        let expected = form.render(mac(algorithm, secret.expose(), message));
+        let expected = form.render(mac(algorithm, &secret.expose(), message));
         let mut hit = subtle::Choice::from(0);
         for candidate in presented {
             hit |= expected.as_slice().ct_eq(candidate);
