@@ -18,7 +18,7 @@ const EXIT_BAD_CONFIG: u8 = 2;
 #[derive(Debug, Parser)]
 #[command(
     name = "idemgate",
-    version,
+    version = env!("IDEMGATE_VERSION"),
     about = "Idempotency sidecar for at-least-once webhooks"
 )]
 struct Cli {

@@ -153,3 +153,16 @@ async fn healthcheck_subcommand_probes_the_admin_listener() {
     assert_eq!(down.status.code(), Some(1), "{down:?}");
     assert!(String::from_utf8_lossy(&down.stderr).contains("unhealthy"));
 }
+
+#[test]
+fn version_names_the_build() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("idemgate {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+}
