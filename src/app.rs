@@ -107,7 +107,6 @@ pub async fn start(
 ) -> Result<RunningApp, StartError> {
     warn_about(&config);
     let config = Arc::new(config);
-    crate::metrics::register_routes(&config.routes);
     let store = Arc::new(AnyStore::connect(&config.store).await?);
     let proxy_listener = bind(config.listen.proxy).await?;
     let admin_listener = bind(config.listen.admin).await?;
@@ -182,7 +181,7 @@ fn spawn_upkeep(
     store: &Arc<AnyStore>,
     metrics: Option<PrometheusHandle>,
 ) {
-    if let AnyStore::Embedded(embedded) = store.as_ref() {
+    if let Some(embedded) = store.embedded() {
         let embedded = embedded.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {

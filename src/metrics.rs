@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// `idemgate_requests_total{route, outcome}`.
 pub const REQUESTS_TOTAL: &str = "idemgate_requests_total";
@@ -192,80 +192,140 @@ pub fn describe() {
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 
-/// Creates every counter series at zero for these routes, so dashboards
-/// and alerts see a 0 rather than an absent series before the first event
-/// (an absent series makes `rate()` and ratios silently empty).
-pub fn register_routes(routes: &[crate::config::Route]) {
-    for configured in routes {
-        for index in 0..configured.scheme.secret_count() {
-            counter!(SECRET_MATCHES_TOTAL, "route" => configured.name.clone(), "secret_index" => secret_label(index))
-                .increment(0);
+/// One route's metric handles, resolved once at start-up so the request
+/// path neither allocates label strings nor looks series up. Creating it
+/// also creates every counter series at zero, so dashboards and alerts see
+/// a 0 rather than an absent series before the first event (an absent
+/// series makes `rate()` and ratios silently empty).
+#[derive(Debug)]
+pub struct RouteMetrics {
+    requests: Vec<Counter>,
+    durations: Vec<Histogram>,
+    rejections: Vec<Counter>,
+    upstream: Histogram,
+    upstream_errors: Vec<Counter>,
+    in_flight: Gauge,
+    unknown: Counter,
+    secrets: Vec<Counter>,
+}
+
+impl RouteMetrics {
+    /// Handles for `route`, whose scheme tries `secret_count` secrets.
+    pub fn new(route: &str, secret_count: usize) -> Self {
+        let route = route.to_owned();
+        let zeroed = |counter: Counter| {
+            counter.increment(0);
+            counter
+        };
+        let this = Self {
+            requests: Outcome::ALL
+                .iter()
+                .map(|o| zeroed(counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => o.as_str())))
+                .collect(),
+            durations: Outcome::ALL
+                .iter()
+                .map(|o| histogram!(REQUEST_DURATION, "route" => route.clone(), "outcome" => o.as_str()))
+                .collect(),
+            rejections: crate::error::REASONS
+                .iter()
+                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => *r)))
+                .collect(),
+            upstream: histogram!(UPSTREAM_DURATION, "route" => route.clone()),
+            upstream_errors: UpstreamErrorKind::ALL
+                .iter()
+                .map(|k| zeroed(counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.clone(), "kind" => k.as_str())))
+                .collect(),
+            in_flight: gauge!(IN_FLIGHT, "route" => route.clone()),
+            unknown: zeroed(counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            secrets: (0..secret_count)
+                .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
+                .collect(),
+        };
+        this.in_flight.increment(0.0);
+        this
+    }
+
+    /// Counts one finished request and its latency.
+    pub fn request(&self, outcome: Outcome, elapsed: Duration) {
+        self.requests[outcome as usize].increment(1);
+        self.durations[outcome as usize].record(elapsed.as_secs_f64());
+    }
+
+    /// Counts a rejection by its reason word.
+    pub fn rejection(&self, reason: &str) {
+        if let Some(index) = crate::error::REASONS.iter().position(|r| *r == reason) {
+            self.rejections[index].increment(1);
         }
     }
-    let names = routes.iter().map(|r| r.name.as_str());
-    for route in names.chain([UNMATCHED_ROUTE]) {
-        for outcome in Outcome::ALL {
-            counter!(REQUESTS_TOTAL, "route" => route.to_owned(), "outcome" => outcome.as_str())
-                .increment(0);
-        }
-        for reason in crate::error::REASONS {
-            counter!(REJECTIONS_TOTAL, "route" => route.to_owned(), "reason" => reason)
-                .increment(0);
-        }
-        for kind in UpstreamErrorKind::ALL {
-            counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.to_owned(), "kind" => kind.as_str())
-                .increment(0);
-        }
-        counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.to_owned()).increment(0);
-        gauge!(IN_FLIGHT, "route" => route.to_owned()).increment(0.0);
+
+    /// Records an upstream call's duration.
+    pub fn upstream(&self, elapsed: Duration) {
+        self.upstream.record(elapsed.as_secs_f64());
     }
-    for op in StoreOp::ALL {
-        counter!(STORE_ERRORS_TOTAL, "op" => op.as_str()).increment(0);
+
+    /// Counts an upstream failure.
+    pub fn upstream_error(&self, kind: UpstreamErrorKind) {
+        self.upstream_errors[kind as usize].increment(1);
     }
-}
 
-/// Counts a first delivery whose outcome was recorded as unknown.
-pub fn unknown_outcome(route: &str) {
-    counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.to_owned()).increment(1);
-}
+    /// Counts a verification by the secret at `index` (its position in the
+    /// route's `secrets`; never the secret itself).
+    pub fn secret_match(&self, index: usize) {
+        if let Some(counter) = self.secrets.get(index) {
+            counter.increment(1);
+        }
+    }
 
-/// Counts one finished request and its latency.
-pub fn request(route: &str, outcome: Outcome, elapsed: Duration) {
-    let route = route.to_owned();
-    counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => outcome.as_str()).increment(1);
-    histogram!(REQUEST_DURATION, "route" => route, "outcome" => outcome.as_str())
-        .record(elapsed.as_secs_f64());
-}
+    /// Moves the in-flight gauge.
+    pub fn in_flight(&self, delta: f64) {
+        self.in_flight.increment(delta);
+    }
 
-/// Counts a rejection by reason.
-pub fn rejection(route: &str, reason: &'static str) {
-    counter!(REJECTIONS_TOTAL, "route" => route.to_owned(), "reason" => reason).increment(1);
-}
-
-/// Records an upstream call's duration.
-pub fn upstream(route: &str, elapsed: Duration) {
-    histogram!(UPSTREAM_DURATION, "route" => route.to_owned()).record(elapsed.as_secs_f64());
-}
-
-/// Counts an upstream failure.
-pub fn upstream_error(route: &str, kind: UpstreamErrorKind) {
-    counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.to_owned(), "kind" => kind.as_str())
-        .increment(1);
-}
-
-/// Records a store call's latency and failure.
-pub fn store_op(op: StoreOp, elapsed: Duration, failed: bool) {
-    histogram!(STORE_DURATION, "op" => op.as_str()).record(elapsed.as_secs_f64());
-    if failed {
-        counter!(STORE_ERRORS_TOTAL, "op" => op.as_str()).increment(1);
+    /// Counts a first delivery whose outcome was recorded as unknown.
+    pub fn unknown_outcome(&self) {
+        self.unknown.increment(1);
     }
 }
 
-/// Counts a verification by the secret at `index` (position in the
-/// route's `secrets`, a bounded label; never the secret).
-pub fn secret_match(route: &str, index: usize) {
-    counter!(SECRET_MATCHES_TOTAL, "route" => route.to_owned(), "secret_index" => secret_label(index))
-        .increment(1);
+/// Store operation handles, resolved once.
+#[derive(Debug)]
+pub struct StoreMetrics {
+    durations: Vec<Histogram>,
+    errors: Vec<Counter>,
+}
+
+impl StoreMetrics {
+    /// Handles for every operation; error counters start at zero.
+    pub fn new() -> Self {
+        Self {
+            durations: StoreOp::ALL
+                .iter()
+                .map(|op| histogram!(STORE_DURATION, "op" => op.as_str()))
+                .collect(),
+            errors: StoreOp::ALL
+                .iter()
+                .map(|op| {
+                    let counter = counter!(STORE_ERRORS_TOTAL, "op" => op.as_str());
+                    counter.increment(0);
+                    counter
+                })
+                .collect(),
+        }
+    }
+
+    /// Records a store call's latency and failure.
+    pub fn record(&self, op: StoreOp, elapsed: Duration, failed: bool) {
+        self.durations[op as usize].record(elapsed.as_secs_f64());
+        if failed {
+            self.errors[op as usize].increment(1);
+        }
+    }
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The bounded `secret_index` label value.
@@ -274,7 +334,44 @@ fn secret_label(index: usize) -> &'static str {
     INDEX.get(index).copied().unwrap_or("8+")
 }
 
-/// Moves the in-flight gauge of a route.
-pub fn in_flight(route: &str, delta: f64) {
-    gauge!(IN_FLIGHT, "route" => route.to_owned()).increment(delta);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handle vectors are indexed by discriminant: the ALL arrays must
+    /// list the variants in declaration order.
+    #[test]
+    fn label_arrays_follow_declaration_order() {
+        for (i, outcome) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, i);
+        }
+        for (i, op) in StoreOp::ALL.iter().enumerate() {
+            assert_eq!(*op as usize, i);
+        }
+        for (i, kind) in UpstreamErrorKind::ALL.iter().enumerate() {
+            assert_eq!(*kind as usize, i);
+        }
+    }
+
+    #[test]
+    fn handles_record_into_a_local_recorder() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let meters = RouteMetrics::new("pay", 2);
+            meters.request(Outcome::Replayed, Duration::from_millis(1));
+            meters.rejection("in_flight");
+            meters.secret_match(1);
+        });
+        let text = handle.render();
+        for line in [
+            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\"} 1",
+            "idemgate_requests_total{route=\"pay\",outcome=\"forwarded\"} 0",
+            "idemgate_rejections_total{route=\"pay\",reason=\"in_flight\"} 1",
+            "idemgate_secret_matches_total{route=\"pay\",secret_index=\"1\"} 1",
+            "idemgate_secret_matches_total{route=\"pay\",secret_index=\"0\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line}:\n{text}");
+        }
+    }
 }

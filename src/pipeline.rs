@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::Rejection;
 use crate::extract::Inbound;
-use crate::metrics::{self as m, Outcome, UpstreamErrorKind};
+use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::record::{OwnerMint, RecordState, now_ms};
 use crate::store::{AnyStore, Lease, Store};
 use claim::{Decision, Signals};
@@ -86,21 +86,34 @@ impl Finished {
         }
     }
 
+    /// The answer to a forwarded request: the upstream's, or idemgate's
+    /// 502/504 when the upstream failed (outcome unchanged: it was sent).
+    fn upstream(outcome: Outcome, result: Result<forward::UpstreamAnswer, ForwardError>) -> Self {
+        match result {
+            Ok(answer) => Self::new(outcome, settle::live(answer)),
+            Err(error) => {
+                let rejection = settle::failure(error);
+                let reason = rejection.reason();
+                Self::new(outcome, rejection.into_response().map(full_from)).with_reason(reason)
+            }
+        }
+    }
+
     fn with_reason(mut self, reason: &'static str) -> Self {
         self.reason = Some(reason);
         self
     }
 
     /// Counts and logs the request once.
-    fn record(&mut self, route: &str, started: Instant) {
+    fn record(&mut self, route: &str, meters: &RouteMetrics, started: Instant) {
         if self.recorded {
             return;
         }
         self.recorded = true;
         let elapsed = started.elapsed();
-        m::request(route, self.outcome, elapsed);
+        meters.request(self.outcome, elapsed);
         if let Some(reason) = self.reason {
-            m::rejection(route, reason);
+            meters.rejection(reason);
         }
         tracing::info!(
             route,
@@ -129,12 +142,21 @@ pub struct Pipeline {
     owners: OwnerMint,
     signals: Signals,
     tracker: TaskTracker,
+    /// Metric handles per route, in route order, then the unmatched ones.
+    meters: Vec<RouteMetrics>,
 }
 
 impl Pipeline {
     /// Assembles a pipeline; `tracker` owns the detached upstream calls.
     pub fn new(config: Arc<Config>, store: Arc<AnyStore>, tracker: TaskTracker) -> Self {
+        let meters = config
+            .routes
+            .iter()
+            .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
+            .chain([RouteMetrics::new(m::UNMATCHED_ROUTE, 0)])
+            .collect();
         Self {
+            meters,
             config,
             store,
             client: forward::client(),
@@ -164,7 +186,8 @@ impl Pipeline {
                     .await,
             ),
         };
-        finished.record(route_name, started);
+        let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
+        finished.record(route_name, meters, started);
         finished.response
     }
 
@@ -175,11 +198,12 @@ impl Pipeline {
         let started = Instant::now();
         let result =
             forward::pass_through(&self.client, &self.config.upstream, request, peer).await;
-        m::upstream(m::UNMATCHED_ROUTE, started.elapsed());
+        let meters = &self.meters[self.config.routes.len()];
+        meters.upstream(started.elapsed());
         match result {
             Ok(response) => Finished::new(Outcome::Passthrough, response),
             Err(error) => {
-                m::upstream_error(m::UNMATCHED_ROUTE, upstream_error_kind(error));
+                meters.upstream_error(upstream_error_kind(error));
                 Finished::rejected(settle::failure(error))
             }
         }
@@ -202,15 +226,15 @@ impl Pipeline {
             };
         let verified = match verify::verify(inbound, route, now_ms()) {
             Ok(verified) => {
-                if let Some(index) = verified.authenticity().secret_index {
-                    m::secret_match(&route.name, index);
+                if let Some(secret) = verified.authenticity().secret_index {
+                    self.meters[index].secret_match(secret);
                 }
                 verified
             }
             Err(refused) if shadow => {
                 let Unverified { inbound, rejection } = *refused;
                 return self
-                    .unprotected(route, &inbound, peer, Outcome::Passthrough)
+                    .unprotected(index, &inbound, peer, Outcome::Passthrough)
                     .await
                     .with_reason(rejection.reason());
             }
@@ -221,7 +245,7 @@ impl Pipeline {
             Ok(identity) => identity,
             Err(rejection) if shadow => {
                 return self
-                    .unprotected(route, verified.inbound(), peer, Outcome::Passthrough)
+                    .unprotected(index, verified.inbound(), peer, Outcome::Passthrough)
                     .await
                     .with_reason(rejection.reason());
             }
@@ -243,14 +267,14 @@ impl Pipeline {
                     .await
             }
             Ok(Decision::Replay(_)) if shadow => {
-                self.unprotected(route, verified.inbound(), peer, Outcome::ShadowDuplicate)
+                self.unprotected(index, verified.inbound(), peer, Outcome::ShadowDuplicate)
                     .await
             }
             Ok(Decision::Replay(stored)) => {
                 Finished::new(Outcome::Replayed, settle::replay(&stored))
             }
             Ok(Decision::Refuse(rejection)) if shadow => self
-                .unprotected(route, verified.inbound(), peer, Outcome::ShadowDuplicate)
+                .unprotected(index, verified.inbound(), peer, Outcome::ShadowDuplicate)
                 .await
                 .with_reason(rejection.reason()),
             Ok(Decision::Refuse(rejection)) => Finished::rejected(rejection),
@@ -258,7 +282,7 @@ impl Pipeline {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match route.idempotency.on_unavailable {
                     OnUnavailable::Forward => {
-                        self.unprotected(route, verified.inbound(), peer, Outcome::Unprotected)
+                        self.unprotected(index, verified.inbound(), peer, Outcome::Unprotected)
                             .await
                     }
                     OnUnavailable::Reject => Finished::rejected(Rejection::StoreUnavailable {
@@ -275,11 +299,12 @@ impl Pipeline {
     /// Forwards without a claim: shadow mode, or a fail-open store outage.
     async fn unprotected(
         &self,
-        route: &Route,
+        index: usize,
         inbound: &Inbound,
         peer: Option<SocketAddr>,
         outcome: Outcome,
     ) -> Finished {
+        let route = &self.config.routes[index];
         let started = Instant::now();
         let result = forward::forward(
             &self.client,
@@ -289,15 +314,8 @@ impl Pipeline {
             peer,
         )
         .await;
-        meter_upstream(route, &result, started.elapsed());
-        match result {
-            Ok(answer) => Finished::new(outcome, settle::live(answer)),
-            Err(error) => {
-                let rejection = settle::failure(error);
-                let reason = rejection.reason();
-                Finished::new(outcome, rejection.into_response().map(full_from)).with_reason(reason)
-            }
-        }
+        meter_upstream(route, &self.meters[index], &result, started.elapsed());
+        Finished::upstream(outcome, result)
     }
 
     /// Forwards a claimed delivery and settles its lease in a detached
@@ -316,7 +334,7 @@ impl Pipeline {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
         let key_hash = identity.key_hash.clone();
-        m::in_flight(&self.config.routes[index].name, 1.0);
+        self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
             let request = verified.inbound();
@@ -334,21 +352,14 @@ impl Pipeline {
                 ),
             )
             .await;
-            meter_upstream(route, &result, upstream_started.elapsed());
-            this.settle(route, lease, &result).await;
-            m::in_flight(&route.name, -1.0);
-            let mut finished = match result {
-                Ok(answer) => Finished::new(Outcome::Forwarded, settle::live(answer)),
-                Err(error) => {
-                    let rejection = settle::failure(error);
-                    let reason = rejection.reason();
-                    Finished::new(Outcome::Forwarded, rejection.into_response().map(full_from))
-                        .with_reason(reason)
-                }
-            };
+            let meters = &this.meters[index];
+            meter_upstream(route, meters, &result, upstream_started.elapsed());
+            this.settle(index, lease, &result).await;
+            meters.in_flight(-1.0);
+            let mut finished = Finished::upstream(Outcome::Forwarded, result);
             finished.key_hash = Some(key_hash);
             finished.secret_index = verified.authenticity().secret_index;
-            finished.record(&route.name, started);
+            finished.record(&route.name, meters, started);
             let _ = reply.send(finished);
         });
         answer.await.unwrap_or_else(|_| {
@@ -363,15 +374,16 @@ impl Pipeline {
     /// Stores the outcome of a first delivery and wakes local duplicates.
     async fn settle(
         &self,
-        route: &Route,
+        index: usize,
         lease: Lease,
         result: &Result<forward::UpstreamAnswer, ForwardError>,
     ) {
+        let route = &self.config.routes[index];
         let key = lease.key().as_str().to_owned();
         let outcome = match settle::settlement(result, lease.record(), &route.idempotency) {
             Settlement::Keep(record, ttl) => {
                 if record.state == RecordState::Unknown {
-                    m::unknown_outcome(&route.name);
+                    self.meters[index].unknown_outcome();
                     tracing::warn!(
                         route = route.name,
                         key,
@@ -400,10 +412,11 @@ impl Pipeline {
 
 fn meter_upstream(
     route: &Route,
+    meters: &RouteMetrics,
     result: &Result<forward::UpstreamAnswer, ForwardError>,
     elapsed: Duration,
 ) {
-    m::upstream(&route.name, elapsed);
+    meters.upstream(elapsed);
     let kind = match result {
         Ok(answer)
             if route
@@ -416,7 +429,7 @@ fn meter_upstream(
         Ok(_) => UpstreamErrorKind::Status,
         Err(error) => upstream_error_kind(*error),
     };
-    m::upstream_error(&route.name, kind);
+    meters.upstream_error(kind);
 }
 
 fn upstream_error_kind(error: ForwardError) -> UpstreamErrorKind {

@@ -178,21 +178,28 @@ pub trait Store: Send + Sync + 'static {
 /// `idemgate_store_duration_seconds{op}` and, on failure,
 /// `idemgate_store_errors_total{op}`.
 #[derive(Debug)]
-pub enum AnyStore {
-    /// Redis via fred.
+pub struct AnyStore {
+    backend: Backend,
+    metrics: m::StoreMetrics,
+}
+
+/// The two implementations.
+#[derive(Debug)]
+enum Backend {
     Redis(Box<redis::RedisStore>),
-    /// Local redb file.
     Embedded(embedded::EmbeddedStore),
 }
 
 macro_rules! dispatch {
     ($self:ident, $op:expr, $store:ident => $call:expr) => {{
         let started = Instant::now();
-        let result = match $self {
-            AnyStore::Redis($store) => $call.await,
-            AnyStore::Embedded($store) => $call.await,
+        let result = match &$self.backend {
+            Backend::Redis($store) => $call.await,
+            Backend::Embedded($store) => $call.await,
         };
-        m::store_op($op, started.elapsed(), result.is_err());
+        $self
+            .metrics
+            .record($op, started.elapsed(), result.is_err());
         result
     }};
 }
@@ -200,13 +207,25 @@ macro_rules! dispatch {
 impl AnyStore {
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
-        match &config.backend {
-            StoreBackend::Redis { url } => Ok(Self::Redis(Box::new(
+        let backend = match &config.backend {
+            StoreBackend::Redis { url } => Backend::Redis(Box::new(
                 redis::RedisStore::connect(url, config.command_timeout, config.replica_ack).await?,
-            ))),
+            )),
             StoreBackend::Embedded { path } => {
-                Ok(Self::Embedded(embedded::EmbeddedStore::open(path)?))
+                Backend::Embedded(embedded::EmbeddedStore::open(path)?)
             }
+        };
+        Ok(Self {
+            backend,
+            metrics: m::StoreMetrics::new(),
+        })
+    }
+
+    /// The embedded store, if that is the backend (for its sweeper).
+    pub fn embedded(&self) -> Option<&embedded::EmbeddedStore> {
+        match &self.backend {
+            Backend::Embedded(store) => Some(store),
+            Backend::Redis(_) => None,
         }
     }
 }
@@ -247,9 +266,9 @@ impl Store for AnyStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Self::Redis(s) => s.ping().await,
-            Self::Embedded(s) => s.ping().await,
+        match &self.backend {
+            Backend::Redis(s) => s.ping().await,
+            Backend::Embedded(s) => s.ping().await,
         }
     }
 }
