@@ -1,15 +1,15 @@
 # idemgate container image.
 #
 #   docker build -t idemgate .
-#   docker run --rm -p 8080:8080 -p 9090:9090 \
+#   docker run --rm --stop-timeout 45 -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/my-idemgate.toml:/etc/idemgate/idemgate.toml:ro" \
 #     -e PAYMENTS_SECRET=... -e IDEMGATE_ADMIN_TOKEN=... \
 #     idemgate
 #
 # Configuration: the image carries config/idemgate.toml (the annotated
 # reference) at /etc/idemgate/idemgate.toml only as an example. Operators
-# mount their own file over it (or elsewhere, pointing IDEMGATE_CONFIG or
-# --config at it). Inside a container that file must set
+# mount their own file over it (or elsewhere, pointing IDEMGATE_CONFIG at
+# it; see below). Inside a container that file must set
 #
 #   [listen]
 #   proxy = "0.0.0.0:8080"
@@ -21,6 +21,15 @@
 # unless it shares the pod's or host's network namespace, as a sidecar does).
 # Secrets come from the environment (env:NAME) or mounted files (file:PATH).
 # Validate a file with: docker run --rm -v ... idemgate check-config
+#
+# --stop-timeout: docker stop waits 10s by default before SIGKILL; give it
+# more than [limits] shutdown_grace (30s) so in-flight calls can finish.
+#
+# Point at your file by mounting it over the default path or by setting
+# IDEMGATE_CONFIG, not with `serve --config PATH`: the HEALTHCHECK below runs
+# `idemgate healthcheck`, which finds the admin listener through
+# IDEMGATE_CONFIG and would otherwise read the example file (127.0.0.1, whose
+# secrets are not set) and report the container unhealthy.
 #
 # The admin listener serves /healthz (liveness) and /readyz (store
 # reachable) for orchestrator probes. With [store] kind = "embedded", a
@@ -44,6 +53,10 @@ RUN mkdir src \
 # embedded into the binary with include_str! at compile time.
 COPY src ./src
 COPY lua ./lua
+# build.rs sets IDEMGATE_VERSION, which src/main.rs reads with env!: without
+# it the crate does not compile. .git/ is not in the build context
+# (.dockerignore), so `idemgate --version` shows the crate version alone.
+COPY build.rs ./
 # COPY keeps the files' original mtimes, which can be older than the
 # placeholder build; touch them so cargo rebuilds the crate itself.
 RUN touch src/lib.rs src/main.rs \
@@ -52,6 +65,13 @@ RUN touch src/lib.rs src/main.rs \
 
 # ---- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
+
+# Where the image was built from: docker build --build-arg SOURCE_URL=https://…
+ARG SOURCE_URL=""
+LABEL org.opencontainers.image.title="idemgate" \
+      org.opencontainers.image.description="Idempotency sidecar: verifies webhook signatures, deduplicates at-least-once deliveries, replays stored answers" \
+      org.opencontainers.image.licenses="MIT OR Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE_URL}"
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
@@ -65,13 +85,24 @@ RUN apt-get update \
 
 COPY --from=builder /build/target/release/idemgate /usr/local/bin/idemgate
 COPY config/idemgate.toml /etc/idemgate/idemgate.toml
+COPY LICENSE-MIT LICENSE-APACHE /usr/share/doc/idemgate/
 
 ENV IDEMGATE_CONFIG=/etc/idemgate/idemgate.toml
 WORKDIR /var/lib/idemgate
 # 8080: proxy (senders deliver here); 9090: admin (/metrics, /healthz,
 # /readyz, /admin/*). Both only reachable if the config listens on 0.0.0.0.
 EXPOSE 8080 9090
-USER idemgate
+# Numeric, so that Kubernetes' runAsNonRoot can verify it (a user name
+# cannot be checked and the pod is refused). 10001 = idemgate, created above.
+USER 10001:10001
+
+# Docker's health status from the admin listener's /healthz, without a shell
+# or curl in the image: `idemgate healthcheck` reads IDEMGATE_CONFIG, GETs
+# /healthz on [listen].admin (0.0.0.0 is probed as 127.0.0.1), exit 0 or 1.
+# Kubernetes ignores this; it uses the pod's probes (config/deploy/kubernetes.yaml).
+# Podman keeps it only in Docker-format images (podman build --format docker).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["/usr/local/bin/idemgate", "healthcheck"]
 
 # Exec form: idemgate is PID 1 and receives SIGTERM directly, which starts its
 # graceful shutdown (stop accepting, finish in-flight work within
