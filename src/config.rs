@@ -498,6 +498,28 @@ impl Config {
     }
 }
 
+/// The admin listener address a configuration file names, read without
+/// resolving secrets or validating anything else (for `idemgate healthcheck`).
+pub fn admin_address(path: &Path) -> Result<SocketAddr, String> {
+    #[derive(serde::Deserialize)]
+    struct Listen {
+        admin: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Partial {
+        listen: Option<Listen>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let partial: Partial = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let admin = partial
+        .listen
+        .and_then(|l| l.admin)
+        .unwrap_or_else(|| raw::DEFAULT_ADMIN_ADDR.to_owned());
+    admin
+        .parse()
+        .map_err(|_| format!("listen.admin: {admin:?} is not an address"))
+}
+
 /// Collects errors with their key paths.
 #[derive(Default)]
 struct Problems(Vec<String>);
@@ -676,8 +698,18 @@ impl TryFrom<RawConfig> for Config {
             ],
         );
         let listen = Listen {
-            proxy: socket(&mut p, "listen.proxy", raw.listen.proxy, "127.0.0.1:8080"),
-            admin: socket(&mut p, "listen.admin", raw.listen.admin, "127.0.0.1:9090"),
+            proxy: socket(
+                &mut p,
+                "listen.proxy",
+                raw.listen.proxy,
+                raw::DEFAULT_PROXY_ADDR,
+            ),
+            admin: socket(
+                &mut p,
+                "listen.admin",
+                raw.listen.admin,
+                raw::DEFAULT_ADMIN_ADDR,
+            ),
         };
         let limits = Limits {
             max_body_bytes: raw

@@ -155,12 +155,21 @@ fn main() -> ExitCode {
             }
         }
         Command::Healthcheck => {
-            let config = match load(cli.config.as_ref()) {
-                Ok(config) => config,
-                Err(code) => return code,
+            // Only the admin address is needed: no secrets are resolved, and
+            // every failure is exit 1 (container runtimes reserve 2).
+            let admin = match cli.config.as_deref().map(idemgate::config::admin_address) {
+                Some(Ok(admin)) => admin,
+                Some(Err(error)) => {
+                    eprintln!("unhealthy: {error}");
+                    return ExitCode::FAILURE;
+                }
+                None => {
+                    eprintln!("unhealthy: no configuration (--config or IDEMGATE_CONFIG)");
+                    return ExitCode::FAILURE;
+                }
             };
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-            match runtime.block_on(idemgate::admin::probe_health(config.listen.admin)) {
+            match runtime.block_on(idemgate::admin::probe_health(admin)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("unhealthy: {error}");
