@@ -204,7 +204,47 @@ macro_rules! dispatch {
     }};
 }
 
+/// Attempts at storing an outcome while the store is unreachable, and the
+/// first pause between them (doubling): about 3 s in all, well inside any
+/// sensible lease, so a failover does not cost the stored answer.
+const SETTLE_ATTEMPTS: u32 = 5;
+const SETTLE_FIRST_PAUSE: Duration = Duration::from_millis(100);
+
 impl AnyStore {
+    /// Runs a settling operation (complete or release) again while the store
+    /// is unreachable: the upstream has already answered, and losing that
+    /// answer would leave the key blocked instead of replayable.
+    async fn settle_with_retry<F, Fut>(
+        &self,
+        op: m::StoreOp,
+        lease: Lease,
+        attempt: F,
+    ) -> Result<bool, StoreError>
+    where
+        F: Fn(Lease) -> Fut,
+        Fut: Future<Output = Result<bool, StoreError>>,
+    {
+        let mut pause = SETTLE_FIRST_PAUSE;
+        for remaining in (0..SETTLE_ATTEMPTS).rev() {
+            let started = Instant::now();
+            let copy = Lease {
+                key: lease.key.clone(),
+                record: lease.record.clone(),
+            };
+            let result = attempt(copy).await;
+            self.metrics.record(op, started.elapsed(), result.is_err());
+            match result {
+                Err(StoreError::Unavailable(error)) if remaining > 0 => {
+                    tracing::warn!(key = lease.key.as_str(), %error, "store unreachable while settling; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                other => return other,
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let backend = match &config.backend {
@@ -246,11 +286,26 @@ impl Store for AnyStore {
         record: Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, m::StoreOp::Complete, s => s.complete(lease, record, ttl))
+        self.settle_with_retry(m::StoreOp::Complete, lease, |lease| {
+            let record = record.clone();
+            async move {
+                match &self.backend {
+                    Backend::Redis(s) => s.complete(lease, record, ttl).await,
+                    Backend::Embedded(s) => s.complete(lease, record, ttl).await,
+                }
+            }
+        })
+        .await
     }
 
     async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
-        dispatch!(self, m::StoreOp::Release, s => s.release(lease))
+        self.settle_with_retry(m::StoreOp::Release, lease, |lease| async move {
+            match &self.backend {
+                Backend::Redis(s) => s.release(lease).await,
+                Backend::Embedded(s) => s.release(lease).await,
+            }
+        })
+        .await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {

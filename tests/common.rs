@@ -45,32 +45,56 @@ pub fn free_port() -> u16 {
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// With persistence: the AOF directory, kept across restarts.
+    aof: Option<tempfile::TempDir>,
 }
 
 impl RedisServer {
+    /// No persistence: a restart forgets everything.
     pub fn start() -> Self {
+        Self::launch(None)
+    }
+
+    /// AOF with fsync on every write: a restart keeps every record.
+    pub fn start_persistent() -> Self {
+        Self::launch(Some(tempfile::tempdir().expect("tempdir")))
+    }
+
+    fn launch(aof: Option<tempfile::TempDir>) -> Self {
         let mut server = Self {
             port: free_port(),
             child: None,
+            aof,
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--protected-mode",
+            "yes",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        match &self.aof {
+            Some(dir) => args.extend(
+                ["--appendonly", "yes", "--appendfsync", "always", "--dir"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([dir.path().display().to_string()]),
+            ),
+            None => args.extend(["--appendonly".to_owned(), "no".to_owned()]),
+        }
         let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "yes",
-            ])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -215,3 +215,35 @@ async fn sigterm_exits_cleanly() {
     let status = process.terminate();
     assert!(status.success(), "exit status {status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_stored_even_if_the_store_blinks_while_the_upstream_works() {
+    let mut redis = RedisServer::start_persistent();
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(1000))).await;
+    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let body = payment("p-blink");
+    let first = tokio::spawn({
+        let (url, body) = (gate.url("/notify"), body.clone());
+        async move { deliver(&url, &body).await }
+    });
+    assert!(eventually(Duration::from_secs(2), || upstream.calls() == 1).await);
+    redis.stop();
+    // The upstream answers while Redis is down; storing the answer fails
+    // and is retried until Redis (with its AOF) is back.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    redis.restart();
+    assert_eq!(first.await.unwrap().status, 200);
+    let mut replayed = None;
+    for _ in 0..40 {
+        let retry = deliver(&gate.url("/notify"), &body).await;
+        if retry.status == 200 {
+            replayed = Some(retry);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retry = replayed.expect("the retry is answered once Redis is back");
+    assert_eq!(retry.replayed(), Some("true"), "{retry:?}");
+    assert_eq!(upstream.calls(), 1);
+    gate.stop().await;
+}
