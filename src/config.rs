@@ -1066,18 +1066,11 @@ fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
         .collect();
     match raw.scheme.as_str() {
         "none" => {
-            let generic = [
+            let all = [
                 ("secrets", !raw.secrets.is_empty()),
-                ("algorithm", raw.algorithm.is_some()),
-                ("signature", raw.signature.is_some()),
-                ("encoding", raw.encoding.is_some()),
-                ("prefix", raw.prefix.is_some()),
-                ("message", raw.message.is_some()),
-                ("timestamp", raw.timestamp.is_some()),
-                ("timestamp_unit", raw.timestamp_unit.is_some()),
                 ("tolerance", raw.tolerance.is_some()),
             ];
-            for (field, set) in generic {
+            for (field, set) in all.into_iter().chain(hmac_only_keys(raw)) {
                 if set {
                     p.push(
                         &format!("{key}.{field}"),
@@ -1105,14 +1098,10 @@ fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
     }
 }
 
-fn preset(
-    p: &mut Problems,
-    key: &str,
-    raw: &RawSignature,
-    kind: PresetKind,
-    secrets: &[Secret],
-) -> Preset {
-    let generic_only = [
+/// The `[route.signature]` keys only `scheme = "hmac"` reads, and whether
+/// each is set (an error with any other scheme).
+fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
+    [
         ("algorithm", raw.algorithm.is_some()),
         ("signature", raw.signature.is_some()),
         ("encoding", raw.encoding.is_some()),
@@ -1120,8 +1109,17 @@ fn preset(
         ("message", raw.message.is_some()),
         ("timestamp", raw.timestamp.is_some()),
         ("timestamp_unit", raw.timestamp_unit.is_some()),
-    ];
-    for (field, set) in generic_only {
+    ]
+}
+
+fn preset(
+    p: &mut Problems,
+    key: &str,
+    raw: &RawSignature,
+    kind: PresetKind,
+    secrets: &[Secret],
+) -> Preset {
+    for (field, set) in hmac_only_keys(raw) {
         if set {
             p.push(
                 &format!("{key}.{field}"),

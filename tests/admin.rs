@@ -28,14 +28,7 @@ async fn admin(gate: &Gate, method: &str, path: &str, token: Option<&str>) -> An
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
     let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|n, _| {
-        if n == 0 {
-            Reply::slow(Duration::from_secs(2))
-        } else {
-            Reply::ok()
-        }
-    })
-    .await;
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
     let text = config_text(
         &redis_store(&redis),
         &upstream.url(),

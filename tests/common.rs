@@ -234,6 +234,19 @@ impl Upstream {
         Self::scripted(|_, _| Reply::ok()).await
     }
 
+    /// The first call takes `delay`, every later one answers at once: a
+    /// first attempt that times out or is cut, then healthy retries.
+    pub async fn slow_first(delay: Duration) -> Self {
+        Self::scripted(move |n, _| {
+            if n == 0 {
+                Reply::slow(delay)
+            } else {
+                Reply::ok()
+            }
+        })
+        .await
+    }
+
     /// Answers call `n` (0-based, counting every arrival) as `script` says.
     /// The body names the call number, so replays are recognisable.
     pub async fn scripted(script: impl Fn(usize, &Bytes) -> Reply + Send + Sync + 'static) -> Self {

@@ -34,14 +34,7 @@ async fn sender_hanging_up_does_not_cancel_the_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_holds_the_outcome_as_unknown() {
     let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|n, _| {
-        if n == 0 {
-            Reply::slow(Duration::from_secs(2))
-        } else {
-            Reply::ok()
-        }
-    })
-    .await;
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
     let text = config_text(
         &redis_store(&redis),
         &upstream.url(),
@@ -77,14 +70,7 @@ async fn upstream_timeout_holds_the_outcome_as_unknown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_instance_leaves_an_unknown_outcome() {
     let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|n, _| {
-        if n == 0 {
-            Reply::slow(Duration::from_secs(5))
-        } else {
-            Reply::ok()
-        }
-    })
-    .await;
+    let upstream = Upstream::slow_first(Duration::from_secs(5)).await;
     let text = config_text(
         &redis_store(&redis),
         &upstream.url(),
