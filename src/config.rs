@@ -1434,6 +1434,19 @@ fn idempotency(
     }
 }
 
+/// A minimal unsigned route for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_route(idempotency: &str) -> Route {
+    let text = format!(
+        "[store]\nkind = \"embedded\"\npath = \"/tmp/unused.redb\"\n\
+         [upstream]\nurl = \"http://127.0.0.1:1\"\n\
+         [[route]]\nname = \"r\"\npath_prefix = \"/\"\n\
+         [route.signature]\nscheme = \"none\"\n\
+         [route.idempotency]\n{idempotency}\n"
+    );
+    Config::parse(&text).expect("test route").routes.remove(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -230,29 +230,12 @@ fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rej
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::pipeline::verify::verify;
     use bytes::Bytes;
     use proptest::prelude::*;
 
     fn route(idempotency: &str) -> Route {
-        let text = format!(
-            r#"
-            [store]
-            kind = "embedded"
-            path = "/tmp/unused.redb"
-            [upstream]
-            url = "http://127.0.0.1:1"
-            [[route]]
-            name = "r"
-            path_prefix = "/"
-            [route.signature]
-            scheme = "none"
-            [route.idempotency]
-            {idempotency}
-            "#
-        );
-        Config::parse(&text).unwrap().routes.remove(0)
+        crate::config::test_route(idempotency)
     }
 
     fn identity(

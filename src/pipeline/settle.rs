@@ -122,25 +122,12 @@ pub fn unreplayed(mut response: Response<ProxyBody>) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::record::{Fingerprint, OwnerToken};
     use http::HeaderMap;
     use http_body_util::BodyExt;
 
     fn rules() -> Idempotency {
-        let text = r#"
-            [store]
-            kind = "embedded"
-            path = "/tmp/unused.redb"
-            [upstream]
-            url = "http://127.0.0.1:1"
-            [[route]]
-            name = "r"
-            path_prefix = "/"
-            [route.signature]
-            scheme = "none"
-        "#;
-        Config::parse(text).unwrap().routes.remove(0).idempotency
+        crate::config::test_route("").idempotency
     }
 
     fn answer(status: u16) -> UpstreamAnswer {
