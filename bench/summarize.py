@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""bench/summarize.py WORKDIR RESULTS.md — the report of one bench/run.
+
+Reads WORKDIR/rounds.tsv (one row per wrk round), meta.env, monitor.tsv and
+the optional perf / info-round files that bench/run leaves there; prints the
+table of medians with the targets, and rewrites RESULTS.md, keeping (and
+appending one line to) its "## History" section.
+
+Ratios and p99 differences are paired per round (round i of idemgate against
+round i of nginx, run back to back) and the median of those is reported, so a
+slow drift of the shared machine's load cancels out.
+"""
+
+import os
+import statistics
+import sys
+
+MIB = 1024
+
+
+def load_tsv(path):
+    with open(path) as f:
+        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    header, rows = lines[0], lines[1:]
+    return [dict(zip(header, row)) for row in rows]
+
+
+def load_env(path):
+    meta = {}
+    with open(path) as f:
+        for line in f:
+            if "=" in line:
+                key, value = line.rstrip("\n").split("=", 1)
+                meta[key] = value
+    return meta
+
+
+def parse_commands(text):
+    counts = {}
+    if text and text != "-":
+        for item in text.split(","):
+            name, value = item.rsplit(":", 1)
+            counts[name] = counts.get(name, 0) + int(value)
+    return counts
+
+
+def read_optional(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class Round:
+    def __init__(self, row, clk_tck):
+        self.kind = row["kind"]
+        self.label = row["label"]
+        self.index = self.label.rsplit("-", 1)[-1]
+        self.conns = int(row["conns"])
+        self.requests = int(row["requests"])
+        self.rps = float(row["rps"])
+        self.p50 = float(row["p50_us"]) / 1000
+        self.p90 = float(row["p90_us"]) / 1000
+        self.p99 = float(row["p99_us"]) / 1000
+        self.non2xx = int(row["non2xx"])
+        self.socket_errors = int(row["socket_errors"])
+        self.gate_total = int(row["gate_total"])
+        self.gate_forwarded = int(row["gate_forwarded"])
+        self.gate_replayed = int(row["gate_replayed"])
+        self.gate_rejected = int(row["gate_rejected"])
+        self.is_gate = self.kind.startswith(("first", "replay"))
+        # idemgate's own count also covers requests still in flight when wrk
+        # stopped (they are served and settled); wrk's count does not.
+        self.served = self.gate_total if self.is_gate and self.gate_total > 0 else self.requests
+        tick_us = 1e6 / clk_tck
+        self.cpu_us = int(row["server_ticks"]) * tick_us / max(self.served, 1)
+        self.backend_cpu_us = int(row["backend_ticks"]) * tick_us / max(self.served, 1)
+        self.redis_cpu_us = int(row["redis_ticks"]) * tick_us / max(self.served, 1)
+        self.commands = parse_commands(row["commands"])
+        self.redis_calls = sum(self.commands.values()) / max(self.served, 1)
+        self.evalsha = self.commands.get("evalsha", 0) / max(self.served, 1)
+        # EVALSHAs beyond 2 per forwarded / 1 per replayed request: requests
+        # whose claim reached Redis but which wrk's stop cancelled (the
+        # connection closed) before idemgate counted them.
+        expected = 2 * self.gate_forwarded + self.gate_replayed
+        self.uncounted = self.commands.get("evalsha", 0) - expected if self.is_gate else 0
+        self.hwm_kb = int(row["hwm_kb"] or 0)
+        self.rss_kb = int(row["rss_kb"] or 0)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, digits=1, suffix=""):
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def main():
+    work, results_path = sys.argv[1], sys.argv[2]
+    meta = load_env(os.path.join(work, "meta.env"))
+    clk_tck = int(meta.get("clk_tck", "100"))
+    rounds = [Round(row, clk_tck) for row in load_tsv(os.path.join(work, "rounds.tsv"))]
+    by_kind = {}
+    for r in rounds:
+        by_kind.setdefault(r.kind, []).append(r)
+    nginx_by_index = {r.index: r for r in by_kind.get("nginx", [])}
+    nginx_peak = (by_kind.get("nginx_peak") or [None])[0]
+    nginx_median_rps = median([r.rps for r in by_kind.get("nginx", [])])
+    nginx_median_p99 = median([r.p99 for r in by_kind.get("nginx", [])])
+
+    def paired(rs, attr, op):
+        out = []
+        for r in rs:
+            base = nginx_by_index.get(r.index)
+            if r.kind.endswith("_peak"):
+                base = nginx_peak
+            if base is None:
+                # Extra single rounds: against the median nginx round.
+                value = getattr(r, attr)
+                ref = nginx_median_rps if attr == "rps" else nginx_median_p99
+                out.append(op(value, ref) if ref else None)
+            else:
+                out.append(op(getattr(r, attr), getattr(base, attr)))
+        return median(out)
+
+    scenarios = [
+        ("direct", "direct backend (nginx `return 200`)"),
+        ("nginx", "nginx pass-through"),
+        ("first", "idemgate first deliveries"),
+        ("replay", "idemgate replays"),
+        ("nginx_peak", "nginx pass-through"),
+        ("first_peak", "idemgate first deliveries"),
+        ("first_info", "idemgate first, RUST_LOG=info"),
+        ("first_perf", "idemgate first, under perf"),
+        ("replay_perf", "idemgate replays, under perf"),
+    ]
+    summary = {}
+    table = [
+        "| scenario | conns | rounds | req/s | × nginx | p50 ms | p99 ms | Δp99 vs nginx ms | server CPU µs/req | Redis CPU µs/req | Redis calls/req | EVALSHA/req | non-2xx | idemgate VmHWM |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, name in scenarios:
+        rs = by_kind.get(kind)
+        if not rs:
+            continue
+        s = {
+            "rps": median([r.rps for r in rs]),
+            "p50": median([r.p50 for r in rs]),
+            "p99": median([r.p99 for r in rs]),
+            "ratio": None if kind in ("nginx", "nginx_peak") else paired(rs, "rps", lambda a, b: a / b),
+            "dp99": None if kind in ("nginx", "nginx_peak") else paired(rs, "p99", lambda a, b: a - b),
+            "cpu": median([r.cpu_us for r in rs]),
+            "redis_cpu": median([r.redis_cpu_us for r in rs]) if rs[0].is_gate else None,
+            "calls": median([r.redis_calls for r in rs]) if rs[0].is_gate else None,
+            "evalsha": median([r.evalsha for r in rs]) if rs[0].is_gate else None,
+            "non2xx": sum(r.non2xx for r in rs),
+            "socket_errors": sum(r.socket_errors for r in rs),
+            "hwm": max(r.hwm_kb for r in rs) if rs[0].is_gate else None,
+            "conns": rs[0].conns,
+            "rounds": len(rs),
+        }
+        summary[kind] = s
+        dp99_text = "—" if s["dp99"] is None else f"{s['dp99']:+.2f}"
+        table.append(
+            f"| {name} | {s['conns']} | {s['rounds']} | {fmt(s['rps'], 0)} | {fmt(s['ratio'], 2, '×')} "
+            f"| {fmt(s['p50'], 2)} | {fmt(s['p99'], 2)} | {dp99_text} "
+            f"| {fmt(s['cpu'], 1)} | {fmt(s['redis_cpu'], 1)} | {fmt(s['calls'], 3)} | {fmt(s['evalsha'], 4)} "
+            f"| {s['non2xx']}{' (+' + str(s['socket_errors']) + ' socket errors)' if s['socket_errors'] else ''} "
+            f"| {fmt(s['hwm'] / MIB if s['hwm'] else None, 1, ' MiB')} |"
+        )
+
+    # Redis commands per request, by command (median over rounds).
+    breakdown = []
+    for kind in ("first", "replay", "first_peak"):
+        rs = by_kind.get(kind)
+        if not rs:
+            continue
+        names = sorted({n for r in rs for n in r.commands})
+        per = {n: median([r.commands.get(n, 0) / max(r.served, 1) for r in rs]) for n in names}
+        summary.setdefault(kind, {})["per_command"] = per
+        breakdown.append(
+            f"| {kind} | " + ", ".join(f"{n} {v:.3f}" for n, v in sorted(per.items(), key=lambda kv: -kv[1])) + " |"
+        )
+
+    # MONITOR sample: what idemgate sends vs what its scripts run.
+    monitor_rows = []
+    monitor = {}
+    text = read_optional(os.path.join(work, "monitor.tsv")) or ""
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 4:
+            continue
+        label, n = parts[0], max(int(parts[1]), 1)
+        client, lua = parse_commands(parts[2]), parse_commands(parts[3])
+        monitor[label] = {"n": int(parts[1]), "client": {k: v / n for k, v in client.items()},
+                          "lua": {k: v / n for k, v in lua.items()}}
+        monitor_rows.append(
+            f"| {label.replace('monitor-', '')} | {parts[1]} | "
+            + (", ".join(f"{k} {v / n:.3f}" for k, v in sorted(client.items())) or "none")
+            + " | "
+            + (", ".join(f"{k} {v / n:.3f}" for k, v in sorted(lua.items())) or "none")
+            + " |"
+        )
+
+    # Targets.
+    def target(ok, text):
+        return ("PASS" if ok else "FAIL") if ok is not None else "n/a", text
+
+    first, replay = summary.get("first", {}), summary.get("replay", {})
+    peak = summary.get("first_peak", {})
+    mf, mr = monitor.get("monitor-first"), monitor.get("monitor-replay")
+
+    def client_ok(m, want):
+        if not m or m["n"] == 0:
+            return None
+        others = sum(v for k, v in m["client"].items() if k != "evalsha")
+        return abs(m["client"].get("evalsha", 0) - want) < 0.01 and others < 0.001
+
+    evalsha_ok = None
+    if first.get("evalsha") is not None and replay.get("evalsha") is not None:
+        evalsha_ok = abs(first["evalsha"] - 2) < 0.005 and abs(replay["evalsha"] - 1) < 0.005
+        for ok in (client_ok(mf, 2), client_ok(mr, 1)):
+            if ok is not None:
+                evalsha_ok = evalsha_ok and ok
+    targets = [
+        ("first deliveries req/s ≥ 0.6× nginx pass-through",
+         *target(first.get("ratio") is not None and first["ratio"] >= 0.6 if first else None,
+                 f"{fmt(first.get('ratio'), 2, '×')}")),
+        ("replays req/s ≥ 1.0× nginx pass-through",
+         *target(replay.get("ratio") is not None and replay["ratio"] >= 1.0 if replay else None,
+                 f"{fmt(replay.get('ratio'), 2, '×')}")),
+        ("p99 first deliveries ≤ nginx pass-through p99 + 1 ms",
+         *target(first.get("dp99") is not None and first["dp99"] <= 1.0 if first else None,
+                 f"{fmt(first.get('p99'), 2)} ms vs {fmt(summary.get('nginx', {}).get('p99'), 2)} ms "
+                 f"(paired Δ {first.get('dp99', 0):+.2f} ms)" if first else "—")),
+        ("Redis commands exactly 2 per first delivery / 1 per replay (EVALSHA)",
+         *target(evalsha_ok,
+                 f"EVALSHA/req {fmt(first.get('evalsha'), 4)} / {fmt(replay.get('evalsha'), 4)}; "
+                 f"sent by idemgate (MONITOR): "
+                 f"{', '.join(f'{k} {v:.3f}' for k, v in sorted(mf['client'].items())) if mf else '—'} / "
+                 f"{', '.join(f'{k} {v:.3f}' for k, v in sorted(mr['client'].items())) if mr else '—'}")),
+        (f"peak RSS at {meta.get('peak_conns', '256')} connections ≤ 64 MiB",
+         *target(peak.get("hwm") is not None and peak["hwm"] <= 64 * MIB if peak else None,
+                 f"VmHWM {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')}")),
+    ]
+    passed = sum(1 for _, verdict, _ in targets if verdict == "PASS")
+
+    # Per-round raw numbers.
+    raw = [
+        "| round | conns | req/s | p50 ms | p90 ms | p99 ms | non-2xx | server CPU µs/req | backend CPU µs/req | Redis CPU µs/req | idemgate outcomes (fwd/replayed/rejected) | Redis calls | EVALSHA of uncounted requests | VmHWM MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for r in rounds:
+        outcomes = f"{r.gate_forwarded}/{r.gate_replayed}/{r.gate_rejected}" if r.is_gate else "—"
+        calls = ", ".join(f"{k}:{v}" for k, v in sorted(r.commands.items())) or "—"
+        raw.append(
+            f"| {r.label} | {r.conns} | {r.rps:,.0f} | {r.p50:.2f} | {r.p90:.2f} | {r.p99:.2f} | {r.non2xx} "
+            f"| {r.cpu_us:.1f} | {r.backend_cpu_us:.1f} | {r.redis_cpu_us:.1f} | {outcomes} | {calls} "
+            f"| {r.uncounted} | {r.hwm_kb / MIB:.1f} |" if r.is_gate else
+            f"| {r.label} | {r.conns} | {r.rps:,.0f} | {r.p50:.2f} | {r.p90:.2f} | {r.p99:.2f} | {r.non2xx} "
+            f"| {r.cpu_us:.1f} | {r.backend_cpu_us:.1f} | {r.redis_cpu_us:.1f} | {outcomes} | {calls} | — | — |"
+        )
+
+    info = summary.get("first_info")
+    info_lines = []
+    if info and first.get("rps"):
+        log_bytes = read_optional(os.path.join(work, "info-log-bytes"))
+        info_rs = by_kind["first_info"][0]
+        per_req = int(log_bytes) / max(info_rs.served, 1) if log_bytes else None
+        info_lines = [
+            f"One first-delivery round with `RUST_LOG=info` (idemgate restarted, its stdout to a file): "
+            f"{fmt(info['rps'], 0)} req/s = {info['rps'] / first['rps']:.2f}× the median RUST_LOG=warn first "
+            f"round, CPU {fmt(info['cpu'], 1)} vs {fmt(first['cpu'], 1)} µs/req, "
+            f"p99 {fmt(info['p99'], 2)} vs {fmt(first['p99'], 2)} ms; "
+            f"{fmt(per_req, 0)} log bytes per request. A single round on a shared machine: "
+            f"read it as a rough cost, not a measurement.",
+        ]
+        sample = read_optional(os.path.join(work, "info-log-sample"))
+        if sample:
+            info_lines += ["", "```", sample.strip()[:400], "```"]
+
+    perf_lines = []
+    for kind in ("first", "replay"):
+        dso = read_optional(os.path.join(work, f"perf-{kind}.dso.txt"))
+        sym = read_optional(os.path.join(work, f"perf-{kind}.sym.txt"))
+        if dso or sym:
+            perf_lines += [f"perf ({kind} deliveries, idemgate process only, flat, `--no-children`):", "", "```"]
+            perf_lines += [(dso or "").rstrip(), "", (sym or "").rstrip(), "```", ""]
+
+    # History: keep the old section, add this run.
+    history = []
+    old = read_optional(results_path) or ""
+    if "## History" in old:
+        history = [line for line in old.split("## History", 1)[1].splitlines() if line.startswith("- ")]
+    history.append(
+        f"- {meta.get('date')} `{meta.get('commit')}`{' (src modified)' if meta.get('dirty', '0') != '0' else ''}: "
+        f"first {fmt(first.get('ratio'), 2, '×')} nginx, replay {fmt(replay.get('ratio'), 2, '×')}, "
+        f"Δp99 first {first.get('dp99', 0):+.2f} ms, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 3)}, "
+        f"VmHWM@{meta.get('peak_conns')} {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')}, "
+        f"targets {passed}/{len(targets)} ({meta.get('rounds')}×{meta.get('seconds')}s rounds)"
+    )
+
+    probe_exists = int(meta.get("probe_exists", "0"))
+    probe_total = int(meta.get("probe_total", "0"))
+    probe_text = (
+        f"Redis {meta.get('redis')} counts commands run inside Lua scripts: one `EVAL` running two `EXISTS` "
+        f"raised `cmdstat_exists` by {probe_exists} and `total_commands_processed` by {probe_total} "
+        f"(EVAL + 2 EXISTS + the INFO that read it). So \"Redis calls/req\" below includes the scripts' "
+        f"inner SET/GET/PTTL; \"EVALSHA/req\" is the number of round trips idemgate makes, and the MONITOR "
+        f"sample (which labels script commands `[0 lua]`) shows what idemgate itself sends."
+        if probe_exists == 2 else
+        f"Redis {meta.get('redis')} does not count commands run inside Lua scripts in commandstats "
+        f"(probe: `cmdstat_exists` +{probe_exists} for two inner EXISTS, total_commands_processed +{probe_total})."
+    )
+
+    out = [
+        "# idemgate benchmark results",
+        "",
+        "Written by `bench/run` (overwritten on every run; the History section is kept). "
+        "The 2-core machine is shared and noisy: compare ratios against the nginx baseline measured in the same run, "
+        "not absolute numbers across runs.",
+        "",
+        f"- date: {meta.get('date')}",
+        f"- commit: `{meta.get('commit')}`"
+        + (" — src/, Cargo.toml or lua/ had uncommitted changes when the binary was built" if meta.get("dirty", "0") != "0" else ""),
+        f"- machine: {meta.get('nproc')} CPUs ({meta.get('cpu')}), kernel {meta.get('kernel')}, load average at the end {meta.get('loadavg')}",
+        f"- tools: nginx {meta.get('nginx')}, Redis {meta.get('redis')}, wrk {meta.get('wrk')}",
+        f"- load: `wrk -t{meta.get('threads')} -c{meta.get('conns')} -d{meta.get('seconds')}s --latency`, "
+        f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay), "
+        f"then one nginx and one idemgate-first round at -c{meta.get('peak_conns')}",
+        "- request: `POST /hook`, a 1024-byte JSON body, `X-Hub-Signature-256: sha256=<hex>` computed once with "
+        "openssl, `X-GitHub-Delivery` unique per request (first) or one primed id (replay); the direct and nginx "
+        "rounds send the very same request (those servers ignore the headers)",
+        "",
+        "## Targets",
+        "",
+        "| target | result | measured |",
+        "|---|---|---|",
+        *[f"| {name} | **{verdict}** | {text} |" for name, verdict, text in targets],
+        "",
+        f"{passed} of {len(targets)} targets pass.",
+        "",
+        "## Summary (medians over rounds)",
+        "",
+        *table,
+        "",
+        "- × nginx and Δp99: median over rounds of (idemgate round i) against (nginx round i), run back to back; "
+        "the -c256 row against the -c256 nginx round, the single extra rounds against the median nginx round.",
+        "- server CPU: utime+stime of the measured server from /proc/PID/stat (nginx: master + worker; "
+        "idemgate: the process, all threads) per request; the load generator shares the same 2 cores.",
+        "- per-request figures of idemgate rounds divide by idemgate's own `idemgate_requests_total` delta "
+        "(includes the requests still in flight when wrk stopped); the others by wrk's count.",
+        "- non-2xx: wrk's `Non-2xx or 3xx responses` (status ≥ 400).",
+        "- VmHWM: idemgate's peak resident set since start (it has served every earlier round by then).",
+        "",
+        "## Redis commands",
+        "",
+        probe_text,
+        "",
+        "Per request, by command (INFO commandstats deltas, median over rounds; `info` from the harness excluded):",
+        "",
+        "| rounds | calls per request |",
+        "|---|---|",
+        *breakdown,
+        "",
+        "EVALSHA/req is a little above 2 (or 1) because wrk closes its connections at the end of a round: a "
+        "request whose claim had already reached Redis is then cancelled before idemgate counts it (column "
+        "\"EVALSHA of uncounted requests\" below). In a first-delivery round each such claim stays *in flight* "
+        "in Redis although the backend never saw the request, so that delivery's retries get 409 `in_flight` and "
+        "then `outcome_unknown` until lease + unknown_hold have passed.",
+        "",
+        "MONITOR sample (`wrk -t1 -c4 -d2s`, outside the measured rounds), per request:",
+        "",
+        "| kind | requests | sent by idemgate | run inside its Lua scripts |",
+        "|---|---:|---|---|",
+        *monitor_rows,
+        "",
+    ]
+    if info_lines:
+        out += ["## Per-request log line", "", *info_lines, ""]
+    if perf_lines:
+        out += ["## Profile", "", *perf_lines]
+    out += [
+        "## Every round",
+        "",
+        *raw,
+        "",
+        "## History",
+        "",
+        *history,
+        "",
+    ]
+    text = "\n".join(out)
+    with open(results_path, "w") as f:
+        f.write(text)
+
+    print()
+    print("\n".join(table))
+    print()
+    for name, verdict, measured in targets:
+        print(f"  {verdict:4}  {name}: {measured}")
+    print()
+    print("  Redis calls per request: " + "; ".join(b.strip("| ").replace(" | ", ": ") for b in breakdown))
+    for row in monitor_rows:
+        print("  MONITOR " + row.strip("| ").replace(" | ", " | "))
+    print(f"\n  wrote {results_path}")
+
+
+if __name__ == "__main__":
+    main()
