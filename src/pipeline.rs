@@ -253,6 +253,7 @@ impl Pipeline {
         };
         let decision = claim::claim(
             &self.store,
+            &self.tracker,
             &self.signals,
             &identity,
             self.owners.next(),

@@ -245,6 +245,28 @@ impl AnyStore {
         unreachable!("the last attempt returns")
     }
 
+    /// Releases the claim `owner` may hold on `key` although no [`Lease`]
+    /// came back: the claim was sent, but its caller stopped waiting for
+    /// the reply (the sender hung up, or the reply timed out), so the claim
+    /// may have landed with nobody left to settle it. Owner-checked, so a
+    /// claim that never landed, or that another request holds, is untouched.
+    pub async fn release_abandoned(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+    ) -> Result<bool, StoreError> {
+        let lease = Lease {
+            key: key.clone(),
+            record: Record {
+                owner,
+                fingerprint: crate::record::Fingerprint([0; 32]),
+                created_at_ms: 0,
+                state: RecordState::InFlight,
+            },
+        };
+        self.release(lease).await
+    }
+
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let backend = match &config.backend {

@@ -233,3 +233,49 @@ async fn an_answer_is_stored_even_if_the_store_blinks_while_the_upstream_works()
     assert_eq!(upstream.calls(), 1);
     gate.stop().await;
 }
+
+/// A claim whose reply nobody reads — the sender hung up while it was out,
+/// or the reply timed out — must not leave the key blocked: idemgate
+/// releases it (owner-checked) once Redis runs it. `CLIENT PAUSE WRITE`
+/// holds the claim inside Redis long enough to hang up or time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_whose_reply_was_abandoned_are_released() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let patient = config_text(&redis_store(&redis), &upstream.url(), "")
+        .replace("command_timeout = \"250ms\"", "command_timeout = \"5s\"");
+    let gate = Gate::start(&patient).await;
+    let body = payment("p-abandoned");
+
+    redis.cli(&["CLIENT", "PAUSE", "700", "WRITE"]);
+    let stream = write_raw_delivery(gate.addr, &body).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(stream);
+    let gone = eventually(Duration::from_secs(3), || {
+        redis.keys("idemgate:pay:*").is_empty()
+    })
+    .await;
+    assert!(gone, "the hung-up sender's claim was released");
+    let retry = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 1);
+    gate.stop().await;
+
+    // Same with the default 250 ms store timeout: the sender gets a 503,
+    // and the claim that lands after the timeout is released too.
+    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let body = payment("p-timed-out");
+    redis.cli(&["CLIENT", "PAUSE", "700", "WRITE"]);
+    let answer = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!(answer.reason().as_deref(), Some("store_unavailable"));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let gone = eventually(Duration::from_secs(5), || {
+        redis.keys("idemgate:pay:*").len() <= 1
+    })
+    .await;
+    assert!(gone, "only the first test's completed record remains");
+    let retry = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 2);
+    gate.stop().await;
+}

@@ -8,6 +8,10 @@
 //! so a released first attempt makes the waiter the new first delivery) or
 //! refused with 409 `in_flight`.
 //!
+//! A claim whose reply is never read — the sender hung up while it was out,
+//! or the reply timed out — is released again by [`PendingClaim`], so it
+//! can not block its key although the upstream never saw the delivery.
+//!
 //! A record this build can not decode is answered like an unknown outcome
 //! (409, logged, counted as a store error): it may stand for a delivery
 //! that ran, so it is never treated as free.
@@ -28,7 +32,8 @@ use super::delivery::Identity;
 use crate::config::{Idempotency, Mode, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerToken, Record, StoredResponse};
-use crate::store::{AnyStore, ClaimOutcome, Lease, Observed, Store, StoreError};
+use crate::store::{AnyStore, ClaimOutcome, Lease, Observed, Store, StoreError, StoreKey};
+use tokio_util::task::TaskTracker;
 
 /// First and largest pause between store re-checks while waiting.
 const POLL_FIRST: Duration = Duration::from_millis(10);
@@ -77,6 +82,33 @@ impl Signals {
     }
 }
 
+/// Releases a claim whose reply nobody will read: armed while the claim
+/// request is out, so if the request future is dropped (the sender hung
+/// up) or the reply times out, an owner-checked release is spawned.
+/// Without it such a claim would block its key as "in flight", and then
+/// "unknown", although the upstream never saw the delivery.
+struct PendingClaim<'a> {
+    store: &'a Arc<AnyStore>,
+    tracker: &'a TaskTracker,
+    key: &'a StoreKey,
+    owner: OwnerToken,
+    armed: bool,
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, owner) = (Arc::clone(self.store), self.key.clone(), self.owner);
+        self.tracker.spawn(async move {
+            if let Err(error) = store.release_abandoned(&key, owner).await {
+                tracing::debug!(key = key.as_str(), %error, "could not release an abandoned claim");
+            }
+        });
+    }
+}
+
 /// Time a sender should wait before retrying a live in-flight key: what is
 /// left of its lease.
 fn lease_left(ttl: Option<Duration>, rules: &Idempotency) -> Duration {
@@ -85,7 +117,8 @@ fn lease_left(ttl: Option<Duration>, rules: &Idempotency) -> Duration {
 
 /// Claims `identity` or decides from the existing record (module docs).
 pub async fn claim(
-    store: &AnyStore,
+    store: &Arc<AnyStore>,
+    tracker: &TaskTracker,
     signals: &Signals,
     identity: &Identity,
     owner: OwnerToken,
@@ -97,7 +130,19 @@ pub async fn claim(
     let mut pause = POLL_FIRST;
     loop {
         let record = Record::in_flight(owner, identity.fingerprint);
-        let existing = match store.claim(&identity.key, record, claim_ttl).await {
+        let mut pending = PendingClaim {
+            store,
+            tracker,
+            key: &identity.key,
+            owner,
+            armed: true,
+        };
+        let result = store.claim(&identity.key, record, claim_ttl).await;
+        // Only a timed-out reply can hide a claim that landed; every other
+        // answer says exactly what happened.
+        pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
+        drop(pending);
+        let existing = match result {
             Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
             Ok(ClaimOutcome::Existing(existing)) => existing,
             Err(StoreError::Corrupt(error)) => {
