@@ -51,16 +51,24 @@ enum Command {
     Healthcheck,
 }
 
-fn init_logging(format: LogFormat, default: &str) {
+/// Installs the log subscriber. Lines are written to stderr by a
+/// background thread (`tracing_appender::non_blocking`), so the per-request
+/// line costs the request path a formatted string and a channel send, not a
+/// write syscall; under a flood that outpaces stderr, lines are dropped
+/// rather than stalling requests. Keep the returned guard alive: dropping
+/// it flushes what is queued.
+fn init_logging(format: LogFormat, default: &str) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    guard
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
@@ -140,7 +148,7 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Serve => {
-            init_logging(cli.log_format, "info");
+            let _flush_on_exit = init_logging(cli.log_format, "info");
             let config = match load(cli.config.as_ref()) {
                 Ok(config) => config,
                 Err(code) => return code,
@@ -178,7 +186,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Demo => {
-            init_logging(cli.log_format, "warn");
+            let _flush_on_exit = init_logging(cli.log_format, "warn");
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
             match runtime.block_on(idemgate::demo::run()) {
                 Ok(true) => ExitCode::SUCCESS,

@@ -94,9 +94,11 @@ fn existing_from(reply: Value) -> Result<Option<Existing>, StoreError> {
         return Ok(None);
     }
     let mut parts = reply.into_array().into_iter();
-    let (Some(value), Some(pttl)) = (parts.next(), parts.next()) else {
+    let Some(value) = parts.next() else {
         return Err(StoreError::Backend("unexpected script reply".into()));
     };
+    // claim.lua leaves the TTL out for completed records.
+    let pttl = parts.next().unwrap_or(Value::Null);
     let bytes = match value {
         Value::Bytes(bytes) => bytes,
         Value::String(text) => text.into_inner(),
