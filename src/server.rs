@@ -80,7 +80,9 @@ pub async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let service = hyper::service::service_fn(move |request| {
-            let response = handler(request, peer);
+            // Boxed once: the request future is large (every stage's state),
+            // and hyper moves the service future around while polling it.
+            let response = Box::pin(handler(request, peer));
             async move { Ok::<_, Infallible>(response.await) }
         });
         let connection = builder.serve_connection(TokioIo::new(stream), service);
