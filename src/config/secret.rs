@@ -145,11 +145,6 @@ impl Secret {
         *value = fresh;
         Ok(true)
     }
-
-    /// Where the secret comes from, safe to print (`literal:…` hides the value).
-    pub fn source(&self) -> &str {
-        &self.cell.source
-    }
 }
 
 impl fmt::Debug for Secret {

@@ -113,12 +113,6 @@ pub fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
     response
 }
 
-/// Marks a passthrough or unprotected answer as not replayed.
-pub fn unreplayed(mut response: Response<ProxyBody>) -> Response<ProxyBody> {
-    mark(&mut response, false);
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
