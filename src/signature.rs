@@ -31,7 +31,7 @@ use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::config::{Algorithm, PresetKind, Scheme, Secret, TimestampUnit};
+use crate::config::{Algorithm, Preset, PresetKind, Scheme, Secret, TimestampUnit};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -206,9 +206,34 @@ pub fn verify(scheme: &Scheme, request: &Inbound, now_ms: u64) -> Result<Authent
     }
 }
 
-/// The tolerance of a preset that signs a timestamp (config guarantees it).
-fn preset_tolerance(preset: &crate::config::Preset) -> Duration {
-    preset.tolerance.unwrap_or(Duration::from_secs(300))
+/// The shared check of every preset: HMAC-SHA-256 of `message` under one
+/// of the preset's keys, rendered in `form`, must equal one of `presented`.
+/// Returns the index of the key that matched.
+fn preset_signature(
+    preset: &Preset,
+    message: &[&[u8]],
+    presented: &[&[u8]],
+    form: Form,
+) -> Result<usize, Rejection> {
+    matching_secret(Algorithm::Sha256, &preset.keys, message, presented, form)
+        .ok_or(Rejection::SignatureInvalid)
+}
+
+/// The window check of a preset that signs a timestamp (in seconds).
+fn preset_window(
+    preset: &Preset,
+    timestamp: u64,
+    direction: Direction,
+    now_ms: u64,
+) -> Result<(), Rejection> {
+    let tolerance = preset.tolerance.unwrap_or(Duration::from_secs(300));
+    check_window(
+        timestamp,
+        TimestampUnit::Seconds,
+        tolerance,
+        direction,
+        now_ms,
+    )
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! timestamp, so there is no window: deduplication on `X-GitHub-Delivery`
 //! for `retention` is the replay protection (warned about at start-up).
 
-use super::{Authenticity, Form, matching_secret, single_header};
-use crate::config::{Algorithm, Preset};
+use super::{Authenticity, Form, preset_signature, single_header};
+use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -17,13 +17,5 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         .strip_prefix(b"sha256=")
         .ok_or(Rejection::SignatureInvalid)?;
     let message: [&[u8]; 1] = [&request.body];
-    matching_secret(
-        Algorithm::Sha256,
-        &preset.keys,
-        &message,
-        &[signature],
-        Form::LowerHex,
-    )
-    .map(Authenticity::by_secret)
-    .ok_or(Rejection::SignatureInvalid)
+    preset_signature(preset, &message, &[signature], Form::LowerHex).map(Authenticity::by_secret)
 }

@@ -6,8 +6,8 @@
 //! both spellings are read. No timestamp is signed, so there is no window
 //! (warned about at start-up).
 
-use super::{Authenticity, Form, matching_secret, single_header};
-use crate::config::{Algorithm, Preset};
+use super::{Authenticity, Form, preset_signature, single_header};
+use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -29,13 +29,5 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         header(request, suffix)?.ok_or(Rejection::SignatureMissing)?;
     }
     let message: [&[u8]; 1] = [&request.body];
-    matching_secret(
-        Algorithm::Sha256,
-        &preset.keys,
-        &message,
-        &[signature],
-        Form::Base64,
-    )
-    .map(Authenticity::by_secret)
-    .ok_or(Rejection::SignatureInvalid)
+    preset_signature(preset, &message, &[signature], Form::Base64).map(Authenticity::by_secret)
 }

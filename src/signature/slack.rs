@@ -4,10 +4,9 @@
 //! both directions, as in slack_sdk's `SignatureVerifier`.
 
 use super::{
-    Authenticity, Direction, Form, check_window, matching_secret, parse_timestamp,
-    preset_tolerance, single_header,
+    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
 };
-use crate::config::{Algorithm, Preset, TimestampUnit};
+use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -23,20 +22,7 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
         .ok_or(Rejection::SignatureInvalid)?;
     // slack_sdk signs the header text as received.
     let message: [&[u8]; 4] = [b"v0:", raw_timestamp, b":", &request.body];
-    let index = matching_secret(
-        Algorithm::Sha256,
-        &preset.keys,
-        &message,
-        &[signature],
-        Form::LowerHex,
-    )
-    .ok_or(Rejection::SignatureInvalid)?;
-    check_window(
-        timestamp,
-        TimestampUnit::Seconds,
-        preset_tolerance(preset),
-        Direction::Both,
-        now_ms,
-    )?;
+    let index = preset_signature(preset, &message, &[signature], Form::LowerHex)?;
+    preset_window(preset, timestamp, Direction::Both, now_ms)?;
     Ok(Authenticity::by_secret(index))
 }

@@ -12,10 +12,10 @@
 use bytes::Bytes;
 
 use super::{
-    Authenticity, BASE64, Direction, Form, check_window, matching_secret, parse_timestamp,
-    preset_tolerance, single_header,
+    Authenticity, BASE64, Direction, Form, parse_timestamp, preset_signature, preset_window,
+    single_header,
 };
-use crate::config::{Algorithm, Preset, TimestampUnit};
+use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use base64::Engine;
@@ -58,21 +58,8 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
     // The libraries sign the parsed integer, not the header text.
     let timestamp_text = timestamp.to_string();
     let message: [&[u8]; 5] = [id, b".", timestamp_text.as_bytes(), b".", &request.body];
-    let index = matching_secret(
-        Algorithm::Sha256,
-        &preset.keys,
-        &message,
-        &candidates,
-        Form::Base64,
-    )
-    .ok_or(Rejection::SignatureInvalid)?;
-    check_window(
-        timestamp,
-        TimestampUnit::Seconds,
-        preset_tolerance(preset),
-        Direction::Both,
-        now_ms,
-    )?;
+    let index = preset_signature(preset, &message, &candidates, Form::Base64)?;
+    preset_window(preset, timestamp, Direction::Both, now_ms)?;
     Ok(Authenticity {
         secret_index: Some(index),
         signed_id: Some(Bytes::copy_from_slice(id)),

@@ -8,10 +8,9 @@
 //! refused, a future one is accepted.
 
 use super::{
-    Authenticity, Direction, Form, check_window, matching_secret, parse_timestamp,
-    preset_tolerance, single_header,
+    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
 };
-use crate::config::{Algorithm, Preset, TimestampUnit};
+use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -45,21 +44,8 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
     }
     let timestamp_text = timestamp.to_string();
     let message: [&[u8]; 3] = [timestamp_text.as_bytes(), b".", &request.body];
-    let index = matching_secret(
-        Algorithm::Sha256,
-        &preset.keys,
-        &message,
-        &candidates,
-        Form::LowerHex,
-    )
-    .ok_or(Rejection::SignatureInvalid)?;
-    check_window(
-        timestamp,
-        TimestampUnit::Seconds,
-        preset_tolerance(preset),
-        Direction::PastOnly,
-        now_ms,
-    )?;
+    let index = preset_signature(preset, &message, &candidates, Form::LowerHex)?;
+    preset_window(preset, timestamp, Direction::PastOnly, now_ms)?;
     Ok(Authenticity::by_secret(index))
 }
 
