@@ -305,6 +305,17 @@ impl Pipeline {
         peer: Option<SocketAddr>,
         outcome: Outcome,
     ) -> Finished {
+        Finished::upstream(outcome, self.forward_metered(index, inbound, peer).await)
+    }
+
+    /// Sends a buffered request to the route's upstream and records the
+    /// upstream latency and error metrics.
+    async fn forward_metered(
+        &self,
+        index: usize,
+        inbound: &Inbound,
+        peer: Option<SocketAddr>,
+    ) -> Result<forward::UpstreamAnswer, ForwardError> {
         let route = &self.config.routes[index];
         let started = Instant::now();
         let result = forward::forward(
@@ -316,7 +327,7 @@ impl Pipeline {
         )
         .await;
         meter_upstream(route, &self.meters[index], &result, started.elapsed());
-        Finished::upstream(outcome, result)
+        result
     }
 
     /// Forwards a claimed delivery and settles its lease in a detached
@@ -338,23 +349,14 @@ impl Pipeline {
         self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
-            let request = verified.inbound();
-            let upstream_started = Instant::now();
             let result = claim::while_renewing(
                 &this.store,
                 &lease,
                 &route.idempotency,
-                forward::forward(
-                    &this.client,
-                    &route.upstream,
-                    &request.parts,
-                    request.body.clone(),
-                    peer,
-                ),
+                this.forward_metered(index, verified.inbound(), peer),
             )
             .await;
             let meters = &this.meters[index];
-            meter_upstream(route, meters, &result, upstream_started.elapsed());
             this.settle(index, lease, &result).await;
             meters.in_flight(-1.0);
             let mut finished = Finished::upstream(Outcome::Forwarded, result);
