@@ -115,6 +115,20 @@ fn reload_secrets_on_sighup(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The runtime `serve` runs on: tokio's current-thread scheduler for one
+/// worker (no cross-thread wake-ups or work stealing: the cheapest per
+/// request, see `bench/RESULTS.md`), the multi-thread one for more.
+fn serving_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if worker_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(worker_threads);
+        builder
+    };
+    builder.enable_all().thread_name("idemgate-worker").build()
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     tokio::pin!(stop);
@@ -153,7 +167,13 @@ fn main() -> ExitCode {
                 Ok(config) => config,
                 Err(code) => return code,
             };
-            let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+            let runtime = match serving_runtime(config.limits.worker_threads) {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    tracing::error!(%error, "could not start the tokio runtime");
+                    return ExitCode::FAILURE;
+                }
+            };
             match runtime.block_on(serve(config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

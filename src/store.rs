@@ -271,7 +271,13 @@ impl AnyStore {
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let backend = match &config.backend {
             StoreBackend::Redis { url } => Backend::Redis(Box::new(
-                redis::RedisStore::connect(url, config.command_timeout, config.replica_ack).await?,
+                redis::RedisStore::connect(
+                    url,
+                    config.command_timeout,
+                    config.replica_ack,
+                    config.connections,
+                )
+                .await?,
             )),
             StoreBackend::Embedded { path } => {
                 Backend::Embedded(embedded::EmbeddedStore::open(path)?)

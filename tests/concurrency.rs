@@ -129,3 +129,46 @@ async fn lease_is_renewed_while_the_upstream_is_slow() {
     );
     gate.stop().await;
 }
+
+/// The binary on one thread (the default, current-thread scheduler) and on
+/// four work-stealing threads: duplicates racing from many connections are
+/// still executed once per key and answered alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_executes_each_key_once_on_one_or_many_threads() {
+    for threads in [1, 4] {
+        let redis = RedisServer::start();
+        let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(100))).await;
+        let text = config_text(
+            &redis_store(&redis),
+            &upstream.url(),
+            "on_in_flight = \"wait\"",
+        )
+        .replace(
+            "[limits]\n",
+            &format!("[limits]\nworker_threads = {threads}\n"),
+        );
+        assert!(text.contains(&format!("worker_threads = {threads}")));
+        let gate = GateProcess::start(&text);
+        let tasks: Vec<_> = (0..160)
+            .map(|i| {
+                let (url, body) = (
+                    gate.url("/notify"),
+                    payment(&format!("p-threads-{}", i % 20)),
+                );
+                tokio::spawn(async move { deliver(&url, &body).await })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(
+                task.await.expect("delivery task").status,
+                200,
+                "{threads} threads"
+            );
+        }
+        assert_eq!(
+            upstream.calls(),
+            20,
+            "one execution per key on {threads} threads"
+        );
+    }
+}

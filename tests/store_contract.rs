@@ -148,7 +148,7 @@ async fn contract<S: Store>(store: &S) {
 #[tokio::test]
 async fn redis_store_meets_the_contract() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None)
+    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
         .await
         .unwrap();
     contract(&store).await;
@@ -169,7 +169,7 @@ async fn embedded_store_meets_the_contract() {
 #[tokio::test]
 async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None)
+    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
         .await
         .unwrap();
     let k = key("corrupt");

@@ -33,6 +33,9 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
+/// Default `[limits] worker_threads`: one thread, the cheapest per request
+/// (see `bench/RESULTS.md`).
+pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// Default Redis key prefix, so idemgate shares a database safely.
 pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
 /// Default per-command store timeout: a healthy Redis answers in well under
@@ -110,6 +113,8 @@ pub struct RawLimits {
     pub max_header_bytes: Option<usize>,
     /// Duplicates of one key waiting for its first delivery at most.
     pub max_waiting_per_key: Option<usize>,
+    /// Threads that serve requests (0: one per CPU).
+    pub worker_threads: Option<usize>,
 }
 
 /// `[store]`.

@@ -130,20 +130,19 @@ impl RedisStore {
         url: &str,
         command_timeout: Duration,
         replica_ack: Option<ReplicaAck>,
+        connections: usize,
     ) -> Result<Self, StoreError> {
         let mut config =
             FredConfig::from_url(url).map_err(|e| StoreError::Backend(e.to_string()))?;
         config.fail_fast = false;
-        let pool_size = std::thread::available_parallelism()
-            .map(usize::from)
-            .unwrap_or(2)
-            .clamp(2, 8);
         let pool = Builder::from_config(config)
             .with_performance_config(|perf| perf.default_command_timeout = command_timeout)
             .with_connection_config(|conn| {
                 conn.connection_timeout = command_timeout.max(Duration::from_millis(500));
                 conn.internal_command_timeout = command_timeout.max(Duration::from_millis(500));
                 conn.max_command_attempts = 2;
+                // Commands are small and latency-bound: never wait for an ACK.
+                conn.tcp.nodelay = Some(true);
             })
             .set_policy(ReconnectPolicy::new_exponential(
                 0,
@@ -151,7 +150,7 @@ impl RedisStore {
                 RECONNECT_MAX_MS,
                 2,
             ))
-            .build_pool(pool_size)
+            .build_pool(connections.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         pool.connect_pool();
         let store = Self {
