@@ -300,9 +300,11 @@ def main():
     history.append(
         f"- {meta.get('date')} `{meta.get('commit')}`{' (src modified)' if meta.get('dirty', '0') != '0' else ''}: "
         f"first {fmt(first.get('ratio'), 2, '×')} nginx, replay {fmt(replay.get('ratio'), 2, '×')}, "
-        f"Δp99 first {first.get('dp99', 0):+.2f} ms, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 3)}, "
+        f"Δp99 first {first.get('dp99', 0):+.2f} ms, "
+        f"idemgate CPU {fmt(first.get('cpu'), 1)}/{fmt(replay.get('cpu'), 1)} µs/req, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 3)}, "
         f"VmHWM@{meta.get('peak_conns')} {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')}, "
-        f"targets {passed}/{len(targets)} ({meta.get('rounds')}×{meta.get('seconds')}s rounds)"
+        f"targets {passed}/{len(targets)} ({meta.get('rounds')}×{meta.get('seconds')}s rounds, "
+        f"worker_threads {meta.get('workers', '1')})"
     )
 
     probe_exists = int(meta.get("probe_exists", "0"))
@@ -330,6 +332,9 @@ def main():
         + (" — src/, Cargo.toml or lua/ had uncommitted changes when the binary was built" if meta.get("dirty", "0") != "0" else ""),
         f"- machine: {meta.get('nproc')} CPUs ({meta.get('cpu')}), kernel {meta.get('kernel')}, load average at the end {meta.get('loadavg')}",
         f"- tools: nginx {meta.get('nginx')}, Redis {meta.get('redis')}, wrk {meta.get('wrk')}",
+        f"- idemgate: `[limits] worker_threads = {meta.get('workers', '1')}`"
+        + (" (tokio current-thread scheduler, one Redis connection)" if meta.get("workers", "1") == "1"
+           else " (tokio multi-thread scheduler, one Redis connection per thread)"),
         f"- load: `wrk -t{meta.get('threads')} -c{meta.get('conns')} -d{meta.get('seconds')}s --latency`, "
         f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay), "
         f"then one nginx and one idemgate-first round at -c{meta.get('peak_conns')}",
