@@ -100,6 +100,10 @@ def fmt(value, digits=1, suffix=""):
     return f"{value:,.{digits}f}{suffix}"
 
 
+# Sections of RESULTS.md written by hand and carried over by every run.
+KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks")
+
+
 def main():
     work, results_path = sys.argv[1], sys.argv[2]
     meta = load_env(os.path.join(work, "meta.env"))
@@ -295,6 +299,13 @@ def main():
     # History: keep the old section, add this run.
     history = []
     old = read_optional(results_path) or ""
+    # Hand-written sections (the before/after record of each optimisation,
+    # the criterion stage timings) are kept verbatim, heading to next heading.
+    kept = []
+    for heading in KEPT_SECTIONS:
+        if heading in old:
+            section = old.split(heading, 1)[1].split("\n## ", 1)[0]
+            kept += [heading, "", *section.strip("\n").splitlines(), ""]
     if "## History" in old:
         history = [line for line in old.split("## History", 1)[1].splitlines() if line.startswith("- ")]
     history.append(
@@ -323,7 +334,7 @@ def main():
     out = [
         "# idemgate benchmark results",
         "",
-        "Written by `bench/run` (overwritten on every run; the History section is kept). "
+        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks and History sections are kept). "
         "The 2-core machine is shared and noisy: compare ratios against the nginx baseline measured in the same run, "
         "not absolute numbers across runs.",
         "",
@@ -390,6 +401,7 @@ def main():
         out += ["## Per-request log line", "", *info_lines, ""]
     if perf_lines:
         out += ["## Profile", "", *perf_lines]
+    out += kept
     out += [
         "## Every round",
         "",

@@ -41,6 +41,12 @@ impl Inbound {
         }
     }
 
+    /// Gives up the head and body, for a forward that owns them (no clone
+    /// of the header map).
+    pub fn into_parts(self) -> (Parts, Bytes) {
+        (self.parts, self.body)
+    }
+
     /// The body parsed as JSON, or `bad_request_body`.
     pub fn json(&self) -> Result<&serde_json::Value, Rejection> {
         self.json

@@ -305,7 +305,10 @@ impl Pipeline {
         peer: Option<SocketAddr>,
         outcome: Outcome,
     ) -> Finished {
-        Finished::upstream(outcome, self.forward_metered(index, inbound, peer).await)
+        let result = self
+            .forward_metered(index, inbound.parts.clone(), inbound.body.clone(), peer)
+            .await;
+        Finished::upstream(outcome, result)
     }
 
     /// Sends a buffered request to the route's upstream and records the
@@ -313,19 +316,13 @@ impl Pipeline {
     async fn forward_metered(
         &self,
         index: usize,
-        inbound: &Inbound,
+        parts: http::request::Parts,
+        body: bytes::Bytes,
         peer: Option<SocketAddr>,
     ) -> Result<forward::UpstreamAnswer, ForwardError> {
         let route = &self.config.routes[index];
         let started = Instant::now();
-        let result = forward::forward(
-            &self.client,
-            &route.upstream,
-            &inbound.parts,
-            inbound.body.clone(),
-            peer,
-        )
-        .await;
+        let result = forward::forward(&self.client, &route.upstream, parts, body, peer).await;
         meter_upstream(route, &self.meters[index], &result, started.elapsed());
         result
     }
@@ -346,6 +343,8 @@ impl Pipeline {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
         let key_hash = identity.key_hash.clone();
+        let secret_index = verified.authenticity().secret_index;
+        let (parts, body) = verified.into_inbound().into_parts();
         self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
@@ -353,7 +352,7 @@ impl Pipeline {
                 &this.store,
                 &lease,
                 &route.idempotency,
-                this.forward_metered(index, verified.inbound(), peer),
+                this.forward_metered(index, parts, body, peer),
             )
             .await;
             let meters = &this.meters[index];
@@ -361,7 +360,7 @@ impl Pipeline {
             meters.in_flight(-1.0);
             let mut finished = Finished::upstream(Outcome::Forwarded, result);
             finished.key_hash = Some(key_hash);
-            finished.secret_index = verified.authenticity().secret_index;
+            finished.secret_index = secret_index;
             finished.record(&route.name, meters, started);
             let _ = reply.send(finished);
         });

@@ -22,6 +22,7 @@ use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::record::Fingerprint;
+use crate::signature::lower_hex;
 use crate::store::StoreKey;
 
 /// Longest accepted key part, in bytes.
@@ -47,8 +48,8 @@ pub fn identify(
     let request = verified.inbound();
     let fingerprint = fingerprint(request, route)?;
     let key_hash = match key_digest(verified, route)? {
-        Some(digest) => hex::encode(digest),
-        None => hex::encode(fingerprint.0),
+        Some(digest) => lower_hex(&digest),
+        None => lower_hex(&fingerprint.0),
     };
     Ok(Identity {
         key: StoreKey::new(key_prefix, &route.name, &key_hash),

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -102,9 +103,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The upstream URI for a request path: base URL + path + query.
-pub fn target(upstream: &Uri, path_and_query: Option<&http::uri::PathAndQuery>) -> Uri {
+pub fn target(upstream: &Uri, path_and_query: Option<&PathAndQuery>) -> Uri {
     let base_path = upstream.path().trim_end_matches('/');
-    let tail = path_and_query.map_or("/", |pq| pq.as_str());
     let mut builder = Uri::builder();
     if let Some(scheme) = upstream.scheme() {
         builder = builder.scheme(scheme.clone());
@@ -112,20 +112,27 @@ pub fn target(upstream: &Uri, path_and_query: Option<&http::uri::PathAndQuery>) 
     if let Some(authority) = upstream.authority() {
         builder = builder.authority(authority.clone());
     }
-    builder
-        .path_and_query(format!("{base_path}{tail}"))
-        .build()
-        .unwrap_or_else(|_| upstream.clone())
+    let built = match (base_path, path_and_query) {
+        // The common case, an upstream without a base path: the sender's
+        // path is reused as is (a cheap clone, no formatting or re-parsing).
+        ("", Some(pq)) => builder.path_and_query(pq.clone()).build(),
+        (_, pq) => {
+            let tail = pq.map_or("/", PathAndQuery::as_str);
+            builder.path_and_query(format!("{base_path}{tail}")).build()
+        }
+    };
+    built.unwrap_or_else(|_| upstream.clone())
 }
 
-/// Prepares the head of an upstream request from the sender's head.
+/// Turns the sender's head into the upstream request's head (its header
+/// map is reused, not copied).
 pub fn upstream_request(
-    parts: &http::request::Parts,
+    parts: http::request::Parts,
     upstream: &Uri,
     peer: Option<SocketAddr>,
     body: ProxyBody,
 ) -> Request<ProxyBody> {
-    let mut headers = parts.headers.clone();
+    let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
     if let Some(peer) = peer {
         let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
@@ -137,7 +144,7 @@ pub fn upstream_request(
         }
     }
     let mut request = Request::new(body);
-    *request.method_mut() = parts.method.clone();
+    *request.method_mut() = parts.method;
     *request.uri_mut() = target(upstream, parts.uri.path_and_query());
     *request.headers_mut() = headers;
     request
@@ -147,7 +154,7 @@ pub fn upstream_request(
 pub async fn forward(
     client: &UpstreamClient,
     upstream: &Upstream,
-    parts: &http::request::Parts,
+    parts: http::request::Parts,
     body: Bytes,
     peer: Option<SocketAddr>,
 ) -> Result<UpstreamAnswer, ForwardError> {
@@ -187,7 +194,7 @@ pub async fn pass_through(
     peer: Option<SocketAddr>,
 ) -> Result<Response<ProxyBody>, ForwardError> {
     let (parts, body) = request.into_parts();
-    let request = upstream_request(&parts, &upstream.url, peer, body.boxed());
+    let request = upstream_request(parts, &upstream.url, peer, body.boxed());
     let response = tokio::time::timeout(upstream.timeout, client.request(request))
         .await
         .map_err(|_| ForwardError::Timeout)?

@@ -23,6 +23,11 @@ impl Verified {
         &self.inbound
     }
 
+    /// The buffered request, for the one forward of a first delivery.
+    pub fn into_inbound(self) -> Inbound {
+        self.inbound
+    }
+
     /// Which secret verified it, and the id it signed.
     pub fn authenticity(&self) -> &Authenticity {
         &self.authenticity
