@@ -8,6 +8,13 @@
 //! and retries once. fred reconnects with bounded exponential backoff while
 //! every command is bounded by `command_timeout`, so an outage surfaces as
 //! [`StoreError::Unavailable`] within that time.
+//!
+//! The pool has one connection per worker thread (`StoreConfig::connections`).
+//! fred pipelines each connection automatically: its router writes every
+//! command queued at that moment in one flush, so one busy connection
+//! batches better than several half-idle ones. `TCP_NODELAY` is set because
+//! fred leaves Nagle's algorithm on by default, which would hold a small
+//! command back until the previous one was acknowledged.
 
 use std::time::Duration;
 
