@@ -29,8 +29,8 @@
 //! `idemgate serve` runs on tokio's current-thread scheduler by default
 //! (`[limits] worker_threads = 1`): the sender's connection, the detached
 //! first-delivery task, fred's router and reader and hyper's upstream
-//! connection all run on one thread, so no wake-up crosses threads and
-//! fred's router finds several requests' commands queued per write. More
+//! connection all run on one thread, so no wake-up crosses threads (no
+//! futex calls, no work stealing). More
 //! threads select the multi-thread scheduler with one Redis connection
 //! each. The measured difference is in `bench/RESULTS.md` (Optimisations).
 //!
