@@ -25,6 +25,7 @@ use crate::pipeline::body_of;
 use crate::pipeline::delivery::hash_key_parts;
 use crate::pipeline::forward::ProxyBody;
 use crate::record::{RecordState, now_ms};
+use crate::signature::lower_hex;
 use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
@@ -197,7 +198,7 @@ fn key_hash_from_url(raw: &str) -> String {
         return raw.to_ascii_lowercase();
     }
     let value: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
-    hex::encode(hash_key_parts([value.as_slice()]))
+    lower_hex(&hash_key_parts([value.as_slice()]))
 }
 
 /// The JSON view of a record: no body content, only its size.

@@ -1333,6 +1333,20 @@ fn check_failover(name: &str, report: &FailoverReport) {
     );
 }
 
+/// A 30 ms upstream and two idemgate processes on the Redis at `url`,
+/// each claim waiting for one replica (`min_replicas_ack = 1`); with the
+/// gates' `/notify` URLs.
+async fn failover_gates(url: &str) -> (Upstream, Vec<GateProcess>, Vec<String>) {
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1"
+    );
+    let text = config_text(&store, &upstream.url(), "");
+    let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
+    let urls = gates.iter().map(|g| g.url("/notify")).collect();
+    (upstream, gates, urls)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_keeps_acknowledged_claims() {
     let _serial = SERIAL.lock().await;
@@ -1342,14 +1356,7 @@ async fn cluster_failover_keeps_acknowledged_claims() {
         "[fault] cluster_failover_keeps_acknowledged_claims: 6-node cluster ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1",
-        cluster.url()
-    );
-    let text = config_text(&store, &upstream.url(), "");
-    let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
-    let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();
+    let (upstream, _gates, urls) = failover_gates(&cluster.url()).await;
     let primaries = cluster.primaries();
     let victim = primaries[1].clone();
     let replica = Cluster::replica_of(&victim);
@@ -1377,14 +1384,7 @@ async fn sentinel_failover() {
         "[fault] sentinel_failover: primary, replica and 3 sentinels ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1",
-        setup.url()
-    );
-    let text = config_text(&store, &upstream.url(), "");
-    let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
-    let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();
+    let (upstream, _gates, urls) = failover_gates(&setup.url()).await;
     let mut ops = SentinelFailover { setup: &mut setup };
 
     let report = run_failover(&mut ops, &urls, &upstream, "sfo", &|_| true).await;

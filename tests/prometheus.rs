@@ -387,6 +387,18 @@ fn without(headers: Headers, name: &str) -> Headers {
 // Child processes
 // ---------------------------------------------------------------------------
 
+/// Waits until Prometheus has scraped `replays` replayed deliveries of
+/// route `pay`.
+async fn until_scraped_replays(prometheus: &Prometheus, replays: f64, what: &str) {
+    poll(what, WAIT, Duration::from_millis(100), async || {
+        let v = prometheus
+            .scalar(r#"idemgate_requests_total{route="pay",outcome="replayed"}"#)
+            .await?;
+        (v == replays).then_some(())
+    })
+    .await;
+}
+
 /// A `prometheus` server on a free loopback port, killed by PID on drop.
 struct Prometheus {
     child: Child,
@@ -1098,18 +1110,7 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     )
     .await;
     // The zero-valued series are in the TSDB before any traffic.
-    poll(
-        "a scrape of the idle gate",
-        WAIT,
-        Duration::from_millis(100),
-        async || {
-            let v = prometheus
-                .scalar(r#"idemgate_requests_total{route="pay",outcome="replayed"}"#)
-                .await?;
-            (v == 0.0).then_some(())
-        },
-    )
-    .await;
+    until_scraped_replays(&prometheus, 0.0, "a scrape of the idle gate").await;
     println!("prometheus up and scraping after {:?}", started.elapsed());
 
     // Traffic: 20 first deliveries, 3 replays of each (half signed with the
@@ -1146,36 +1147,14 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
         assert_eq!(post(&gate.url("/other"), &[], "x").await.status, 200);
         let replays = (ids.len() * REPLAYS_EACH) as f64;
         if phase == "warm-up" {
-            poll(
-                "a scrape after the warm-up",
-                WAIT,
-                Duration::from_millis(100),
-                async || {
-                    let v = prometheus
-                        .scalar(r#"idemgate_requests_total{route="pay",outcome="replayed"}"#)
-                        .await?;
-                    (v == replays).then_some(())
-                },
-            )
-            .await;
+            until_scraped_replays(&prometheus, replays, "a scrape after the warm-up").await;
         }
     }
     let replays = (FIRST * REPLAYS_EACH) as f64;
     let expected_hit_rate = replays / (replays + FIRST as f64);
 
     // Wait until Prometheus has the final counts, then three more scrapes.
-    poll(
-        "a scrape after the traffic",
-        WAIT,
-        Duration::from_millis(100),
-        async || {
-            let v = prometheus
-                .scalar(r#"idemgate_requests_total{route="pay",outcome="replayed"}"#)
-                .await?;
-            (v == replays).then_some(())
-        },
-    )
-    .await;
+    until_scraped_replays(&prometheus, replays, "a scrape after the traffic").await;
     let scrapes = r#"count_over_time(up{job="idemgate"}[1h])"#;
     let before = prometheus.scalar(scrapes).await.expect("scrape count");
     poll(
