@@ -46,6 +46,7 @@
 //! * [`record`] — the versioned record encoding both stores share.
 //! * [`error`] — every rejection's status, reason and problem+json.
 //! * [`metrics`] — metric names, labels and recording helpers.
+//! * [`log_writer`] — log lines to stderr in timed batches.
 //! * [`admin`] — the admin listener.
 //! * [`demo`] — `idemgate demo`, a self-contained demonstration.
 
@@ -55,6 +56,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod extract;
+pub mod log_writer;
 pub mod metrics;
 pub mod pipeline;
 pub mod record;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use idemgate::config::Config;
+use idemgate::log_writer::{self, FlushGuard};
 use tracing_subscriber::EnvFilter;
 
 /// Exit code for an invalid configuration (SPEC §8).
@@ -51,15 +52,15 @@ enum Command {
     Healthcheck,
 }
 
-/// Installs the log subscriber. Lines are written to stderr by a
-/// background thread (`tracing_appender::non_blocking`), so the per-request
-/// line costs the request path a formatted string and a channel send, not a
-/// write syscall; under a flood that outpaces stderr, lines are dropped
-/// rather than stalling requests. Keep the returned guard alive: dropping
-/// it flushes what is queued.
-fn init_logging(format: LogFormat, default: &str) -> tracing_appender::non_blocking::WorkerGuard {
+/// Installs the log subscriber. Lines go to stderr in timed batches
+/// (`idemgate::log_writer`), so the per-request line costs the request path
+/// a formatted string and a memcpy, not a write syscall or a thread wake-up;
+/// when stderr is slower than the traffic, lines are dropped and counted
+/// rather than stalling requests. Keep the returned guard alive: dropping it
+/// writes what is pending.
+fn init_logging(format: LogFormat, default: &str) -> std::io::Result<FlushGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let (writer, guard) = log_writer::batched(std::io::stderr())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -68,7 +69,7 @@ fn init_logging(format: LogFormat, default: &str) -> tracing_appender::non_block
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-    guard
+    Ok(guard)
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
@@ -162,7 +163,13 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Serve => {
-            let _flush_on_exit = init_logging(cli.log_format, "info");
+            let _flush_on_exit = match init_logging(cli.log_format, "info") {
+                Ok(guard) => guard,
+                Err(error) => {
+                    eprintln!("could not start the log writer thread: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let config = match load(cli.config.as_ref()) {
                 Ok(config) => config,
                 Err(code) => return code,
@@ -206,7 +213,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Demo => {
-            let _flush_on_exit = init_logging(cli.log_format, "warn");
+            let _flush_on_exit = match init_logging(cli.log_format, "warn") {
+                Ok(guard) => guard,
+                Err(error) => {
+                    eprintln!("could not start the log writer thread: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
             match runtime.block_on(idemgate::demo::run()) {
                 Ok(true) => ExitCode::SUCCESS,

@@ -1,0 +1,315 @@
+//! Log output in timed batches, so a log line costs the request path no
+//! system call and no thread wake-up.
+//!
+//! Every request logs one `info` line (the default level). The formatted
+//! line is appended to an in-memory batch under a mutex; the first line of a
+//! batch wakes a background thread, which lets the batch fill for
+//! [`FLUSH_INTERVAL`], takes it and writes it to the sink (stderr) in one
+//! call. `tracing_appender::non_blocking`, used before, sends
+//! each line through a channel to its writer thread and wakes that thread
+//! per line: on the 2-core bench machine the log line then cost 8–10 µs of
+//! CPU per request (`bench/RESULTS.md`, Optimisations).
+//!
+//! Trade-offs, chosen for a proxy that must never stall on its logs:
+//! - Lines reach the sink up to [`FLUSH_INTERVAL`] late, in order.
+//! - A batch holds at most [`BATCH_CAPACITY`] bytes; when the sink is slower
+//!   than the traffic, further lines are dropped (never blocking a request)
+//!   and the next batch says how many.
+//! - [`FlushGuard`] writes what is pending when dropped (normal exit and
+//!   unwinding); a process killed with SIGKILL loses at most one interval.
+
+use std::io::{self, Write};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a batch fills before it is written: long enough that its one
+/// wake-up and write are spread over many lines, short enough for `tail -f`.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Bytes one batch may hold (about 20,000 request lines): ample for any
+/// rate the proxy serves, bounded when the sink stalls.
+pub const BATCH_CAPACITY: usize = 4 << 20;
+
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    dropped: u64,
+    closing: bool,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty() && self.dropped == 0
+    }
+}
+
+struct Shared {
+    batch: Mutex<Batch>,
+    wake: Condvar,
+    capacity: usize,
+}
+
+impl Shared {
+    /// A poisoned lock only means a writer panicked mid-append; the bytes
+    /// are still a valid (possibly partial) log, so keep going.
+    fn lock(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The `MakeWriter` handed to `tracing_subscriber::fmt`: each formatted
+/// event is appended to the current batch.
+#[derive(Clone)]
+pub struct BatchedWriter {
+    shared: Arc<Shared>,
+}
+
+/// Keeps the background thread alive; dropping it writes what is pending
+/// and stops the thread.
+pub struct FlushGuard {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Starts the background thread writing to `sink` every [`FLUSH_INTERVAL`].
+pub fn batched<W>(sink: W) -> io::Result<(BatchedWriter, FlushGuard)>
+where
+    W: Write + Send + 'static,
+{
+    with_limits(sink, FLUSH_INTERVAL, BATCH_CAPACITY)
+}
+
+/// [`batched`] with an explicit interval and capacity (tests use short and
+/// small ones).
+pub fn with_limits<W>(
+    sink: W,
+    interval: Duration,
+    capacity: usize,
+) -> io::Result<(BatchedWriter, FlushGuard)>
+where
+    W: Write + Send + 'static,
+{
+    let shared = Arc::new(Shared {
+        batch: Mutex::new(Batch::default()),
+        wake: Condvar::new(),
+        capacity,
+    });
+    let for_thread = Arc::clone(&shared);
+    let thread = std::thread::Builder::new()
+        .name("idemgate-log".into())
+        .spawn(move || write_batches(&for_thread, sink, interval))?;
+    Ok((
+        BatchedWriter {
+            shared: Arc::clone(&shared),
+        },
+        FlushGuard {
+            shared,
+            thread: Some(thread),
+        },
+    ))
+}
+
+/// The background thread: sleep until a batch starts, let it fill for one
+/// interval (or until closing), take it and write it in one call outside
+/// the lock. An idle proxy costs this thread no wake-ups at all.
+fn write_batches<W: Write>(shared: &Shared, mut sink: W, interval: Duration) {
+    let mut out = Vec::new();
+    loop {
+        let (dropped, closing) = {
+            let mut batch = shared.lock();
+            while batch.is_empty() && !batch.closing {
+                batch = shared
+                    .wake
+                    .wait(batch)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if !batch.closing {
+                // Appenders do not notify a non-empty batch: only closing
+                // ends this wait early.
+                batch = shared
+                    .wake
+                    .wait_timeout(batch, interval)
+                    .map_or_else(|poisoned| poisoned.into_inner().0, |(batch, _)| batch);
+            }
+            std::mem::swap(&mut batch.bytes, &mut out);
+            (std::mem::take(&mut batch.dropped), batch.closing)
+        };
+        if dropped > 0 {
+            // Plain text even in JSON mode: a line a collector will show as-is.
+            let _ = writeln!(
+                out,
+                "idemgate: {dropped} log line(s) dropped: the log sink is slower than the traffic"
+            );
+        }
+        if !out.is_empty() {
+            // Nothing sensible to do when stderr itself fails.
+            let _ = sink.write_all(&out).and_then(|()| sink.flush());
+            out.clear();
+        }
+        if closing {
+            return;
+        }
+    }
+}
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        self.shared.lock().closing = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One event's writer: appends to the batch, or counts the line as dropped
+/// when the batch is full. Never blocks on the sink.
+pub struct BatchAppender<'a> {
+    shared: &'a Shared,
+}
+
+impl Write for BatchAppender<'_> {
+    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+        let mut batch = self.shared.lock();
+        let starts_batch = batch.is_empty();
+        if batch.bytes.len() + line.len() <= self.shared.capacity {
+            batch.bytes.extend_from_slice(line);
+        } else {
+            batch.dropped += 1;
+        }
+        drop(batch);
+        // One wake-up per batch, not per line.
+        if starts_batch {
+            self.shared.wake.notify_one();
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
+    type Writer = BatchAppender<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        BatchAppender {
+            shared: &self.shared,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tracing_subscriber::fmt::MakeWriter;
+
+    /// A sink the test can read while the writer thread owns a handle.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn log(writer: &BatchedWriter, line: &str) {
+        writer.make_writer().write_all(line.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn lines_wait_for_the_batch_and_arrive_in_order() {
+        let sink = Sink::default();
+        let (writer, guard) =
+            with_limits(sink.clone(), Duration::from_millis(200), 1 << 16).unwrap();
+        log(&writer, "one\n");
+        log(&writer, "two\n");
+        // Written through, a line would already be in the sink.
+        assert_eq!(sink.text(), "", "a line reached the sink before its batch");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while sink.text().is_empty() {
+            assert!(Instant::now() < deadline, "the batch was never written");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(sink.text(), "one\ntwo\n");
+        // The thread sleeps again and wakes for the next batch.
+        log(&writer, "three\n");
+        while sink.text().len() == "one\ntwo\n".len() {
+            assert!(
+                Instant::now() < deadline,
+                "the second batch was never written"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(sink.text(), "one\ntwo\nthree\n");
+        drop(guard);
+    }
+
+    #[test]
+    fn dropping_the_guard_writes_what_is_pending() {
+        let sink = Sink::default();
+        let (writer, guard) =
+            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        log(&writer, "last words\n");
+        let started = Instant::now();
+        drop(guard);
+        assert_eq!(sink.text(), "last words\n");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "closing waited for the interval"
+        );
+    }
+
+    #[test]
+    fn a_full_batch_drops_lines_and_says_how_many() {
+        let sink = Sink::default();
+        let (writer, guard) = with_limits(sink.clone(), Duration::from_secs(3600), 11).unwrap();
+        log(&writer, "12345\n");
+        log(&writer, "6789\n");
+        log(&writer, "too long\n");
+        log(&writer, "x\n");
+        drop(guard);
+        let text = sink.text();
+        assert!(text.starts_with("12345\n6789\n"), "{text}");
+        assert!(
+            !text.contains("too long") && !text.contains("x\n"),
+            "{text}"
+        );
+        assert!(text.contains("2 log line(s) dropped"), "{text}");
+    }
+
+    #[test]
+    fn tracing_events_go_through_the_batch() {
+        let sink = Sink::default();
+        let (writer, guard) =
+            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(route = "hook", "request");
+        });
+        assert_eq!(sink.text(), "");
+        drop(guard);
+        let text = sink.text();
+        assert!(
+            text.contains("request") && text.contains("route=\"hook\""),
+            "{text}"
+        );
+    }
+}
