@@ -21,6 +21,7 @@ pub mod body;
 pub mod claim;
 pub mod delivery;
 pub mod forward;
+pub mod quick_ack;
 pub mod settle;
 pub mod verify;
 

@@ -205,3 +205,82 @@ async fn shadow_mode_forwards_everything_but_records() {
     );
     gate.stop().await;
 }
+
+/// A backend that writes an answer's head and body in two sends with
+/// Nagle's algorithm on (as Python's `http.server` does), so the body waits
+/// until the head is acknowledged. Serves keep-alive HTTP/1.1 until the
+/// peer closes.
+async fn serve_head_then_body(listener: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut conn, _)) = listener.accept().await {
+        conn.set_nodelay(false).unwrap();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let head_end = loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break end + 4;
+                    }
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .map_or(0, |value| value.trim().parse().unwrap());
+                while buf.len() < head_end + length {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                buf.drain(..head_end + length);
+                let body = b"{\"shipped\":true}";
+                let answer_head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                if conn.write_all(answer_head.as_bytes()).await.is_err()
+                    || conn.write_all(body).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// On a kept-alive upstream connection Linux delays its ACKs (up to 40 ms),
+/// so a backend like the one above answered every first delivery ~44 ms
+/// late; idemgate re-arms TCP_QUICKACK after each request it writes. The
+/// stall is a kernel timer, not load: the median of a dozen deliveries is
+/// either ~40 ms or a few ms, and 20 ms separates the two.
+#[tokio::test]
+async fn a_backend_writing_head_and_body_apart_is_not_stalled_by_delayed_acks() {
+    let redis = RedisServer::start();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve_head_then_body(listener));
+    let gate = Gate::start(&config_text(&redis_store(&redis), &backend, "")).await;
+
+    let mut took = Vec::new();
+    for n in 0..12 {
+        let started = std::time::Instant::now();
+        let answer = deliver(&gate.url("/notify"), &payment(&format!("ack-{n}"))).await;
+        took.push(started.elapsed());
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.as_ref(), b"{\"shipped\":true}");
+    }
+    took.sort();
+    let median = took[took.len() / 2];
+    println!("first deliveries through a head-then-body backend: {took:?}");
+    assert!(
+        median < Duration::from_millis(20),
+        "median first delivery took {median:?}: a delayed-ACK stall (all: {took:?})"
+    );
+    gate.stop().await;
+}

@@ -25,6 +25,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use super::quick_ack::QuickAckConnector;
 use crate::config::Upstream;
 
 /// Body type of everything idemgate sends or answers: a boxed body, so
@@ -32,7 +33,7 @@ use crate::config::Upstream;
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// The pooled upstream client, cloned cheaply per request.
-pub type UpstreamClient = Client<HttpConnector, ProxyBody>;
+pub type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
 
 /// Wraps bytes as a [`ProxyBody`].
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -41,7 +42,9 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
         .boxed()
 }
 
-/// Builds the shared client: keep-alive pool, no per-request connection.
+/// Builds the shared client: keep-alive pool, no per-request connection,
+/// `TCP_NODELAY` for our writes, and `TCP_QUICKACK` on connections whose
+/// backend needs it (see [`super::quick_ack`]).
 pub fn client() -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -49,7 +52,7 @@ pub fn client() -> UpstreamClient {
     Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
+        .build(QuickAckConnector::new(connector))
 }
 
 /// A buffered upstream answer.
