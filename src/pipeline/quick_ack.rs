@@ -1,11 +1,11 @@
 //! Upstream connections that acknowledge the backend's answer at once.
 //!
-//! Many handlers idemgate protects write an answer's head and body in two
-//! `send` calls with Nagle's algorithm on (Python's `http.server` and the
-//! frameworks built on it do): the body then waits in the backend's kernel
-//! until the head is acknowledged. On a fresh connection Linux acknowledges
-//! at once, but on a kept-alive one, which sends a request after every
-//! answer, the kernel settles into delayed acknowledgements (up to 40 ms).
+//! Some handlers idemgate protects write an answer's head and body in two
+//! `send` calls with Nagle's algorithm on (Python's `http.server` does): the
+//! body then waits in the backend's kernel until the head is acknowledged.
+//! On a fresh connection Linux acknowledges at once, but on a kept-alive
+//! one, which sends a request after every answer, the kernel settles into
+//! delayed acknowledgements (40 ms or more).
 //! Behind idemgate's pooled upstream connections every first delivery to
 //! such a backend took ~44 ms where the same backend answered a fresh
 //! connection in under 1 ms (measured on loopback, `bench/RESULTS.md`).
