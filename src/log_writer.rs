@@ -81,9 +81,9 @@ where
     with_limits(sink, FLUSH_INTERVAL, BATCH_CAPACITY)
 }
 
-/// [`batched`] with an explicit interval and capacity (tests use short and
-/// small ones).
-pub fn with_limits<W>(
+/// [`batched`] with an explicit interval and capacity (the tests use short
+/// and small ones).
+fn with_limits<W>(
     sink: W,
     interval: Duration,
     capacity: usize,

@@ -57,10 +57,13 @@ enum Command {
 /// a formatted string and a memcpy, not a write syscall or a thread wake-up;
 /// when stderr is slower than the traffic, lines are dropped and counted
 /// rather than stalling requests. Keep the returned guard alive: dropping it
-/// writes what is pending.
-fn init_logging(format: LogFormat, default: &str) -> std::io::Result<FlushGuard> {
+/// writes what is pending. Reports its own failure, like [`load`].
+fn init_logging(format: LogFormat, default: &str) -> Result<FlushGuard, ExitCode> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let (writer, guard) = log_writer::batched(std::io::stderr())?;
+    let (writer, guard) = log_writer::batched(std::io::stderr()).map_err(|error| {
+        eprintln!("could not start the log writer thread: {error}");
+        ExitCode::FAILURE
+    })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -165,10 +168,7 @@ fn main() -> ExitCode {
         Command::Serve => {
             let _flush_on_exit = match init_logging(cli.log_format, "info") {
                 Ok(guard) => guard,
-                Err(error) => {
-                    eprintln!("could not start the log writer thread: {error}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             let config = match load(cli.config.as_ref()) {
                 Ok(config) => config,
@@ -215,10 +215,7 @@ fn main() -> ExitCode {
         Command::Demo => {
             let _flush_on_exit = match init_logging(cli.log_format, "warn") {
                 Ok(guard) => guard,
-                Err(error) => {
-                    eprintln!("could not start the log writer thread: {error}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
             match runtime.block_on(idemgate::demo::run()) {
