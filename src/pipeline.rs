@@ -382,14 +382,14 @@ impl Pipeline {
         result: &Result<forward::UpstreamAnswer, ForwardError>,
     ) {
         let route = &self.config.routes[index];
-        let key = lease.key().as_str().to_owned();
+        let key = lease.key().clone();
         let outcome = match settle::settlement(result, lease.record(), &route.idempotency) {
             Settlement::Keep(record, ttl) => {
                 if record.state == RecordState::Unknown {
                     self.meters[index].unknown_outcome();
                     tracing::warn!(
                         route = route.name,
-                        key,
+                        key = key.hash(),
                         hold_s = ttl.as_secs(),
                         "outcome unknown: the key is blocked until the hold ends or an operator purges it"
                     );
@@ -402,14 +402,14 @@ impl Pipeline {
             Ok(true) => {}
             Ok(false) => tracing::warn!(
                 route = route.name,
-                key,
+                key = key.hash(),
                 "claim expired or taken over before the outcome was stored"
             ),
             Err(error) => {
-                tracing::error!(route = route.name, key, %error, "could not store the outcome")
+                tracing::error!(route = route.name, key = key.hash(), %error, "could not store the outcome")
             }
         }
-        self.signals.settled(&key);
+        self.signals.settled(key.as_str());
     }
 }
 

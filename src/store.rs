@@ -41,6 +41,12 @@ impl StoreKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The hex key hash alone: the one form logs print and the admin API
+    /// takes (`?hash=`), so an operator can copy it from a log line.
+    pub fn hash(&self) -> &str {
+        self.0.rsplit_once(':').map_or(&self.0, |(_, hash)| hash)
+    }
 }
 
 /// Proof of a successful claim; settle it with `complete` or `release`.
@@ -235,7 +241,7 @@ impl AnyStore {
             self.metrics.record(op, started.elapsed(), result.is_err());
             match result {
                 Err(StoreError::Unavailable(error)) if remaining > 0 => {
-                    tracing::warn!(key = lease.key.as_str(), %error, "store unreachable while settling; retrying");
+                    tracing::warn!(key = lease.key.hash(), %error, "store unreachable while settling; retrying");
                     tokio::time::sleep(pause).await;
                     pause *= 2;
                 }

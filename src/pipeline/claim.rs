@@ -103,7 +103,7 @@ impl Drop for PendingClaim<'_> {
         let (store, key, owner) = (Arc::clone(self.store), self.key.clone(), self.owner);
         self.tracker.spawn(async move {
             if let Err(error) = store.release_abandoned(&key, owner).await {
-                tracing::debug!(key = key.as_str(), %error, "could not release an abandoned claim");
+                tracing::debug!(key = key.hash(), %error, "could not release an abandoned claim");
             }
         });
     }
@@ -150,7 +150,7 @@ pub async fn claim(
                 // first delivery may have run, so treat it as an unknown
                 // outcome — never as a free key, never as a 5xx.
                 tracing::error!(
-                    key = identity.key.as_str(),
+                    key = identity.key.hash(),
                     %error,
                     "unreadable record: answering outcome_unknown until it expires or is purged"
                 );
@@ -215,8 +215,8 @@ pub async fn while_renewing<T>(
             output = &mut work => return output,
             _ = ticker.tick() => match store.renew(lease, ttl).await {
                 Ok(true) => {}
-                Ok(false) => tracing::warn!(key = lease.key().as_str(), "lease lost while the upstream call runs"),
-                Err(error) => tracing::warn!(key = lease.key().as_str(), %error, "lease renewal failed"),
+                Ok(false) => tracing::warn!(key = lease.key().hash(), "lease lost while the upstream call runs"),
+                Err(error) => tracing::warn!(key = lease.key().hash(), %error, "lease renewal failed"),
             },
         }
     }

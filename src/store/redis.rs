@@ -287,7 +287,7 @@ impl Store for RedisStore {
         let stored = reply.as_i64() == Some(1);
         if stored && !self.replicated(client, &lease.key).await? {
             tracing::warn!(
-                key = lease.key.as_str(),
+                key = lease.key.hash(),
                 "stored answer not yet acknowledged by enough replicas"
             );
         }
