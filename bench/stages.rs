@@ -305,7 +305,7 @@ fn completed(body_len: usize) -> Record {
                     Bytes::from_static(b"Sat, 29 Nov 2026 12:00:00 GMT"),
                 ),
             ],
-            body: Bytes::from("s".repeat(body_len)),
+            body: idemgate::record::StoredBody::Kept(Bytes::from("s".repeat(body_len))),
         }),
     }
 }

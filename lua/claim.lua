@@ -11,13 +11,19 @@
 --                                  remaining TTL (an in-flight record whose TTL is
 --                                  at most unknown_hold has lost its owner)
 --
--- One round trip for every outcome: a duplicate learns the stored answer
--- without a second GET. Byte 2 of a record is its state; "\2" is completed.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- Reads before it writes: a Redis at maxmemory under noeviction refuses the
+-- SET with an OOM error, and a duplicate of a key it already holds must
+-- still be replayed then. Only a free key is written, so a full store fails
+-- new claims alone. One round trip for every outcome: a duplicate learns
+-- the stored answer without a second GET. Byte 2 of a record is its state;
+-- "\2" (completed) and "\4" (completed, answer not stored) need no TTL.
+local existing = redis.call('GET', KEYS[1])
+if not existing then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return nil
 end
-local existing = redis.call('GET', KEYS[1])
-if string.sub(existing, 2, 2) == '\2' then
+local state = string.sub(existing, 2, 2)
+if state == '\2' or state == '\4' then
   return { existing }
 end
 return { existing, redis.call('PTTL', KEYS[1]) }

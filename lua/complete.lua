@@ -1,16 +1,24 @@
--- complete.lua: store the outcome of a claimed key, if we still own it.
+-- complete.lua: store the outcome of a claimed key, if we still own it or
+-- nobody does.
 --
 -- KEYS[1]  the record key
 -- ARGV[1]  owner token (16 bytes) written by claim.lua
 -- ARGV[2]  the encoded completed or unknown record (see src/record.rs)
 -- ARGV[3]  TTL in milliseconds (retention, or unknown_hold)
 --
--- Reply:   1 stored; 0 the key expired or another owner holds it (nothing written)
+-- Reply:   1 stored over our own claim
+--          2 stored into a free key: our claim expired (or was lost with a
+--            restarted, evicted or purged store) while the answer was in
+--            hand; the upstream did act, so its outcome must hold the key
+--          0 another owner holds the key (nothing written)
 --
 -- The owner token sits at bytes 3..18 (1-based) of every record version 1.
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if current and string.sub(current, 3, 18) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if current then
   return 1
 end
-return 0
+return 2

@@ -220,7 +220,8 @@ fn describe(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::V
     });
     if let RecordState::Completed(answer) = &record.state {
         view["status"] = answer.status.into();
-        view["body_bytes"] = answer.body.len().into();
+        view["body_bytes"] = answer.body.stored_len().into();
+        view["body_stored"] = (answer.body != crate::record::StoredBody::TooLarge).into();
     }
     view
 }

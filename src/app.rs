@@ -4,7 +4,9 @@
 //! Shutdown order (SIGTERM/SIGINT in `main.rs`, or [`RunningApp::stop`]):
 //! stop accepting on both listeners, let open connections finish their
 //! requests, then wait for detached upstream calls and their store writes
-//! (tracked by a `TaskTracker`), all within `limits.shutdown_grace`.
+//! (tracked by a `TaskTracker`), all within `limits.shutdown_grace`. When
+//! the grace period runs out, answers still waiting to be stored give up
+//! and say so (they are unknown outcomes) within a short window.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +29,10 @@ use crate::store::{AnyStore, StoreError};
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// How often the Prometheus recorder drains its histogram buffers.
 const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+/// Time background work gets, once the grace period is over, to give up
+/// and say so (an answer still not stored is logged and counted as an
+/// unknown outcome) before the process goes.
+const GIVE_UP_WINDOW: Duration = Duration::from_millis(500);
 
 /// Why the app could not start.
 #[derive(Debug, thiserror::Error)]
@@ -124,11 +130,13 @@ pub async fn start(
         })?;
 
     let shutdown = CancellationToken::new();
+    let grace_over = CancellationToken::new();
     let tracker = TaskTracker::new();
     let pipeline = Arc::new(Pipeline::new(
         Arc::clone(&config),
         Arc::clone(&store),
         tracker.clone(),
+        grace_over.clone(),
     ));
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
@@ -162,7 +170,13 @@ pub async fn start(
             .await
             .is_err()
         {
-            tracing::warn!("background work still running after the shutdown grace period");
+            grace_over.cancel();
+            if tokio::time::timeout(GIVE_UP_WINDOW, tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("background work still running after the shutdown grace period");
+            }
         }
         tracing::info!("shutdown complete");
     });

@@ -76,6 +76,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Duplicates of one key that may wait at once.
     pub max_waiting_per_key: usize,
+    /// Largest upstream answer body stored for replay; larger ones stream
+    /// to the sender and their key is completed without a body.
+    pub max_stored_answer_bytes: usize,
     /// Threads that serve requests, resolved (at least 1). One thread runs
     /// tokio's current-thread scheduler: on the 2-core bench machine it
     /// needed a third less CPU per first delivery and a quarter less per
@@ -757,6 +760,10 @@ impl TryFrom<RawConfig> for Config {
                 .limits
                 .max_waiting_per_key
                 .unwrap_or(raw::DEFAULT_MAX_WAITING_PER_KEY),
+            max_stored_answer_bytes: raw
+                .limits
+                .max_stored_answer_bytes
+                .unwrap_or(raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
             worker_threads: match raw
                 .limits
                 .worker_threads
@@ -789,6 +796,12 @@ impl TryFrom<RawConfig> for Config {
         }
         if limits.max_body_bytes == 0 {
             p.push("limits.max_body_bytes", "must be at least 1");
+        }
+        if limits.max_stored_answer_bytes > raw::MAX_STORED_ANSWER_BYTES {
+            p.push(
+                "limits.max_stored_answer_bytes",
+                format!("must be at most {}", raw::MAX_STORED_ANSWER_BYTES),
+            );
         }
         let store = store_config(&mut p, &raw.store, limits.worker_threads);
         let on_unavailable = on_unavailable(

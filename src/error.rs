@@ -218,14 +218,8 @@ impl Rejection {
     /// sender is expected to come back.
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let row = self.row();
-        let body = serde_json::json!({
-            "type": format!("https://idemgate.dev/problems/{}", row.reason),
-            "title": row.title,
-            "status": row.status.as_u16(),
-            "detail": self.to_string(),
-            "reason": row.reason,
-        });
-        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        let body = problem_document(row.status, row.reason, row.title, &self.to_string());
+        let mut response = Response::new(Full::new(body));
         *response.status_mut() = row.status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -239,6 +233,34 @@ impl Rejection {
         }
         response
     }
+}
+
+/// The `reason` of a replay whose first answer was too large to store:
+/// the stored status and headers come with this problem document instead
+/// of the body (not a rejection: the delivery was processed).
+pub const ANSWER_NOT_STORED: &str = "answer_not_stored";
+
+/// The problem+json body of a replay whose answer was not stored.
+pub fn answer_not_stored(status: StatusCode) -> Bytes {
+    problem_document(
+        status,
+        ANSWER_NOT_STORED,
+        "Answer not stored",
+        "the first delivery was processed; its answer exceeded max_stored_answer_bytes and was not kept",
+    )
+}
+
+/// An RFC 9457 problem document: the one shape of every answer idemgate
+/// writes itself.
+fn problem_document(status: StatusCode, reason: &str, title: &str, detail: &str) -> Bytes {
+    let body = serde_json::json!({
+        "type": format!("https://idemgate.dev/problems/{reason}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+        "reason": reason,
+    });
+    Bytes::from(body.to_string())
 }
 
 #[cfg(test)]

@@ -35,6 +35,11 @@ pub const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
 /// after the request was sent). Each one blocks its key for `unknown_hold`
 /// and may need an operator.
 pub const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
+/// `idemgate_answers_not_stored_total{route, delivery}`: answers larger
+/// than `max_stored_answer_bytes`, which reach the sender but are not kept
+/// (`delivery="first"`), and the replays that then carry a problem body
+/// instead of them (`delivery="replay"`).
+pub const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
 /// `idemgate_build_info{version}`.
 pub const BUILD_INFO: &str = "idemgate_build_info";
 
@@ -188,6 +193,10 @@ pub fn describe() {
         UNKNOWN_OUTCOMES_TOTAL,
         "First deliveries whose outcome was recorded as unknown"
     );
+    describe_counter!(
+        ANSWERS_NOT_STORED_TOTAL,
+        "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)"
+    );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -206,6 +215,7 @@ pub struct RouteMetrics {
     upstream_errors: Vec<Counter>,
     in_flight: Gauge,
     unknown: Counter,
+    not_stored: [Counter; 2],
     secrets: Vec<Counter>,
 }
 
@@ -237,6 +247,9 @@ impl RouteMetrics {
                 .collect(),
             in_flight: gauge!(IN_FLIGHT, "route" => route.clone()),
             unknown: zeroed(counter!(UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            not_stored: ["first", "replay"].map(|delivery| {
+                zeroed(counter!(ANSWERS_NOT_STORED_TOTAL, "route" => route.clone(), "delivery" => delivery))
+            }),
             secrets: (0..secret_count)
                 .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
                 .collect(),
@@ -284,6 +297,12 @@ impl RouteMetrics {
     /// Counts a first delivery whose outcome was recorded as unknown.
     pub fn unknown_outcome(&self) {
         self.unknown.increment(1);
+    }
+
+    /// Counts an answer too large to store: its first delivery, or a
+    /// replay without it.
+    pub fn answer_not_stored(&self, replay: bool) {
+        self.not_stored[usize::from(replay)].increment(1);
     }
 }
 

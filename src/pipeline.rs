@@ -8,21 +8,28 @@
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
+//!            pipeline/persist.rs        retried until stored (the answer is in hand)
 //! ```
 //!
 //! Each stage takes its input and returns the next type or a
 //! [`Rejection`]; no stage calls another. A first delivery's forward and
 //! settle run as a task of their own under the app's `TaskTracker`, so the
 //! sender hanging up cancels nothing (SPEC §4 rule 3) and shutdown waits
-//! for it. Every request ends in exactly one [`Finished`], which is counted
+//! for it. Its answer is stored before the sender gets it; if the store
+//! refuses it, the sender gets the answer at once and the task keeps
+//! storing it ([`persist`]) until it sticks, the lease is provably lost or
+//! the shutdown grace period runs out — the last two counted and logged as
+//! unknown outcomes. Every request ends in exactly one [`Finished`], which is counted
 //! and logged once, here.
 
 pub mod body;
 pub mod claim;
 pub mod delivery;
 pub mod forward;
+pub mod persist;
 pub mod quick_ack;
 pub mod settle;
+pub mod single_flight;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -32,17 +39,19 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
-use crate::error::Rejection;
+use crate::error::{ANSWER_NOT_STORED, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{OwnerMint, RecordState, now_ms};
-use crate::store::{AnyStore, Lease, Store};
-use claim::{Decision, Signals};
+use crate::record::{OwnerMint, Record, RecordState, StoredBody, now_ms};
+use crate::store::{AnyStore, Completion, Lease, Store, StoreError};
+use claim::{Decision, Local};
 use delivery::Identity;
 use forward::{ForwardError, ProxyBody, UpstreamClient, full};
+use persist::{Persist, Persisted};
 use settle::Settlement;
 use verify::{Unverified, Verified};
 
@@ -141,15 +150,24 @@ pub struct Pipeline {
     store: Arc<AnyStore>,
     client: UpstreamClient,
     owners: OwnerMint,
-    signals: Signals,
+    local: Local,
     tracker: TaskTracker,
+    /// Cancelled when shutdown's grace period runs out: answers still not
+    /// stored by then are given up (and counted as unknown outcomes).
+    grace_over: CancellationToken,
     /// Metric handles per route, in route order, then the unmatched ones.
     meters: Vec<RouteMetrics>,
 }
 
 impl Pipeline {
-    /// Assembles a pipeline; `tracker` owns the detached upstream calls.
-    pub fn new(config: Arc<Config>, store: Arc<AnyStore>, tracker: TaskTracker) -> Self {
+    /// Assembles a pipeline; `tracker` owns the detached upstream calls,
+    /// which stop retrying a store write once `grace_over` is cancelled.
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<AnyStore>,
+        tracker: TaskTracker,
+        grace_over: CancellationToken,
+    ) -> Self {
         let meters = config
             .routes
             .iter()
@@ -162,8 +180,9 @@ impl Pipeline {
             store,
             client: forward::client(),
             owners: OwnerMint::new(),
-            signals: Signals::default(),
+            local: Local::default(),
             tracker,
+            grace_over,
         }
     }
 
@@ -255,7 +274,7 @@ impl Pipeline {
         let decision = claim::claim(
             &self.store,
             &self.tracker,
-            &self.signals,
+            &self.local,
             &identity,
             self.owners.next(),
             &route.idempotency,
@@ -273,7 +292,13 @@ impl Pipeline {
                     .await
             }
             Ok(Decision::Replay(stored)) => {
-                Finished::new(Outcome::Replayed, settle::replay(&stored))
+                let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
+                if stored.body == StoredBody::TooLarge {
+                    self.meters[index].answer_not_stored(true);
+                    replayed.with_reason(ANSWER_NOT_STORED)
+                } else {
+                    replayed
+                }
             }
             Ok(Decision::Refuse(rejection)) if shadow => self
                 .unprotected(index, verified.inbound(), peer, Outcome::ShadowDuplicate)
@@ -323,7 +348,9 @@ impl Pipeline {
     ) -> Result<forward::UpstreamAnswer, ForwardError> {
         let route = &self.config.routes[index];
         let started = Instant::now();
-        let result = forward::forward(&self.client, &route.upstream, parts, body, peer).await;
+        let max_stored = self.config.limits.max_stored_answer_bytes;
+        let result =
+            forward::forward(&self.client, &route.upstream, parts, body, peer, max_stored).await;
         meter_upstream(route, &self.meters[index], &result, started.elapsed());
         result
     }
@@ -357,13 +384,19 @@ impl Pipeline {
             )
             .await;
             let meters = &this.meters[index];
-            this.settle(index, lease, &result).await;
+            let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
+            let still_failing = this.settle_once(index, &lease, &settlement).await;
             meters.in_flight(-1.0);
             let mut finished = Finished::upstream(Outcome::Forwarded, result);
             finished.key_hash = Some(key_hash);
             finished.secret_index = secret_index;
             finished.record(&route.name, meters, started);
             let _ = reply.send(finished);
+            if let (Some(failure), Settlement::Keep(record, ttl)) = (still_failing, &settlement) {
+                this.keep_storing(index, &lease, record, *ttl, failure)
+                    .await;
+            }
+            this.local.settled(lease.key());
         });
         answer.await.unwrap_or_else(|_| {
             tracing::error!(
@@ -374,42 +407,130 @@ impl Pipeline {
         })
     }
 
-    /// Stores the outcome of a first delivery and wakes local duplicates.
-    async fn settle(
+    /// Settles a first delivery's lease with one store attempt. Returns
+    /// the failure if storing the outcome failed but may yet succeed
+    /// ([`Pipeline::keep_storing`] takes over).
+    async fn settle_once(
         &self,
         index: usize,
-        lease: Lease,
-        result: &Result<forward::UpstreamAnswer, ForwardError>,
-    ) {
+        lease: &Lease,
+        settlement: &Settlement,
+    ) -> Option<StoreError> {
         let route = &self.config.routes[index];
-        let key = lease.key().clone();
-        let outcome = match settle::settlement(result, lease.record(), &route.idempotency) {
-            Settlement::Keep(record, ttl) => {
-                if record.state == RecordState::Unknown {
-                    self.meters[index].unknown_outcome();
-                    tracing::warn!(
+        let key = lease.key().hash();
+        let (record, ttl) = match settlement {
+            Settlement::Keep(record, ttl) => (record, *ttl),
+            Settlement::Release => {
+                match self.store.release(lease).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(
                         route = route.name,
-                        key = key.hash(),
-                        hold_s = ttl.as_secs(),
-                        "outcome unknown: the key is blocked until the hold ends or an operator purges it"
-                    );
+                        key,
+                        "claim expired or taken over before it was released"
+                    ),
+                    Err(error) => tracing::error!(
+                        route = route.name,
+                        key,
+                        %error,
+                        "could not release the claim: it turns unknown when its lease runs out"
+                    ),
                 }
-                self.store.complete(lease, record, ttl).await
+                return None;
             }
-            Settlement::Release => self.store.release(lease).await,
         };
-        match outcome {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!(
-                route = route.name,
-                key = key.hash(),
-                "claim expired or taken over before the outcome was stored"
-            ),
-            Err(error) => {
-                tracing::error!(route = route.name, key = key.hash(), %error, "could not store the outcome")
+        match &record.state {
+            RecordState::Unknown => {
+                self.meters[index].unknown_outcome();
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    hold_s = ttl.as_secs(),
+                    "outcome unknown: the key is blocked until the hold ends or an operator purges it"
+                );
             }
+            RecordState::Completed(answer) if answer.body == StoredBody::TooLarge => {
+                self.meters[index].answer_not_stored(false);
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    limit = self.config.limits.max_stored_answer_bytes,
+                    "answer larger than max_stored_answer_bytes: sent on, not stored; duplicates get answer_not_stored"
+                );
+            }
+            _ => {}
         }
-        self.signals.settled(key.as_str());
+        match self.persist(index, lease, record, ttl).once().await {
+            Ok(done) => {
+                self.report_persisted(index, lease, record, done);
+                None
+            }
+            Err(failure) => Some(failure),
+        }
+    }
+
+    /// Keeps storing an outcome the store refused (SPEC §4 rule 10).
+    async fn keep_storing(
+        &self,
+        index: usize,
+        lease: &Lease,
+        record: &Record,
+        ttl: Duration,
+        failure: StoreError,
+    ) {
+        let done = self
+            .persist(index, lease, record, ttl)
+            .until_stored(failure, &self.grace_over)
+            .await;
+        self.report_persisted(index, lease, record, done);
+    }
+
+    fn persist<'a>(
+        &'a self,
+        index: usize,
+        lease: &'a Lease,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Persist<'a, AnyStore> {
+        let rules = &self.config.routes[index].idempotency;
+        Persist::new(
+            &self.store,
+            lease,
+            record,
+            ttl,
+            rules.lease + rules.unknown_hold,
+        )
+    }
+
+    /// Logs how storing an outcome ended; every way it was not stored is an
+    /// unknown outcome (counted once: an unknown record was counted already).
+    fn report_persisted(&self, index: usize, lease: &Lease, record: &Record, done: Persisted) {
+        let route = &self.config.routes[index];
+        let key = lease.key().hash();
+        let why = match done {
+            Persisted::Stored(Completion::Stored) => return,
+            Persisted::Stored(_) => {
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    "the claim expired while the store was away; the outcome now holds the free key"
+                );
+                return;
+            }
+            Persisted::TakenOver => {
+                "another delivery holds the key: this claim was lost before the answer was stored"
+                    .to_owned()
+            }
+            Persisted::GaveUp(error) => error.to_string(),
+        };
+        if record.state != RecordState::Unknown {
+            self.meters[index].unknown_outcome();
+        }
+        tracing::error!(
+            route = route.name,
+            key,
+            why,
+            "outcome unknown: the upstream answered but its outcome could not be stored; check the backend, then purge the record if it did not act"
+        );
     }
 }
 

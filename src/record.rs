@@ -7,11 +7,12 @@
 //! ```text
 //! offset  size  field
 //! 0       1     version (= 1)
-//! 1       1     state: 1 in-flight, 2 completed, 3 unknown
+//! 1       1     state: 1 in-flight, 2 completed, 3 unknown,
+//!               4 completed, answer not stored (over max_stored_answer_bytes)
 //! 2       16    owner token of the instance that claimed the key
 //! 18      32    request fingerprint (SHA-256)
 //! 50      8     created at, unix milliseconds, big-endian
-//! -- completed records only --
+//! -- completed records only (states 2 and 4; state 4 has body length 0) --
 //! 58      2     status code, big-endian
 //! 60      2     header count N
 //!         N ×   (u16 name length, name bytes, u32 value length, value bytes)
@@ -97,8 +98,36 @@ pub struct StoredResponse {
     pub status: u16,
     /// End-to-end headers in order (hop-by-hop ones already removed).
     pub headers: Vec<(Bytes, Bytes)>,
-    /// Body bytes.
-    pub body: Bytes,
+    /// Body bytes, or why they were not kept.
+    pub body: StoredBody,
+}
+
+/// The body of a stored answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// Kept byte for byte; a replay sends it.
+    Kept(Bytes),
+    /// The answer was larger than `max_stored_answer_bytes`: it reached the
+    /// sender but was not stored. The key stays completed (its duplicates
+    /// never execute again); replays carry a problem+json body instead.
+    TooLarge,
+}
+
+impl StoredBody {
+    /// Bytes a replay of this body would send from the store (0 when not kept).
+    pub fn stored_len(&self) -> usize {
+        match self {
+            Self::Kept(bytes) => bytes.len(),
+            Self::TooLarge => 0,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Kept(bytes) => bytes,
+            Self::TooLarge => &[],
+        }
+    }
 }
 
 /// Where a key's first delivery stands.
@@ -131,7 +160,7 @@ pub enum DecodeError {
     /// Written by a newer (or foreign) encoder.
     #[error("unknown record version {0}")]
     Version(u8),
-    /// The state byte is not 1, 2 or 3.
+    /// The state byte is not 1, 2, 3 or 4.
     #[error("unknown record state {0}")]
     State(u8),
     /// Ends before its declared lengths.
@@ -173,7 +202,7 @@ impl Record {
     pub fn encode(&self) -> Bytes {
         let extra = match &self.state {
             RecordState::Completed(r) => {
-                8 + r.body.len()
+                8 + r.body.stored_len()
                     + r.headers
                         .iter()
                         .map(|(n, v)| 6 + n.len() + v.len())
@@ -183,10 +212,17 @@ impl Record {
         };
         let mut out = BytesMut::with_capacity(HEADER_LEN + extra);
         out.put_u8(VERSION);
-        out.put_u8(match self.state {
+        out.put_u8(match &self.state {
             RecordState::InFlight => 1,
-            RecordState::Completed(_) => 2,
+            RecordState::Completed(StoredResponse {
+                body: StoredBody::Kept(_),
+                ..
+            }) => 2,
             RecordState::Unknown => 3,
+            RecordState::Completed(StoredResponse {
+                body: StoredBody::TooLarge,
+                ..
+            }) => 4,
         });
         out.put_slice(&self.owner.0);
         out.put_slice(&self.fingerprint.0);
@@ -200,8 +236,9 @@ impl Record {
                 out.put_u32(value.len() as u32);
                 out.put_slice(value);
             }
-            out.put_u32(response.body.len() as u32);
-            out.put_slice(&response.body);
+            let body = response.body.bytes();
+            out.put_u32(body.len() as u32);
+            out.put_slice(body);
         }
         out.freeze()
     }
@@ -227,7 +264,8 @@ impl Record {
             1 | 3 if bytes.len() > HEADER_LEN => return Err(DecodeError::Trailing),
             1 => RecordState::InFlight,
             3 => RecordState::Unknown,
-            2 => RecordState::Completed(decode_response(bytes, HEADER_LEN)?),
+            2 => RecordState::Completed(decode_response(bytes, HEADER_LEN, true)?),
+            4 => RecordState::Completed(decode_response(bytes, HEADER_LEN, false)?),
             other => return Err(DecodeError::State(other)),
         };
         Ok(Self {
@@ -267,7 +305,13 @@ impl Cursor<'_> {
     }
 }
 
-fn decode_response(bytes: &Bytes, at: usize) -> Result<StoredResponse, DecodeError> {
+/// The answer part of a completed record; `body_kept` is false for state 4,
+/// whose body must be empty.
+fn decode_response(
+    bytes: &Bytes,
+    at: usize,
+    body_kept: bool,
+) -> Result<StoredResponse, DecodeError> {
     let mut cursor = Cursor { bytes, at };
     let status = cursor.u16()?;
     let count = cursor.u16()?;
@@ -281,9 +325,14 @@ fn decode_response(bytes: &Bytes, at: usize) -> Result<StoredResponse, DecodeErr
     }
     let body_len = cursor.u32()?;
     let body = cursor.take(body_len as usize)?;
-    if cursor.at != bytes.len() {
+    if cursor.at != bytes.len() || (!body_kept && !body.is_empty()) {
         return Err(DecodeError::Trailing);
     }
+    let body = if body_kept {
+        StoredBody::Kept(body)
+    } else {
+        StoredBody::TooLarge
+    };
     Ok(StoredResponse {
         status,
         headers,
@@ -316,9 +365,22 @@ mod tests {
                 ),
                 (Bytes::from_static(b"x-a"), Bytes::new()),
             ],
-            body: Bytes::from_static(b"success"),
+            body: StoredBody::Kept(Bytes::from_static(b"success")),
         });
-        for state in [RecordState::InFlight, RecordState::Unknown, completed] {
+        let not_stored = RecordState::Completed(StoredResponse {
+            status: 200,
+            headers: vec![(
+                Bytes::from_static(b"content-type"),
+                Bytes::from_static(b"application/pdf"),
+            )],
+            body: StoredBody::TooLarge,
+        });
+        for state in [
+            RecordState::InFlight,
+            RecordState::Unknown,
+            completed,
+            not_stored,
+        ] {
             let record = sample(state);
             assert_eq!(Record::decode(&record.encode()), Ok(record));
         }
@@ -347,6 +409,22 @@ mod tests {
     }
 
     #[test]
+    fn a_not_stored_answer_carries_no_body() {
+        let kept = sample(RecordState::Completed(StoredResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: StoredBody::Kept(Bytes::from_static(b"x")),
+        }));
+        let mut encoded = kept.encode().to_vec();
+        assert_eq!(encoded[1], 2);
+        encoded[1] = 4;
+        assert_eq!(
+            Record::decode(&Bytes::from(encoded)),
+            Err(DecodeError::Trailing)
+        );
+    }
+
+    #[test]
     fn tokens_are_unique() {
         let mint = OwnerMint::new();
         assert_ne!(mint.next(), mint.next());
@@ -361,10 +439,12 @@ mod tests {
 
         #[test]
         fn decode_never_panics_on_valid_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let mut bytes = sample(RecordState::InFlight).encode().to_vec();
-            bytes[1] = 2;
-            bytes.extend(tail);
-            let _ = Record::decode(&Bytes::from(bytes));
+            for state in [2, 4] {
+                let mut bytes = sample(RecordState::InFlight).encode().to_vec();
+                bytes[1] = state;
+                bytes.extend(&tail);
+                let _ = Record::decode(&Bytes::from(bytes));
+            }
         }
 
         #[test]
@@ -373,7 +453,7 @@ mod tests {
             let record = sample(RecordState::Completed(StoredResponse {
                 status,
                 headers: vec![(Bytes::from_static(b"x-v"), Bytes::from(value))],
-                body: Bytes::from(body),
+                body: StoredBody::Kept(Bytes::from(body)),
             }));
             prop_assert_eq!(Record::decode(&record.encode()), Ok(record));
         }

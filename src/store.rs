@@ -73,6 +73,14 @@ impl Lease {
     }
 }
 
+#[cfg(test)]
+impl Lease {
+    /// A lease without a claim, for unit tests of what consumes leases.
+    pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
+        Self { key, record }
+    }
+}
+
 /// A record some earlier delivery left, with its remaining lifetime.
 #[derive(Debug, Clone)]
 pub struct Existing {
@@ -121,19 +129,53 @@ pub enum ClaimOutcome {
     Existing(Existing),
 }
 
+/// What `complete` did with an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Stored over this instance's own claim: the usual case.
+    Stored,
+    /// Stored into a free key: the claim had expired (or was lost with a
+    /// restarted, evicted or purged store) while the answer was in hand.
+    /// The upstream did act, so its outcome must hold the key (SPEC §4
+    /// rule 10).
+    StoredInFreeKey,
+    /// Another owner holds the key: nothing was written.
+    TakenOver,
+}
+
+impl Completion {
+    /// Whether the outcome is now in the store.
+    pub fn stored(self) -> bool {
+        self != Self::TakenOver
+    }
+}
+
 /// Store failures. All of them make the store "unavailable" for the
 /// `on_unavailable` policy: a request is never forwarded on a guess.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Connection refused, timed out or reset.
     #[error("store unreachable: {0}")]
     Unavailable(String),
+    /// The store answers but refuses writes (Redis at `maxmemory` under
+    /// `noeviction`). Reads still work, so keys it holds are still
+    /// replayed; only new claims and stores fail.
+    #[error("store refuses writes: {0}")]
+    Full(String),
     /// A stored record this build cannot decode.
     #[error("corrupt record: {0}")]
     Corrupt(#[from] DecodeError),
     /// Any other backend failure.
     #[error("store failure: {0}")]
     Backend(String),
+}
+
+impl StoreError {
+    /// Whether trying the same write again later can succeed: the store
+    /// was out of reach or full, not broken.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::Full(_))
+    }
 }
 
 /// The operations of the table in the module docs, implemented by
@@ -149,16 +191,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
     /// Replaces the claimed record with `record` for `ttl` if `lease` still
-    /// owns the key. Returns whether it did.
+    /// owns the key, or writes it if the key is free (see [`Completion`]).
+    /// Borrows the lease: an answer in hand is stored again and again
+    /// until it sticks (`pipeline::persist`).
     fn complete(
         &self,
-        lease: Lease,
-        record: Record,
+        lease: &Lease,
+        record: &Record,
         ttl: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
 
     /// Deletes the key if `lease` still owns it. Returns whether it did.
-    fn release(&self, lease: Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Resets the TTL of an owned in-flight record. Returns whether it did.
     fn renew(
@@ -210,47 +254,13 @@ macro_rules! dispatch {
     }};
 }
 
-/// Attempts at storing an outcome while the store is unreachable, and the
-/// first pause between them (doubling): about 3 s in all, well inside any
-/// sensible lease, so a failover does not cost the stored answer.
-const SETTLE_ATTEMPTS: u32 = 5;
-const SETTLE_FIRST_PAUSE: Duration = Duration::from_millis(100);
+/// Attempts at a release while the store is unreachable, and the first
+/// pause between them (doubling): about 3 s in all. A release that never
+/// lands is safe: the claim turns unknown and blocks its key instead.
+const RELEASE_ATTEMPTS: u32 = 5;
+const RELEASE_FIRST_PAUSE: Duration = Duration::from_millis(100);
 
 impl AnyStore {
-    /// Runs a settling operation (complete or release) again while the store
-    /// is unreachable: the upstream has already answered, and losing that
-    /// answer would leave the key blocked instead of replayable.
-    async fn settle_with_retry<F, Fut>(
-        &self,
-        op: m::StoreOp,
-        lease: Lease,
-        attempt: F,
-    ) -> Result<bool, StoreError>
-    where
-        F: Fn(Lease) -> Fut,
-        Fut: Future<Output = Result<bool, StoreError>>,
-    {
-        let mut pause = SETTLE_FIRST_PAUSE;
-        for remaining in (0..SETTLE_ATTEMPTS).rev() {
-            let started = Instant::now();
-            let copy = Lease {
-                key: lease.key.clone(),
-                record: lease.record.clone(),
-            };
-            let result = attempt(copy).await;
-            self.metrics.record(op, started.elapsed(), result.is_err());
-            match result {
-                Err(StoreError::Unavailable(error)) if remaining > 0 => {
-                    tracing::warn!(key = lease.key.hash(), %error, "store unreachable while settling; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                other => return other,
-            }
-        }
-        unreachable!("the last attempt returns")
-    }
-
     /// Releases the claim `owner` may hold on `key` although no [`Lease`]
     /// came back: the claim was sent, but its caller stopped waiting for
     /// the reply (the sender hung up, or the reply timed out), so the claim
@@ -270,7 +280,7 @@ impl AnyStore {
                 state: RecordState::InFlight,
             },
         };
-        self.release(lease).await
+        self.release(&lease).await
     }
 
     /// Connects the backend `config` names.
@@ -316,30 +326,27 @@ impl Store for AnyStore {
 
     async fn complete(
         &self,
-        lease: Lease,
-        record: Record,
+        lease: &Lease,
+        record: &Record,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        self.settle_with_retry(m::StoreOp::Complete, lease, |lease| {
-            let record = record.clone();
-            async move {
-                match &self.backend {
-                    Backend::Redis(s) => s.complete(lease, record, ttl).await,
-                    Backend::Embedded(s) => s.complete(lease, record, ttl).await,
-                }
-            }
-        })
-        .await
+    ) -> Result<Completion, StoreError> {
+        dispatch!(self, m::StoreOp::Complete, s => s.complete(lease, record, ttl))
     }
 
-    async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
-        self.settle_with_retry(m::StoreOp::Release, lease, |lease| async move {
-            match &self.backend {
-                Backend::Redis(s) => s.release(lease).await,
-                Backend::Embedded(s) => s.release(lease).await,
+    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let mut pause = RELEASE_FIRST_PAUSE;
+        for remaining in (0..RELEASE_ATTEMPTS).rev() {
+            let result = dispatch!(self, m::StoreOp::Release, s => s.release(lease));
+            match result {
+                Err(StoreError::Unavailable(error)) if remaining > 0 => {
+                    tracing::warn!(key = lease.key.hash(), %error, "store unreachable while releasing; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                other => return other,
             }
-        })
-        .await
+        }
+        unreachable!("the last attempt returns")
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {

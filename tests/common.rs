@@ -159,6 +159,70 @@ impl RedisServer {
             .sum()
     }
 
+    /// `SET key value` with a binary value (redis-cli takes text
+    /// arguments), over a plain RESP connection.
+    pub fn set_bytes(&self, key: &str, value: &[u8]) {
+        let mut command = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+            key.len(),
+            value.len()
+        )
+        .into_bytes();
+        command.extend_from_slice(value);
+        command.extend_from_slice(b"\r\n");
+        let reply = self.resp(&command);
+        assert!(
+            reply.starts_with(b"+OK"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+
+    /// `GET key` as raw bytes (empty when absent).
+    pub fn get_bytes(&self, key: &str) -> Vec<u8> {
+        let command = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+        let reply = self.resp(command.as_bytes());
+        let Some(header_end) = reply.windows(2).position(|w| w == b"\r\n") else {
+            return Vec::new();
+        };
+        let len: i64 = String::from_utf8_lossy(&reply[1..header_end])
+            .parse()
+            .unwrap_or(-1);
+        let Ok(len) = usize::try_from(len) else {
+            return Vec::new();
+        };
+        reply[header_end + 2..header_end + 2 + len].to_vec()
+    }
+
+    /// Sends one RESP command and reads its reply: a simple line, or a bulk
+    /// string with its payload (bounded: 5 s).
+    fn resp(&self, command: &[u8]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect redis");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(command).expect("send command");
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
+                let bulk: Option<usize> = (reply[0] == b'$')
+                    .then(|| String::from_utf8_lossy(&reply[1..end]).parse().ok())
+                    .flatten();
+                match bulk {
+                    Some(len) if reply.len() < end + 2 + len + 2 => {}
+                    _ => return reply,
+                }
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return reply,
+                Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
     pub fn reset_stats(&self) {
         self.cli(&["CONFIG", "RESETSTAT"]);
     }
@@ -196,25 +260,36 @@ impl Drop for RedisServer {
 pub struct Reply {
     pub status: u16,
     pub delay: Duration,
+    /// The body to answer with; `None`: a small JSON naming the call.
+    pub body: Option<Bytes>,
 }
 
 impl Reply {
     pub fn ok() -> Self {
-        Self {
-            status: 200,
-            delay: Duration::ZERO,
-        }
+        Self::status(200)
     }
 
     pub fn status(status: u16) -> Self {
         Self {
             status,
             delay: Duration::ZERO,
+            body: None,
         }
     }
 
     pub fn slow(delay: Duration) -> Self {
-        Self { status: 200, delay }
+        Self {
+            delay,
+            ..Self::ok()
+        }
+    }
+
+    /// 200 with `body` (for answers of a given size).
+    pub fn with_body(body: Bytes) -> Self {
+        Self {
+            body: Some(body),
+            ..Self::ok()
+        }
     }
 }
 
@@ -280,10 +355,13 @@ impl Upstream {
                                 bodies.lock().unwrap().push(body.clone());
                                 let reply = script(n, &body);
                                 tokio::time::sleep(reply.delay).await;
-                                let mut response = Response::new(Full::new(Bytes::from(format!(
-                                    "{{\"call\":{n},\"status\":{}}}",
-                                    reply.status
-                                ))));
+                                let body = reply.body.clone().unwrap_or_else(|| {
+                                    Bytes::from(format!(
+                                        "{{\"call\":{n},\"status\":{}}}",
+                                        reply.status
+                                    ))
+                                });
+                                let mut response = Response::new(Full::new(body));
                                 *response.status_mut() =
                                     StatusCode::from_u16(reply.status).unwrap();
                                 response
@@ -592,6 +670,24 @@ pub async fn deliver(url: &str, body: &str) -> Answer {
 /// A delivery body for payment `id`.
 pub fn payment(id: &str) -> String {
     format!(r#"{{"id":"{id}","amount":"10.00","status":"PAID"}}"#)
+}
+
+/// `GET http://{addr}{path}`: status and body text (admin endpoints).
+pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let answer = send("GET", &format!("http://{addr}{path}"), &[], Bytes::new()).await;
+    (
+        answer.status,
+        String::from_utf8_lossy(&answer.body).into_owned(),
+    )
+}
+
+/// The value of one sample line (`name{labels} value`) in a Prometheus
+/// text exposition, matched on its full series text.
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
 }
 
 /// Polls `condition` every 10 ms until it holds or `limit` passes.

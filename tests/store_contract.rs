@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::RedisServer;
-use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredResponse};
+use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::redis::RedisStore;
-use idemgate::store::{ClaimOutcome, Lease, Observed, Store, StoreKey};
+use idemgate::store::{ClaimOutcome, Completion, Lease, Observed, Store, StoreError, StoreKey};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -22,7 +22,7 @@ fn answer() -> RecordState {
     RecordState::Completed(StoredResponse {
         status: 201,
         headers: vec![(Bytes::from_static(b"x-a"), Bytes::from_static(b"1"))],
-        body: Bytes::from_static(b"done"),
+        body: StoredBody::Kept(Bytes::from_static(b"done")),
     })
 }
 
@@ -71,11 +71,12 @@ async fn contract<S: Store>(store: &S) {
 
     // complete stores the answer with the new TTL; renew no longer applies
     let completed = lease.record().with_state(answer());
-    assert!(
+    assert_eq!(
         store
-            .complete(lease, completed.clone(), Duration::from_secs(3600))
+            .complete(&lease, &completed, Duration::from_secs(3600))
             .await
-            .unwrap()
+            .unwrap(),
+        Completion::Stored
     );
     let found = store.lookup(&k).await.unwrap().expect("record");
     assert_eq!(found.record, completed);
@@ -84,7 +85,7 @@ async fn contract<S: Store>(store: &S) {
     // release by the owner deletes; the next claim is free
     let k = key("release");
     let lease = claimed(store, &mint, &k, LONG).await;
-    assert!(store.release(lease).await.unwrap());
+    assert!(store.release(&lease).await.unwrap());
     assert!(store.lookup(&k).await.unwrap().is_none());
     let _ = claimed(store, &mint, &k, LONG).await;
 
@@ -101,12 +102,16 @@ async fn contract<S: Store>(store: &S) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let current = claimed(store, &mint, &k, LONG).await;
     let foreign = stale_complete.record().with_state(answer());
-    assert!(
-        !store.complete(stale_complete, foreign, LONG).await.unwrap(),
+    assert_eq!(
+        store
+            .complete(&stale_complete, &foreign, LONG)
+            .await
+            .unwrap(),
+        Completion::TakenOver,
         "owner checked on complete"
     );
     assert!(
-        !store.release(stale_release).await.unwrap(),
+        !store.release(&stale_release).await.unwrap(),
         "owner checked on release"
     );
     let record = store
@@ -130,12 +135,31 @@ async fn contract<S: Store>(store: &S) {
 
     // an unknown outcome is kept for its hold and observed as unknown
     let unknown = lease.record().with_state(RecordState::Unknown);
-    assert!(store.complete(lease, unknown, LONG).await.unwrap());
+    assert_eq!(
+        store.complete(&lease, &unknown, LONG).await.unwrap(),
+        Completion::Stored
+    );
     let found = store.lookup(&k).await.unwrap().unwrap();
     assert!(matches!(
         found.observe(Duration::from_secs(1)),
         Observed::Unknown { .. }
     ));
+
+    // an answer whose claim lapsed while it was in hand still takes the
+    // key if nobody else holds it (SPEC §4 rule 10)
+    let k = key("lapsed");
+    let lapsed = claimed(store, &mint, &k, Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = lapsed.record().with_state(answer());
+    assert_eq!(
+        store.complete(&lapsed, &late, LONG).await.unwrap(),
+        Completion::StoredInFreeKey
+    );
+    assert_eq!(store.lookup(&k).await.unwrap().unwrap().record, late);
+    assert!(
+        !store.renew(&lapsed, LONG).await.unwrap(),
+        "a completed record is not renewed"
+    );
 
     // purge deletes whoever owns the key
     assert!(store.purge(&k).await.unwrap());
@@ -185,4 +209,61 @@ async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
         matches!(outcome, Err(idemgate::store::StoreError::Corrupt(_))),
         "{outcome:?}"
     );
+}
+
+/// A Redis at maxmemory under noeviction refuses writes but still reads:
+/// a key it holds is still found (the claim script reads before it
+/// writes), and only a claim of a free key fails, as `Full`.
+#[tokio::test]
+async fn a_full_redis_still_answers_for_the_keys_it_holds() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
+        .await
+        .unwrap();
+    let mint = OwnerMint::new();
+    let k = key("held");
+    let lease = claimed(&store, &mint, &k, LONG).await;
+    let completed = lease.record().with_state(answer());
+    store.complete(&lease, &completed, LONG).await.unwrap();
+    let in_flight = claimed(&store, &mint, &key("in-flight"), LONG).await;
+
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let duplicate = store
+        .claim(
+            &k,
+            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            LONG,
+        )
+        .await;
+    assert!(
+        matches!(&duplicate, Ok(ClaimOutcome::Existing(e)) if e.record == completed),
+        "{duplicate:?}"
+    );
+    let fresh = store
+        .claim(
+            &key("fresh"),
+            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            LONG,
+        )
+        .await;
+    assert!(matches!(fresh, Err(StoreError::Full(_))), "{fresh:?}");
+    // Storing an answer fails the same way, and is worth retrying; renewing
+    // and releasing a claim still work.
+    let stored = store
+        .complete(&in_flight, &in_flight.record().with_state(answer()), LONG)
+        .await;
+    assert!(matches!(&stored, Err(e) if e.is_transient()), "{stored:?}");
+    assert!(store.renew(&in_flight, LONG).await.unwrap());
+    assert!(store.release(&in_flight).await.unwrap());
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(matches!(
+        store
+            .claim(
+                &key("fresh"),
+                Record::in_flight(mint.next(), Fingerprint([1; 32])),
+                LONG
+            )
+            .await,
+        Ok(ClaimOutcome::Claimed(_))
+    ));
 }

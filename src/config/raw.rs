@@ -16,6 +16,13 @@ pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9090";
 /// Default body limit: callbacks are small; 1 MiB leaves ample room.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+/// Largest upstream answer body stored for replay: 1 MiB keeps one
+/// duplicate's store read short enough not to hold up other keys' calls on
+/// a shared Redis connection; larger answers stream to the sender unstored.
+pub const DEFAULT_MAX_STORED_ANSWER_BYTES: usize = 1024 * 1024;
+/// Ceiling of `max_stored_answer_bytes`: records carry a 32-bit body
+/// length and Redis strings end at 512 MiB.
+pub const MAX_STORED_ANSWER_BYTES: usize = 256 * 1024 * 1024;
 /// Default time a client has to send its request headers (slowloris guard).
 pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
 /// Default time to receive a body once its headers arrived (slow-body
@@ -113,6 +120,8 @@ pub struct RawLimits {
     pub max_header_bytes: Option<usize>,
     /// Duplicates of one key waiting for its first delivery at most.
     pub max_waiting_per_key: Option<usize>,
+    /// Largest upstream answer body kept for replay.
+    pub max_stored_answer_bytes: Option<usize>,
     /// Threads that serve requests (0: one per CPU).
     pub worker_threads: Option<usize>,
 }

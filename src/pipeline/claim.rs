@@ -19,7 +19,12 @@
 //! Waiting is cheap: duplicates on this instance are woken by
 //! [`Signals`] the moment the local first delivery settles; duplicates of a
 //! first delivery running on another instance re-check the store at a
-//! short, growing interval.
+//! short, growing interval. Concurrent duplicates of one key share one
+//! store read ([`SingleFlight`]): a joiner receives what its leader saw —
+//! the record found, or the leader's own fresh claim, which to the joiner
+//! is an in-flight record like any other — so a storm of duplicates of a
+//! large stored answer reads it once per instance, not once per copy.
+//! Sharing never frees a key: a joiner only ever sees a record.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,10 +34,13 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::delivery::Identity;
+use super::single_flight::{Flight, SingleFlight};
 use crate::config::{Idempotency, Mode, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerToken, Record, StoredResponse};
-use crate::store::{AnyStore, ClaimOutcome, Lease, Observed, Store, StoreError, StoreKey};
+use crate::store::{
+    AnyStore, ClaimOutcome, Existing, Lease, Observed, Store, StoreError, StoreKey,
+};
 use tokio_util::task::TaskTracker;
 
 /// First and largest pause between store re-checks while waiting.
@@ -50,9 +58,24 @@ pub enum Decision {
     Refuse(Rejection),
 }
 
+/// What duplicates of one key on this instance share: a wake-up when its
+/// first delivery settles, and one store read at a time.
+#[derive(Debug, Default)]
+pub struct Local {
+    signals: Signals,
+    flights: SingleFlight<StoreKey, Result<Existing, StoreError>>,
+}
+
+impl Local {
+    /// Wakes every local waiter on `key`: its first delivery has settled.
+    pub fn settled(&self, key: &StoreKey) {
+        self.signals.settled(key.as_str());
+    }
+}
+
 /// Wakes local duplicates when a first delivery settles.
 #[derive(Debug, Default)]
-pub struct Signals {
+struct Signals {
     waiting: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
@@ -74,7 +97,7 @@ impl Signals {
     }
 
     /// Wakes every local waiter on `key`.
-    pub fn settled(&self, key: &str) {
+    fn settled(&self, key: &str) {
         let notify = self.waiting.lock().expect("signals lock").remove(key);
         if let Some(notify) = notify {
             notify.notify_waiters();
@@ -119,7 +142,7 @@ fn lease_left(ttl: Option<Duration>, rules: &Idempotency) -> Duration {
 pub async fn claim(
     store: &Arc<AnyStore>,
     tracker: &TaskTracker,
-    signals: &Signals,
+    local: &Local,
     identity: &Identity,
     owner: OwnerToken,
     rules: &Idempotency,
@@ -129,19 +152,34 @@ pub async fn claim(
     let deadline = Instant::now() + rules.wait_timeout;
     let mut pause = POLL_FIRST;
     loop {
-        let record = Record::in_flight(owner, identity.fingerprint);
-        let mut pending = PendingClaim {
-            store,
-            tracker,
-            key: &identity.key,
-            owner,
-            armed: true,
+        let attempt = async {
+            let record = Record::in_flight(owner, identity.fingerprint);
+            let mut pending = PendingClaim {
+                store,
+                tracker,
+                key: &identity.key,
+                owner,
+                armed: true,
+            };
+            let result = store.claim(&identity.key, record, claim_ttl).await;
+            // Only a timed-out reply can hide a claim that landed; every
+            // other answer says exactly what happened.
+            pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
+            result
         };
-        let result = store.claim(&identity.key, record, claim_ttl).await;
-        // Only a timed-out reply can hide a claim that landed; every other
-        // answer says exactly what happened.
-        pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
-        drop(pending);
+        let share = |result: &Result<ClaimOutcome, StoreError>| match result {
+            // To a joiner, the leader's fresh claim is a live in-flight record.
+            Ok(ClaimOutcome::Claimed(lease)) => Ok(Existing {
+                record: lease.record().clone(),
+                ttl: Some(claim_ttl),
+            }),
+            Ok(ClaimOutcome::Existing(existing)) => Ok(existing.clone()),
+            Err(error) => Err(error.clone()),
+        };
+        let result = match local.flights.run(&identity.key, attempt, share).await {
+            Flight::Led(result) => result,
+            Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
+        };
         let existing = match result {
             Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
             Ok(ClaimOutcome::Existing(existing)) => existing,
@@ -184,14 +222,14 @@ pub async fn claim(
         // signal map; a settle that slipped in between is caught by the
         // short first pause.
         let key = identity.key.as_str();
-        let Some(notify) = signals.subscribe(key, max_waiting) else {
+        let Some(notify) = local.signals.subscribe(key, max_waiting) else {
             // Enough copies wait already; this one would only hold memory.
             return Ok(Decision::Refuse(Rejection::InFlight {
                 retry_after: lease_left(existing.ttl, rules),
             }));
         };
         let _ = tokio::time::timeout(pause.min(deadline - now), notify.notified()).await;
-        signals.unsubscribe(key, &notify);
+        local.signals.unsubscribe(key, &notify);
         pause = (pause * 2).min(POLL_MAX);
     }
 }

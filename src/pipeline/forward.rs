@@ -7,6 +7,11 @@
 //! the whole exchange including the response body is bounded by
 //! `upstream.timeout`.
 //!
+//! A protected answer is read up to `limits.max_stored_answer_bytes`
+//! ([`AnswerBody::Buffered`], storable); a larger one is never buffered
+//! whole: what was read is sent on, followed by the rest as it arrives
+//! ([`AnswerBody::Streaming`]), and only its status and headers are kept.
+//!
 //! Failures are sorted by what they mean for idempotency: a refused
 //! connection ([`ForwardError::Refused`]) sent nothing, so the claim can be
 //! released; a connection that broke after the request may have been
@@ -14,6 +19,8 @@
 //! unknown.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +29,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
@@ -55,15 +63,35 @@ pub fn client() -> UpstreamClient {
         .build(QuickAckConnector::new(connector))
 }
 
-/// A buffered upstream answer.
-#[derive(Debug, Clone)]
+/// An upstream answer whose body was read as far as it may be stored.
+#[derive(Debug)]
 pub struct UpstreamAnswer {
     /// Status code.
     pub status: StatusCode,
     /// Headers, hop-by-hop ones removed.
     pub headers: HeaderMap,
-    /// The whole body.
-    pub body: Bytes,
+    /// The body, whole or streaming (see [`AnswerBody`]).
+    pub body: AnswerBody,
+}
+
+/// An answer's body, read up to the storable size.
+#[derive(Debug)]
+pub enum AnswerBody {
+    /// The whole body, at most `max_stored_answer_bytes`: storable.
+    Buffered(Bytes),
+    /// A larger body: the part already read, then the rest from the
+    /// upstream. Sent on, never stored.
+    Streaming(ProxyBody),
+}
+
+impl AnswerBody {
+    /// The body as the sender receives it.
+    pub fn into_proxy_body(self) -> ProxyBody {
+        match self {
+            Self::Buffered(bytes) => full(bytes),
+            Self::Streaming(body) => body,
+        }
+    }
 }
 
 /// Why no answer came back.
@@ -153,13 +181,15 @@ pub fn upstream_request(
     request
 }
 
-/// Sends a buffered request and buffers the answer, within `upstream.timeout`.
+/// Sends a buffered request and reads the answer up to `max_stored`
+/// bytes, within `upstream.timeout` (a streaming remainder is not timed).
 pub async fn forward(
     client: &UpstreamClient,
     upstream: &Upstream,
     parts: http::request::Parts,
     body: Bytes,
     peer: Option<SocketAddr>,
+    max_stored: usize,
 ) -> Result<UpstreamAnswer, ForwardError> {
     let request = upstream_request(parts, &upstream.url, peer, full(body));
     let exchange = async {
@@ -171,11 +201,7 @@ pub async fn forward(
             }
         })?;
         let (head, body) = response.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map_err(|_| ForwardError::Broken)?
-            .to_bytes();
+        let body = read_bounded(body, max_stored).await?;
         let mut headers = head.headers;
         strip_hop_by_hop(&mut headers);
         Ok(UpstreamAnswer {
@@ -189,11 +215,92 @@ pub async fn forward(
         .unwrap_or(Err(ForwardError::Timeout))
 }
 
+/// Reads `body` whole if it is at most `limit` bytes; otherwise returns
+/// what was read chained to the rest. An answer that announces a larger
+/// `Content-Length` is not read at all before it streams.
+async fn read_bounded(mut body: Incoming, limit: usize) -> Result<AnswerBody, ForwardError> {
+    let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+    if body.size_hint().lower() > limit {
+        return Ok(AnswerBody::Streaming(body.boxed()));
+    }
+    // Chunks are kept as they came: the common one-chunk answer is never copied.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut read: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ForwardError::Broken)?;
+        // Trailers are hop-by-hop for a buffered answer: not kept.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        read += data.len() as u64;
+        chunks.push(data);
+        if read > limit {
+            let prefix = concat(chunks);
+            return Ok(AnswerBody::Streaming(
+                Prefixed {
+                    prefix: Some(prefix),
+                    rest: body,
+                }
+                .boxed(),
+            ));
+        }
+    }
+    Ok(AnswerBody::Buffered(concat(chunks)))
+}
+
+fn concat(mut chunks: Vec<Bytes>) -> Bytes {
+    if chunks.len() <= 1 {
+        return chunks.pop().unwrap_or_default();
+    }
+    let mut joined = bytes::BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for chunk in chunks {
+        joined.extend_from_slice(&chunk);
+    }
+    joined.freeze()
+}
+
+/// A body that sends what was already read, then the rest of the upstream's.
+#[derive(Debug)]
+struct Prefixed {
+    prefix: Option<Bytes>,
+    rest: Incoming,
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let extra = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(extra));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(extra));
+        }
+        hint
+    }
+}
+
 /// Forwards a request untouched (no buffering) for unmatched routes.
 pub async fn pass_through(
     client: &UpstreamClient,
     upstream: &Upstream,
-    request: Request<hyper::body::Incoming>,
+    request: Request<Incoming>,
     peer: Option<SocketAddr>,
 ) -> Result<Response<ProxyBody>, ForwardError> {
     let (parts, body) = request.into_parts();

@@ -7,6 +7,11 @@
 //! as unknown for `unknown_hold` (or releases it with
 //! `on_upstream_timeout = "release"`).
 //!
+//! An answer larger than `max_stored_answer_bytes` is completed without
+//! its body ([`StoredBody::TooLarge`]): its duplicates never execute again,
+//! and their replay is the stored status and headers with an
+//! `answer_not_stored` problem+json body instead.
+//!
 //! [`live`] and [`replay`] build the two kinds of answer; both carry
 //! `Idempotent-Replayed`, and a replay is the stored status, headers and
 //! body byte for byte.
@@ -14,10 +19,10 @@
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::forward::{ForwardError, ProxyBody, UpstreamAnswer, full};
+use super::forward::{AnswerBody, ForwardError, ProxyBody, UpstreamAnswer, full};
 use crate::config::{Idempotency, OnUpstreamTimeout};
-use crate::error::Rejection;
-use crate::record::{Record, RecordState, StoredResponse};
+use crate::error::{Rejection, answer_not_stored};
+use crate::record::{Record, RecordState, StoredBody, StoredResponse};
 
 /// Header telling the sender whether it got a replay.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -66,10 +71,14 @@ pub fn stored(answer: &UpstreamAnswer) -> StoredResponse {
             )
         })
         .collect();
+    let body = match &answer.body {
+        AnswerBody::Buffered(bytes) => StoredBody::Kept(bytes.clone()),
+        AnswerBody::Streaming(_) => StoredBody::TooLarge,
+    };
     StoredResponse {
         status: answer.status.as_u16(),
         headers,
-        body: answer.body.clone(),
+        body,
     }
 }
 
@@ -90,24 +99,50 @@ fn mark(response: &mut Response<ProxyBody>, replayed: bool) {
 
 /// The upstream's answer as is, marked as not replayed.
 pub fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
-    let mut response = Response::new(full(answer.body));
+    let mut response = Response::new(answer.body.into_proxy_body());
     *response.status_mut() = answer.status;
     *response.headers_mut() = answer.headers;
     mark(&mut response, false);
     response
 }
 
+/// Headers that describe a body: a replay without the stored body drops
+/// them and describes its problem document instead.
+fn describes_body(name: &HeaderName) -> bool {
+    [
+        header::CONTENT_TYPE,
+        header::CONTENT_ENCODING,
+        header::CONTENT_LENGTH,
+        header::CONTENT_RANGE,
+        header::ETAG,
+    ]
+    .contains(name)
+}
+
 /// A stored answer, marked as replayed.
 pub fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
-    let mut response = Response::new(full(stored.body.clone()));
-    *response.status_mut() =
-        StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match &stored.body {
+        StoredBody::Kept(bytes) => bytes.clone(),
+        StoredBody::TooLarge => answer_not_stored(status),
+    };
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    let kept = matches!(stored.body, StoredBody::Kept(_));
     for (name, value) in &stored.headers {
         if let (Ok(name), Ok(value)) =
             (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
         {
-            response.headers_mut().append(name, value);
+            if kept || !describes_body(&name) {
+                response.headers_mut().append(name, value);
+            }
         }
+    }
+    if !kept {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
     }
     mark(&mut response, true);
     response
@@ -133,7 +168,7 @@ mod tests {
         UpstreamAnswer {
             status: StatusCode::from_u16(status).unwrap(),
             headers,
-            body: Bytes::from_static(b"success"),
+            body: AnswerBody::Buffered(Bytes::from_static(b"success")),
         }
     }
 
@@ -185,6 +220,31 @@ mod tests {
         assert_eq!(cookies, ["a=1", "b=2"]);
         assert_eq!(response.headers()["content-type"], "text/plain");
         let body = response.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(body, original.body);
+        assert_eq!(body, Bytes::from_static(b"success"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_too_large_to_store_replays_its_head_and_a_problem() {
+        let mut original = answer(200);
+        original.body = AnswerBody::Streaming(full(Bytes::from_static(b"huge")));
+        let stored = stored(&original);
+        assert_eq!(stored.body, StoredBody::TooLarge);
+        let rules = rules();
+        assert!(
+            matches!(settlement(&Ok(original), &claimed(), &rules), Settlement::Keep(r, _)
+            if matches!(&r.state, RecordState::Completed(s) if s.body == StoredBody::TooLarge))
+        );
+        let response = replay(&stored);
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()[REPLAYED_HEADER], "true");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        assert_eq!(response.headers().get_all("set-cookie").iter().count(), 2);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["reason"], "answer_not_stored");
+        assert_eq!(problem["status"], 200);
     }
 }

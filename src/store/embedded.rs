@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
 
-use super::{ClaimOutcome, Existing, Lease, Store, StoreError, StoreKey};
+use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::record::{Record, RecordState, now_ms};
 
 const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -29,6 +29,27 @@ const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expirie
 /// How many expired records one sweep removes at most, so a sweep never
 /// holds the write lock for long.
 const SWEEP_BATCH: usize = 1_000;
+
+/// An owner-checked write of [`EmbeddedStore::change_owned`].
+enum Change {
+    /// Store an outcome: over our claim, or into a free key.
+    Complete(Vec<u8>, Duration),
+    /// Reset the TTL of our in-flight claim (rewrites the same record).
+    Renew(Vec<u8>, Duration),
+    /// Delete our claim.
+    Release,
+}
+
+/// Whose key [`EmbeddedStore::change_owned`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owned {
+    /// Ours: changed.
+    Yes,
+    /// Nobody's: only a completion writes it.
+    Free,
+    /// Another owner's, or not in the state the change needs: untouched.
+    No,
+}
 
 /// The redb-backed store.
 #[derive(Clone)]
@@ -55,15 +76,34 @@ struct Entry {
 type Records<'t> = Table<'t, &'static str, &'static [u8]>;
 type Expiries<'t> = Table<'t, (u64, &'static str), ()>;
 
-fn read_entry(records: &Records<'_>, key: &str, now: u64) -> Result<Option<Entry>, StoreError> {
+/// The expiry prefix of a stored value, if it has one.
+fn expiry_of(raw: &[u8]) -> Option<u64> {
+    raw.get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+}
+
+/// The expiry of whatever is stored under `key`, live or not yet swept:
+/// what [`write_entry`] must unindex before it overwrites.
+fn stored_expiry(records: &Records<'_>, key: &str) -> Result<Option<u64>, StoreError> {
+    Ok(records
+        .get(key)
+        .map_err(backend)?
+        .and_then(|guard| expiry_of(guard.value())))
+}
+
+fn read_entry(
+    records: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+    now: u64,
+) -> Result<Option<Entry>, StoreError> {
     let Some(guard) = records.get(key).map_err(backend)? else {
         return Ok(None);
     };
     let raw = guard.value();
-    if raw.len() < 8 {
+    let Some(expires_at_ms) = expiry_of(raw) else {
         return Err(StoreError::Backend("embedded entry truncated".into()));
-    }
-    let expires_at_ms = u64::from_be_bytes(raw[..8].try_into().expect("8 bytes"));
+    };
     if expires_at_ms <= now {
         return Ok(None);
     }
@@ -102,9 +142,7 @@ fn delete_entry(
     let Some(guard) = removed else {
         return Ok(false);
     };
-    let raw = guard.value();
-    if raw.len() >= 8 {
-        let expiry = u64::from_be_bytes(raw[..8].try_into().expect("8 bytes"));
+    if let Some(expiry) = expiry_of(guard.value()) {
         drop(guard);
         expiries.remove((expiry, key)).map_err(backend)?;
     }
@@ -157,38 +195,47 @@ impl EmbeddedStore {
         .map_err(backend)?
     }
 
-    /// Replaces the record of `lease` if it still owns the key.
-    async fn replace_owned(
-        &self,
-        lease: &Lease,
-        replacement: Option<(Bytes, Duration)>,
-        require_in_flight: bool,
-    ) -> Result<bool, StoreError> {
+    /// Applies `change` to the key of `lease` if the lease still owns it
+    /// (see [`Change`]). Returns whether it did, and whether the key was
+    /// free.
+    async fn change_owned(&self, lease: &Lease, change: Change) -> Result<Owned, StoreError> {
         let key = lease.key.0.clone();
         let owner = lease.owner();
         self.write(move |records, expiries, now| {
-            let Some(entry) = read_entry(records, &key, now)? else {
-                return Ok((false, false));
+            let entry = read_entry(records, &key, now)?;
+            let owned = match (&entry, &change) {
+                (None, Change::Complete(..)) => Owned::Free,
+                (None, _) => return Ok((Owned::No, false)),
+                (Some(entry), Change::Renew(..)) => {
+                    if entry.record.owner == owner && entry.record.state == RecordState::InFlight {
+                        Owned::Yes
+                    } else {
+                        Owned::No
+                    }
+                }
+                (Some(entry), _) if entry.record.owner == owner => Owned::Yes,
+                (Some(_), _) => Owned::No,
             };
-            let owned = entry.record.owner == owner
-                && (!require_in_flight || entry.record.state == RecordState::InFlight);
-            if !owned {
-                return Ok((false, false));
+            if owned == Owned::No {
+                return Ok((owned, false));
             }
-            match replacement {
-                Some((bytes, ttl)) => write_entry(
-                    records,
-                    expiries,
-                    &key,
-                    Some(entry.expires_at_ms),
-                    deadline(now, ttl),
-                    &bytes,
-                )?,
-                None => {
+            match change {
+                Change::Complete(bytes, ttl) | Change::Renew(bytes, ttl) => {
+                    let previous = stored_expiry(records, &key)?;
+                    write_entry(
+                        records,
+                        expiries,
+                        &key,
+                        previous,
+                        deadline(now, ttl),
+                        &bytes,
+                    )?;
+                }
+                Change::Release => {
                     delete_entry(records, expiries, &key)?;
                 }
             }
-            Ok((true, true))
+            Ok((owned, true))
         })
         .await
     }
@@ -238,11 +285,7 @@ impl Store for EmbeddedStore {
                     let ttl = Duration::from_millis(entry.expires_at_ms - now);
                     return Ok((Some((entry.record, ttl)), false));
                 }
-                let stale_expiry = records.get(name.as_str()).map_err(backend)?.and_then(|g| {
-                    g.value()
-                        .get(..8)
-                        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
-                });
+                let stale_expiry = stored_expiry(records, &name)?;
                 write_entry(
                     records,
                     expiries,
@@ -268,21 +311,25 @@ impl Store for EmbeddedStore {
 
     async fn complete(
         &self,
-        lease: Lease,
-        record: Record,
+        lease: &Lease,
+        record: &Record,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        self.replace_owned(&lease, Some((record.encode(), ttl)), false)
-            .await
+    ) -> Result<Completion, StoreError> {
+        let change = Change::Complete(record.encode().to_vec(), ttl);
+        Ok(match self.change_owned(lease, change).await? {
+            Owned::Yes => Completion::Stored,
+            Owned::Free => Completion::StoredInFreeKey,
+            Owned::No => Completion::TakenOver,
+        })
     }
 
-    async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
-        self.replace_owned(&lease, None, false).await
+    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        Ok(self.change_owned(lease, Change::Release).await? == Owned::Yes)
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        let bytes = lease.record.encode();
-        self.replace_owned(lease, Some((bytes, ttl)), true).await
+        let change = Change::Renew(lease.record.encode().to_vec(), ttl);
+        Ok(self.change_owned(lease, change).await? == Owned::Yes)
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
@@ -292,20 +339,9 @@ impl Store for EmbeddedStore {
             let txn = db.begin_read().map_err(backend)?;
             let table = txn.open_table(RECORDS).map_err(backend)?;
             let now = now_ms();
-            let Some(guard) = table.get(name.as_str()).map_err(backend)? else {
-                return Ok(None);
-            };
-            let raw = guard.value();
-            let expires_at_ms = raw
-                .get(..8)
-                .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
-                .ok_or_else(|| StoreError::Backend("embedded entry truncated".into()))?;
-            if expires_at_ms <= now {
-                return Ok(None);
-            }
-            Ok(Some(Existing {
-                record: Record::decode(&Bytes::copy_from_slice(&raw[8..]))?,
-                ttl: Some(Duration::from_millis(expires_at_ms - now)),
+            Ok(read_entry(&table, &name, now)?.map(|entry| Existing {
+                ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
+                record: entry.record,
             }))
         })
         .await

@@ -28,7 +28,7 @@ use fred::prelude::{
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::{ClaimOutcome, Existing, Lease, Store, StoreError, StoreKey};
+use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, Record};
 
@@ -93,6 +93,8 @@ fn classify(error: &FredError) -> StoreError {
         _ if error.details().contains("LOADING") || error.details().contains("CLUSTERDOWN") => {
             StoreError::Unavailable(error.to_string())
         }
+        // maxmemory reached under noeviction: reads still work.
+        _ if error.details().contains("OOM ") => StoreError::Full(error.to_string()),
         _ => StoreError::Backend(error.to_string()),
     }
 }
@@ -271,31 +273,35 @@ impl Store for RedisStore {
 
     async fn complete(
         &self,
-        lease: Lease,
-        record: Record,
+        lease: &Lease,
+        record: &Record,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Completion, StoreError> {
         let client = self.pool.next_connected();
         let args = vec![
-            owner_arg(&lease),
+            owner_arg(lease),
             Value::Bytes(record.encode()),
             Value::Integer(millis(ttl)),
         ];
         let reply = self
             .eval(client, &self.scripts.complete, &lease.key, args)
             .await?;
-        let stored = reply.as_i64() == Some(1);
-        if stored && !self.replicated(client, &lease.key).await? {
+        let completion = match reply.as_i64() {
+            Some(1) => Completion::Stored,
+            Some(2) => Completion::StoredInFreeKey,
+            _ => Completion::TakenOver,
+        };
+        if completion.stored() && !self.replicated(client, &lease.key).await? {
             tracing::warn!(
                 key = lease.key.hash(),
                 "stored answer not yet acknowledged by enough replicas"
             );
         }
-        Ok(stored)
+        Ok(completion)
     }
 
-    async fn release(&self, lease: Lease) -> Result<bool, StoreError> {
-        let args = vec![owner_arg(&lease)];
+    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let args = vec![owner_arg(lease)];
         self.eval_flag(&self.scripts.release, &lease.key, args)
             .await
     }

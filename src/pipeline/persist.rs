@@ -1,0 +1,288 @@
+//! Stage 7 when the store blinks: an answer in hand is stored until it
+//! sticks (SPEC §4 rule 10).
+//!
+//! Once the upstream has answered, the delivery has had its effect; losing
+//! the answer would let the key run again once its claim expires. So a
+//! failed `complete` is retried for as long as the failure is transient
+//! (store unreachable, or full and refusing writes), with a doubling pause
+//! capped at [`MAX_PAUSE`], renewing the claim between attempts (a full
+//! Redis still takes `PEXPIRE`). It ends when:
+//!
+//! * the outcome is stored, over our claim or into a key that went free
+//!   while the store was away ([`Completion::StoredInFreeKey`]);
+//! * another owner holds the key: the lease is provably lost
+//!   ([`Persisted::TakenOver`]);
+//! * the error is not transient, or the shutdown grace period ran out
+//!   ([`Persisted::GaveUp`]).
+//!
+//! The caller counts and logs every ending but the first as an unknown
+//! outcome.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::record::Record;
+use crate::store::{Completion, Lease, Store, StoreError};
+
+/// Pause after the first failed attempt; doubled after each further one.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// Longest pause between attempts: an outage's end is noticed within it.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// How storing an outcome ended.
+#[derive(Debug)]
+pub enum Persisted {
+    /// In the store ([`Completion::Stored`] or
+    /// [`Completion::StoredInFreeKey`]).
+    Stored(Completion),
+    /// Another owner holds the key; nothing was written.
+    TakenOver,
+    /// Stopped trying: a failure that retrying can not mend, or shutdown.
+    GaveUp(StoreError),
+}
+
+/// One outcome to store for one lease.
+#[derive(Debug)]
+pub struct Persist<'a, S> {
+    store: &'a S,
+    lease: &'a Lease,
+    record: &'a Record,
+    /// TTL of the stored outcome (retention or unknown_hold).
+    ttl: Duration,
+    /// TTL a renewal sets on the claim meanwhile (lease + unknown_hold).
+    claim_ttl: Duration,
+}
+
+impl<'a, S: Store> Persist<'a, S> {
+    /// Prepares to store `record` for `ttl` under `lease`.
+    pub fn new(
+        store: &'a S,
+        lease: &'a Lease,
+        record: &'a Record,
+        ttl: Duration,
+        claim_ttl: Duration,
+    ) -> Self {
+        Self {
+            store,
+            lease,
+            record,
+            ttl,
+            claim_ttl,
+        }
+    }
+
+    /// One attempt. `Err` carries a transient failure worth retrying with
+    /// [`Persist::until_stored`].
+    pub async fn once(&self) -> Result<Persisted, StoreError> {
+        match self.store.complete(self.lease, self.record, self.ttl).await {
+            Ok(Completion::TakenOver) => Ok(Persisted::TakenOver),
+            Ok(completion) => Ok(Persisted::Stored(completion)),
+            Err(error) if error.is_transient() => Err(error),
+            Err(error) => Ok(Persisted::GaveUp(error)),
+        }
+    }
+
+    /// Retries after a transient `failure` until the outcome is stored, the
+    /// lease is provably lost, or `stop` is cancelled (shutdown's grace
+    /// period ran out).
+    pub async fn until_stored(
+        &self,
+        mut failure: StoreError,
+        stop: &CancellationToken,
+    ) -> Persisted {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            tracing::warn!(
+                key = self.lease.key().hash(),
+                error = %failure,
+                retry_in_ms = pause.as_millis() as u64,
+                "could not store the outcome yet; retrying"
+            );
+            tokio::select! {
+                () = stop.cancelled() => return Persisted::GaveUp(failure),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
+            // Keeps our claim from turning unknown while the store refuses
+            // only the larger write; a failure here changes nothing.
+            let _ = self.store.renew(self.lease, self.claim_ttl).await;
+            match self.once().await {
+                Ok(done) => return done,
+                Err(error) => failure = error,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Fingerprint, OwnerToken};
+    use crate::store::{ClaimOutcome, Existing, StoreKey};
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use tokio::time::Instant;
+
+    /// A store whose `complete` answers from a script, recording when each
+    /// call came; `renew` calls are counted.
+    #[derive(Default)]
+    struct Scripted {
+        answers: Mutex<VecDeque<Result<Completion, StoreError>>>,
+        completes: Mutex<Vec<Instant>>,
+        renews: Mutex<usize>,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Result<Completion, StoreError>>) -> Self {
+            Self {
+                answers: Mutex::new(answers.into()),
+                ..Self::default()
+            }
+        }
+    }
+
+    impl Store for Scripted {
+        async fn claim(
+            &self,
+            _: &StoreKey,
+            _: Record,
+            _: Duration,
+        ) -> Result<ClaimOutcome, StoreError> {
+            unreachable!("not used")
+        }
+
+        async fn complete(
+            &self,
+            _: &Lease,
+            _: &Record,
+            _: Duration,
+        ) -> Result<Completion, StoreError> {
+            self.completes.lock().unwrap().push(Instant::now());
+            self.answers
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Ok(Completion::Stored))
+        }
+
+        async fn release(&self, _: &Lease) -> Result<bool, StoreError> {
+            unreachable!("not used")
+        }
+
+        async fn renew(&self, _: &Lease, _: Duration) -> Result<bool, StoreError> {
+            *self.renews.lock().unwrap() += 1;
+            Ok(true)
+        }
+
+        async fn lookup(&self, _: &StoreKey) -> Result<Option<Existing>, StoreError> {
+            unreachable!("not used")
+        }
+
+        async fn purge(&self, _: &StoreKey) -> Result<bool, StoreError> {
+            unreachable!("not used")
+        }
+
+        async fn ping(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    fn lease() -> Lease {
+        Lease::for_tests(
+            StoreKey::new("idemgate", "r", &"a".repeat(64)),
+            Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32])),
+        )
+    }
+
+    fn down() -> Result<Completion, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+
+    fn full() -> Result<Completion, StoreError> {
+        Err(StoreError::Full("OOM".into()))
+    }
+
+    async fn run(store: &Scripted, stop: &CancellationToken) -> Persisted {
+        let lease = lease();
+        let record = lease.record().clone();
+        let persist = Persist::new(
+            store,
+            &lease,
+            &record,
+            Duration::from_secs(60),
+            Duration::from_secs(9),
+        );
+        match persist.once().await {
+            Ok(done) => done,
+            Err(failure) => persist.until_stored(failure, stop).await,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_of_a_minute_still_ends_stored() {
+        // 70 transient failures, half of them "full": far past the old
+        // five-attempt budget of about three seconds.
+        let answers = (0..70)
+            .map(|i| if i % 2 == 0 { down() } else { full() })
+            .chain([Ok(Completion::StoredInFreeKey)])
+            .collect();
+        let store = Scripted::new(answers);
+        let started = Instant::now();
+        let ended = run(&store, &CancellationToken::new()).await;
+        assert!(
+            matches!(ended, Persisted::Stored(Completion::StoredInFreeKey)),
+            "{ended:?}"
+        );
+        let calls = store.completes.lock().unwrap().clone();
+        assert_eq!(calls.len(), 71);
+        assert_eq!(
+            *store.renews.lock().unwrap(),
+            70,
+            "the claim is renewed before every retry"
+        );
+        // Pauses double from 50 ms and stop growing at 1 s.
+        let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps[0], Duration::from_millis(50));
+        assert_eq!(gaps[1], Duration::from_millis(100));
+        assert_eq!(gaps[4], Duration::from_millis(800));
+        assert!(gaps[5..].iter().all(|gap| *gap == MAX_PAUSE));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(50 + 100 + 200 + 400 + 800) + MAX_PAUSE * 65
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_or_a_broken_store_ends_at_once() {
+        let store = Scripted::new(vec![down(), Ok(Completion::TakenOver)]);
+        assert!(matches!(
+            run(&store, &CancellationToken::new()).await,
+            Persisted::TakenOver
+        ));
+        let store = Scripted::new(vec![Err(StoreError::Backend("WRONGTYPE".into()))]);
+        assert!(matches!(
+            run(&store, &CancellationToken::new()).await,
+            Persisted::GaveUp(StoreError::Backend(_))
+        ));
+        assert_eq!(store.completes.lock().unwrap().len(), 1, "not retried");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_shutdown_cuts_the_retries_short() {
+        let store = Scripted::new((0..1_000).map(|_| down()).collect());
+        let stop = CancellationToken::new();
+        let cancel = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let ended = run(&store, &stop).await;
+        assert!(
+            matches!(ended, Persisted::GaveUp(StoreError::Unavailable(_))),
+            "{ended:?}"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+}
