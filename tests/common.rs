@@ -667,6 +667,24 @@ pub async fn deliver(url: &str, body: &str) -> Answer {
     send("POST", url, &signed(body), body.to_owned()).await
 }
 
+/// Sends `body` to `url` in the background and returns once the upstream
+/// has received call number `calls` (1-based): a first delivery caught
+/// mid-flight, for tests that break something while it runs.
+pub async fn deliver_while_upstream_works(
+    url: String,
+    body: &str,
+    upstream: &Upstream,
+    calls: usize,
+) -> tokio::task::JoinHandle<Answer> {
+    let body = body.to_owned();
+    let delivery = tokio::spawn(async move { deliver(&url, &body).await });
+    assert!(
+        eventually(Duration::from_secs(5), || upstream.calls() >= calls).await,
+        "the upstream never received the delivery"
+    );
+    delivery
+}
+
 /// A delivery body for payment `id`.
 pub fn payment(id: &str) -> String {
     format!(r#"{{"id":"{id}","amount":"10.00","status":"PAID"}}"#)

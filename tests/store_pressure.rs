@@ -12,8 +12,8 @@ use std::time::Duration;
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
 use common::{
-    GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver, eventually,
-    payment, redis_store, sample,
+    GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver,
+    deliver_while_upstream_works, eventually, payment, redis_store, sample,
 };
 
 /// Short claims: a lost answer would let the key run again within seconds.
@@ -26,6 +26,17 @@ fn fill(redis: &RedisServer) {
 
 fn unfill(redis: &RedisServer) {
     assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]).trim(), "OK");
+}
+
+/// A retry of `body` is replayed, and the upstream ran it once.
+async fn assert_replayed_once(gate: &common::Gate, body: &str, upstream: &Upstream) {
+    let retry = deliver(&gate.url("/notify"), body).await;
+    assert_eq!(
+        (retry.status, retry.replayed()),
+        (200, Some("true")),
+        "{retry:?}"
+    );
+    assert_eq!(upstream.calls(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,11 +104,7 @@ async fn an_answer_refused_by_a_full_store_is_stored_once_it_has_room() {
     ))
     .await;
     let body = payment("p-oom");
-    let first = tokio::spawn({
-        let (url, body) = (gate.url("/notify"), body.clone());
-        async move { deliver(&url, &body).await }
-    });
-    assert!(eventually(Duration::from_secs(2), || upstream.calls() == 1).await);
+    let first = deliver_while_upstream_works(gate.url("/notify"), &body, &upstream, 1).await;
     fill(&redis);
     // The sender is not held while the store refuses the answer.
     let answer = tokio::time::timeout(Duration::from_secs(2), first)
@@ -118,13 +125,7 @@ async fn an_answer_refused_by_a_full_store_is_stored_once_it_has_room() {
     .await;
     assert!(stored, "the answer was stored once Redis had room");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let retry = deliver(&gate.url("/notify"), &body).await;
-    assert_eq!(
-        (retry.status, retry.replayed()),
-        (200, Some("true")),
-        "{retry:?}"
-    );
-    assert_eq!(upstream.calls(), 1);
+    assert_replayed_once(&gate, &body, &upstream).await;
     gate.stop().await;
 }
 
@@ -139,11 +140,7 @@ async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     ))
     .await;
     let body = payment("p-restart");
-    let first = tokio::spawn({
-        let (url, body) = (gate.url("/notify"), body.clone());
-        async move { deliver(&url, &body).await }
-    });
-    assert!(eventually(Duration::from_secs(2), || upstream.calls() == 1).await);
+    let first = deliver_while_upstream_works(gate.url("/notify"), &body, &upstream, 1).await;
     redis.stop();
     let answer = tokio::time::timeout(Duration::from_secs(3), first)
         .await
@@ -163,13 +160,7 @@ async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     })
     .await;
     assert!(stored, "the answer was stored after the restart");
-    let retry = deliver(&gate.url("/notify"), &body).await;
-    assert_eq!(
-        (retry.status, retry.replayed()),
-        (200, Some("true")),
-        "{retry:?}"
-    );
-    assert_eq!(upstream.calls(), 1);
+    assert_replayed_once(&gate, &body, &upstream).await;
     gate.stop().await;
 }
 
@@ -188,11 +179,8 @@ async fn an_answer_that_finds_its_key_taken_is_an_unknown_outcome() {
         &[],
         Some(&log),
     );
-    let first = tokio::spawn({
-        let url = gate.url("/notify");
-        async move { deliver(&url, &payment("p-taken")).await }
-    });
-    assert!(eventually(Duration::from_secs(2), || upstream.calls() == 1).await);
+    let first =
+        deliver_while_upstream_works(gate.url("/notify"), &payment("p-taken"), &upstream, 1).await;
     let keys = redis.keys("idemgate:pay:*");
     let [key] = keys.as_slice() else {
         panic!("one claim expected: {keys:?}")
