@@ -4,6 +4,11 @@
 //! deliveries, and so it can stay private while the proxy port faces
 //! senders.
 //!
+//! `/readyz` is 200 when the store answers and keeps what it is given: on
+//! Redis it also re-reads the eviction settings of every primary
+//! ([`crate::store::eviction`]) and answers 503 while any of them may evict
+//! keys, unless `[store] allow_eviction = true` (SPEC §4 rule 10).
+//!
 //! `GET /admin/records/{route}/{key}` shows one record; `DELETE` purges it
 //! so the next delivery is forwarded — how an operator resolves an unknown
 //! outcome after checking the backend. `{key}` is either the key value as
@@ -26,6 +31,7 @@ use crate::pipeline::delivery::hash_key_parts;
 use crate::pipeline::forward::ProxyBody;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
+use crate::store::eviction::{EvictionWatch, Trigger};
 use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
@@ -36,6 +42,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Admin {
     config: Arc<Config>,
     store: Arc<AnyStore>,
+    eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
 }
 
@@ -58,16 +65,37 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
 }
 
 impl Admin {
-    /// An admin handler over the shared config, store and metrics handle.
+    /// An admin handler over the shared config, store, eviction watcher
+    /// and metrics handle.
     pub fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
+        eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
     ) -> Self {
         Self {
             config,
             store,
+            eviction,
             metrics,
+        }
+    }
+
+    /// `/readyz`: the store answers within [`READY_TIMEOUT`] and no Redis
+    /// primary may evict keys (unless `allow_eviction`). The eviction
+    /// settings are re-read on every probe; if that read fails although the
+    /// ping succeeded, the last findings decide.
+    async fn ready(&self) -> Response<ProxyBody> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        match tokio::time::timeout_at(deadline, self.store.ping()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
+        }
+        let _ = tokio::time::timeout_at(deadline, self.eviction.check(Trigger::Probe)).await;
+        match self.eviction.not_ready() {
+            None => text(StatusCode::OK, "ready"),
+            Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, &problem),
         }
     }
 
@@ -82,11 +110,7 @@ impl Admin {
         }
         match path.as_str() {
             "/healthz" => text(StatusCode::OK, "ok"),
-            "/readyz" => match tokio::time::timeout(READY_TIMEOUT, self.store.ping()).await {
-                Ok(Ok(())) => text(StatusCode::OK, "ready"),
-                Ok(Err(error)) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
-                Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
-            },
+            "/readyz" => self.ready().await,
             "/metrics" => match &self.metrics {
                 Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),

@@ -5,6 +5,10 @@
 //! stop accepting on both listeners, let open connections finish their
 //! requests, then wait for detached upstream calls and their store writes
 //! (tracked by a `TaskTracker`), all within `limits.shutdown_grace`.
+//!
+//! Background upkeep under the same tracker and cancellation token: the
+//! embedded store's sweeper, the metrics recorder's upkeep and the Redis
+//! eviction watcher (`store::eviction`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +25,7 @@ use crate::config::Config;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
 use crate::server;
+use crate::store::eviction::EvictionWatch;
 use crate::store::{AnyStore, StoreError};
 
 /// How often the embedded store deletes expired records.
@@ -130,9 +135,14 @@ pub async fn start(
         Arc::clone(&store),
         tracker.clone(),
     ));
+    let eviction = Arc::new(EvictionWatch::new(
+        Arc::clone(&store),
+        config.store.allow_eviction,
+    ));
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
         Arc::clone(&store),
+        Arc::clone(&eviction),
         metrics.clone(),
     ));
     let limits = config.limits.clone();
@@ -150,6 +160,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
+    tracker.spawn(eviction.run(shutdown.clone()));
 
     let token = shutdown.clone();
     let finished = tokio::spawn(async move {

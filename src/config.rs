@@ -153,6 +153,10 @@ pub struct StoreConfig {
     pub key_prefix: String,
     /// Timeout of one store call.
     pub command_timeout: Duration,
+    /// Keep `/readyz` at 200 although Redis may evict keys (`maxmemory`
+    /// with a policy other than `noeviction`). Off by default: an evicted
+    /// record or claim lets a duplicate execute again (SPEC §4 rule 10).
+    pub allow_eviction: bool,
     /// Redis connections in the pool: one per worker thread, so a worker's
     /// commands never wait for another thread's connection task, and fred
     /// reads the replies of all queued commands in one go.
@@ -985,6 +989,13 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
             Some(ReplicaAck { replicas, timeout })
         }
     };
+    let allow_eviction = raw.allow_eviction.unwrap_or(false);
+    if raw.allow_eviction.is_some() && !matches!(backend, StoreBackend::Redis { .. }) {
+        p.push(
+            "store.allow_eviction",
+            "only valid with kind = \"redis\" (the embedded store never evicts)",
+        );
+    }
     if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
         p.push(
             "store.replica_ack_timeout",
@@ -994,6 +1005,7 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
     StoreConfig {
         backend,
         replica_ack,
+        allow_eviction,
         key_prefix,
         connections,
         command_timeout: p.duration(
@@ -1644,6 +1656,22 @@ mod tests {
         assert!(Config::parse(&zero).unwrap_err().0[0].starts_with("upstream.timeout"));
         let empty = MINIMAL.replace("lease = \"30s\"", "cache_status = []");
         assert!(Config::parse(&empty).unwrap_err().0[0].contains("cache_status"));
+    }
+
+    #[test]
+    fn allow_eviction_defaults_off_and_needs_redis() {
+        assert!(!Config::parse(MINIMAL).unwrap().store.allow_eviction);
+        let embedded = MINIMAL.replace("[upstream]", "allow_eviction = true\n[upstream]");
+        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("store.allow_eviction: only valid with kind = \"redis\""),
+            "{err}"
+        );
+        let redis = embedded.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379/0\"",
+        );
+        assert!(Config::parse(&redis).unwrap().store.allow_eviction);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! once, here, in [`Existing::observe`], for both backends.
 
 pub mod embedded;
+pub mod eviction;
 pub mod redis;
 
 use std::future::Future;
@@ -293,6 +294,14 @@ impl AnyStore {
             backend,
             metrics: m::StoreMetrics::new(),
         })
+    }
+
+    /// The Redis store, if that is the backend (for the eviction watcher).
+    pub fn redis(&self) -> Option<&redis::RedisStore> {
+        match &self.backend {
+            Backend::Redis(store) => Some(store),
+            Backend::Embedded(_) => None,
+        }
     }
 
     /// The embedded store, if that is the backend (for its sweeper).
