@@ -7,6 +7,7 @@
 //! operator fixes a file in one pass.
 
 pub mod raw;
+mod redact;
 pub mod secret;
 pub mod selector;
 
@@ -21,6 +22,7 @@ use raw::{RawConfig, RawIdempotency, RawRoute, RawSignature, parse_duration};
 
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKER_THREADS: usize = 1024;
+pub(crate) use redact::redact_url;
 pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};
 
@@ -113,25 +115,6 @@ impl fmt::Debug for StoreBackend {
     }
 }
 
-/// `scheme://user:password@host` → `scheme://user:<redacted>@host`.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-    let redacted = if userinfo.contains(':') || !user.is_empty() {
-        format!("{user}:<redacted>")
-    } else {
-        String::new()
-    };
-    format!("{scheme}://{redacted}@{host}{tail}")
-}
-
 /// Durability knob: how many replicas must acknowledge a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaAck {
@@ -164,12 +147,22 @@ pub struct StoreConfig {
 }
 
 /// `[upstream]` or a route's override.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Upstream {
     /// Base URL; the request path and query are appended.
     pub url: Uri,
     /// Time allowed for the whole answer.
     pub timeout: Duration,
+}
+
+impl fmt::Debug for Upstream {
+    /// Prints the URL without its userinfo password, like the store URL.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("url", &redact_url(&self.url.to_string()))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// HMAC digest.
@@ -613,15 +606,16 @@ impl Config {
                     route.idempotency.retention
                 )),
                 Scheme::Preset(_) => {}
-                Scheme::Hmac(hmac) => {
-                    if let Some(rule) = &hmac.timestamp {
-                        if !timestamp_is_signed(hmac, rule) {
-                            warnings.push(format!(
-                                "{key}.signature.message: does not cover the timestamp, so a captured request can be re-sent with a fresh one; add {{timestamp}}"
-                            ));
-                        }
-                    }
-                }
+                Scheme::Hmac(hmac) => match &hmac.timestamp {
+                    None => warnings.push(format!(
+                        "{key}.signature.timestamp: not set, so no window is checked and replay protection rests on retention ({:?}) alone: a delivery captured and re-sent after its record expired reaches the backend; set timestamp (and cover it in message) if the sender stamps its deliveries",
+                        route.idempotency.retention
+                    )),
+                    Some(rule) if !timestamp_is_signed(hmac, rule) => warnings.push(format!(
+                        "{key}.signature.message: does not cover the timestamp, so a captured request can be re-sent with a fresh one; add {{timestamp}}"
+                    )),
+                    Some(_) => {}
+                },
             }
             if let Some(tolerance) = route.scheme.tolerance() {
                 if route.idempotency.retention <= tolerance * 2 {
@@ -880,7 +874,10 @@ fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
         None => {
             p.push(
                 key,
-                format!("{text:?} is not an http:// base URL such as \"http://127.0.0.1:3000\""),
+                format!(
+                    "{:?} is not an http:// base URL such as \"http://127.0.0.1:3000\"",
+                    redact_url(text)
+                ),
             );
             Uri::from_static("http://127.0.0.1:1")
         }
@@ -923,7 +920,8 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
                 p.push(
                     "store.url",
                     format!(
-                        "{url:?} is not a Redis URL; expected one of {}",
+                        "{:?} is not a Redis URL; expected one of {}",
+                        redact_url(&url),
                         known.join(" ")
                     ),
                 );
@@ -1635,11 +1633,29 @@ mod tests {
             printed.contains("redis://app:<redacted>@127.0.0.1:6379/0"),
             "{printed}"
         );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
+    }
+
+    #[test]
+    fn upstream_credentials_never_print() {
+        let text = MINIMAL
+            .replace(
+                "url = \"http://127.0.0.1:3000\"",
+                "url = \"http://user:upstream-pw@127.0.0.1:3000\"",
+            )
+            .replace(
+                "path_prefix = \"/notify\"",
+                "path_prefix = \"/notify\"\nupstream = \"http://route:route-pw@127.0.0.1:3001\"",
+            );
+        let config = Config::parse(&text).unwrap();
+        let printed = format!("{config:#?}");
+        for secret in ["upstream-pw", "route-pw"] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+        assert!(
+            printed.contains("http://user:<redacted>@127.0.0.1:3000/")
+                && printed.contains("http://route:<redacted>@127.0.0.1:3001/"),
+            "{printed}"
         );
-        assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:<redacted>@h:1/0");
     }
 
     #[test]
@@ -1691,6 +1707,22 @@ mod tests {
         assert!(Config::parse(&covered).unwrap().warnings().is_empty());
         let short = MINIMAL.replace("lease = \"30s\"", "retention = \"9m\"");
         assert!(Config::parse(&short).unwrap().warnings()[0].contains("retention"));
+    }
+
+    #[test]
+    fn hmac_without_a_timestamp_warns_like_the_presets() {
+        let unstamped = MINIMAL
+            .replace("timestamp = \"json:/timestamp\"\n", "")
+            .replace("timestamp_unit = \"ms\"\n", "")
+            .replace("tolerance = \"5m\"\n", "");
+        let config = Config::parse(&unstamped).unwrap();
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("route[0].signature.timestamp: not set")
+                && warnings[0].contains("rests on retention (86400s) alone"),
+            "{warnings:?}"
+        );
     }
 
     fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigError> {
