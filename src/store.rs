@@ -16,6 +16,9 @@
 //! Interpreting an existing record (SPEC §4 rule 4: an in-flight record
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.
+//!
+//! [`eviction`] watches the other way a record can vanish: a Redis whose
+//! `maxmemory-policy` lets it evict keys (SPEC §4 rule 10).
 
 pub mod embedded;
 pub mod eviction;

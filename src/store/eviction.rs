@@ -461,8 +461,7 @@ mod tests {
         }
         shutdown.cancel();
         task.await.unwrap();
-        let times = times.lock().unwrap().clone();
-        times
+        times.lock().unwrap().clone()
     }
 
     #[tokio::test(start_paused = true)]
