@@ -4,13 +4,28 @@
 //! deliveries, and so it can stay private while the proxy port faces
 //! senders.
 //!
-//! `GET /admin/records/{route}/{key}` shows one record; `DELETE` purges it
-//! so the next delivery is forwarded — how an operator resolves an unknown
-//! outcome after checking the backend. `{key}` is either the key value as
-//! the sender sends it (single-part keys, percent-encoded in the URL) or
-//! the 64-hex key hash that idemgate logs with every request. The record
-//! API exists only when `[admin] token` is set; the bearer token is
-//! compared in constant time and every purge is logged.
+//! `/readyz` is 200 when the store answers and keeps what it is given: on
+//! Redis it also re-reads the eviction settings of every primary
+//! ([`crate::store::eviction`]) and answers 503 while any of them may evict
+//! keys, unless `[store] allow_eviction = true` (SPEC §4 rule 10).
+//!
+//! The record API names one record in exactly one of three ways, so a key
+//! value that happens to look like a hash is never mistaken for one:
+//!
+//! | form | names |
+//! |---|---|
+//! | `/admin/records/{route}?hash=<64 hex>` | the key hash, as every log line prints it (`key=…`) |
+//! | `/admin/records/{route}?key=<value>` | a single-part key value, percent-encoded (`+` is a plus sign, not a space) |
+//! | `/admin/records/{route}/{key}` | the same key value in the path (SPEC §6), percent-decoded |
+//!
+//! `GET` shows the record; `DELETE` purges it so the next delivery is
+//! forwarded — how an operator resolves an unknown outcome after checking
+//! the backend. Anything else (both forms, an unknown parameter, a hash
+//! that is not 64 hex digits) is a 400 that says which forms exist. The
+//! record API exists only when `[admin] token` is set; the `Bearer` scheme
+//! is matched case-insensitively (RFC 9110 §11.1) and the token is compared
+//! as SHA-256 digests in constant time, so neither its bytes nor its length
+//! leak through timing. Every purge is logged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +33,7 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, Route};
@@ -26,6 +42,7 @@ use crate::pipeline::delivery::hash_key_parts;
 use crate::pipeline::forward::ProxyBody;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
+use crate::store::eviction::{EvictionWatch, Trigger};
 use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
@@ -36,6 +53,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Admin {
     config: Arc<Config>,
     store: Arc<AnyStore>,
+    eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
 }
 
@@ -58,16 +76,37 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
 }
 
 impl Admin {
-    /// An admin handler over the shared config, store and metrics handle.
+    /// An admin handler over the shared config, store, eviction watcher
+    /// and metrics handle.
     pub fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
+        eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
     ) -> Self {
         Self {
             config,
             store,
+            eviction,
             metrics,
+        }
+    }
+
+    /// `/readyz`: the store answers within [`READY_TIMEOUT`] and no Redis
+    /// primary may evict keys (unless `allow_eviction`). The eviction
+    /// settings are re-read on every probe; if that read fails although the
+    /// ping succeeded, the last findings decide.
+    async fn ready(&self) -> Response<ProxyBody> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        match tokio::time::timeout_at(deadline, self.store.ping()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
+        }
+        let _ = tokio::time::timeout_at(deadline, self.eviction.check(Trigger::Probe)).await;
+        match self.eviction.not_ready() {
+            None => text(StatusCode::OK, "ready"),
+            Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, &problem),
         }
     }
 
@@ -82,11 +121,7 @@ impl Admin {
         }
         match path.as_str() {
             "/healthz" => text(StatusCode::OK, "ok"),
-            "/readyz" => match tokio::time::timeout(READY_TIMEOUT, self.store.ping()).await {
-                Ok(Ok(())) => text(StatusCode::OK, "ready"),
-                Ok(Err(error)) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
-                Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
-            },
+            "/readyz" => self.ready().await,
             "/metrics" => match &self.metrics {
                 Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
@@ -100,9 +135,15 @@ impl Admin {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .and_then(|v| bearer_token(v.as_bytes()))
             .unwrap_or_default();
-        Some(bool::from(presented.ct_eq(&token.expose())))
+        // Digests have one length whatever was presented, so the
+        // comparison time tells nothing about the configured token.
+        let presented = Sha256::digest(presented);
+        let configured = Sha256::digest(&*token.expose());
+        Some(bool::from(
+            presented.as_slice().ct_eq(configured.as_slice()),
+        ))
     }
 
     async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
@@ -123,16 +164,17 @@ impl Admin {
             }
             Some(true) => {}
         }
-        let Some((route_name, raw_key)) = rest.split_once('/') else {
-            return text(
-                StatusCode::NOT_FOUND,
-                "expected /admin/records/{route}/{key}",
-            );
+        let (route_name, path_key) = match rest.split_once('/') {
+            Some((route, key)) => (route, Some(key)),
+            None => (rest, None),
         };
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return text(StatusCode::NOT_FOUND, "no such route");
         };
-        let key_hash = key_hash_from_url(raw_key);
+        let key_hash = match key_hash_of(path_key, request.uri().query()) {
+            Ok(hash) => hash,
+            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem.to_string()),
+        };
         let key = StoreKey::new(&self.config.store.key_prefix, &route.name, &key_hash);
         match *request.method() {
             Method::GET => match self.store.lookup(&key).await {
@@ -191,14 +233,82 @@ pub async fn probe_health(addr: std::net::SocketAddr) -> Result<(), String> {
     }
 }
 
-/// The key hash for a URL's `{key}`: a 64-hex hash as is, otherwise the
-/// percent-decoded key value, hashed as a single-part key.
-fn key_hash_from_url(raw: &str) -> String {
-    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return raw.to_ascii_lowercase();
+/// The value of an `Authorization` header's `Bearer` credentials: the
+/// scheme is case-insensitive (RFC 9110 §11.1), one or more spaces follow.
+fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+    let space = header.iter().position(|b| *b == b' ')?;
+    let (scheme, rest) = header.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
     }
-    let value: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
-    lower_hex(&hash_key_parts([value.as_slice()]))
+    let start = rest.iter().position(|b| *b != b' ')?;
+    Some(&rest[start..])
+}
+
+/// Why a record URL names no record.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum RecordRefError {
+    /// Neither a path key nor `?key=`/`?hash=`.
+    #[error(
+        "name the record: /admin/records/{{route}}?hash=<64 hex>, ?key=<value> or /admin/records/{{route}}/{{key value}}"
+    )]
+    Missing,
+    /// More than one of the three forms.
+    #[error("name the record one way only: ?hash=, ?key= or a path key")]
+    Ambiguous,
+    /// `?hash=` that is not 64 hex digits.
+    #[error("hash must be the 64 hex digits idemgate logs as key=…")]
+    BadHash,
+    /// An empty key value.
+    #[error("the key value is empty")]
+    EmptyKey,
+    /// A query parameter other than `key` and `hash`.
+    #[error("unknown query parameter {0:?}; expected hash= or key=")]
+    UnknownParameter(String),
+}
+
+/// The key hash a record URL names: `?hash=` as given (lower-cased),
+/// `?key=` or the path key percent-decoded and hashed as a single-part key.
+fn key_hash_of(path_key: Option<&str>, query: Option<&str>) -> Result<String, RecordRefError> {
+    let decode = |raw: &str| -> Vec<u8> { percent_encoding::percent_decode_str(raw).collect() };
+    let mut named: Vec<Result<String, RecordRefError>> = Vec::new();
+    if let Some(raw) = path_key.filter(|k| !k.is_empty()) {
+        named.push(Ok(hash_value(&decode(raw))));
+    }
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "hash" => {
+                let hash = String::from_utf8_lossy(&decode(value)).to_ascii_lowercase();
+                named.push(if is_key_hash(&hash) {
+                    Ok(hash)
+                } else {
+                    Err(RecordRefError::BadHash)
+                });
+            }
+            "key" if value.is_empty() => return Err(RecordRefError::EmptyKey),
+            "key" => named.push(Ok(hash_value(&decode(value)))),
+            other => return Err(RecordRefError::UnknownParameter(other.to_owned())),
+        }
+    }
+    match named.len() {
+        0 => Err(RecordRefError::Missing),
+        1 => named.remove(0),
+        _ => Err(RecordRefError::Ambiguous),
+    }
+}
+
+fn is_key_hash(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The hash of a single-part key value, as the pipeline computes it.
+fn hash_value(value: &[u8]) -> String {
+    lower_hex(&hash_key_parts([value]))
 }
 
 /// The JSON view of a record: no body content, only its size.
@@ -224,4 +334,71 @@ fn describe(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::V
         view["body_stored"] = (answer.body != crate::record::StoredBody::TooLarge).into();
     }
     view
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn a_record_is_named_one_way_only() {
+        // A 64-hex key value in the path or in ?key= is a value, never a hash.
+        assert_eq!(key_hash_of(Some(HEX), None), Ok(hash_value(HEX.as_bytes())));
+        assert_eq!(
+            key_hash_of(None, Some(&format!("key={HEX}"))),
+            Ok(hash_value(HEX.as_bytes()))
+        );
+        assert_ne!(hash_value(HEX.as_bytes()), HEX);
+        // ?hash= is the hash itself, in either case.
+        assert_eq!(
+            key_hash_of(None, Some(&format!("hash={}", HEX.to_uppercase()))),
+            Ok(HEX.to_owned())
+        );
+        // Percent-decoding is strict: `+` stays a plus sign.
+        assert_eq!(
+            key_hash_of(None, Some("key=a%20b+c%2Fd")),
+            Ok(hash_value(b"a b+c/d"))
+        );
+        assert_eq!(key_hash_of(Some("a%2Fb"), None), Ok(hash_value(b"a/b")));
+        assert_eq!(key_hash_of(Some("a/b"), None), Ok(hash_value(b"a/b")));
+
+        assert_eq!(key_hash_of(None, None), Err(RecordRefError::Missing));
+        assert_eq!(key_hash_of(Some(""), None), Err(RecordRefError::Missing));
+        assert_eq!(
+            key_hash_of(Some("v"), Some(&format!("hash={HEX}"))),
+            Err(RecordRefError::Ambiguous)
+        );
+        assert_eq!(
+            key_hash_of(None, Some(&format!("key=v&hash={HEX}"))),
+            Err(RecordRefError::Ambiguous)
+        );
+        assert_eq!(
+            key_hash_of(None, Some("hash=abc")),
+            Err(RecordRefError::BadHash)
+        );
+        assert_eq!(
+            key_hash_of(None, Some("key=")),
+            Err(RecordRefError::EmptyKey)
+        );
+        assert_eq!(
+            key_hash_of(None, Some("keys=v")),
+            Err(RecordRefError::UnknownParameter("keys".into()))
+        );
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        for header in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR  t0k"] {
+            assert_eq!(
+                bearer_token(header.as_bytes()),
+                Some(&b"t0k"[..]),
+                "{header}"
+            );
+        }
+        for header in ["Basic t0k", "Bearert0k", "Bearer", "Bearer ", "t0k"] {
+            assert_eq!(bearer_token(header.as_bytes()), None, "{header}");
+        }
+    }
 }

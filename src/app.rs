@@ -7,6 +7,10 @@
 //! (tracked by a `TaskTracker`), all within `limits.shutdown_grace`. When
 //! the grace period runs out, answers still waiting to be stored give up
 //! and say so (they are unknown outcomes) within a short window.
+//!
+//! Background upkeep under the same tracker and cancellation token: the
+//! embedded store's sweeper, the metrics recorder's upkeep and the Redis
+//! eviction watcher (`store::eviction`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use crate::config::Config;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
 use crate::server;
+use crate::store::eviction::EvictionWatch;
 use crate::store::{AnyStore, StoreError};
 
 /// How often the embedded store deletes expired records.
@@ -138,9 +143,14 @@ pub async fn start(
         tracker.clone(),
         grace_over.clone(),
     ));
+    let eviction = Arc::new(EvictionWatch::new(
+        Arc::clone(&store),
+        config.store.allow_eviction,
+    ));
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
         Arc::clone(&store),
+        Arc::clone(&eviction),
         metrics.clone(),
     ));
     let limits = config.limits.clone();
@@ -158,6 +168,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
+    tracker.spawn(eviction.run(shutdown.clone()));
 
     let token = shutdown.clone();
     let finished = tokio::spawn(async move {

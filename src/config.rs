@@ -7,6 +7,7 @@
 //! operator fixes a file in one pass.
 
 pub mod raw;
+mod redact;
 pub mod secret;
 pub mod selector;
 
@@ -21,6 +22,7 @@ use raw::{RawConfig, RawIdempotency, RawRoute, RawSignature, parse_duration};
 
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKER_THREADS: usize = 1024;
+pub(crate) use redact::redact_url;
 pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};
 
@@ -116,25 +118,6 @@ impl fmt::Debug for StoreBackend {
     }
 }
 
-/// `scheme://user:password@host` → `scheme://user:<redacted>@host`.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-    let redacted = if userinfo.contains(':') || !user.is_empty() {
-        format!("{user}:<redacted>")
-    } else {
-        String::new()
-    };
-    format!("{scheme}://{redacted}@{host}{tail}")
-}
-
 /// Durability knob: how many replicas must acknowledge a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaAck {
@@ -156,6 +139,10 @@ pub struct StoreConfig {
     pub key_prefix: String,
     /// Timeout of one store call.
     pub command_timeout: Duration,
+    /// Keep `/readyz` at 200 although Redis may evict keys (`maxmemory`
+    /// with a policy other than `noeviction`). Off by default: an evicted
+    /// record or claim lets a duplicate execute again (SPEC §4 rule 10).
+    pub allow_eviction: bool,
     /// Redis connections in the pool: one per worker thread, so a worker's
     /// commands never wait for another thread's connection task, and fred
     /// reads the replies of all queued commands in one go.
@@ -163,12 +150,22 @@ pub struct StoreConfig {
 }
 
 /// `[upstream]` or a route's override.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Upstream {
     /// Base URL; the request path and query are appended.
     pub url: Uri,
     /// Time allowed for the whole answer.
     pub timeout: Duration,
+}
+
+impl fmt::Debug for Upstream {
+    /// Prints the URL without its userinfo password, like the store URL.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("url", &redact_url(&self.url.to_string()))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// HMAC digest.
@@ -612,15 +609,16 @@ impl Config {
                     route.idempotency.retention
                 )),
                 Scheme::Preset(_) => {}
-                Scheme::Hmac(hmac) => {
-                    if let Some(rule) = &hmac.timestamp {
-                        if !timestamp_is_signed(hmac, rule) {
-                            warnings.push(format!(
-                                "{key}.signature.message: does not cover the timestamp, so a captured request can be re-sent with a fresh one; add {{timestamp}}"
-                            ));
-                        }
-                    }
-                }
+                Scheme::Hmac(hmac) => match &hmac.timestamp {
+                    None => warnings.push(format!(
+                        "{key}.signature.timestamp: not set, so no window is checked and replay protection rests on retention ({:?}) alone: a delivery captured and re-sent after its record expired reaches the backend; set timestamp (and cover it in message) if the sender stamps its deliveries",
+                        route.idempotency.retention
+                    )),
+                    Some(rule) if !timestamp_is_signed(hmac, rule) => warnings.push(format!(
+                        "{key}.signature.message: does not cover the timestamp, so a captured request can be re-sent with a fresh one; add {{timestamp}}"
+                    )),
+                    Some(_) => {}
+                },
             }
             if let Some(tolerance) = route.scheme.tolerance() {
                 if route.idempotency.retention <= tolerance * 2 {
@@ -889,7 +887,10 @@ fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
         None => {
             p.push(
                 key,
-                format!("{text:?} is not an http:// base URL such as \"http://127.0.0.1:3000\""),
+                format!(
+                    "{:?} is not an http:// base URL such as \"http://127.0.0.1:3000\"",
+                    redact_url(text)
+                ),
             );
             Uri::from_static("http://127.0.0.1:1")
         }
@@ -932,7 +933,8 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
                 p.push(
                     "store.url",
                     format!(
-                        "{url:?} is not a Redis URL; expected one of {}",
+                        "{:?} is not a Redis URL; expected one of {}",
+                        redact_url(&url),
                         known.join(" ")
                     ),
                 );
@@ -998,6 +1000,13 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
             Some(ReplicaAck { replicas, timeout })
         }
     };
+    let allow_eviction = raw.allow_eviction.unwrap_or(false);
+    if raw.allow_eviction.is_some() && !matches!(backend, StoreBackend::Redis { .. }) {
+        p.push(
+            "store.allow_eviction",
+            "only valid with kind = \"redis\" (the embedded store never evicts)",
+        );
+    }
     if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
         p.push(
             "store.replica_ack_timeout",
@@ -1007,6 +1016,7 @@ fn store_config(p: &mut Problems, raw: &raw::RawStore, connections: usize) -> St
     StoreConfig {
         backend,
         replica_ack,
+        allow_eviction,
         key_prefix,
         connections,
         command_timeout: p.duration(
@@ -1636,11 +1646,29 @@ mod tests {
             printed.contains("redis://app:<redacted>@127.0.0.1:6379/0"),
             "{printed}"
         );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
+    }
+
+    #[test]
+    fn upstream_credentials_never_print() {
+        let text = MINIMAL
+            .replace(
+                "url = \"http://127.0.0.1:3000\"",
+                "url = \"http://user:upstream-pw@127.0.0.1:3000\"",
+            )
+            .replace(
+                "path_prefix = \"/notify\"",
+                "path_prefix = \"/notify\"\nupstream = \"http://route:route-pw@127.0.0.1:3001\"",
+            );
+        let config = Config::parse(&text).unwrap();
+        let printed = format!("{config:#?}");
+        for secret in ["upstream-pw", "route-pw"] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+        assert!(
+            printed.contains("http://user:<redacted>@127.0.0.1:3000/")
+                && printed.contains("http://route:<redacted>@127.0.0.1:3001/"),
+            "{printed}"
         );
-        assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:<redacted>@h:1/0");
     }
 
     #[test]
@@ -1660,6 +1688,22 @@ mod tests {
     }
 
     #[test]
+    fn allow_eviction_defaults_off_and_needs_redis() {
+        assert!(!Config::parse(MINIMAL).unwrap().store.allow_eviction);
+        let embedded = MINIMAL.replace("[upstream]", "allow_eviction = true\n[upstream]");
+        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("store.allow_eviction: only valid with kind = \"redis\""),
+            "{err}"
+        );
+        let redis = embedded.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379/0\"",
+        );
+        assert!(Config::parse(&redis).unwrap().store.allow_eviction);
+    }
+
+    #[test]
     fn warnings_flag_unsigned_timestamps_and_short_retention() {
         let signed = Config::parse(MINIMAL).unwrap();
         assert!(signed.warnings().is_empty(), "{:?}", signed.warnings());
@@ -1676,6 +1720,22 @@ mod tests {
         assert!(Config::parse(&covered).unwrap().warnings().is_empty());
         let short = MINIMAL.replace("lease = \"30s\"", "retention = \"9m\"");
         assert!(Config::parse(&short).unwrap().warnings()[0].contains("retention"));
+    }
+
+    #[test]
+    fn hmac_without_a_timestamp_warns_like_the_presets() {
+        let unstamped = MINIMAL
+            .replace("timestamp = \"json:/timestamp\"\n", "")
+            .replace("timestamp_unit = \"ms\"\n", "")
+            .replace("tolerance = \"5m\"\n", "");
+        let config = Config::parse(&unstamped).unwrap();
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("route[0].signature.timestamp: not set")
+                && warnings[0].contains("rests on retention (86400s) alone"),
+            "{warnings:?}"
+        );
     }
 
     fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigError> {

@@ -40,6 +40,15 @@ pub const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
 /// (`delivery="first"`), and the replays that then carry a problem body
 /// instead of them (`delivery="replay"`).
 pub const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
+/// `idemgate_store_eviction_risk`: 1 while a Redis primary may evict keys
+/// (`maxmemory` set with a policy other than `noeviction`), else 0. An
+/// evicted record or claim lets a duplicate execute again (SPEC §4 rule 10).
+pub const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
+/// `idemgate_store_evicted_keys`: Redis's own `evicted_keys` (`INFO
+/// stats`), summed over the primaries. A gauge that mirrors the servers'
+/// counters, so it drops when a server restarts; `increase()` reads such a
+/// drop as a counter reset.
+pub const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
 /// `idemgate_build_info{version}`.
 pub const BUILD_INFO: &str = "idemgate_build_info";
 
@@ -197,6 +206,14 @@ pub fn describe() {
         ANSWERS_NOT_STORED_TOTAL,
         "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)"
     );
+    describe_gauge!(
+        STORE_EVICTION_RISK,
+        "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)"
+    );
+    describe_gauge!(
+        STORE_EVICTED_KEYS,
+        "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries"
+    );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -342,6 +359,39 @@ impl StoreMetrics {
 }
 
 impl Default for StoreMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The store's eviction gauges, resolved once; both start at 0, which is
+/// also what the embedded store (it never evicts) keeps.
+#[derive(Debug)]
+pub struct EvictionMetrics {
+    risk: Gauge,
+    evicted: Gauge,
+}
+
+impl EvictionMetrics {
+    /// Handles for both gauges, set to 0.
+    pub fn new() -> Self {
+        let this = Self {
+            risk: gauge!(STORE_EVICTION_RISK),
+            evicted: gauge!(STORE_EVICTED_KEYS),
+        };
+        this.risk.set(0.0);
+        this.evicted.set(0.0);
+        this
+    }
+
+    /// Records the outcome of one eviction check.
+    pub fn set(&self, at_risk: bool, evicted_keys: u64) {
+        self.risk.set(if at_risk { 1.0 } else { 0.0 });
+        self.evicted.set(evicted_keys as f64);
+    }
+}
+
+impl Default for EvictionMetrics {
     fn default() -> Self {
         Self::new()
     }

@@ -16,8 +16,12 @@
 //! Interpreting an existing record (SPEC §4 rule 4: an in-flight record
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.
+//!
+//! [`eviction`] watches the other way a record can vanish: a Redis whose
+//! `maxmemory-policy` lets it evict keys (SPEC §4 rule 10).
 
 pub mod embedded;
+pub mod eviction;
 pub mod redis;
 
 use std::future::Future;
@@ -303,6 +307,14 @@ impl AnyStore {
             backend,
             metrics: m::StoreMetrics::new(),
         })
+    }
+
+    /// The Redis store, if that is the backend (for the eviction watcher).
+    pub fn redis(&self) -> Option<&redis::RedisStore> {
+        match &self.backend {
+            Backend::Redis(store) => Some(store),
+            Backend::Embedded(_) => None,
+        }
     }
 
     /// The embedded store, if that is the backend (for its sweeper).

@@ -223,6 +223,43 @@ impl RedisServer {
         }
     }
 
+    /// `CONFIG SET name value`; panics unless Redis answers OK.
+    pub fn config_set(&self, name: &str, value: &str) {
+        let out = self.cli(&["CONFIG", "SET", name, value]);
+        assert_eq!(out.trim(), "OK", "CONFIG SET {name} {value}: {out}");
+    }
+
+    /// One `name:value` field of `INFO section`.
+    pub fn info_field(&self, section: &str, name: &str) -> Option<String> {
+        self.cli(&["INFO", section]).lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key == name).then(|| value.trim().to_owned())
+        })
+    }
+
+    /// `evicted_keys` from `INFO stats`.
+    pub fn evicted_keys(&self) -> u64 {
+        self.info_field("stats", "evicted_keys")
+            .and_then(|v| v.parse().ok())
+            .expect("INFO stats has evicted_keys")
+    }
+
+    /// Writes batches of 10 kB junk keys (no TTL) through redis-cli until
+    /// `done` holds; at most `max_batches` batches of 50 keys. Returns
+    /// whether `done` held.
+    pub fn fill_with_junk(&self, max_batches: usize, mut done: impl FnMut(&Self) -> bool) -> bool {
+        const SCRIPT: &str = "for i = 1, tonumber(ARGV[2]) do \
+             redis.call('SET', ARGV[1] .. i, string.rep('x', 10000)) end return 1";
+        for batch in 0..max_batches {
+            if done(self) {
+                return true;
+            }
+            let prefix = format!("junk:{batch}:");
+            self.cli(&["EVAL", SCRIPT, "0", &prefix, "50"]);
+        }
+        done(self)
+    }
+
     pub fn reset_stats(&self) {
         self.cli(&["CONFIG", "RESETSTAT"]);
     }
@@ -583,6 +620,23 @@ impl Drop for GateProcess {
     }
 }
 
+/// GETs `path` on an admin listener: (status, body).
+pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let answer = send("GET", &format!("http://{admin}{path}"), &[], "").await;
+    (
+        answer.status,
+        String::from_utf8_lossy(&answer.body).into_owned(),
+    )
+}
+
+/// The value of the sample `series` (a name, with its labels if it has
+/// any) in the admin listener's `/metrics`, if present.
+pub async fn metric(admin: SocketAddr, series: &str) -> Option<f64> {
+    let (status, text) = admin_get(admin, "/metrics").await;
+    assert_eq!(status, 200, "/metrics: {text}");
+    sample(&text, series)
+}
+
 /// A whole answer.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -688,15 +742,6 @@ pub async fn deliver_while_upstream_works(
 /// A delivery body for payment `id`.
 pub fn payment(id: &str) -> String {
     format!(r#"{{"id":"{id}","amount":"10.00","status":"PAID"}}"#)
-}
-
-/// `GET http://{addr}{path}`: status and body text (admin endpoints).
-pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let answer = send("GET", &format!("http://{addr}{path}"), &[], Bytes::new()).await;
-    (
-        answer.status,
-        String::from_utf8_lossy(&answer.body).into_owned(),
-    )
 }
 
 /// The value of one sample line (`name{labels} value`) in a Prometheus

@@ -1779,3 +1779,72 @@ async fn redis_restart_without_persistence_forgets() {
     );
     report_time("redis_restart_without_persistence_forgets", started);
 }
+
+// ---------------------------------------------------------------------------
+// Redis Cluster: every primary's eviction settings are checked
+// ---------------------------------------------------------------------------
+
+/// One primary of three may evict (issue 12 item 3): `/readyz` fails and
+/// names that primary, although the others (and the URL's first node) are
+/// fine; the policy fixed on that node, `/readyz` recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_eviction_is_checked_on_every_primary() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let evicting = cluster.primaries()[2].port;
+    for (name, value) in [("maxmemory", "10mb"), ("maxmemory-policy", "volatile-lru")] {
+        assert_eq!(cli(evicting, &["CONFIG", "SET", name, value]).trim(), "OK");
+    }
+    let upstream = Upstream::start().await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        cluster.url()
+    );
+    let gate = GateProcess::start(&config_text(&store, &upstream.url(), ""));
+    let readyz = async |expected: u16| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (status, body) = admin_get(gate.admin, "/readyz").await;
+            if status == expected {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "/readyz {status}: {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let body = readyz(503).await;
+    assert!(
+        body.contains(&format!("127.0.0.1:{evicting}")) && body.contains("volatile-lru"),
+        "{body}"
+    );
+    for other in &cluster.primaries()[..2] {
+        assert!(!body.contains(&format!(":{} ", other.port)), "{body}");
+    }
+    assert_eq!(
+        metric(gate.admin, "idemgate_store_eviction_risk").await,
+        Some(1.0)
+    );
+
+    assert_eq!(
+        cli(
+            evicting,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"]
+        )
+        .trim(),
+        "OK"
+    );
+    readyz(200).await;
+    assert_eq!(
+        metric(gate.admin, "idemgate_store_eviction_risk").await,
+        Some(0.0)
+    );
+    println!(
+        "[fault] redis_cluster_eviction_is_checked_on_every_primary: /readyz named the \
+         evicting primary :{evicting} of 3 and recovered after CONFIG SET noeviction"
+    );
+    report_time(
+        "redis_cluster_eviction_is_checked_on_every_primary",
+        started,
+    );
+}

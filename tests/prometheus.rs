@@ -3,7 +3,10 @@
 //! real `prometheus` server. Every child is stopped by PID when its guard
 //! drops, and every wait is bounded.
 //!
-//! * the alert rules pass `promtool check rules`;
+//! * the alert rules pass `promtool check rules`, and the promtool unit
+//!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down and
+//!   eviction alerts on synthetic series;
+//! * every alert's `runbook_url` names a heading of README.md;
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled
@@ -666,6 +669,79 @@ fn promtool_accepts_the_alert_rules() {
     )
     .expect("write config");
     run_promtool(&["check", "config", generated.to_str().expect("utf-8 path")]);
+}
+
+#[test]
+fn promtool_unit_tests_fire_the_upstream_and_eviction_alerts() {
+    let tests = repo_path("config/prometheus/alerts_test.yml");
+    let text = std::fs::read_to_string(&tests).expect("alerts_test.yml");
+    for alert in [
+        "IdemgateUpstreamDown",
+        "IdemgateStoreEvictionRisk",
+        "IdemgateStoreEvictedKeys",
+    ] {
+        assert!(
+            text.contains(&format!("alertname: {alert}")),
+            "alerts_test.yml has no case for {alert}"
+        );
+    }
+    let output = run_promtool(&["test", "rules", tests.to_str().expect("utf-8 path")]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("SUCCESS"), "{printed}");
+}
+
+/// GitHub's anchor for a Markdown heading: lower case, spaces to `-`,
+/// punctuation other than `-` and `_` dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_section_in_the_readme() {
+    const BASE: &str = "https://github.com/idemgate/idemgate#";
+    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README.md");
+    let anchors: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
+        .collect();
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
+    )
+    .expect("alerts.yml is YAML");
+    let mut alerts = 0;
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let Some(name) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let url = rule["annotations"]["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+            let anchor = url
+                .strip_prefix(BASE)
+                .unwrap_or_else(|| panic!("{name}: {url} does not start with {BASE}"));
+            assert!(
+                anchors.contains(anchor),
+                "{name}: README.md has no heading for #{anchor}"
+            );
+        }
+    }
+    assert!(alerts >= 9, "{alerts} alerts");
+    assert_eq!(
+        heading_anchor(" Store may evict keys"),
+        "store-may-evict-keys"
+    );
 }
 
 #[test]

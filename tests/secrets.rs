@@ -1,4 +1,5 @@
-//! Secret rotation without a restart: a `file:` secret is re-read on SIGHUP.
+//! Secrets: a `file:` secret is re-read on SIGHUP (rotation without a
+//! restart), and `check-config` prints no credential of any URL.
 
 mod common;
 
@@ -47,4 +48,70 @@ async fn sighup_rereads_file_secrets() {
         401,
         "the old one no longer does"
     );
+}
+
+/// `idemgate check-config` on `text`: (exit code, stdout + stderr).
+fn check_config(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run check-config");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), printed)
+}
+
+#[test]
+fn check_config_never_prints_url_credentials() {
+    const PASSWORDS: [&str; 4] = ["upstream-pw", "route-pw", "redis-pw", "sentinel-pw"];
+    let store = "kind = \"redis\"\nurl = \"redis-sentinel://app:redis-pw@127.0.0.1:26379/0?\
+                 sentinelServiceName=mymaster&sentinelPassword=sentinel-pw&node=127.0.0.1:26380\"";
+    let text = config_text(store, "http://user:upstream-pw@127.0.0.1:3000", "").replace(
+        "path_prefix = \"/notify\"",
+        "path_prefix = \"/notify\"\nupstream = \"http://route:route-pw@127.0.0.1:3001\"",
+    );
+    let (code, printed) = check_config(&text);
+    assert_eq!(code, Some(0), "{printed}");
+    for password in PASSWORDS {
+        assert!(
+            !printed.contains(password),
+            "{password} printed:\n{printed}"
+        );
+    }
+    for redacted in [
+        "http://user:<redacted>@127.0.0.1:3000/",
+        "http://route:<redacted>@127.0.0.1:3001/",
+        "redis-sentinel://app:<redacted>@127.0.0.1:26379/0?",
+        "sentinelPassword=<redacted>&node=127.0.0.1:26380",
+    ] {
+        assert!(printed.contains(redacted), "{redacted} missing:\n{printed}");
+    }
+
+    // Errors quoting a rejected URL redact it too.
+    let wrong = text
+        .replace(
+            "http://user:upstream-pw@127.0.0.1:3000",
+            "https://user:upstream-pw@127.0.0.1:3000",
+        )
+        .replace("redis-sentinel://", "memcached://");
+    let (code, printed) = check_config(&wrong);
+    assert_eq!(code, Some(2), "{printed}");
+    assert!(
+        printed.contains("upstream.url") && printed.contains("store.url"),
+        "{printed}"
+    );
+    for password in PASSWORDS {
+        assert!(
+            !printed.contains(password),
+            "{password} printed:\n{printed}"
+        );
+    }
 }

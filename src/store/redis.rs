@@ -85,7 +85,8 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-fn classify(error: &FredError) -> StoreError {
+/// Maps a fred error to the store's: connection trouble is `Unavailable`.
+pub(super) fn classify(error: &FredError) -> StoreError {
     match error.kind() {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => {
             StoreError::Unavailable(error.to_string())
@@ -178,6 +179,24 @@ impl RedisStore {
             _ => tracing::warn!("redis is not reachable yet; retrying in the background"),
         }
         Ok(store)
+    }
+
+    /// A connected client of the pool (for checks outside the scripts,
+    /// such as the eviction watcher's `CONFIG GET` and `INFO`).
+    pub(crate) fn client(&self) -> &Client {
+        self.pool.next_connected()
+    }
+
+    /// Reconnect events of the pool's first client (fred also sends one
+    /// on the first connection).
+    pub(crate) fn reconnects(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>> {
+        use fred::interfaces::EventInterface;
+        self.pool
+            .clients()
+            .first()
+            .map(EventInterface::reconnect_rx)
     }
 
     async fn load_scripts(&self) -> Result<(), StoreError> {

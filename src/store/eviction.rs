@@ -1,0 +1,501 @@
+//! Watches whether Redis may evict idemgate's keys (SPEC §4 rule 10).
+//!
+//! A Redis with `maxmemory` set and any `maxmemory-policy` but
+//! `noeviction` deletes keys when it fills up: an evicted completed record
+//! lets its duplicate execute again, an evicted in-flight claim lets a
+//! duplicate run concurrently with the first delivery. Under the
+//! `volatile-*` policies idemgate's keys (often the only ones with a TTL)
+//! go first. Nothing in the protocol can notice that afterwards, so the
+//! settings themselves are checked:
+//!
+//! * **what** — on every primary (every cluster primary from fred's cached
+//!   cluster state; the connected primary for standalone and Sentinel):
+//!   `CONFIG GET maxmemory*`, falling back to `INFO memory` (which reports
+//!   `maxmemory` and `maxmemory_policy`) where managed Redis disables
+//!   `CONFIG`; and `evicted_keys` from `INFO stats`. A node whose settings
+//!   can be read by neither command counts as a risk: the guarantee can not
+//!   be checked there.
+//! * **when** — at start-up, on every reconnect (fred's reconnect event of
+//!   the pool's first client; it also fires on the first connection), every
+//!   [`CHECK_EVERY`], [`RETRY_AFTER_FAILURE`] after a check that could not
+//!   reach a node, and whenever `/readyz` is asked (two round trips per
+//!   primary), so readiness follows a `CONFIG SET` at once.
+//! * **what then** — an ERROR line per risky node naming node, policy and
+//!   `maxmemory` (on every periodic check and whenever the findings change),
+//!   `idemgate_store_eviction_risk` 1, `idemgate_store_evicted_keys` the
+//!   sum over the primaries, and `/readyz` 503 unless `[store]
+//!   allow_eviction = true`. A check that can not reach Redis keeps the
+//!   previous findings (an unreachable store already fails `/readyz`).
+//!
+//! The embedded store never evicts: both gauges stay 0.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::interfaces::{ClusterInterface, ServerInterface};
+use fred::prelude::{Client, ClientLike, Value};
+use fred::types::{ClusterHash, CustomCommand, InfoKind};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::redis::classify;
+use super::{AnyStore, StoreError};
+use crate::metrics::EvictionMetrics;
+
+/// Time between two checks while Redis answers: SPEC asks for a minute.
+pub const CHECK_EVERY: Duration = Duration::from_secs(60);
+/// Time before the next check after one that could not reach a node, so a
+/// store that comes back is assessed soon even if no reconnect is seen.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// A primary's memory settings, as far as they could be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Memory {
+    /// `maxmemory` in bytes (0: unlimited) and `maxmemory-policy`.
+    Known {
+        /// Bytes; 0 means no limit, so nothing is ever evicted.
+        maxmemory: u64,
+        /// `noeviction`, `allkeys-lru`, `volatile-ttl`, …
+        policy: String,
+    },
+    /// Neither `CONFIG GET` nor `INFO memory` told; the reason.
+    Unreadable(String),
+}
+
+/// What one check found on one primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    /// `host:port` of the primary.
+    pub node: String,
+    /// Its eviction settings.
+    pub memory: Memory,
+    /// Its `evicted_keys` counter, if `INFO stats` answered.
+    pub evicted_keys: Option<u64>,
+}
+
+impl NodeReport {
+    /// Whether this node may delete idemgate's keys on its own.
+    pub fn may_evict(&self) -> bool {
+        match &self.memory {
+            Memory::Known { maxmemory, policy } => *maxmemory > 0 && policy != "noeviction",
+            Memory::Unreadable(_) => true,
+        }
+    }
+}
+
+/// Why a check runs; decides whether unchanged findings are logged again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Start-up, reconnect or the periodic timer: log every risk.
+    Scheduled,
+    /// A `/readyz` probe: log only what changed (probes come every few
+    /// seconds).
+    Probe,
+}
+
+/// The eviction watcher shared by the background task and `/readyz`.
+#[derive(Debug)]
+pub struct EvictionWatch {
+    store: Arc<AnyStore>,
+    allow_eviction: bool,
+    metrics: EvictionMetrics,
+    /// The risky nodes of the last check that reached Redis.
+    risky: Mutex<Vec<NodeReport>>,
+}
+
+impl EvictionWatch {
+    /// A watcher over `store`; `allow_eviction` is `[store]
+    /// allow_eviction`. Sets both gauges to 0 until the first check.
+    pub fn new(store: Arc<AnyStore>, allow_eviction: bool) -> Self {
+        Self {
+            store,
+            allow_eviction,
+            metrics: EvictionMetrics::new(),
+            risky: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Reads every primary's settings now, updates the gauges and logs.
+    /// `Err` when Redis could not be reached (the previous findings stay).
+    pub async fn check(&self, trigger: Trigger) -> Result<(), StoreError> {
+        let Some(redis) = self.store.redis() else {
+            return Ok(());
+        };
+        let reports = probe_primaries(redis.client()).await?;
+        self.record(&reports, trigger);
+        Ok(())
+    }
+
+    fn record(&self, reports: &[NodeReport], trigger: Trigger) {
+        let evicted = reports.iter().filter_map(|r| r.evicted_keys).sum();
+        let risky: Vec<NodeReport> = reports.iter().filter(|r| r.may_evict()).cloned().collect();
+        self.metrics.set(!risky.is_empty(), evicted);
+        let mut last = self.risky.lock().unwrap_or_else(|e| e.into_inner());
+        let same = |a: &NodeReport, b: &NodeReport| a.node == b.node && a.memory == b.memory;
+        let changed =
+            last.len() != risky.len() || last.iter().zip(&risky).any(|(a, b)| !same(a, b));
+        if changed || trigger == Trigger::Scheduled {
+            for report in &risky {
+                self.log_risk(report);
+            }
+        }
+        if changed && risky.is_empty() {
+            tracing::info!("redis no longer evicts keys on any primary");
+        }
+        *last = risky;
+    }
+
+    fn log_risk(&self, report: &NodeReport) {
+        let consequence = if self.allow_eviction {
+            "readyz stays 200 because [store] allow_eviction = true"
+        } else {
+            "readyz answers 503"
+        };
+        match &report.memory {
+            Memory::Known { maxmemory, policy } => tracing::error!(
+                node = report.node,
+                policy = policy.as_str(),
+                maxmemory,
+                "redis may evict keys: an evicted record or claim lets a duplicate execute again; \
+                 set maxmemory-policy noeviction (or maxmemory 0), or give idemgate a dedicated \
+                 database; {consequence}"
+            ),
+            Memory::Unreadable(error) => tracing::error!(
+                node = report.node,
+                policy = "unknown",
+                %error,
+                "cannot read the eviction settings of redis (CONFIG GET and INFO memory failed), \
+                 so at-most-once can not be checked; grant the commands or set \
+                 [store] allow_eviction = true after checking by hand; {consequence}"
+            ),
+        }
+    }
+
+    /// Why `/readyz` must fail, from the last check: `None` when no
+    /// primary may evict, or when `allow_eviction` accepts that.
+    pub fn not_ready(&self) -> Option<String> {
+        if self.allow_eviction {
+            return None;
+        }
+        let risky = self.risky.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes: Vec<String> = risky
+            .iter()
+            .map(|r| match &r.memory {
+                Memory::Known { maxmemory, policy } => {
+                    format!(
+                        "{} (maxmemory {maxmemory}, maxmemory-policy {policy})",
+                        r.node
+                    )
+                }
+                Memory::Unreadable(_) => format!("{} (eviction settings unreadable)", r.node),
+            })
+            .collect();
+        (!nodes.is_empty()).then(|| {
+            format!(
+                "redis may evict keys on {}: set maxmemory-policy noeviction, or [store] allow_eviction = true",
+                nodes.join(", ")
+            )
+        })
+    }
+
+    /// Checks on the schedule of the module docs until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(redis) = self.store.redis() else {
+            return;
+        };
+        let reconnects = redis.reconnects();
+        let this = &self;
+        schedule(
+            || async move {
+                match this.check(Trigger::Scheduled).await {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::warn!(%error, "could not check redis eviction settings; retrying");
+                        false
+                    }
+                }
+            },
+            reconnects,
+            shutdown,
+        )
+        .await;
+    }
+}
+
+/// Runs `check` at once, then [`CHECK_EVERY`] after a check that returned
+/// `true`, [`RETRY_AFTER_FAILURE`] after one that returned `false`, and at
+/// once on every event of `reconnects`, until `shutdown`.
+async fn schedule<F, Fut, T>(
+    mut check: F,
+    mut reconnects: Option<broadcast::Receiver<T>>,
+    shutdown: CancellationToken,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+    T: Clone,
+{
+    let mut next = Instant::now();
+    loop {
+        let reconnected = async {
+            match reconnects.as_mut() {
+                Some(events) => events.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(next) => {}
+            event = reconnected => {
+                if let Err(broadcast::error::RecvError::Closed) = event {
+                    reconnects = None;
+                    continue;
+                }
+            }
+        }
+        let ok = check().await;
+        next = Instant::now() + if ok { CHECK_EVERY } else { RETRY_AFTER_FAILURE };
+    }
+}
+
+/// Reports for every primary the client routes to.
+async fn probe_primaries(client: &Client) -> Result<Vec<NodeReport>, StoreError> {
+    if !client.is_clustered() {
+        let node = client
+            .active_connections()
+            .first()
+            .map_or_else(|| "redis".to_owned(), ToString::to_string);
+        return Ok(vec![probe(client, node).await?]);
+    }
+    let primaries = client
+        .cached_cluster_state()
+        .map(|state| state.unique_primary_nodes())
+        .unwrap_or_default();
+    if primaries.is_empty() {
+        return Err(StoreError::Unavailable(
+            "the cluster's primaries are not known yet".into(),
+        ));
+    }
+    let mut reports = Vec::with_capacity(primaries.len());
+    for server in primaries {
+        let node = server.to_string();
+        reports.push(probe(&client.with_cluster_node(server), node).await?);
+    }
+    Ok(reports)
+}
+
+/// One node's report. Only "unreachable" is an error; a node that refuses
+/// the commands is reported as [`Memory::Unreadable`].
+async fn probe<C: ClientLike + ServerInterface>(
+    client: &C,
+    node: String,
+) -> Result<NodeReport, StoreError> {
+    let memory = match config_get(client).await {
+        Ok(memory) => memory,
+        Err(StoreError::Unavailable(error)) => return Err(StoreError::Unavailable(error)),
+        Err(config_error) => match info(client, InfoKind::Memory).await {
+            Ok(text) => memory_from_info(&text).unwrap_or_else(|| {
+                Memory::Unreadable(format!(
+                    "CONFIG GET: {config_error}; INFO memory: no maxmemory fields"
+                ))
+            }),
+            Err(StoreError::Unavailable(error)) => return Err(StoreError::Unavailable(error)),
+            Err(info_error) => Memory::Unreadable(format!(
+                "CONFIG GET: {config_error}; INFO memory: {info_error}"
+            )),
+        },
+    };
+    let evicted_keys = match info(client, InfoKind::Stats).await {
+        Ok(text) => info_field(&text, "evicted_keys").and_then(|v| v.parse().ok()),
+        Err(StoreError::Unavailable(error)) => return Err(StoreError::Unavailable(error)),
+        Err(_) => None,
+    };
+    Ok(NodeReport {
+        node,
+        memory,
+        evicted_keys,
+    })
+}
+
+/// `CONFIG GET maxmemory*` (one pattern: Redis before 7 takes only one).
+async fn config_get<C: ClientLike>(client: &C) -> Result<Memory, StoreError> {
+    let command = CustomCommand::new_static("CONFIG", ClusterHash::Random, false);
+    let args = vec![Value::from("GET"), Value::from("maxmemory*")];
+    let settings: HashMap<String, String> = client
+        .custom(command, args)
+        .await
+        .map_err(|e| classify(&e))?;
+    memory_from_config(&settings)
+        .ok_or_else(|| StoreError::Backend("CONFIG GET returned no maxmemory settings".into()))
+}
+
+async fn info<C: ServerInterface>(client: &C, section: InfoKind) -> Result<String, StoreError> {
+    client
+        .info::<String>(Some(section))
+        .await
+        .map_err(|e| classify(&e))
+}
+
+fn memory_from_config(settings: &HashMap<String, String>) -> Option<Memory> {
+    Some(Memory::Known {
+        maxmemory: settings.get("maxmemory")?.trim().parse().ok()?,
+        policy: settings.get("maxmemory-policy")?.trim().to_owned(),
+    })
+}
+
+fn memory_from_info(text: &str) -> Option<Memory> {
+    Some(Memory::Known {
+        maxmemory: info_field(text, "maxmemory")?.parse().ok()?,
+        policy: info_field(text, "maxmemory_policy")?.to_owned(),
+    })
+}
+
+/// The value of `name:value` in an `INFO` reply.
+fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key == name).then(|| value.trim())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn known(maxmemory: u64, policy: &str) -> NodeReport {
+        NodeReport {
+            node: "h:1".into(),
+            memory: Memory::Known {
+                maxmemory,
+                policy: policy.into(),
+            },
+            evicted_keys: None,
+        }
+    }
+
+    #[test]
+    fn only_a_limit_with_an_evicting_policy_is_a_risk() {
+        assert!(known(10 << 20, "allkeys-lru").may_evict());
+        assert!(known(10 << 20, "volatile-ttl").may_evict());
+        assert!(!known(10 << 20, "noeviction").may_evict());
+        assert!(
+            !known(0, "allkeys-lru").may_evict(),
+            "maxmemory 0: no limit"
+        );
+        let unreadable = NodeReport {
+            memory: Memory::Unreadable("NOPERM".into()),
+            ..known(0, "")
+        };
+        assert!(unreadable.may_evict(), "unverifiable counts as a risk");
+    }
+
+    #[test]
+    fn settings_parse_from_config_get_and_info() {
+        let settings: HashMap<String, String> = [
+            ("maxmemory", "10485760"),
+            ("maxmemory-policy", "allkeys-lru"),
+            ("maxmemory-samples", "5"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(
+            memory_from_config(&settings),
+            Some(Memory::Known {
+                maxmemory: 10_485_760,
+                policy: "allkeys-lru".into()
+            })
+        );
+        assert_eq!(memory_from_config(&HashMap::new()), None);
+        let info = "# Memory\r\nused_memory:1000\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:volatile-lru\r\n";
+        assert_eq!(
+            memory_from_info(info),
+            Some(Memory::Known {
+                maxmemory: 0,
+                policy: "volatile-lru".into()
+            })
+        );
+        assert_eq!(
+            info_field("# Stats\r\nevicted_keys:42\r\n", "evicted_keys"),
+            Some("42")
+        );
+        assert_eq!(info_field("evicted_keys_x:1", "evicted_keys"), None);
+    }
+
+    /// Runs `schedule` with a check that records the (paused) clock and
+    /// answers from `results`; returns the offsets of the checks.
+    async fn run_schedule(
+        results: Vec<bool>,
+        reconnect_at: Option<Duration>,
+        until: Duration,
+    ) -> Vec<Duration> {
+        let start = Instant::now();
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (events, receiver) = broadcast::channel::<()>(4);
+        let shutdown = CancellationToken::new();
+        let task = {
+            let (times, calls, shutdown) = (times.clone(), calls.clone(), shutdown.clone());
+            tokio::spawn(schedule(
+                move || {
+                    let (times, calls, results) = (times.clone(), calls.clone(), results.clone());
+                    async move {
+                        times.lock().unwrap().push(start.elapsed());
+                        let n = calls.fetch_add(1, Ordering::SeqCst);
+                        results.get(n).copied().unwrap_or(true)
+                    }
+                },
+                Some(receiver),
+                shutdown,
+            ))
+        };
+        if let Some(at) = reconnect_at {
+            tokio::time::sleep(at).await;
+            events.send(()).unwrap();
+            tokio::time::sleep(until - at).await;
+        } else {
+            tokio::time::sleep(until).await;
+        }
+        shutdown.cancel();
+        task.await.unwrap();
+        times.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn checks_at_start_then_every_minute() {
+        let times = run_schedule(vec![], None, Duration::from_secs(150)).await;
+        assert_eq!(
+            times,
+            [0, 60, 120].map(Duration::from_secs).to_vec(),
+            "{times:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_check_is_retried_soon() {
+        let times = run_schedule(vec![false, false, true], None, Duration::from_secs(80)).await;
+        assert_eq!(
+            times,
+            [0, 5, 10, 70].map(Duration::from_secs).to_vec(),
+            "{times:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconnect_checks_at_once_and_restarts_the_minute() {
+        let times = run_schedule(
+            vec![],
+            Some(Duration::from_secs(30)),
+            Duration::from_secs(100),
+        )
+        .await;
+        assert_eq!(
+            times,
+            [0, 30, 90].map(Duration::from_secs).to_vec(),
+            "{times:?}"
+        );
+    }
+}
