@@ -8,15 +8,19 @@
 //! Without configured parts the fingerprint itself is the key.
 //!
 //! The **fingerprint** says "this is the same request": SHA-256 over the
-//! configured parts, each tagged and length-prefixed. Its body part is the
-//! SHA-256 of the raw body, or, with `fingerprint_ignore`, of a canonical
-//! form without the volatile fields (JSON: keys sorted, compact; form:
-//! pairs sorted).
+//! configured parts, each tagged and length-prefixed. Its `method` and
+//! `path` parts are the canonical ones stage 1 matched the route with
+//! ([`Canonical`]), so `/notify/`, `//notify` or `/%6Eotify` (which the
+//! backend runs as `/notify`) are the same request, also when the
+//! fingerprint is the key. Its body part is the SHA-256 of the raw body,
+//! or, with `fingerprint_ignore`, of a canonical form without the volatile
+//! fields (JSON: keys sorted, compact; form: pairs sorted).
 
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
+use super::route::Canonical;
 use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
@@ -39,14 +43,16 @@ pub struct Identity {
     pub fingerprint: Fingerprint,
 }
 
-/// Computes the identity of a verified delivery.
+/// Computes the identity of a verified delivery; `canonical` is stage 1's
+/// reading of its method and path.
 pub fn identify(
     verified: &Verified,
     route: &Route,
+    canonical: &Canonical,
     key_prefix: &str,
 ) -> Result<Identity, Rejection> {
     let request = verified.inbound();
-    let fingerprint = fingerprint(request, route)?;
+    let fingerprint = fingerprint(request, route, canonical)?;
     let key_hash = match key_digest(verified, route)? {
         Some(digest) => lower_hex(&digest),
         None => lower_hex(&fingerprint.0),
@@ -136,7 +142,11 @@ pub fn parse_sf_string(raw: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn fingerprint(request: &Inbound, route: &Route) -> Result<Fingerprint, Rejection> {
+fn fingerprint(
+    request: &Inbound,
+    route: &Route,
+    canonical: &Canonical,
+) -> Result<Fingerprint, Rejection> {
     let mut hasher = Sha256::new();
     let mut put = |tag: u8, bytes: &[u8]| {
         hasher.update([tag]);
@@ -145,8 +155,8 @@ fn fingerprint(request: &Inbound, route: &Route) -> Result<Fingerprint, Rejectio
     };
     for part in &route.idempotency.fingerprint {
         match part {
-            FingerprintPart::Method => put(b'M', request.parts.method.as_str().as_bytes()),
-            FingerprintPart::Path => put(b'P', request.parts.uri.path().as_bytes()),
+            FingerprintPart::Method => put(b'M', canonical.method.as_str().as_bytes()),
+            FingerprintPart::Path => put(b'P', canonical.path.as_bytes()),
             FingerprintPart::Query => put(b'Q', request.parts.uri.query().unwrap_or("").as_bytes()),
             FingerprintPart::Header(name) => {
                 let mut joined = Vec::new();
@@ -257,7 +267,11 @@ mod tests {
         }
         let inbound = Inbound::new(parts, Bytes::from(body.to_owned()));
         let verified = verify(inbound, route, 0).unwrap();
-        identify(&verified, route, "idemgate")
+        let canonical = Canonical {
+            method: http::Method::POST,
+            path: "/n".to_owned(),
+        };
+        identify(&verified, route, &canonical, "idemgate")
     }
 
     #[test]
