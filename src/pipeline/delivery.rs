@@ -14,7 +14,11 @@
 //! backend runs as `/notify`) are the same request, also when the
 //! fingerprint is the key. Its body part is the SHA-256 of the raw body,
 //! or, with `fingerprint_ignore`, of a canonical form without the volatile
-//! fields (JSON: keys sorted, compact; form: pairs sorted).
+//! fields (JSON: keys sorted, compact, numbers exactly as written, so
+//! `10.5` and `10.50` differ; form: pairs sorted by name with a stable
+//! sort, so the values of a repeated name keep the order they were sent
+//! in and `a=1&a=2` differs from `a=2&a=1`). A JSON body that names a key
+//! twice never gets this far (`crate::extract::json`).
 
 use std::borrow::Cow;
 
@@ -219,7 +223,9 @@ fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
     }
 }
 
-/// Sorted `key=value` pairs without the ignored fields, re-encoded.
+/// `key=value` pairs without the ignored fields, sorted by name only (a
+/// stable sort: the values of one name stay in the order sent, since
+/// backends take the first or the last), re-encoded.
 fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
     let mut pairs: Vec<&(String, String)> = request
         .form()?
@@ -230,7 +236,7 @@ fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rej
                 .any(|s| matches!(s, Selector::Form(f) if f == k))
         })
         .collect();
-    pairs.sort();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in pairs {
         out.append_pair(k, v);
@@ -348,6 +354,14 @@ mod tests {
         let a = identity(&form, &[], "id=1&x=2&ts=5").unwrap();
         let b = identity(&form, &[], "ts=9&x=2&id=1").unwrap();
         assert_eq!(a.fingerprint, b.fingerprint);
+        let first = identity(&form, &[], "id=1&amount=10&amount=9999").unwrap();
+        let swapped = identity(&form, &[], "amount=9999&id=1&amount=10").unwrap();
+        let moved = identity(&form, &[], "amount=10&id=1&amount=9999").unwrap();
+        assert_ne!(
+            first.fingerprint, swapped.fingerprint,
+            "repeated values keep their order"
+        );
+        assert_eq!(first.fingerprint, moved.fingerprint, "names still sort");
     }
 
     #[test]
