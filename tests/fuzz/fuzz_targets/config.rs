@@ -29,7 +29,11 @@ fuzz_target!(|data: &[u8]| {
         // methods) takes over; select must simply not panic.
         for method in &route.methods {
             let _ = router.select(method, &route.path_prefix, &headers);
-            let _ = router.select(method, &format!("{}/x/../%2e/", route.path_prefix), &headers);
+            let _ = router.select(
+                method,
+                &format!("{}/x/../%2e/", route.path_prefix),
+                &headers,
+            );
         }
         let _ = route.scheme.secret_count();
         let _ = route.scheme.tolerance();
