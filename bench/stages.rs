@@ -266,8 +266,12 @@ fn bench_identify(c: &mut Criterion) {
             .0;
         let body = Bytes::from(body.clone());
         let fresh = || Inbound::new(parts.clone(), body.clone());
+        let canonical = idemgate::pipeline::route::Canonical {
+            method: http::Method::POST,
+            path: "/hook".to_owned(),
+        };
         let verified = verify::verify(fresh(), &route, NOW_MS).expect("scheme none");
-        delivery::identify(&verified, &route, "idemgate").expect("identity");
+        delivery::identify(&verified, &route, &canonical, "idemgate").expect("identity");
         // A fresh Inbound per iteration (its JSON / form parse is cached),
         // built outside the timed part.
         group.bench_function(name, |b| {
@@ -275,7 +279,8 @@ fn bench_identify(c: &mut Criterion) {
                 fresh,
                 |inbound| {
                     let verified = verify::verify(inbound, &route, NOW_MS).expect("scheme none");
-                    delivery::identify(&verified, &route, black_box("idemgate")).expect("identity")
+                    delivery::identify(&verified, &route, &canonical, black_box("idemgate"))
+                        .expect("identity")
                 },
                 BatchSize::SmallInput,
             );

@@ -105,7 +105,12 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|source| StartError::Bind { address, source })
 }
 
+/// Logs what each protected route captures and refuses (SPEC §4 rule 9),
+/// then the configuration's warnings.
 fn warn_about(config: &Config) {
+    for line in crate::pipeline::route::describe(config) {
+        tracing::info!("{line}");
+    }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use http::{Method, Uri};
 
+use crate::pipeline::route::canonical_prefix;
 use raw::{RawConfig, RawIdempotency, RawRoute, RawSignature, parse_duration};
 
 /// More worker threads than this is a typo, not a machine.
@@ -451,8 +452,11 @@ pub struct Idempotency {
 pub struct Route {
     /// Metric label and store key component.
     pub name: String,
-    /// Path prefix that selects it.
+    /// Path prefix that selects it, as configured (stage 1 compares its
+    /// canonical form: `pipeline::route`).
     pub path_prefix: String,
+    /// Whether the prefix matches only in its own letter case.
+    pub case_sensitive: bool,
     /// Accepted methods.
     pub methods: Vec<Method>,
     /// Upstream of this route.
@@ -588,13 +592,6 @@ impl Config {
         Self::try_from(raw)
     }
 
-    /// The route a request belongs to: longest matching prefix whose methods
-    /// include the request's.
-    pub fn route_for(&self, method: &Method, path: &str) -> Option<&Route> {
-        self.route_index(method, path)
-            .map(|index| &self.routes[index])
-    }
-
     /// Legal but risky settings, printed at start-up and by `check-config`.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
@@ -620,6 +617,12 @@ impl Config {
                     Some(_) => {}
                 },
             }
+            if route.case_sensitive && self.unmatched == Unmatched::Forward {
+                warnings.push(format!(
+                    "{key}.case_sensitive: with unmatched = \"forward\", a request for {:?} spelled in another case is passed through unverified; a backend that matches paths case-insensitively executes it (keep case_sensitive only if the backend tells the cases apart, or set unmatched = \"reject\")",
+                    route.path_prefix
+                ));
+            }
             if let Some(tolerance) = route.scheme.tolerance() {
                 if route.idempotency.retention <= tolerance * 2 {
                     warnings.push(format!(
@@ -631,21 +634,6 @@ impl Config {
         }
         warnings
     }
-
-    /// Index into `routes` of [`Config::route_for`]'s answer.
-    ///
-    /// The path is normalised first ([`normalize_path`]), so `//notify`,
-    /// `/./notify` or `/%6Eotify` can not slip past a protected route to a
-    /// backend that would normalise them itself.
-    pub fn route_index(&self, method: &Method, path: &str) -> Option<usize> {
-        let path = normalize_path(path);
-        self.routes
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| path_has_prefix(&path, &r.path_prefix) && r.methods.contains(method))
-            .max_by_key(|(_, r)| r.path_prefix.len())
-            .map(|(index, _)| index)
-    }
 }
 
 /// Whether the signed message includes the timestamp value.
@@ -656,45 +644,6 @@ fn timestamp_is_signed(hmac: &HmacScheme, rule: &TimestampRule) -> bool {
         Segment::Value(selector) => *selector == rule.selector,
         Segment::Literal(_) | Segment::Method | Segment::Path => false,
     })
-}
-
-/// The path as a backend would most likely resolve it: percent-decoded,
-/// empty and `.` segments dropped, `..` applied. Only used to choose a
-/// route; the request is forwarded with its path as sent.
-pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
-    let suspicious = path.contains('%') || path.contains("//") || path.contains("/.");
-    if !suspicious {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in decoded.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            other => segments.push(other),
-        }
-    }
-    let mut normal = String::with_capacity(decoded.len());
-    for segment in &segments {
-        normal.push('/');
-        normal.push_str(segment);
-    }
-    if normal.is_empty() || decoded.ends_with('/') {
-        normal.push('/');
-    }
-    std::borrow::Cow::Owned(normal)
-}
-
-/// Prefix match on whole path segments (`/notify` matches `/notify` and
-/// `/notify/x`, not `/notifyx`), unless the prefix itself ends in `/`.
-fn path_has_prefix(path: &str, prefix: &str) -> bool {
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'),
-        None => false,
-    }
 }
 
 impl TryFrom<RawConfig> for Config {
@@ -836,7 +785,9 @@ impl TryFrom<RawConfig> for Config {
                     p.push(&format!("{key}.name"), "duplicate route name");
                 }
                 let shadowed = routes.iter().find(|r| {
-                    r.path_prefix == route.path_prefix
+                    let fold = !(r.case_sensitive && route.case_sensitive);
+                    canonical_prefix(&r.path_prefix, fold)
+                        == canonical_prefix(&route.path_prefix, fold)
                         && r.methods.iter().any(|m| route.methods.contains(m))
                 });
                 if let Some(other) = shadowed {
@@ -1049,11 +1000,8 @@ fn route(
             ),
         );
     }
-    if !raw.path_prefix.starts_with('/') {
-        p.push(
-            &format!("{key}.path_prefix"),
-            format!("{:?} must start with '/'", raw.path_prefix),
-        );
+    if let Err(problem) = crate::pipeline::route::check_prefix(&raw.path_prefix) {
+        p.push(&format!("{key}.path_prefix"), problem);
     }
     let methods = raw
         .methods
@@ -1101,6 +1049,7 @@ fn route(
     Some(Route {
         name: raw.name,
         path_prefix: raw.path_prefix,
+        case_sensitive: raw.case_sensitive.unwrap_or(false),
         methods,
         upstream,
         scheme,
@@ -1604,34 +1553,28 @@ mod tests {
     }
 
     #[test]
-    fn longest_prefix_and_method_select_the_route() {
-        let text = format!(
-            "{MINIMAL}\n[[route]]\nname = \"refunds\"\npath_prefix = \"/notify/refund\"\n[route.signature]\nscheme = \"none\"\n"
+    fn case_sensitive_prefixes_warn_when_forwarding_and_compare_canonically() {
+        let sensitive = MINIMAL.replace(
+            "path_prefix = \"/notify\"",
+            "path_prefix = \"/notify\"\ncase_sensitive = true",
         );
-        let config = Config::parse(&text).unwrap();
-        let pick = |m: Method, path: &str| config.route_for(&m, path).map(|r| r.name.as_str());
-        assert_eq!(pick(Method::POST, "/notify"), Some("payments"));
-        assert_eq!(pick(Method::POST, "/notify/pay"), Some("payments"));
-        assert_eq!(pick(Method::POST, "/notify/refund/1"), Some("refunds"));
-        assert_eq!(pick(Method::POST, "/notifyx"), None);
-        assert_eq!(pick(Method::GET, "/notify"), None);
-    }
-
-    #[test]
-    fn route_matching_sees_through_path_tricks() {
-        let config = Config::parse(MINIMAL).unwrap();
-        for path in [
-            "//notify",
-            "/./notify",
-            "/%6Eotify",
-            "/x/../notify/a",
-            "/notify/",
-        ] {
-            assert_eq!(config.route_index(&Method::POST, path), Some(0), "{path}");
-        }
-        assert_eq!(config.route_index(&Method::POST, "/notifyx"), None);
-        assert_eq!(normalize_path("/a/b"), "/a/b");
-        assert_eq!(normalize_path("/a//b/./c/../"), "/a/b/");
+        let config = Config::parse(&sensitive).unwrap();
+        assert!(config.routes[0].case_sensitive);
+        let warned = config.warnings().join("\n");
+        assert!(warned.contains("route[0].case_sensitive: "), "{warned}");
+        let rejecting = Config::parse(&format!("unmatched = \"reject\"\n{sensitive}")).unwrap();
+        assert!(!rejecting.warnings().join("\n").contains("case_sensitive"));
+        let twin = format!(
+            "{MINIMAL}\n[[route]]\nname = \"twin\"\npath_prefix = \"/Notify/\"\n[route.signature]\nscheme = \"none\"\n"
+        );
+        let err = Config::parse(&twin).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("route[1].path_prefix: route \"payments\" already matches"),
+            "{err}"
+        );
+        let bad = MINIMAL.replace("\"/notify\"", "\"/notify%20x\"");
+        let err = Config::parse(&bad).unwrap_err().0.join("\n");
+        assert!(err.contains("route[0].path_prefix: "), "{err}");
     }
 
     #[test]

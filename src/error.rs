@@ -23,6 +23,13 @@ pub enum Rejection {
     /// No route matched and `unmatched = "reject"`.
     #[error("no route matches this request")]
     RouteNotFound,
+    /// The path or method is a spelling of a protected route that the
+    /// canonical form can not settle (`/notify.json`, `/notify%20`, an
+    /// encoded `/`): refused rather than passed through unverified.
+    #[error(
+        "path or method may reach a protected route under another spelling; send it as the route's own path"
+    )]
+    PathAmbiguous,
     /// The body is larger than `limits.max_body_bytes`.
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
@@ -79,9 +86,9 @@ pub enum Rejection {
     UpstreamTimeout,
 }
 
-/// Every `reason` word, in the order of SPEC §3 (plus `route_not_found`):
-/// the closed label set of `idemgate_rejections_total`.
-pub const REASONS: [&str; 16] = [
+/// Every `reason` word, in the order of SPEC §3 (plus `route_not_found`
+/// and `path_ambiguous`): the closed label set of `idemgate_rejections_total`.
+pub const REASONS: [&str; 17] = [
     "body_too_large",
     "body_timeout",
     "signature_missing",
@@ -98,6 +105,7 @@ pub const REASONS: [&str; 16] = [
     "upstream_error",
     "upstream_timeout",
     "route_not_found",
+    "path_ambiguous",
 ];
 
 /// Everything the wire and the metrics need to know about one rejection.
@@ -111,6 +119,11 @@ impl Rejection {
     fn row(&self) -> Row {
         let (status, reason, title) = match self {
             Self::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found", "No route"),
+            Self::PathAmbiguous => (
+                StatusCode::BAD_REQUEST,
+                "path_ambiguous",
+                "Ambiguous spelling of a protected route",
+            ),
             Self::BodyTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
@@ -314,6 +327,7 @@ mod tests {
             (Rejection::UpstreamError, 502, "upstream_error"),
             (Rejection::UpstreamTimeout, 504, "upstream_timeout"),
             (Rejection::RouteNotFound, 404, "route_not_found"),
+            (Rejection::PathAmbiguous, 400, "path_ambiguous"),
         ];
         let mut reasons = Vec::new();
         for (rejection, status, reason) in table {

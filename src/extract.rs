@@ -8,7 +8,13 @@
 //! JSON values are read as follows: a string gives its unescaped text, a
 //! number its literal text as sent (exact, thanks to `arbitrary_precision`),
 //! `true`/`false` their words, an object or array its compact JSON, and
-//! `null` counts as absent.
+//! `null` counts as absent. A JSON body whose objects name a key twice is
+//! refused ([`json`]), and so is a form field a selector reads that occurs
+//! more than once: backends disagree on which value counts, so idemgate
+//! must not key, fingerprint or verify one while the backend acts on the
+//! other.
+
+pub mod json;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -26,7 +32,7 @@ pub struct Inbound {
     pub parts: Parts,
     /// The raw body.
     pub body: Bytes,
-    json: OnceLock<Option<serde_json::Value>>,
+    json: OnceLock<Result<serde_json::Value, json::JsonError>>,
     form: OnceLock<Vec<(String, String)>>,
 }
 
@@ -47,12 +53,16 @@ impl Inbound {
         (self.parts, self.body)
     }
 
-    /// The body parsed as JSON, or `bad_request_body`.
+    /// The body parsed as JSON, or `bad_request_body` (also for an object
+    /// that names a key twice).
     pub fn json(&self) -> Result<&serde_json::Value, Rejection> {
-        self.json
-            .get_or_init(|| serde_json::from_slice(&self.body).ok())
-            .as_ref()
-            .ok_or(Rejection::BadRequestBody("json"))
+        match self.json.get_or_init(|| json::parse(&self.body)) {
+            Ok(value) => Ok(value),
+            Err(json::JsonError::Syntax) => Err(Rejection::BadRequestBody("json")),
+            Err(json::JsonError::DuplicateKey) => {
+                Err(Rejection::BadRequestBody("json that names each key once"))
+            }
+        }
     }
 
     /// The body parsed as `application/x-www-form-urlencoded` pairs.
@@ -82,11 +92,14 @@ impl Inbound {
                     .map(|(_, v)| Cow::Owned(v.into_owned().into_bytes()))
             }),
             Selector::Json(pointer) => self.json()?.pointer(pointer).and_then(json_bytes),
-            Selector::Form(field) => self
-                .form()?
-                .iter()
-                .find(|(k, _)| k == field)
-                .map(|(_, v)| Cow::Borrowed(v.as_bytes())),
+            Selector::Form(field) => {
+                let mut values = self.form()?.iter().filter(|(k, _)| k == field);
+                let first = values.next();
+                if values.next().is_some() {
+                    return Err(Rejection::BadRequestBody("form with the field once"));
+                }
+                first.map(|(_, v)| Cow::Borrowed(v.as_bytes()))
+            }
         })
     }
 }
@@ -148,7 +161,16 @@ mod tests {
     fn form_and_unparsable_bodies() {
         let req = inbound("/n", &[], "sign=ab%2Bc&x=1&x=2");
         assert_eq!(read(&req, "form:sign").unwrap(), Some(b"ab+c".to_vec()));
-        assert_eq!(read(&req, "form:x").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(
+            read(&req, "form:x"),
+            Err(Rejection::BadRequestBody("form with the field once")),
+            "which x would the backend take?"
+        );
+        let twice = inbound("/n", &[], r#"{"a":1,"b":{"c":1,"c":2}}"#);
+        assert_eq!(
+            read(&twice, "json:/a"),
+            Err(Rejection::BadRequestBody("json that names each key once"))
+        );
         assert_eq!(
             read(&req, "json:/a"),
             Err(Rejection::BadRequestBody("json"))

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! sender ──► server.rs ──► pipeline.rs ────────────────────────────────► response
-//!                            │ 1 route     Config::route_for           404 (reject)
+//!                            │ 1 route     pipeline/route.rs    400 ───┤  (unmatched: forward | 404)
 //!                            │ 2 body      pipeline/body.rs     413 ───┤
 //!                            │ 3 verify    pipeline/verify.rs   401 ───┤  error.rs: the ONE
 //!                            │ 4 identify  pipeline/delivery.rs 400 ───┤  Rejection → status,

@@ -157,6 +157,9 @@ fn main() -> ExitCode {
         Command::CheckConfig => match load(cli.config.as_ref()) {
             Ok(config) => {
                 println!("{config:#?}");
+                for line in idemgate::pipeline::route::describe(&config) {
+                    println!("{line}");
+                }
                 for warning in config.warnings() {
                     println!("warning: {warning}");
                 }

@@ -1,7 +1,7 @@
 //! `Pipeline::handle`: the only place the stages are sequenced and metered.
 //!
 //! ```text
-//! 1 route    Config::route_for          unmatched → passthrough | 404
+//! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
 //! 2 body     pipeline/body.rs           413
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
 //! 4 identify pipeline/delivery.rs       400
@@ -28,6 +28,7 @@ pub mod delivery;
 pub mod forward;
 pub mod persist;
 pub mod quick_ack;
+pub mod route;
 pub mod settle;
 pub mod single_flight;
 pub mod verify;
@@ -52,6 +53,7 @@ use claim::{Decision, Local};
 use delivery::Identity;
 use forward::{ForwardError, ProxyBody, UpstreamClient, full};
 use persist::{Persist, Persisted};
+use route::{Router, Selection, Target};
 use settle::Settlement;
 use verify::{Unverified, Verified};
 
@@ -147,6 +149,8 @@ fn full_from(body: http_body_util::Full<bytes::Bytes>) -> ProxyBody {
 #[derive(Debug)]
 pub struct Pipeline {
     config: Arc<Config>,
+    /// Stage 1: the routes' canonical prefixes.
+    router: Router,
     store: Arc<AnyStore>,
     client: UpstreamClient,
     owners: OwnerMint,
@@ -176,6 +180,7 @@ impl Pipeline {
             .collect();
         Self {
             meters,
+            router: Router::new(&config.routes),
             config,
             store,
             client: forward::client(),
@@ -194,18 +199,22 @@ impl Pipeline {
         peer: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
-        let route_index = self
-            .config
-            .route_index(request.method(), request.uri().path());
-        let (route_name, mut finished) = match route_index {
-            None => (m::UNMATCHED_ROUTE, self.unmatched(request, peer).await),
-            Some(index) => (
-                self.config.routes[index].name.as_str(),
+        let selection =
+            self.router
+                .select(request.method(), request.uri().path(), request.headers());
+        let (route_index, mut finished) = match selection {
+            Selection::Unmatched => (None, self.unmatched(request, peer).await),
+            Selection::Ambiguous { index } => {
+                (Some(index), self.ambiguous(index, request, peer).await)
+            }
+            Selection::Route(target) => (
+                Some(target.index),
                 Arc::clone(&self)
-                    .protected(index, request, peer, started)
+                    .protected(target, request, peer, started)
                     .await,
             ),
         };
+        let route_name = route_index.map_or(m::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
         let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
         finished.record(route_name, meters, started);
         finished.response
@@ -229,13 +238,41 @@ impl Pipeline {
         }
     }
 
+    /// A spelling of a protected route that stage 1 can not settle: 400,
+    /// or in shadow mode forwarded as it is and counted.
+    async fn ambiguous(
+        &self,
+        index: usize,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+    ) -> Finished {
+        let route = &self.config.routes[index];
+        let rejection = Rejection::PathAmbiguous;
+        if route.idempotency.mode != Mode::Shadow {
+            return Finished::rejected(rejection);
+        }
+        let started = Instant::now();
+        let result = forward::pass_through(&self.client, &route.upstream, request, peer).await;
+        self.meters[index].upstream(started.elapsed());
+        match result {
+            Ok(response) => {
+                Finished::new(Outcome::Passthrough, response).with_reason(rejection.reason())
+            }
+            Err(error) => {
+                self.meters[index].upstream_error(upstream_error_kind(error));
+                Finished::rejected(settle::failure(error))
+            }
+        }
+    }
+
     async fn protected(
         self: Arc<Self>,
-        index: usize,
+        target: Target,
         request: Request<Incoming>,
         peer: Option<SocketAddr>,
         started: Instant,
     ) -> Finished {
+        let index = target.index;
         let route = &self.config.routes[index];
         let shadow = route.idempotency.mode == Mode::Shadow;
         let limits = &self.config.limits;
@@ -261,7 +298,12 @@ impl Pipeline {
             Err(refused) => return Finished::rejected(refused.rejection),
         };
         let verified_secret = verified.authenticity().secret_index;
-        let identity = match delivery::identify(&verified, route, &self.config.store.key_prefix) {
+        let identity = match delivery::identify(
+            &verified,
+            route,
+            &target.canonical,
+            &self.config.store.key_prefix,
+        ) {
             Ok(identity) => identity,
             Err(rejection) if shadow => {
                 return self

@@ -136,7 +136,8 @@ impl RedisServer {
             .collect()
     }
 
-    /// Calls of every command except the ones the harness itself sends.
+    /// Calls of every command except the ones the harness itself sends and
+    /// the eviction watcher's `CONFIG GET` / `INFO` reads.
     pub fn data_commands(&self) -> u64 {
         self.command_counts()
             .iter()
@@ -146,6 +147,7 @@ impl RedisServer {
                     "ping"
                         | "info"
                         | "config|resetstat"
+                        | "config|get"
                         | "config"
                         | "client|setinfo"
                         | "client"
@@ -337,6 +339,8 @@ pub struct Upstream {
     pub addr: SocketAddr,
     calls: Arc<AtomicUsize>,
     bodies: Arc<Mutex<Vec<Bytes>>>,
+    /// Method and request target of every call, as received.
+    targets: Arc<Mutex<Vec<(String, String)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -368,19 +372,29 @@ impl Upstream {
         let addr = listener.local_addr().expect("upstream addr");
         let calls = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(Vec::new()));
         let script: Arc<Script> = Arc::new(script);
-        let (c, b) = (Arc::clone(&calls), Arc::clone(&bodies));
+        let (c, b, t) = (
+            Arc::clone(&calls),
+            Arc::clone(&bodies),
+            Arc::clone(&targets),
+        );
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     break;
                 };
                 let (calls, bodies, script) = (Arc::clone(&c), Arc::clone(&b), Arc::clone(&script));
+                let targets = Arc::clone(&t);
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(
                         move |request: Request<hyper::body::Incoming>| {
                             let (calls, bodies, script) =
                                 (Arc::clone(&calls), Arc::clone(&bodies), Arc::clone(&script));
+                            targets.lock().unwrap().push((
+                                request.method().as_str().to_owned(),
+                                request.uri().to_string(),
+                            ));
                             async move {
                                 let body = request
                                     .into_body()
@@ -421,6 +435,7 @@ impl Upstream {
             addr,
             calls,
             bodies,
+            targets,
             task,
         }
     }
@@ -436,6 +451,12 @@ impl Upstream {
 
     pub fn bodies(&self) -> Vec<Bytes> {
         self.bodies.lock().unwrap().clone()
+    }
+
+    /// `(method, request target)` of every call, as the upstream received
+    /// them: what "forwarded byte for byte" is checked against.
+    pub fn targets(&self) -> Vec<(String, String)> {
+        self.targets.lock().unwrap().clone()
     }
 }
 
@@ -781,6 +802,71 @@ pub async fn write_raw_delivery(addr: SocketAddr, body: &str) -> tokio::net::Tcp
     stream.write_all(head.as_bytes()).await.expect("write head");
     stream.write_all(body.as_bytes()).await.expect("write body");
     stream
+}
+
+/// What a raw HTTP/1.1 exchange returned: the status (0 when the server
+/// closed the connection without answering) and the body.
+#[derive(Debug, Clone)]
+pub struct RawAnswer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+impl RawAnswer {
+    /// The `reason` member of a problem+json answer.
+    pub fn reason(&self) -> Option<String> {
+        let doc: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        doc.get("reason")?.as_str().map(str::to_owned)
+    }
+}
+
+/// Sends `method target HTTP/1.1` with `headers` and `body` exactly as given
+/// (no client normalises the method or the target) on a fresh connection
+/// with `connection: close`, and reads the answer until the server closes
+/// (at most 10 s).
+pub async fn send_raw(
+    addr: SocketAddr,
+    method: &str,
+    target: &[u8],
+    headers: &[(String, String)],
+    body: &str,
+) -> RawAnswer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = Vec::new();
+    head.extend_from_slice(method.as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target);
+    head.extend_from_slice(
+        format!(
+            " HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    for (name, value) in headers {
+        head.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(body.as_bytes());
+    // The server may answer and close before reading everything (e.g. a
+    // request line hyper refuses): a failed write is not an error here.
+    let _ = stream.write_all(&head).await;
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw)).await;
+    assert!(read.is_ok(), "no answer within 10 s");
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| Bytes::copy_from_slice(&raw[at + 4..]))
+        .unwrap_or_default();
+    RawAnswer { status, body }
 }
 
 /// A route for a preset `scheme` on `/hook` with `secrets` (plain text, as

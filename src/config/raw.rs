@@ -178,6 +178,9 @@ pub struct RawRoute {
     pub path_prefix: String,
     /// Accepted methods (default `["POST"]`).
     pub methods: Option<Vec<String>>,
+    /// Match the path prefix case-sensitively (default false: the backend
+    /// may route `/NOTIFY` to the `/notify` handler, so idemgate does too).
+    pub case_sensitive: Option<bool>,
     /// Per-route upstream override.
     pub upstream: Option<String>,
     /// Signature checking.

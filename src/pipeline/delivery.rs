@@ -8,15 +8,23 @@
 //! Without configured parts the fingerprint itself is the key.
 //!
 //! The **fingerprint** says "this is the same request": SHA-256 over the
-//! configured parts, each tagged and length-prefixed. Its body part is the
-//! SHA-256 of the raw body, or, with `fingerprint_ignore`, of a canonical
-//! form without the volatile fields (JSON: keys sorted, compact; form:
-//! pairs sorted).
+//! configured parts, each tagged and length-prefixed. Its `method` and
+//! `path` parts are the canonical ones stage 1 matched the route with
+//! ([`Canonical`]), so `/notify/`, `//notify` or `/%6Eotify` (which the
+//! backend runs as `/notify`) are the same request, also when the
+//! fingerprint is the key. Its body part is the SHA-256 of the raw body,
+//! or, with `fingerprint_ignore`, of a canonical form without the volatile
+//! fields (JSON: keys sorted, compact, numbers exactly as written, so
+//! `10.5` and `10.50` differ; form: pairs sorted by name with a stable
+//! sort, so the values of a repeated name keep the order they were sent
+//! in and `a=1&a=2` differs from `a=2&a=1`). A JSON body that names a key
+//! twice never gets this far (`crate::extract::json`).
 
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
+use super::route::Canonical;
 use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
@@ -39,14 +47,16 @@ pub struct Identity {
     pub fingerprint: Fingerprint,
 }
 
-/// Computes the identity of a verified delivery.
+/// Computes the identity of a verified delivery; `canonical` is stage 1's
+/// reading of its method and path.
 pub fn identify(
     verified: &Verified,
     route: &Route,
+    canonical: &Canonical,
     key_prefix: &str,
 ) -> Result<Identity, Rejection> {
     let request = verified.inbound();
-    let fingerprint = fingerprint(request, route)?;
+    let fingerprint = fingerprint(request, route, canonical)?;
     let key_hash = match key_digest(verified, route)? {
         Some(digest) => lower_hex(&digest),
         None => lower_hex(&fingerprint.0),
@@ -136,7 +146,11 @@ pub fn parse_sf_string(raw: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn fingerprint(request: &Inbound, route: &Route) -> Result<Fingerprint, Rejection> {
+fn fingerprint(
+    request: &Inbound,
+    route: &Route,
+    canonical: &Canonical,
+) -> Result<Fingerprint, Rejection> {
     let mut hasher = Sha256::new();
     let mut put = |tag: u8, bytes: &[u8]| {
         hasher.update([tag]);
@@ -145,8 +159,8 @@ fn fingerprint(request: &Inbound, route: &Route) -> Result<Fingerprint, Rejectio
     };
     for part in &route.idempotency.fingerprint {
         match part {
-            FingerprintPart::Method => put(b'M', request.parts.method.as_str().as_bytes()),
-            FingerprintPart::Path => put(b'P', request.parts.uri.path().as_bytes()),
+            FingerprintPart::Method => put(b'M', canonical.method.as_str().as_bytes()),
+            FingerprintPart::Path => put(b'P', canonical.path.as_bytes()),
             FingerprintPart::Query => put(b'Q', request.parts.uri.query().unwrap_or("").as_bytes()),
             FingerprintPart::Header(name) => {
                 let mut joined = Vec::new();
@@ -209,7 +223,9 @@ fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
     }
 }
 
-/// Sorted `key=value` pairs without the ignored fields, re-encoded.
+/// `key=value` pairs without the ignored fields, sorted by name only (a
+/// stable sort: the values of one name stay in the order sent, since
+/// backends take the first or the last), re-encoded.
 fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
     let mut pairs: Vec<&(String, String)> = request
         .form()?
@@ -220,7 +236,7 @@ fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rej
                 .any(|s| matches!(s, Selector::Form(f) if f == k))
         })
         .collect();
-    pairs.sort();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in pairs {
         out.append_pair(k, v);
@@ -257,7 +273,11 @@ mod tests {
         }
         let inbound = Inbound::new(parts, Bytes::from(body.to_owned()));
         let verified = verify(inbound, route, 0).unwrap();
-        identify(&verified, route, "idemgate")
+        let canonical = Canonical {
+            method: http::Method::POST,
+            path: "/n".to_owned(),
+        };
+        identify(&verified, route, &canonical, "idemgate")
     }
 
     #[test]
@@ -334,6 +354,14 @@ mod tests {
         let a = identity(&form, &[], "id=1&x=2&ts=5").unwrap();
         let b = identity(&form, &[], "ts=9&x=2&id=1").unwrap();
         assert_eq!(a.fingerprint, b.fingerprint);
+        let first = identity(&form, &[], "id=1&amount=10&amount=9999").unwrap();
+        let swapped = identity(&form, &[], "amount=9999&id=1&amount=10").unwrap();
+        let moved = identity(&form, &[], "amount=10&id=1&amount=9999").unwrap();
+        assert_ne!(
+            first.fingerprint, swapped.fingerprint,
+            "repeated values keep their order"
+        );
+        assert_eq!(first.fingerprint, moved.fingerprint, "names still sort");
     }
 
     #[test]

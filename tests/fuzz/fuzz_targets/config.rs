@@ -1,6 +1,7 @@
 //! `Config::parse` on arbitrary text: TOML parsing, every validation rule,
 //! selector/template/duration parsing inside routes, secret resolution, and
-//! on success the start-up warnings and route matching.
+//! on success the start-up warnings, the route description and route
+//! selection.
 //!
 //! Bytes are converted lossily to UTF-8, as a config file would be read
 //! with replacement characters. Secrets are resolved for real
@@ -8,8 +9,9 @@
 
 #![no_main]
 
-use http::Method;
+use http::{HeaderMap, Method};
 use idemgate::config::Config;
+use idemgate::pipeline::route::{Router, describe};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,16 +20,23 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = config.warnings();
+    let _ = describe(&config);
+    let router = Router::new(&config.routes);
+    let headers = HeaderMap::new();
     for route in &config.routes {
         // Every route must be reachable at its own prefix for one of its
         // methods, unless a longer prefix (or the same one, for other
-        // methods) takes over; route_for must simply not panic.
+        // methods) takes over; select must simply not panic.
         for method in &route.methods {
-            let _ = config.route_for(method, &route.path_prefix);
-            let _ = config.route_for(method, &format!("{}/x/../%2e/", route.path_prefix));
+            let _ = router.select(method, &route.path_prefix, &headers);
+            let _ = router.select(
+                method,
+                &format!("{}/x/../%2e/", route.path_prefix),
+                &headers,
+            );
         }
         let _ = route.scheme.secret_count();
         let _ = route.scheme.tolerance();
     }
-    let _ = config.route_for(&Method::POST, "/");
+    let _ = router.select(&Method::POST, "/", &headers);
 });

@@ -23,6 +23,7 @@ use std::sync::OnceLock;
 
 use idemgate::config::Config;
 use idemgate::pipeline::delivery::{identify, parse_sf_string};
+use idemgate::pipeline::route::{Canonical, canonical_path};
 use idemgate::pipeline::verify::verify;
 use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;
@@ -119,11 +120,17 @@ fuzz_target!(|data: &[u8]| {
             Ok(verified) => verified,
             Err(unverified) => panic!("scheme none refused: {:?}", unverified.rejection),
         };
-        let first = identify(&verified, route, PREFIX);
+        let parts = &verified.inbound().parts;
+        let path = parts.uri.path();
+        let canonical = Canonical {
+            method: parts.method.clone(),
+            path: canonical_path(path).unwrap_or_else(|| path.to_owned()),
+        };
+        let first = identify(&verified, route, &canonical, PREFIX);
         if idemgate_fuzz::debug() {
             eprintln!("{}: {first:?}", route.name);
         }
-        let again = identify(&verified, route, PREFIX);
+        let again = identify(&verified, route, &canonical, PREFIX);
         match (&first, &again) {
             (Ok(a), Ok(b)) => {
                 assert_eq!(a.key, b.key);

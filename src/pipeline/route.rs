@@ -1,0 +1,535 @@
+//! Stage 1: the route a request belongs to, decided on one canonical path.
+//!
+//! Backends disagree about what a path means: servlet containers drop `;`
+//! parameters, many frameworks match paths case-insensitively, some accept
+//! format suffixes (`/notify.json`), decode `%2F` or treat `\` as `/`. A
+//! request that the backend routes to a protected handler but idemgate
+//! takes for "no route" would be passed through unverified, so stage 1
+//! follows one rule (SPEC §4 rule 9): **handle it as the route, or refuse
+//! it, never pass it through.**
+//!
+//! * **Canonical path** ([`canonical_path`]): `;` parameters cut from every
+//!   segment, every `%XX` decoded (the result must be UTF-8 without `/`,
+//!   `\` or control characters), empty and `.` segments dropped, `..`
+//!   removing the segment before it, no trailing slash; letters folded to
+//!   lower case unless the route says `case_sensitive = true`. A prefix
+//!   matches on whole segments and the longest one wins. Methods compare
+//!   ignoring case (`post` is `POST`).
+//! * **Capture or refuse.** A *looser* reading finds what the canonical
+//!   form can not settle: `%XX` decoded repeatedly, `\`, `%2F` and
+//!   undecodable bytes as separators, whitespace and control characters
+//!   trimmed from segments, `..` both applied and left alone, a non-ASCII
+//!   character standing for any letter, and a prefix segment followed by
+//!   anything but a letter, digit, `-` or `_` (`/notify.json`,
+//!   `/notify%20`, `/notify::$DATA`); methods named by a method-override
+//!   header count too, and `HEAD` counts as `GET`. When that reading
+//!   reaches a route the canonical path does not select (or a longer one
+//!   than it selects), the request is [`Selection::Ambiguous`]: 400
+//!   `path_ambiguous`.
+//!
+//! The request itself is forwarded exactly as sent; the canonical path and
+//! method are only compared with routes and hashed into the fingerprint
+//! ([`Canonical`]), so spellings of one request are one delivery.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use http::{HeaderMap, Method};
+
+use crate::config::{Config, Route, Unmatched};
+
+/// Headers that frameworks (Rails, Laravel, ASP.NET, Express's
+/// method-override) read as the "real" method of a request: a request
+/// carrying one that names a protected method is not passed through.
+pub const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Rounds of percent-decoding in the loose reading: enough for `%2525…`
+/// stacked twice over, bounded so the work per request is too.
+const LOOSE_DECODE_ROUNDS: usize = 3;
+
+/// The request as a protected route sees it: what the fingerprint's
+/// `method` and `path` parts hash, so spellings of one request agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Canonical {
+    /// The route's own spelling of the method (`post` arrives, `POST` here).
+    pub method: Method,
+    /// The canonical path, case-folded unless the route is case-sensitive.
+    pub path: String,
+}
+
+/// A request selected for a protected route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Index into `Config::routes`.
+    pub index: usize,
+    /// The canonical method and path.
+    pub canonical: Canonical,
+}
+
+/// What stage 1 decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Handle the request as this route: verify, claim, forward once.
+    Route(Target),
+    /// A looser reading of the request reaches route `index`, which the
+    /// canonical path does not select: refuse with 400 `path_ambiguous`.
+    Ambiguous {
+        /// The route it may reach (the label its rejection is counted under).
+        index: usize,
+    },
+    /// No protected route is near: `unmatched` decides.
+    Unmatched,
+}
+
+/// One route's prefix in the form stage 1 compares with.
+#[derive(Debug, Clone)]
+struct Prefix {
+    /// Canonical prefix, folded unless case-sensitive; `/` for the root.
+    path: String,
+    /// Its segments (none for the root).
+    segments: Vec<String>,
+    case_sensitive: bool,
+    methods: Vec<Method>,
+}
+
+impl Prefix {
+    fn method(&self, method: &str) -> Option<&Method> {
+        self.methods
+            .iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(method))
+    }
+
+    /// Whether a canonical path (folded as this prefix is) lies under it.
+    fn covers(&self, path: &str) -> bool {
+        self.path == "/"
+            || path
+                .strip_prefix(self.path.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// Whether a loose reading's segments reach this prefix.
+    fn near(&self, segments: &[String]) -> bool {
+        segments.len() >= self.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(segments)
+                .all(|(want, got)| loosely_equal(got, want, self.case_sensitive))
+    }
+}
+
+/// The routes in the form stage 1 compares with, built once at start-up.
+#[derive(Debug, Clone)]
+pub struct Router {
+    prefixes: Vec<Prefix>,
+}
+
+impl Router {
+    /// Canonicalises every route's prefix once, so selecting allocates
+    /// nothing per route.
+    pub fn new(routes: &[Route]) -> Self {
+        let prefixes = routes
+            .iter()
+            .map(|route| {
+                let path = canonical_prefix(&route.path_prefix, !route.case_sensitive);
+                Prefix {
+                    segments: path
+                        .split('/')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    path,
+                    case_sensitive: route.case_sensitive,
+                    methods: route.methods.clone(),
+                }
+            })
+            .collect();
+        Self { prefixes }
+    }
+
+    /// Stage 1: the route of a request with this method, path (the
+    /// request target's path, as received) and headers.
+    pub fn select(&self, method: &Method, path: &str, headers: &HeaderMap) -> Selection {
+        let overrides = method_overrides(headers);
+        let strict = canonical_path(path).and_then(|exact| self.strict(method, &exact));
+        if overrides.is_empty() && method != Method::HEAD && is_plain(path) {
+            // Letters, digits, '-', '_' and '/' only, and no other method
+            // to consider: no looser reading differs from the canonical one.
+            return strict.map_or(Selection::Unmatched, Selection::Route);
+        }
+        let mut methods = vec![method.as_str()];
+        if method == Method::HEAD {
+            methods.push(Method::GET.as_str());
+        }
+        methods.extend(overrides.iter().copied());
+        let readings = loose_readings(path);
+        let selected = strict.as_ref().map(|t| t.index);
+        let floor = selected.map_or(0, |i| self.prefixes[i].path.len());
+        let conflict = self
+            .prefixes
+            .iter()
+            .enumerate()
+            .filter(|(index, prefix)| {
+                Some(*index) != selected
+                    && prefix.path.len() >= floor
+                    && methods.iter().any(|m| prefix.method(m).is_some())
+                    && readings.iter().any(|segments| prefix.near(segments))
+            })
+            .max_by_key(|(_, prefix)| prefix.path.len());
+        match (conflict, strict) {
+            (Some((index, _)), _) => Selection::Ambiguous { index },
+            (None, Some(target)) => Selection::Route(target),
+            (None, None) => Selection::Unmatched,
+        }
+    }
+
+    /// The longest prefix covering the canonical path among the routes
+    /// accepting the method.
+    fn strict(&self, method: &Method, exact: &str) -> Option<Target> {
+        let folded = fold(exact);
+        let (index, prefix, method) = self
+            .prefixes
+            .iter()
+            .enumerate()
+            .filter_map(|(index, prefix)| {
+                let path = if prefix.case_sensitive {
+                    exact
+                } else {
+                    &folded
+                };
+                let method = prefix.method(method.as_str())?;
+                prefix.covers(path).then_some((index, prefix, method))
+            })
+            .max_by_key(|(_, prefix, _)| prefix.path.len())?;
+        let path = if prefix.case_sensitive {
+            exact.to_owned()
+        } else {
+            folded.into_owned()
+        };
+        Some(Target {
+            index,
+            canonical: Canonical {
+                method: method.clone(),
+                path,
+            },
+        })
+    }
+}
+
+/// The canonical form of a request path (see the module docs), not yet
+/// case-folded; `None` when it has none: not starting with `/`, a broken
+/// `%` escape, decoded bytes that are not UTF-8, or a decoded `/`, `\` or
+/// control character. Such a path can select no route; only the loose
+/// reading can make it [`Selection::Ambiguous`].
+pub fn canonical_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut segments: Vec<Cow<'_, str>> = Vec::new();
+    for raw in path.split('/') {
+        let raw = raw.split(';').next().unwrap_or_default();
+        let segment = decode_segment(raw)?;
+        match segment.as_ref() {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
+    if segments.is_empty() {
+        return Some("/".to_owned());
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in &segments {
+        out.push('/');
+        out.push_str(segment);
+    }
+    Some(out)
+}
+
+/// The canonical form of a configured `path_prefix` (one that passed
+/// [`check_prefix`]), folded when the route is not case-sensitive.
+pub fn canonical_prefix(prefix: &str, fold_case: bool) -> String {
+    let path = canonical_path(prefix).unwrap_or_else(|| prefix.to_owned());
+    if fold_case {
+        fold(&path).into_owned()
+    } else {
+        path
+    }
+}
+
+/// Characters a `path_prefix` may hold besides letters and digits: RFC
+/// 3986 path characters that need no decoding and carry no parameters.
+const PREFIX_PUNCTUATION: &str = "/-._~!$&'()*+,=:@";
+
+/// Why a configured `path_prefix` can not be a prefix, if it can not: it
+/// must start with `/` and be canonical already apart from case and a
+/// trailing slash (no `%` escapes, `;`, `\`, empty or dot segments), so
+/// the operator's prefix means exactly what stage 1 compares with.
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') {
+        return Err(format!("{prefix:?} must start with '/'"));
+    }
+    if let Some(bad) = prefix
+        .chars()
+        .find(|c| !c.is_ascii_alphanumeric() && !PREFIX_PUNCTUATION.contains(*c))
+    {
+        return Err(format!(
+            "{prefix:?} may hold only letters, digits and {PREFIX_PUNCTUATION:?}, not {bad:?} (write the path decoded; parameters and escapes are resolved before matching)"
+        ));
+    }
+    let inner = prefix.trim_end_matches('/');
+    if inner
+        .split('/')
+        .skip(1)
+        .any(|s| matches!(s, "" | "." | ".."))
+    {
+        return Err(format!(
+            "{prefix:?} must not contain empty, '.' or '..' segments"
+        ));
+    }
+    Ok(())
+}
+
+/// Case folding of the canonical form: ASCII letters to lower case; any
+/// other character through upper then lower case, so characters that
+/// case-insensitive frameworks equate (`ſ` and `s`, the Kelvin sign and
+/// `k`) fold alike.
+pub fn fold(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() {
+        if text.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(text.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(text)
+        }
+    } else {
+        Cow::Owned(
+            text.chars()
+                .flat_map(char::to_uppercase)
+                .flat_map(char::to_lowercase)
+                .collect(),
+        )
+    }
+}
+
+fn is_plain(path: &str) -> bool {
+    path.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_'))
+}
+
+/// Strictly decodes one segment: `None` on a broken escape, non-UTF-8
+/// bytes, or a decoded separator or control character.
+fn decode_segment(raw: &str) -> Option<Cow<'_, str>> {
+    let text = if raw.contains('%') {
+        let bytes = raw.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at] == b'%' {
+                let high = hex_value(*bytes.get(at + 1)?)?;
+                let low = hex_value(*bytes.get(at + 2)?)?;
+                out.push(high << 4 | low);
+                at += 3;
+            } else {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+        Cow::Owned(String::from_utf8(out).ok()?)
+    } else {
+        Cow::Borrowed(raw)
+    };
+    let separator = |c: char| c == '/' || c == '\\' || c.is_control();
+    (!text.contains(separator)).then_some(text)
+}
+
+fn hex_value(byte: u8) -> Option<u8> {
+    (byte as char)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// The values of method-override headers, trimmed, comma lists split.
+fn method_overrides(headers: &HeaderMap) -> Vec<&str> {
+    METHOD_OVERRIDE_HEADERS
+        .iter()
+        .flat_map(|name| headers.get_all(*name))
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .collect()
+}
+
+/// The loose readings of a path: its segments with `..` applied, and with
+/// `..` left in place (a backend that does not resolve them routes
+/// `/notify/../x` under `/notify`).
+fn loose_readings(path: &str) -> [Vec<String>; 2] {
+    let mut text = path.to_owned();
+    for _ in 0..LOOSE_DECODE_ROUNDS {
+        let next = percent_encoding::percent_decode_str(&text)
+            .decode_utf8_lossy()
+            .into_owned();
+        if next == text {
+            break;
+        }
+        text = next;
+    }
+    let mut resolved: Vec<String> = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
+    let separator = |c: char| matches!(c, '/' | '\\' | char::REPLACEMENT_CHARACTER);
+    for raw in text.split(separator) {
+        let segment = raw
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim_matches(|c: char| c.is_whitespace() || c.is_control());
+        match segment {
+            "" | "." => {}
+            ".." => {
+                resolved.pop();
+                kept.push(segment.to_owned());
+            }
+            _ => {
+                resolved.push(segment.to_owned());
+                kept.push(segment.to_owned());
+            }
+        }
+    }
+    [resolved, kept]
+}
+
+/// Whether a loose segment may name the prefix segment `want`: it starts
+/// with it (a non-ASCII character standing for any character; ASCII
+/// letters compared ignoring case unless case-sensitive), and what
+/// follows, if anything, does not continue a name (a letter, digit, `-`
+/// or `_`): `notify.json`, `notify::$DATA` and `notify~1` may all be
+/// `notify`; `notifyx` and `notify-v2` are other names.
+fn loosely_equal(got: &str, want: &str, case_sensitive: bool) -> bool {
+    let mut chars = got.chars();
+    for expected in want.chars() {
+        let Some(c) = chars.next() else {
+            return false;
+        };
+        let same = c == expected
+            || !c.is_ascii()
+            || (!case_sensitive && c.eq_ignore_ascii_case(&expected));
+        if !same {
+            return false;
+        }
+    }
+    chars
+        .next()
+        .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+}
+
+/// What each protected route handles, refuses and lets pass, shown on
+/// concrete spellings run through [`Router::select`]: printed by
+/// `check-config` and logged at start-up, so an operator sees the rule
+/// applied to their own prefixes.
+pub fn describe(config: &Config) -> Vec<String> {
+    let router = Router::new(&config.routes);
+    let headers = HeaderMap::new();
+    let mut lines = Vec::new();
+    for (index, route) in config.routes.iter().enumerate() {
+        let methods: Vec<&str> = route.methods.iter().map(Method::as_str).collect();
+        let head = format!(
+            "route[{index}] {:?} ({} {})",
+            route.name,
+            methods.join(","),
+            route.path_prefix
+        );
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (method, target) in spellings(route) {
+            let group = match router.select(&method, &target, &headers) {
+                Selection::Route(t) if t.index == index => "handled as the route".to_owned(),
+                Selection::Route(t) => format!(
+                    "handled as route[{}] {:?}",
+                    t.index, config.routes[t.index].name
+                ),
+                Selection::Ambiguous { .. } => "refused with 400 path_ambiguous".to_owned(),
+                Selection::Unmatched if config.unmatched == Unmatched::Forward => {
+                    "passed through".to_owned()
+                }
+                Selection::Unmatched => "answered 404 route_not_found".to_owned(),
+            };
+            let shown = if method == route.methods[0] {
+                target
+            } else {
+                format!("{method} {target}")
+            };
+            match groups.iter_mut().find(|(name, _)| *name == group) {
+                Some((_, items)) => items.push(shown),
+                None => groups.push((group, vec![shown])),
+            }
+        }
+        for (group, items) in groups {
+            lines.push(format!("{head} {group}: {}", items.join(", ")));
+        }
+    }
+    lines
+}
+
+/// Spellings of a route's prefix an attacker would try, in display order.
+fn spellings(route: &Route) -> Vec<(Method, String)> {
+    let Some(method) = route.methods.first().cloned() else {
+        return Vec::new();
+    };
+    let p = route.path_prefix.trim_end_matches('/');
+    let capitalised: String = p
+        .split('/')
+        .map(|segment| {
+            let mut chars = segment.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    let encoded_first = match p.rsplit_once('/') {
+        Some((head, last)) if last.starts_with(|c: char| c.is_ascii_alphanumeric()) => {
+            let mut out = format!("{head}/");
+            let _ = write!(out, "%{:02X}", last.as_bytes()[0]);
+            out.push_str(&last[1..]);
+            out
+        }
+        _ => String::new(),
+    };
+    let lower_method = Method::from_bytes(method.as_str().to_ascii_lowercase().as_bytes())
+        .unwrap_or_else(|_| method.clone());
+    let targets = [
+        format!("{p}/x"),
+        p.to_ascii_uppercase(),
+        capitalised,
+        format!("{p};jsessionid=1"),
+        format!("/{p}/"),
+        format!("/.{p}"),
+        format!("/other/..{p}"),
+        encoded_first,
+        format!("{p}.json"),
+        format!("{p}%20"),
+        format!("{p}%2F"),
+        format!("{p}%00"),
+        format!("{p}\\"),
+        format!("{p}/../other"),
+    ];
+    let mut out: Vec<(Method, String)> = Vec::new();
+    for target in targets {
+        if target.starts_with('/') && !out.iter().any(|(_, t)| *t == target) {
+            out.push((method.clone(), target));
+        }
+    }
+    if lower_method != method {
+        let target = if p.is_empty() { "/" } else { p };
+        out.push((lower_method, target.to_owned()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

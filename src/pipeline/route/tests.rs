@@ -1,0 +1,441 @@
+//! Unit tests of stage 1: the canonical path, route selection, the
+//! capture-or-refuse rule, and properties over generated spellings.
+
+use std::fmt::Write as _;
+
+use super::*;
+use proptest::prelude::*;
+
+fn config(extra: &str) -> Config {
+    let text = format!(
+        "{extra}\n[store]\nkind = \"embedded\"\npath = \"/tmp/unused.redb\"\n\
+         [upstream]\nurl = \"http://127.0.0.1:1\"\n\
+         [[route]]\nname = \"pay\"\npath_prefix = \"/notify\"\n\
+         [route.signature]\nscheme = \"none\"\n\
+         [[route]]\nname = \"refund\"\npath_prefix = \"/notify/refund\"\nmethods = [\"POST\", \"PUT\"]\n\
+         [route.signature]\nscheme = \"none\"\n\
+         [[route]]\nname = \"exact\"\npath_prefix = \"/Hooks/GitHub/\"\ncase_sensitive = true\nmethods = [\"GET\"]\n\
+         [route.signature]\nscheme = \"none\"\n"
+    );
+    Config::parse(&text).expect("test config")
+}
+
+fn router() -> Router {
+    Router::new(&config("").routes)
+}
+
+fn pick(router: &Router, method: &str, path: &str) -> Selection {
+    let method = Method::from_bytes(method.as_bytes()).unwrap();
+    router.select(&method, path, &HeaderMap::new())
+}
+
+fn route_of(selection: &Selection) -> Option<(usize, &str, &str)> {
+    match selection {
+        Selection::Route(t) => Some((t.index, t.canonical.method.as_str(), &t.canonical.path)),
+        _ => None,
+    }
+}
+
+#[test]
+fn canonical_paths() {
+    let table: [(&str, Option<&str>); 22] = [
+        ("/notify", Some("/notify")),
+        ("/notify/", Some("/notify")),
+        ("//notify//x//", Some("/notify/x")),
+        ("/./notify/.", Some("/notify")),
+        ("/a/b/../../notify", Some("/notify")),
+        ("/../../notify", Some("/notify")),
+        ("/a/%2e%2E/notify", Some("/notify")),
+        ("/a/..;x=1/notify", Some("/notify")),
+        ("/notify;jsessionid=1/x;y", Some("/notify/x")),
+        ("/%6Eotify", Some("/notify")),
+        ("/No%74ify", Some("/Notify")),
+        ("/notify%20", Some("/notify ")),
+        ("/a%3Bb", Some("/a;b")),
+        ("/100%25", Some("/100%")),
+        ("/", Some("/")),
+        ("/..", Some("/")),
+        ("/a%2Fb", None),
+        ("/a%5Cb", None),
+        ("/a\\b", None),
+        ("/a%00", None),
+        ("/a%zz", None),
+        ("/a%c0%af", None),
+    ];
+    for (path, expected) in table {
+        assert_eq!(canonical_path(path).as_deref(), expected, "{path}");
+    }
+    assert_eq!(canonical_path("*"), None);
+    assert_eq!(canonical_path(""), None);
+    assert_eq!(canonical_path("/a%2"), None);
+    assert_eq!(canonical_path("/a%"), None);
+}
+
+#[test]
+fn folding_equates_what_case_insensitive_frameworks_equate() {
+    assert_eq!(fold("/NoTiFy"), "/notify");
+    assert!(matches!(fold("/notify"), Cow::Borrowed(_)));
+    assert_eq!(fold("/\u{212A}afka"), "/kafka", "Kelvin sign");
+    assert_eq!(fold("/\u{17F}tatus"), "/status", "long s");
+    assert_eq!(fold("/ÄÖÜ"), "/äöü");
+}
+
+#[test]
+fn prefixes_must_be_canonical_already() {
+    for ok in [
+        "/",
+        "/notify",
+        "/notify/",
+        "/Notify",
+        "/v1.0/hooks",
+        "/a-b_c~d/@x:y",
+    ] {
+        assert_eq!(check_prefix(ok), Ok(()), "{ok}");
+    }
+    for bad in [
+        "notify", "/a%20b", "/a;b", "/a\\b", "/a b", "/a//b", "/./a", "/a/..", "/a?b", "/a#b", "/ä",
+    ] {
+        assert!(check_prefix(bad).is_err(), "{bad}");
+    }
+    assert_eq!(canonical_prefix("/Notify/", true), "/notify");
+    assert_eq!(canonical_prefix("/Notify/", false), "/Notify");
+    assert_eq!(canonical_prefix("/", true), "/");
+}
+
+#[test]
+fn longest_prefix_and_method_select_the_route() {
+    let r = router();
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify")),
+        Some((0, "POST", "/notify"))
+    );
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/pay")),
+        Some((0, "POST", "/notify/pay"))
+    );
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/refund/1")),
+        Some((1, "POST", "/notify/refund/1"))
+    );
+    assert_eq!(
+        route_of(&pick(&r, "PUT", "/notify/refund")),
+        Some((1, "PUT", "/notify/refund"))
+    );
+    assert_eq!(pick(&r, "PUT", "/notify"), Selection::Unmatched);
+    assert_eq!(pick(&r, "POST", "/notifyx"), Selection::Unmatched);
+    assert_eq!(pick(&r, "GET", "/notify"), Selection::Unmatched);
+    assert_eq!(pick(&r, "POST", "/"), Selection::Unmatched);
+}
+
+#[test]
+fn the_canonical_form_settles_spellings_and_is_carried_forward() {
+    let r = router();
+    for (method, path) in [
+        ("POST", "//notify/X"),
+        ("POST", "/./notify/x"),
+        ("POST", "/%6Eotify/%78"),
+        ("POST", "/a/../notify/x/"),
+        ("POST", "/NOTIFY;jsessionid=1/X"),
+        ("post", "/Notify/x"),
+        ("pOsT", "/notify//x/."),
+        ("POST", "/other/..;/notify/x"),
+    ] {
+        assert_eq!(
+            route_of(&pick(&r, method, path)),
+            Some((0, "POST", "/notify/x")),
+            "{method} {path}"
+        );
+    }
+}
+
+#[test]
+fn what_the_canonical_form_can_not_settle_is_refused() {
+    let r = router();
+    for path in [
+        "/notify.json",
+        "/NOTIFY.xml",
+        "/notify.",
+        "/notify%20",
+        "/%20notify",
+        "/notify%09",
+        "/notify%00",
+        "/notify%2F",
+        "/notify%2fx",
+        "/x%2F..%2Fnotify",
+        "/notify%5C",
+        "/notify\\",
+        "/x\\..\\notify",
+        "/notify%c0%af",
+        "/notify%zz",
+        "/notify%",
+        "/notify%252e",
+        "/%256Eotify",
+        "/notify/../x",
+        "/notify/%2e%2e/x",
+        "/notify::$DATA",
+        "/notify~1",
+        "/notify%3Bx",
+        "/notify%3Fx",
+        "/%EF%BD%8Eotify",
+        "/ｎotify",
+        "/not%C4%B0fy",
+    ] {
+        assert_eq!(
+            pick(&r, "POST", path),
+            Selection::Ambiguous { index: 0 },
+            "{path}"
+        );
+    }
+    // a variant that the canonical path gives to /notify but a looser
+    // reading gives to the longer /notify/refund is refused as well
+    for path in [
+        "/notify/refund.json",
+        "/notify/refund%20",
+        "/notify/REFUND%2F1",
+    ] {
+        assert_eq!(
+            pick(&r, "POST", path),
+            Selection::Ambiguous { index: 1 },
+            "{path}"
+        );
+    }
+    // under the prefix, suffixes are the handler's business
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/x.json")).map(|t| t.0),
+        Some(0)
+    );
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/a%20b")).map(|t| t.0),
+        Some(0)
+    );
+}
+
+#[test]
+fn other_names_pass_through() {
+    let r = router();
+    for path in [
+        "/notifyx",
+        "/notify-v2",
+        "/notify_old",
+        "/notif",
+        "/other/notify",
+        "/static/my%20file.pdf",
+        "/x%2Fy",
+        "/%6Eotify%2Dv2",
+        "/a/../b",
+    ] {
+        assert_eq!(pick(&r, "POST", path), Selection::Unmatched, "{path}");
+    }
+}
+
+#[test]
+fn case_sensitive_routes_match_their_own_case() {
+    let r = router();
+    assert_eq!(
+        route_of(&pick(&r, "GET", "/Hooks/GitHub/x")),
+        Some((2, "GET", "/Hooks/GitHub/x"))
+    );
+    assert_eq!(
+        route_of(&pick(&r, "get", "//Hooks/GitHub")).map(|t| t.0),
+        Some(2)
+    );
+    assert_eq!(pick(&r, "GET", "/hooks/github"), Selection::Unmatched);
+    assert_eq!(pick(&r, "GET", "/hooks/github.json"), Selection::Unmatched);
+    assert_eq!(
+        pick(&r, "GET", "/Hooks/GitHub.json"),
+        Selection::Ambiguous { index: 2 }
+    );
+    // HEAD is served by GET handlers in most frameworks
+    assert_eq!(
+        pick(&r, "HEAD", "/Hooks/GitHub"),
+        Selection::Ambiguous { index: 2 }
+    );
+}
+
+#[test]
+fn method_override_headers_are_not_a_side_door() {
+    let r = router();
+    let mut headers = HeaderMap::new();
+    headers.insert("x-http-method-override", "post".parse().unwrap());
+    assert_eq!(
+        r.select(&Method::GET, "/notify", &headers),
+        Selection::Ambiguous { index: 0 }
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert("x-method-override", " GET, PUT ".parse().unwrap());
+    assert_eq!(
+        r.select(&Method::POST, "/notify/refund", &headers),
+        Selection::Route(Target {
+            index: 1,
+            canonical: Canonical {
+                method: Method::POST,
+                path: "/notify/refund".into()
+            }
+        }),
+        "the route accepts the real method: handled as the route"
+    );
+    assert_eq!(
+        r.select(&Method::GET, "/other", &headers),
+        Selection::Unmatched
+    );
+}
+
+#[test]
+fn a_protected_root_takes_every_path_or_refuses_it() {
+    let text = "[store]\nkind = \"embedded\"\npath = \"/tmp/u.redb\"\n\
+                [upstream]\nurl = \"http://127.0.0.1:1\"\n\
+                [[route]]\nname = \"all\"\npath_prefix = \"/\"\n[route.signature]\nscheme = \"none\"\n";
+    let r = Router::new(&Config::parse(text).unwrap().routes);
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/anything/at/all")).map(|t| t.0),
+        Some(0)
+    );
+    assert_eq!(route_of(&pick(&r, "POST", "/")).map(|t| t.0), Some(0));
+    assert_eq!(
+        pick(&r, "POST", "/a%2Fb"),
+        Selection::Ambiguous { index: 0 }
+    );
+    assert_eq!(pick(&r, "POST", "*"), Selection::Ambiguous { index: 0 });
+}
+
+#[test]
+fn describe_shows_the_rule_on_each_route() {
+    let lines = describe(&config(""));
+    let pay: Vec<&String> = lines.iter().filter(|l| l.starts_with("route[0]")).collect();
+    assert_eq!(pay.len(), 2, "{lines:#?}");
+    assert!(pay[0].starts_with("route[0] \"pay\" (POST /notify) handled as the route: /notify/x, /NOTIFY, /Notify, /notify;jsessionid=1, //notify/, /./notify, /other/../notify, /%6Eotify"), "{}", pay[0]);
+    assert!(pay[0].ends_with(", post /notify"), "{}", pay[0]);
+    assert_eq!(
+        pay[1],
+        "route[0] \"pay\" (POST /notify) refused with 400 path_ambiguous: /notify.json, /notify%20, /notify%2F, /notify%00, /notify\\, /notify/../other"
+    );
+    let exact: Vec<&String> = lines.iter().filter(|l| l.starts_with("route[2]")).collect();
+    assert!(
+        exact
+            .iter()
+            .any(|l| l.contains("passed through: /HOOKS/GITHUB")),
+        "{exact:#?}"
+    );
+    let rejecting = describe(&config("unmatched = \"reject\""));
+    assert!(
+        rejecting
+            .iter()
+            .any(|l| l.contains("answered 404 route_not_found: /HOOKS/GITHUB"))
+    );
+}
+
+/// One way of spelling a segment that the canonical form must undo.
+fn spelled(segment: &str, choices: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, c) in segment.chars().enumerate() {
+        let choice = choices.get(i).copied().unwrap_or(0);
+        match choice % 4 {
+            0 => out.push(c),
+            1 => out.push(c.to_ascii_uppercase()),
+            2 => {
+                let _ = write!(out, "%{:02X}", c as u32);
+            }
+            _ => {
+                let _ = write!(out, "%{:02x}", c as u32);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    /// Every spelling of a protected path that canonicalises onto it is
+    /// handled as the route: case, escapes of each letter, `;` parameters
+    /// on any segment, empty and dot segments, `..` climbing back in,
+    /// trailing slashes, the method in any case.
+    #[test]
+    fn no_spelling_of_a_protected_path_escapes(
+        letters in proptest::collection::vec(any::<u8>(), 6),
+        tail_letters in proptest::collection::vec(any::<u8>(), 3),
+        noise in proptest::collection::vec(0u8..6, 0..5),
+        params in proptest::collection::vec(any::<bool>(), 3),
+        method_case in proptest::collection::vec(any::<bool>(), 4),
+        trailing in 0usize..3,
+    ) {
+        let mut path = String::new();
+        for n in &noise {
+            path.push_str(match n {
+                0 => "/",
+                1 => "/.",
+                2 => "/other/..",
+                3 => "/%2e",
+                4 => "/x/%2E%2e",
+                _ => "/;p=1",
+            });
+        }
+        path.push('/');
+        path.push_str(&spelled("notify", &letters));
+        if params[0] { path.push_str(";jsessionid=ABC"); }
+        path.push('/');
+        if params[1] { path.push('/'); }
+        path.push_str(&spelled("sub", &tail_letters));
+        if params[2] { path.push_str(";v=2"); }
+        path.push_str(&"/".repeat(trailing));
+        let method: String = "post".chars().zip(&method_case)
+            .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
+            .collect();
+        let selection = pick(&router(), &method, &path);
+        prop_assert_eq!(
+            route_of(&selection),
+            Some((0, "POST", "/notify/sub")),
+            "{} {}", method, path
+        );
+    }
+
+    /// Whatever follows a protected prefix segment that does not continue
+    /// its name is never passed through.
+    #[test]
+    fn suffixed_spellings_are_refused(
+        suffix in "[.~:!$&'()*+,=@ %;\\\\]|%(0[0-9a-f]|1[0-9a-f]|2[0-9a-ce-f]|3[a-f]|5c|7f)",
+        rest in "[a-z.]{0,6}",
+        upper in any::<bool>(),
+    ) {
+        let prefix = if upper { "/NOTIFY" } else { "/notify" };
+        let path = format!("{prefix}{suffix}{rest}");
+        let selection = pick(&router(), "POST", &path);
+        prop_assert_ne!(&selection, &Selection::Unmatched, "{}", path);
+        if let Selection::Route(target) = &selection {
+            prop_assert_eq!(target.index, 0, "{}", path);
+        }
+    }
+
+    /// On any input: no panic, and a path whose canonical form lies under
+    /// the protected prefix is never passed through.
+    #[test]
+    fn canonically_protected_paths_are_never_unmatched(
+        path in "/[a-zA-Z0-9/.;%~\\\\ -]{0,24}(notify|NOTIFY|%6Eotify)[a-zA-Z0-9/.;%~\\\\ -]{0,12}",
+    ) {
+        let r = router();
+        let selection = pick(&r, "POST", &path);
+        let canonical = canonical_path(&path).map(|p| fold(&p).into_owned());
+        let protected = canonical
+            .as_deref()
+            .is_some_and(|p| p == "/notify" || p.starts_with("/notify/"));
+        if protected {
+            prop_assert_ne!(selection, Selection::Unmatched, "{}", path);
+        }
+    }
+
+    #[test]
+    fn selection_never_panics(path in ".{0,40}", method in "[A-Za-z]{1,8}") {
+        let _ = pick(&router(), &method, &path);
+        let _ = canonical_path(&path);
+    }
+
+    /// The canonical form is a fixed point (when it holds nothing a second
+    /// decoding would change).
+    #[test]
+    fn canonical_paths_are_stable(path in "/[a-zA-Z0-9/.;%~ -]{0,30}") {
+        if let Some(once) = canonical_path(&path) {
+            prop_assert!(once.starts_with('/'));
+            if !once.contains('%') && !once.contains(';') {
+                prop_assert_eq!(canonical_path(&once), Some(once.clone()));
+            }
+        }
+    }
+}
