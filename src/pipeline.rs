@@ -19,7 +19,7 @@
 //! refuses it, the sender gets the answer at once and the task keeps
 //! storing it ([`persist`]) until it sticks, the lease is provably lost or
 //! the shutdown grace period runs out — the last two counted and logged as
-//! unknown outcomes. Every request ends in exactly one [`Finished`], which is counted
+//! unknown outcomes. Every request ends in exactly one `Finished`, which is counted
 //! and logged once, here.
 
 pub mod body;

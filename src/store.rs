@@ -4,15 +4,17 @@
 //!
 //! | op       | effect |
 //! |----------|--------|
-//! | claim    | create an in-flight record if the key is free, else return the existing record and its TTL |
-//! | complete | owner-checked: overwrite with the completed (or unknown) record and a new TTL |
+//! | claim    | return the existing record and its TTL, else create an in-flight record (reads first: a full store still answers for what it holds) |
+//! | complete | owner-checked: overwrite with the completed (or unknown) record and a new TTL; a free key is written too ([`Completion`]) |
 //! | release  | owner-checked delete (a failed first attempt leaves no trace) |
 //! | renew    | owner-checked TTL reset while the upstream call runs |
 //! | lookup   | read a record and its TTL (admin API, waiting duplicates) |
 //! | purge    | unconditional delete (operator resolving an unknown outcome) |
 //!
-//! A successful claim is the only way to obtain a [`Lease`], and `complete`
-//! and `release` consume it, so settling a claim twice does not compile.
+//! A successful claim is the only way to obtain a [`Lease`]. `complete` and
+//! `release` borrow it, because an answer in hand is stored again and again
+//! until it sticks (`pipeline::persist`); the pipeline's settle consumes
+//! the lease when it is done with it.
 //! Interpreting an existing record (SPEC §4 rule 4: an in-flight record
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.

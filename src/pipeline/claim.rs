@@ -9,7 +9,7 @@
 //! refused with 409 `in_flight`.
 //!
 //! A claim whose reply is never read — the sender hung up while it was out,
-//! or the reply timed out — is released again by [`PendingClaim`], so it
+//! or the reply timed out — is released again by `PendingClaim`, so it
 //! can not block its key although the upstream never saw the delivery.
 //!
 //! A record this build can not decode is answered like an unknown outcome
@@ -17,7 +17,7 @@
 //! that ran, so it is never treated as free.
 //!
 //! Waiting is cheap: duplicates on this instance are woken by
-//! [`Signals`] the moment the local first delivery settles; duplicates of a
+//! `Signals` the moment the local first delivery settles; duplicates of a
 //! first delivery running on another instance re-check the store at a
 //! short, growing interval. Concurrent duplicates of one key share one
 //! store read ([`SingleFlight`]): a joiner receives what its leader saw —

@@ -5,7 +5,7 @@
 //! the answer would let the key run again once its claim expires. So a
 //! failed `complete` is retried for as long as the failure is transient
 //! (store unreachable, or full and refusing writes), with a doubling pause
-//! capped at [`MAX_PAUSE`], renewing the claim between attempts (a full
+//! capped at `MAX_PAUSE`, renewing the claim between attempts (a full
 //! Redis still takes `PEXPIRE`). It ends when:
 //!
 //! * the outcome is stored, over our claim or into a key that went free

@@ -240,7 +240,7 @@ impl EmbeddedStore {
         .await
     }
 
-    /// Deletes up to [`SWEEP_BATCH`] expired records; returns how many.
+    /// Deletes up to `SWEEP_BATCH` expired records; returns how many.
     /// The app calls this periodically.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         self.write(|records, expiries, now| {
