@@ -8,7 +8,8 @@
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
-//!            pipeline/persist.rs        retried until stored (the answer is in hand)
+//!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
+//!                                       retries until stored (the answer is in hand)
 //! ```
 //!
 //! Each stage takes its input and returns the next type or a
@@ -26,6 +27,7 @@ pub mod body;
 pub mod claim;
 pub mod delivery;
 pub mod forward;
+mod outcome;
 pub mod persist;
 pub mod quick_ack;
 pub mod route;
@@ -47,12 +49,11 @@ use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{OwnerMint, Record, RecordState, StoredBody, now_ms};
-use crate::store::{AnyStore, Completion, Lease, Store, StoreError};
+use crate::record::{OwnerMint, StoredBody, now_ms};
+use crate::store::{AnyStore, Lease};
 use claim::{Decision, Local};
 use delivery::Identity;
 use forward::{ForwardError, ProxyBody, UpstreamClient, full};
-use persist::{Persist, Persisted};
 use route::{Router, Selection, Target};
 use settle::Settlement;
 use verify::{Unverified, Verified};
@@ -447,132 +448,6 @@ impl Pipeline {
             );
             Finished::rejected(Rejection::UpstreamError)
         })
-    }
-
-    /// Settles a first delivery's lease with one store attempt. Returns
-    /// the failure if storing the outcome failed but may yet succeed
-    /// ([`Pipeline::keep_storing`] takes over).
-    async fn settle_once(
-        &self,
-        index: usize,
-        lease: &Lease,
-        settlement: &Settlement,
-    ) -> Option<StoreError> {
-        let route = &self.config.routes[index];
-        let key = lease.key().hash();
-        let (record, ttl) = match settlement {
-            Settlement::Keep(record, ttl) => (record, *ttl),
-            Settlement::Release => {
-                match self.store.release(lease).await {
-                    Ok(true) => {}
-                    Ok(false) => tracing::warn!(
-                        route = route.name,
-                        key,
-                        "claim expired or taken over before it was released"
-                    ),
-                    Err(error) => tracing::error!(
-                        route = route.name,
-                        key,
-                        %error,
-                        "could not release the claim: it turns unknown when its lease runs out"
-                    ),
-                }
-                return None;
-            }
-        };
-        match &record.state {
-            RecordState::Unknown => {
-                self.meters[index].unknown_outcome();
-                tracing::warn!(
-                    route = route.name,
-                    key,
-                    hold_s = ttl.as_secs(),
-                    "outcome unknown: the key is blocked until the hold ends or an operator purges it"
-                );
-            }
-            RecordState::Completed(answer) if answer.body == StoredBody::TooLarge => {
-                self.meters[index].answer_not_stored(false);
-                tracing::warn!(
-                    route = route.name,
-                    key,
-                    limit = self.config.limits.max_stored_answer_bytes,
-                    "answer larger than max_stored_answer_bytes: sent on, not stored; duplicates get answer_not_stored"
-                );
-            }
-            _ => {}
-        }
-        match self.persist(index, lease, record, ttl).once().await {
-            Ok(done) => {
-                self.report_persisted(index, lease, record, done);
-                None
-            }
-            Err(failure) => Some(failure),
-        }
-    }
-
-    /// Keeps storing an outcome the store refused (SPEC §4 rule 10).
-    async fn keep_storing(
-        &self,
-        index: usize,
-        lease: &Lease,
-        record: &Record,
-        ttl: Duration,
-        failure: StoreError,
-    ) {
-        let done = self
-            .persist(index, lease, record, ttl)
-            .until_stored(failure, &self.grace_over)
-            .await;
-        self.report_persisted(index, lease, record, done);
-    }
-
-    fn persist<'a>(
-        &'a self,
-        index: usize,
-        lease: &'a Lease,
-        record: &'a Record,
-        ttl: Duration,
-    ) -> Persist<'a, AnyStore> {
-        let rules = &self.config.routes[index].idempotency;
-        Persist::new(
-            &self.store,
-            lease,
-            record,
-            ttl,
-            rules.lease + rules.unknown_hold,
-        )
-    }
-
-    /// Logs how storing an outcome ended; every way it was not stored is an
-    /// unknown outcome (counted once: an unknown record was counted already).
-    fn report_persisted(&self, index: usize, lease: &Lease, record: &Record, done: Persisted) {
-        let route = &self.config.routes[index];
-        let key = lease.key().hash();
-        let why = match done {
-            Persisted::Stored(Completion::Stored) => return,
-            Persisted::Stored(_) => {
-                tracing::warn!(
-                    route = route.name,
-                    key,
-                    "the claim expired while the store was away; the outcome now holds the free key"
-                );
-                return;
-            }
-            Persisted::TakenOver => {
-                "another delivery holds the key: this claim was lost before the answer was stored"
-                    .to_owned()
-            }
-            Persisted::GaveUp(error) => error.to_string(),
-        };
-        if record.state != RecordState::Unknown {
-            self.meters[index].unknown_outcome();
-        }
-        tracing::error!(
-            route = route.name,
-            key,
-            why,
-            "outcome unknown: the upstream answered but its outcome could not be stored; check the backend, then purge the record if it did not act"
-        );
     }
 }
 

@@ -1,0 +1,144 @@
+//! Stage 7, the store side: settling a first delivery's lease.
+//!
+//! One attempt runs before the sender gets its answer, so in the common
+//! case a retry that arrives right after the answer finds the outcome
+//! stored. If the store refuses that attempt, the sender is answered and
+//! [`Pipeline::keep_storing`] carries on ([`super::persist`]). Every way an
+//! outcome ends up not stored is logged with the key hash the admin API
+//! takes and counted as an unknown outcome, once.
+
+use std::time::Duration;
+
+use super::Pipeline;
+use super::persist::{Persist, Persisted};
+use super::settle::Settlement;
+use crate::record::{Record, RecordState, StoredBody};
+use crate::store::{AnyStore, Completion, Lease, Store, StoreError};
+
+impl Pipeline {
+    /// Settles a first delivery's lease with one store attempt. Returns
+    /// the failure if storing the outcome failed but may yet succeed
+    /// ([`Pipeline::keep_storing`] takes over).
+    pub(super) async fn settle_once(
+        &self,
+        index: usize,
+        lease: &Lease,
+        settlement: &Settlement,
+    ) -> Option<StoreError> {
+        let route = &self.config.routes[index];
+        let key = lease.key().hash();
+        let (record, ttl) = match settlement {
+            Settlement::Keep(record, ttl) => (record, *ttl),
+            Settlement::Release => {
+                match self.store.release(lease).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(
+                        route = route.name,
+                        key,
+                        "claim expired or taken over before it was released"
+                    ),
+                    Err(error) => tracing::error!(
+                        route = route.name,
+                        key,
+                        %error,
+                        "could not release the claim: it turns unknown when its lease runs out"
+                    ),
+                }
+                return None;
+            }
+        };
+        match &record.state {
+            RecordState::Unknown => {
+                self.meters[index].unknown_outcome();
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    hold_s = ttl.as_secs(),
+                    "outcome unknown: the key is blocked until the hold ends or an operator purges it"
+                );
+            }
+            RecordState::Completed(answer) if answer.body == StoredBody::TooLarge => {
+                self.meters[index].answer_not_stored(false);
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    limit = self.config.limits.max_stored_answer_bytes,
+                    "answer larger than max_stored_answer_bytes: sent on, not stored; duplicates get answer_not_stored"
+                );
+            }
+            _ => {}
+        }
+        match self.persist(index, lease, record, ttl).once().await {
+            Ok(done) => {
+                self.report_persisted(index, lease, record, done);
+                None
+            }
+            Err(failure) => Some(failure),
+        }
+    }
+
+    /// Keeps storing an outcome the store refused (SPEC §4 rule 10).
+    pub(super) async fn keep_storing(
+        &self,
+        index: usize,
+        lease: &Lease,
+        record: &Record,
+        ttl: Duration,
+        failure: StoreError,
+    ) {
+        let done = self
+            .persist(index, lease, record, ttl)
+            .until_stored(failure, &self.grace_over)
+            .await;
+        self.report_persisted(index, lease, record, done);
+    }
+
+    fn persist<'a>(
+        &'a self,
+        index: usize,
+        lease: &'a Lease,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Persist<'a, AnyStore> {
+        let rules = &self.config.routes[index].idempotency;
+        Persist::new(
+            &self.store,
+            lease,
+            record,
+            ttl,
+            rules.lease + rules.unknown_hold,
+        )
+    }
+
+    /// Logs how storing an outcome ended; every way it was not stored is an
+    /// unknown outcome (counted once: an unknown record was counted already).
+    fn report_persisted(&self, index: usize, lease: &Lease, record: &Record, done: Persisted) {
+        let route = &self.config.routes[index];
+        let key = lease.key().hash();
+        let why = match done {
+            Persisted::Stored(Completion::Stored) => return,
+            Persisted::Stored(_) => {
+                tracing::warn!(
+                    route = route.name,
+                    key,
+                    "the claim expired while the store was away; the outcome now holds the free key"
+                );
+                return;
+            }
+            Persisted::TakenOver => {
+                "another delivery holds the key: this claim was lost before the answer was stored"
+                    .to_owned()
+            }
+            Persisted::GaveUp(error) => error.to_string(),
+        };
+        if record.state != RecordState::Unknown {
+            self.meters[index].unknown_outcome();
+        }
+        tracing::error!(
+            route = route.name,
+            key,
+            why,
+            "outcome unknown: the upstream answered but its outcome could not be stored; check the backend, then purge the record if it did not act"
+        );
+    }
+}
