@@ -219,16 +219,21 @@ def main():
     peak = summary.get("first_peak", {})
     mf, mr = monitor.get("monitor-first"), monitor.get("monitor-replay")
 
-    def client_ok(m, want):
+    # A replay reads its record once at most: concurrent duplicates of one
+    # key on one instance share a read (single flight), and every request
+    # of a replay round duplicates the same key, so far fewer is normal.
+    def client_ok(m, want, at_most=False):
         if not m or m["n"] == 0:
             return None
         others = sum(v for k, v in m["client"].items() if k != "evalsha")
-        return abs(m["client"].get("evalsha", 0) - want) < 0.01 and others < 0.001
+        sent = m["client"].get("evalsha", 0)
+        close = sent <= want + 0.01 if at_most else abs(sent - want) < 0.01
+        return close and others < 0.001
 
     evalsha_ok = None
     if first.get("evalsha") is not None and replay.get("evalsha") is not None:
-        evalsha_ok = abs(first["evalsha"] - 2) < 0.005 and abs(replay["evalsha"] - 1) < 0.005
-        for ok in (client_ok(mf, 2), client_ok(mr, 1)):
+        evalsha_ok = abs(first["evalsha"] - 2) < 0.005 and replay["evalsha"] <= 1.005
+        for ok in (client_ok(mf, 2), client_ok(mr, 1, at_most=True)):
             if ok is not None:
                 evalsha_ok = evalsha_ok and ok
     targets = [
@@ -242,7 +247,7 @@ def main():
          *target(first.get("dp99") is not None and first["dp99"] <= 1.0 if first else None,
                  f"{fmt(first.get('p99'), 2)} ms vs {fmt(summary.get('nginx', {}).get('p99'), 2)} ms "
                  f"(paired Δ {first.get('dp99', 0):+.2f} ms)" if first else "—")),
-        ("Redis commands exactly 2 per first delivery / 1 per replay (EVALSHA)",
+        ("Redis commands: 2 per first delivery / at most 1 per replay (EVALSHA)",
          *target(evalsha_ok,
                  f"EVALSHA/req {fmt(first.get('evalsha'), 4)} / {fmt(replay.get('evalsha'), 4)}; "
                  f"sent by idemgate (MONITOR): "
