@@ -231,3 +231,37 @@ async fn an_answer_that_finds_its_key_taken_is_an_unknown_outcome() {
     assert_eq!(stored, foreign, "the other owner's record is left alone");
     drop(gate);
 }
+
+/// Only shutdown cuts the retries short: when the grace period ends with
+/// an answer still not stored, it is given up as an unknown outcome —
+/// logged — and the process exits instead of retrying forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_up_an_unstored_answer_and_says_so() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(500))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("idemgate.log");
+    let text = config_text(&redis_store(&redis), &upstream.url(), "")
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"1s\"");
+    let mut gate = GateProcess::launch(&text, &[], Some(&log));
+    let first =
+        deliver_while_upstream_works(gate.url("/notify"), &payment("p-shutdown"), &upstream, 1)
+            .await;
+    redis.stop();
+    assert_eq!(first.await.unwrap().status, 200);
+    let stopping = std::time::Instant::now();
+    let status = gate.terminate();
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took < Duration::from_secs(4),
+        "shutdown waited {took:?} for a store that never came back"
+    );
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("outcome unknown") && l.contains("store unreachable")),
+        "the give-up is logged: {lines}"
+    );
+}
