@@ -18,6 +18,7 @@
 //!                            │ 5 claim     pipeline/claim.rs    503/409/422  reason, problem+json
 //!                            │ 6 forward   pipeline/forward.rs  502/504┤
 //!                            │ 7 settle    pipeline/settle.rs  (complete | release | unknown)
+//!                            │             pipeline/outcome.rs + persist.rs: stored until it sticks
 //!                            ▼
 //!                         store.rs (trait) ── store/redis.rs (fred + lua/*.lua)
 //!                                          └─ store/embedded.rs (redb)
