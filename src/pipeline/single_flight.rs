@@ -97,7 +97,12 @@ impl<K: Hash + Eq + Clone, S: Clone> SingleFlight<K, S> {
             sender,
         };
         let output = work.await;
-        landing.sender.send_replace(Some(share(&output)));
+        // The map holds one receiver; any other is a joiner waiting. With
+        // none, nothing is shared (a joiner arriving just now finds the
+        // flight gone and asks the store itself).
+        if landing.sender.receiver_count() > 1 {
+            landing.sender.send_replace(Some(share(&output)));
+        }
         drop(landing);
         Flight::Led(output)
     }
@@ -142,6 +147,16 @@ mod tests {
         // The next caller asks afresh.
         let again = flights.run(&"k", async { 7 }, |n| *n).await;
         assert!(matches!(again, Flight::Led(7)));
+    }
+
+    #[tokio::test]
+    async fn a_lone_leader_shares_nothing() {
+        let flights = SingleFlight::<&str, usize>::default();
+        let alone = flights
+            .run(&"k", async { 1 }, |_| unreachable!("nobody joined"))
+            .await;
+        assert!(matches!(alone, Flight::Led(1)));
+        assert_eq!(flights.in_progress(), 0);
     }
 
     #[tokio::test(start_paused = true)]
