@@ -1,0 +1,425 @@
+//! A route and its idempotency policy, and their validation.
+//!
+//! Owns `[[route]]` and `[route.idempotency]`: how a delivery's key and
+//! fingerprint are built, what happens to a second delivery while the first
+//! is in flight, which answers are stored. The signature part of a route is
+//! [`super::scheme`]'s; this file ties the two together and checks the
+//! rules that span both (retention against the signature window).
+
+use std::fmt;
+use std::time::Duration;
+
+use http::Method;
+
+use super::raw::{self, RawIdempotency, RawRoute};
+use super::scheme::scheme;
+use super::validate::{Problems, on_unavailable, upstream_url};
+use super::{OnUnavailable, Scheme, Selector, Upstream};
+
+/// One part of an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// A selector's value.
+    Value(Selector),
+    /// The message id the signature covers (standard-webhooks: `webhook-id`
+    /// or `svix-id`, whichever the sender used).
+    SignedId,
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Value(selector) => selector.fmt(f),
+            Self::SignedId => f.write_str("signed message id"),
+        }
+    }
+}
+
+/// A part of the request fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FingerprintPart {
+    /// The method.
+    Method,
+    /// The path.
+    Path,
+    /// The raw query string.
+    Query,
+    /// The body hash (canonical if `fingerprint_ignore` is set).
+    Body,
+    /// A header value.
+    Header(http::HeaderName),
+}
+
+/// Duplicate handling while the first delivery is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInFlight {
+    /// Wait up to `wait_timeout` and replay.
+    Wait,
+    /// Answer 409 `in_flight` at once.
+    Conflict,
+}
+
+/// What an upstream timeout does to the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUpstreamTimeout {
+    /// Record the outcome as unknown for `unknown_hold`.
+    Hold,
+    /// Release the claim (the next retry is forwarded).
+    Release,
+}
+
+/// Enforce deduplication, or only observe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Replay and reject as specified.
+    Enforce,
+    /// Forward everything; record and count what enforce would have done.
+    Shadow,
+}
+
+/// Which upstream statuses are stored and replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// `(low, high)` inclusive ranges.
+    ranges: Vec<(u16, u16)>,
+}
+
+impl CacheStatus {
+    fn parse(items: &[String]) -> Result<Self, String> {
+        let mut ranges = Vec::new();
+        for item in items {
+            let range = match item.as_bytes() {
+                [d @ b'1'..=b'5', b'x', b'x'] => {
+                    let base = u16::from(d - b'0') * 100;
+                    (base, base + 99)
+                }
+                _ => match item.parse::<u16>() {
+                    Ok(code @ 100..=599) => (code, code),
+                    _ => {
+                        return Err(format!(
+                            "{item:?} is not a status class; expected \"2xx\"…\"5xx\" or a code 100-599"
+                        ));
+                    }
+                },
+            };
+            ranges.push(range);
+        }
+        Ok(Self { ranges })
+    }
+
+    /// Whether an answer with this status is kept.
+    pub fn contains(&self, status: u16) -> bool {
+        self.ranges
+            .iter()
+            .any(|(low, high)| (*low..=*high).contains(&status))
+    }
+}
+
+/// `[route.idempotency]`, validated.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    /// Key parts; `None`: the fingerprint is the key.
+    pub key: Option<Vec<KeyPart>>,
+    /// A missing key part is a 400 (else the fingerprint is the key).
+    pub require_key: bool,
+    /// Fingerprint parts.
+    pub fingerprint: Vec<FingerprintPart>,
+    /// Body fields left out of the body hash.
+    pub fingerprint_ignore: Vec<Selector>,
+    /// In-flight claim lifetime.
+    pub lease: Duration,
+    /// Replay window.
+    pub retention: Duration,
+    /// Duplicate handling while in flight.
+    pub on_in_flight: OnInFlight,
+    /// Longest wait for an in-flight first delivery.
+    pub wait_timeout: Duration,
+    /// Stored statuses.
+    pub cache_status: CacheStatus,
+    /// Upstream timeout handling.
+    pub on_upstream_timeout: OnUpstreamTimeout,
+    /// How long an unknown outcome blocks.
+    pub unknown_hold: Duration,
+    /// Enforce or shadow.
+    pub mode: Mode,
+    /// Fail closed or open.
+    pub on_unavailable: OnUnavailable,
+}
+
+/// One protected route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Metric label and store key component.
+    pub name: String,
+    /// Path prefix that selects it, as configured (stage 1 compares its
+    /// canonical form: `pipeline::route`).
+    pub path_prefix: String,
+    /// Whether the prefix matches only in its own letter case.
+    pub case_sensitive: bool,
+    /// Accepted methods.
+    pub methods: Vec<Method>,
+    /// Upstream of this route.
+    pub upstream: Upstream,
+    /// Signature checking.
+    pub scheme: Scheme,
+    /// Deduplication rules.
+    pub idempotency: Idempotency,
+}
+
+pub(super) fn route(
+    p: &mut Problems,
+    key: &str,
+    raw: RawRoute,
+    default_upstream: &Upstream,
+    store_on_unavailable: OnUnavailable,
+) -> Option<Route> {
+    let name_ok = !raw.name.is_empty()
+        && raw.name.len() <= 64
+        && raw
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !name_ok {
+        p.push(
+            &format!("{key}.name"),
+            format!(
+                "{:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is a metric label and part of the store key)",
+                raw.name
+            ),
+        );
+    }
+    if let Err(problem) = crate::pipeline::route::check_prefix(&raw.path_prefix) {
+        p.push(&format!("{key}.path_prefix"), problem);
+    }
+    let methods = raw
+        .methods
+        .unwrap_or_else(|| vec!["POST".to_owned()])
+        .into_iter()
+        .filter_map(|m| {
+            let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok();
+            if method.is_none() {
+                p.push(
+                    &format!("{key}.methods"),
+                    format!("{m:?} is not an HTTP method"),
+                );
+            }
+            method
+        })
+        .collect::<Vec<_>>();
+    if methods.is_empty() {
+        p.push(&format!("{key}.methods"), "must list at least one method");
+    }
+    let upstream = match &raw.upstream {
+        Some(url) => Upstream {
+            url: upstream_url(p, &format!("{key}.upstream"), url),
+            timeout: default_upstream.timeout,
+        },
+        None => default_upstream.clone(),
+    };
+    let scheme = scheme(p, &format!("{key}.signature"), &raw.signature);
+    let idempotency = idempotency(
+        p,
+        &format!("{key}.idempotency"),
+        &raw.idempotency,
+        store_on_unavailable,
+        &scheme,
+    );
+    if let Some(tolerance) = scheme.tolerance() {
+        if idempotency.retention <= tolerance {
+            p.push(
+                &format!("{key}.idempotency.retention"),
+                format!(
+                    "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
+                ),
+            );
+        }
+    }
+    Some(Route {
+        name: raw.name,
+        path_prefix: raw.path_prefix,
+        case_sensitive: raw.case_sensitive.unwrap_or(false),
+        methods,
+        upstream,
+        scheme,
+        idempotency,
+    })
+}
+
+fn selectors(p: &mut Problems, key: &str, items: &[String]) -> Vec<Selector> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| p.take(&format!("{key}[{i}]"), Selector::parse(text)))
+        .collect()
+}
+
+fn idempotency(
+    p: &mut Problems,
+    key: &str,
+    raw: &RawIdempotency,
+    store_on_unavailable: OnUnavailable,
+    scheme: &Scheme,
+) -> Idempotency {
+    let key_parts = match (&raw.key, scheme) {
+        (Some(items), _) => {
+            if items.is_empty() {
+                p.push(
+                    &format!("{key}.key"),
+                    "must list at least one part, or be omitted",
+                );
+            }
+            Some(
+                selectors(p, &format!("{key}.key"), items)
+                    .into_iter()
+                    .map(KeyPart::Value)
+                    .collect(),
+            )
+        }
+        (None, Scheme::Preset(preset)) => Some(vec![preset.kind.default_key()]),
+        (None, _) => None,
+    };
+    let fingerprint = raw
+        .fingerprint
+        .clone()
+        .unwrap_or_else(|| vec!["method".into(), "path".into(), "body".into()])
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let part = match item.as_str() {
+                "method" => Ok(FingerprintPart::Method),
+                "path" => Ok(FingerprintPart::Path),
+                "query" => Ok(FingerprintPart::Query),
+                "body" => Ok(FingerprintPart::Body),
+                other => match other.strip_prefix("header:") {
+                    Some(name) => http::HeaderName::from_bytes(name.as_bytes())
+                        .map(FingerprintPart::Header)
+                        .map_err(|_| format!("{name:?} is not a valid header name")),
+                    None => Err(format!(
+                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\" or \"header:NAME\""
+                    )),
+                },
+            };
+            p.take(&format!("{key}.fingerprint[{i}]"), part)
+        })
+        .collect::<Vec<_>>();
+    if fingerprint.is_empty() {
+        p.push(&format!("{key}.fingerprint"), "must list at least one part");
+    }
+    let fingerprint_ignore = selectors(
+        p,
+        &format!("{key}.fingerprint_ignore"),
+        raw.fingerprint_ignore.as_deref().unwrap_or_default(),
+    );
+    for (i, selector) in fingerprint_ignore.iter().enumerate() {
+        if !selector.needs_body() {
+            p.push(
+                &format!("{key}.fingerprint_ignore[{i}]"),
+                "only json:/pointer and form:FIELD selectors name body fields",
+            );
+        }
+    }
+    let lease = p.duration(
+        &format!("{key}.lease"),
+        raw.lease.as_deref(),
+        raw::DEFAULT_LEASE,
+    );
+    let retention = p.duration(
+        &format!("{key}.retention"),
+        raw.retention.as_deref(),
+        raw::DEFAULT_RETENTION,
+    );
+    let wait_timeout = p.duration(
+        &format!("{key}.wait_timeout"),
+        raw.wait_timeout.as_deref(),
+        raw::DEFAULT_WAIT_TIMEOUT,
+    );
+    let unknown_hold = p.duration(
+        &format!("{key}.unknown_hold"),
+        raw.unknown_hold.as_deref(),
+        raw::DEFAULT_UNKNOWN_HOLD,
+    );
+    for (field, value) in [
+        ("lease", lease),
+        ("retention", retention),
+        ("unknown_hold", unknown_hold),
+    ] {
+        if value < Duration::from_millis(100) {
+            p.push(&format!("{key}.{field}"), "must be at least 100ms");
+        }
+    }
+    if !fingerprint_ignore.is_empty() && !fingerprint.contains(&FingerprintPart::Body) {
+        p.push(
+            &format!("{key}.fingerprint_ignore"),
+            "has no effect unless \"body\" is part of the fingerprint",
+        );
+    }
+    if raw.cache_status.as_ref().is_some_and(Vec::is_empty) {
+        p.push(
+            &format!("{key}.cache_status"),
+            "must list at least one status class, e.g. [\"2xx\"]",
+        );
+    }
+    let cache_status = match &raw.cache_status {
+        Some(items) => p
+            .take(&format!("{key}.cache_status"), CacheStatus::parse(items))
+            .unwrap_or(CacheStatus { ranges: Vec::new() }),
+        None => CacheStatus {
+            ranges: vec![(200, 299), (400, 499)],
+        },
+    };
+    Idempotency {
+        key: key_parts,
+        require_key: raw.require_key.unwrap_or(true),
+        fingerprint,
+        fingerprint_ignore,
+        lease,
+        retention,
+        on_in_flight: p.choice(
+            &format!("{key}.on_in_flight"),
+            raw.on_in_flight.as_deref(),
+            OnInFlight::Wait,
+            &[
+                ("wait", OnInFlight::Wait),
+                ("conflict", OnInFlight::Conflict),
+            ],
+        ),
+        wait_timeout,
+        cache_status,
+        on_upstream_timeout: p.choice(
+            &format!("{key}.on_upstream_timeout"),
+            raw.on_upstream_timeout.as_deref(),
+            OnUpstreamTimeout::Hold,
+            &[
+                ("hold", OnUpstreamTimeout::Hold),
+                ("release", OnUpstreamTimeout::Release),
+            ],
+        ),
+        unknown_hold,
+        mode: p.choice(
+            &format!("{key}.mode"),
+            raw.mode.as_deref(),
+            Mode::Enforce,
+            &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
+        ),
+        on_unavailable: on_unavailable(
+            p,
+            &format!("{key}.on_unavailable"),
+            raw.on_unavailable.as_deref(),
+            store_on_unavailable,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_classes() {
+        let classes = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
+        assert!(classes.contains(200) && classes.contains(299) && classes.contains(409));
+        assert!(!classes.contains(300) && !classes.contains(410));
+        assert!(CacheStatus::parse(&["6xx".into()]).is_err());
+        assert!(CacheStatus::parse(&["20".into()]).is_err());
+    }
+}

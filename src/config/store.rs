@@ -1,0 +1,225 @@
+//! `[store]`: which backend holds the claims and records, and how.
+//!
+//! Owns the store settings and their validation. The Redis URL may carry a
+//! password, so the types here print it redacted (see `redact`).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw;
+use super::redact_url;
+use super::validate::Problems;
+
+/// Which store backs the claims.
+#[derive(Clone)]
+pub enum StoreBackend {
+    /// Redis, Redis Cluster or Sentinel via fred.
+    Redis {
+        /// Connection URL (fred syntax).
+        url: String,
+    },
+    /// The embedded redb file; single instance only.
+    Embedded {
+        /// Database file.
+        path: PathBuf,
+    },
+}
+
+impl fmt::Debug for StoreBackend {
+    /// Prints the Redis URL with any password replaced, so `check-config`
+    /// output and logs never carry it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &redact_url(url))
+                .finish(),
+            Self::Embedded { path } => f.debug_struct("Embedded").field("path", path).finish(),
+        }
+    }
+}
+
+/// Durability knob: how many replicas must acknowledge a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaAck {
+    /// `WAIT numreplicas`.
+    pub replicas: u32,
+    /// `WAIT timeout`.
+    pub timeout: Duration,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Backend and its address.
+    pub backend: StoreBackend,
+    /// Claims (and stored answers) must reach this many replicas; `None`:
+    /// don't wait (Redis replicates asynchronously).
+    pub replica_ack: Option<ReplicaAck>,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Timeout of one store call.
+    pub command_timeout: Duration,
+    /// Keep `/readyz` at 200 although Redis may evict keys (`maxmemory`
+    /// with a policy other than `noeviction`). Off by default: an evicted
+    /// record or claim lets a duplicate execute again (SPEC §4 rule 10).
+    pub allow_eviction: bool,
+    /// Redis connections in the pool: one per worker thread, so a worker's
+    /// commands never wait for another thread's connection task, and fred
+    /// reads the replies of all queued commands in one go.
+    pub connections: usize,
+}
+
+pub(super) fn store_config(
+    p: &mut Problems,
+    raw: &raw::RawStore,
+    connections: usize,
+) -> StoreConfig {
+    let backend = match raw.kind.as_str() {
+        "redis" => {
+            if raw.path.is_some() {
+                p.push("store.path", "only valid with kind = \"embedded\"");
+            }
+            let url = raw.url.clone().unwrap_or_default();
+            let known = [
+                "redis://",
+                "rediss://",
+                "redis-cluster://",
+                "rediss-cluster://",
+                "redis-sentinel://",
+                "rediss-sentinel://",
+            ];
+            if !known.iter().any(|scheme| url.starts_with(scheme)) {
+                p.push(
+                    "store.url",
+                    format!(
+                        "{:?} is not a Redis URL; expected one of {}",
+                        redact_url(&url),
+                        known.join(" ")
+                    ),
+                );
+            }
+            StoreBackend::Redis { url }
+        }
+        "embedded" => {
+            if raw.url.is_some() {
+                p.push("store.url", "only valid with kind = \"redis\"");
+            }
+            match &raw.path {
+                Some(path) if !path.is_empty() => StoreBackend::Embedded {
+                    path: PathBuf::from(path),
+                },
+                _ => {
+                    p.push(
+                        "store.path",
+                        "required with kind = \"embedded\", e.g. \"data/idemgate.redb\"",
+                    );
+                    StoreBackend::Embedded {
+                        path: PathBuf::new(),
+                    }
+                }
+            }
+        }
+        other => {
+            p.push(
+                "store.kind",
+                format!("{other:?} is not valid; expected \"redis\" or \"embedded\""),
+            );
+            StoreBackend::Embedded {
+                path: PathBuf::new(),
+            }
+        }
+    };
+    let key_prefix = raw
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
+    if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
+        p.push(
+            "store.key_prefix",
+            "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
+        );
+    }
+    let replica_ack = match raw.min_replicas_ack {
+        None | Some(0) => None,
+        Some(replicas) => {
+            if !matches!(backend, StoreBackend::Redis { .. }) {
+                p.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
+            }
+            let timeout = p.duration(
+                "store.replica_ack_timeout",
+                raw.replica_ack_timeout.as_deref(),
+                raw::DEFAULT_REPLICA_ACK_TIMEOUT,
+            );
+            if timeout.is_zero() {
+                p.push(
+                    "store.replica_ack_timeout",
+                    "must be greater than zero (0 would make WAIT block forever)",
+                );
+            }
+            Some(ReplicaAck { replicas, timeout })
+        }
+    };
+    let allow_eviction = raw.allow_eviction.unwrap_or(false);
+    if raw.allow_eviction.is_some() && !matches!(backend, StoreBackend::Redis { .. }) {
+        p.push(
+            "store.allow_eviction",
+            "only valid with kind = \"redis\" (the embedded store never evicts)",
+        );
+    }
+    if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
+        p.push(
+            "store.replica_ack_timeout",
+            "has no effect without min_replicas_ack",
+        );
+    }
+    StoreConfig {
+        backend,
+        replica_ack,
+        allow_eviction,
+        key_prefix,
+        connections,
+        command_timeout: p.duration(
+            "store.command_timeout",
+            raw.command_timeout.as_deref(),
+            raw::DEFAULT_COMMAND_TIMEOUT,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::config::tests::MINIMAL;
+
+    #[test]
+    fn redis_passwords_never_print() {
+        let text = MINIMAL.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://app:hunter2@127.0.0.1:6379/0\"",
+        );
+        let printed = format!("{:?}", Config::parse(&text).unwrap());
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(
+            printed.contains("redis://app:<redacted>@127.0.0.1:6379/0"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn allow_eviction_defaults_off_and_needs_redis() {
+        assert!(!Config::parse(MINIMAL).unwrap().store.allow_eviction);
+        let embedded = MINIMAL.replace("[upstream]", "allow_eviction = true\n[upstream]");
+        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("store.allow_eviction: only valid with kind = \"redis\""),
+            "{err}"
+        );
+        let redis = embedded.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379/0\"",
+        );
+        assert!(Config::parse(&redis).unwrap().store.allow_eviction);
+    }
+}

@@ -1,0 +1,362 @@
+//! Turning a [`RawConfig`] into a [`Config`]: the validation plumbing.
+//!
+//! Owns [`Problems`] (errors collected with their key paths, so every
+//! mistake in a file is reported at once), the small shared checks
+//! (addresses, upstream URLs, `on_unavailable`) and the top-level
+//! `TryFrom`, which hands each section to the module that owns it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+
+use super::raw::{self, RawConfig, parse_duration};
+use super::route::route;
+use super::store::store_config;
+use super::{
+    Config, ConfigError, Limits, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream,
+    redact_url,
+};
+use crate::pipeline::route::canonical_prefix;
+
+/// More worker threads than this is a typo, not a machine.
+const MAX_WORKER_THREADS: usize = 1024;
+
+/// Collects errors with their key paths.
+#[derive(Default)]
+pub(super) struct Problems(pub(super) Vec<String>);
+
+impl Problems {
+    pub(super) fn push(&mut self, key: &str, message: impl fmt::Display) {
+        self.0.push(format!("{key}: {message}"));
+    }
+
+    pub(super) fn take<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|e| self.push(key, e)).ok()
+    }
+
+    pub(super) fn duration(&mut self, key: &str, text: Option<&str>, default: &str) -> Duration {
+        self.take(key, parse_duration(text.unwrap_or(default)))
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    pub(super) fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        text: Option<&str>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> T {
+        let Some(text) = text else { return default };
+        if let Some((_, value)) = options.iter().find(|(name, _)| *name == text) {
+            return *value;
+        }
+        let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+        self.push(
+            key,
+            format!(
+                "{text:?} is not valid; expected one of {}",
+                names.join(", ")
+            ),
+        );
+        default
+    }
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
+        let mut p = Problems::default();
+        let unmatched = p.choice(
+            "unmatched",
+            raw.unmatched.as_deref(),
+            Unmatched::Forward,
+            &[
+                ("forward", Unmatched::Forward),
+                ("reject", Unmatched::Reject),
+            ],
+        );
+        let listen = Listen {
+            proxy: socket(
+                &mut p,
+                "listen.proxy",
+                raw.listen.proxy,
+                raw::DEFAULT_PROXY_ADDR,
+            ),
+            admin: socket(
+                &mut p,
+                "listen.admin",
+                raw.listen.admin,
+                raw::DEFAULT_ADMIN_ADDR,
+            ),
+        };
+        let limits = Limits {
+            max_body_bytes: raw
+                .limits
+                .max_body_bytes
+                .unwrap_or(raw::DEFAULT_MAX_BODY_BYTES),
+            header_read_timeout: p.duration(
+                "limits.header_read_timeout",
+                raw.limits.header_read_timeout.as_deref(),
+                raw::DEFAULT_HEADER_READ_TIMEOUT,
+            ),
+            shutdown_grace: p.duration(
+                "limits.shutdown_grace",
+                raw.limits.shutdown_grace.as_deref(),
+                raw::DEFAULT_SHUTDOWN_GRACE,
+            ),
+            body_read_timeout: p.duration(
+                "limits.body_read_timeout",
+                raw.limits.body_read_timeout.as_deref(),
+                raw::DEFAULT_BODY_READ_TIMEOUT,
+            ),
+            max_connections: raw
+                .limits
+                .max_connections
+                .unwrap_or(raw::DEFAULT_MAX_CONNECTIONS),
+            max_headers: raw.limits.max_headers.unwrap_or(raw::DEFAULT_MAX_HEADERS),
+            max_header_bytes: raw
+                .limits
+                .max_header_bytes
+                .unwrap_or(raw::DEFAULT_MAX_HEADER_BYTES),
+            max_waiting_per_key: raw
+                .limits
+                .max_waiting_per_key
+                .unwrap_or(raw::DEFAULT_MAX_WAITING_PER_KEY),
+            max_stored_answer_bytes: raw
+                .limits
+                .max_stored_answer_bytes
+                .unwrap_or(raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
+            worker_threads: match raw
+                .limits
+                .worker_threads
+                .unwrap_or(raw::DEFAULT_WORKER_THREADS)
+            {
+                0 => std::thread::available_parallelism().map_or(1, usize::from),
+                threads => threads,
+            },
+        };
+        if limits.worker_threads > MAX_WORKER_THREADS {
+            p.push(
+                "limits.worker_threads",
+                format!("must be at most {MAX_WORKER_THREADS}"),
+            );
+        }
+        for (key, value, least) in [
+            ("limits.max_connections", limits.max_connections, 1),
+            ("limits.max_headers", limits.max_headers, 1),
+            ("limits.max_header_bytes", limits.max_header_bytes, 8192),
+        ] {
+            if value < least {
+                p.push(key, format!("must be at least {least}"));
+            }
+        }
+        if limits.body_read_timeout.is_zero() {
+            p.push("limits.body_read_timeout", "must be greater than zero");
+        }
+        if limits.header_read_timeout.is_zero() {
+            p.push("limits.header_read_timeout", "must be greater than zero");
+        }
+        if limits.max_body_bytes == 0 {
+            p.push("limits.max_body_bytes", "must be at least 1");
+        }
+        if limits.max_stored_answer_bytes > raw::MAX_STORED_ANSWER_BYTES {
+            p.push(
+                "limits.max_stored_answer_bytes",
+                format!("must be at most {}", raw::MAX_STORED_ANSWER_BYTES),
+            );
+        }
+        let store = store_config(&mut p, &raw.store, limits.worker_threads);
+        let on_unavailable = on_unavailable(
+            &mut p,
+            "store.on_unavailable",
+            raw.store.on_unavailable.as_deref(),
+            OnUnavailable::Reject,
+        );
+        let upstream = Upstream {
+            url: upstream_url(&mut p, "upstream.url", &raw.upstream.url),
+            timeout: p.duration(
+                "upstream.timeout",
+                raw.upstream.timeout.as_deref(),
+                raw::DEFAULT_UPSTREAM_TIMEOUT,
+            ),
+        };
+        if upstream.timeout.is_zero() {
+            p.push("upstream.timeout", "must be greater than zero");
+        }
+        if store.command_timeout.is_zero() {
+            p.push("store.command_timeout", "must be greater than zero");
+        }
+        let admin_token = raw
+            .admin
+            .token
+            .as_deref()
+            .and_then(|spec| p.take("admin.token", Secret::resolve(spec)));
+
+        let mut routes: Vec<Route> = Vec::new();
+        for (index, raw_route) in raw.routes.into_iter().enumerate() {
+            let key = format!("route[{index}]");
+            if let Some(route) = route(&mut p, &key, raw_route, &upstream, on_unavailable) {
+                if routes.iter().any(|r| r.name == route.name) {
+                    p.push(&format!("{key}.name"), "duplicate route name");
+                }
+                let shadowed = routes.iter().find(|r| {
+                    let fold = !(r.case_sensitive && route.case_sensitive);
+                    canonical_prefix(&r.path_prefix, fold)
+                        == canonical_prefix(&route.path_prefix, fold)
+                        && r.methods.iter().any(|m| route.methods.contains(m))
+                });
+                if let Some(other) = shadowed {
+                    p.push(
+                        &format!("{key}.path_prefix"),
+                        format!(
+                            "route {:?} already matches {:?} for the same methods",
+                            other.name, route.path_prefix
+                        ),
+                    );
+                }
+                routes.push(route);
+            }
+        }
+        if p.0.is_empty() {
+            Ok(Self {
+                unmatched,
+                listen,
+                limits,
+                store,
+                upstream,
+                on_unavailable,
+                admin_token,
+                routes,
+            })
+        } else {
+            Err(ConfigError(p.0))
+        }
+    }
+}
+
+fn socket(p: &mut Problems, key: &str, text: Option<String>, default: &str) -> SocketAddr {
+    let text = text.unwrap_or_else(|| default.to_owned());
+    p.take(
+        key,
+        text.parse()
+            .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
+    )
+    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+pub(super) fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
+    let parsed = text.parse::<Uri>().ok().filter(|uri| {
+        uri.scheme_str() == Some("http") && uri.authority().is_some() && uri.query().is_none()
+    });
+    match parsed {
+        Some(uri) => uri,
+        None => {
+            p.push(
+                key,
+                format!(
+                    "{:?} is not an http:// base URL such as \"http://127.0.0.1:3000\"",
+                    redact_url(text)
+                ),
+            );
+            Uri::from_static("http://127.0.0.1:1")
+        }
+    }
+}
+
+pub(super) fn on_unavailable(
+    p: &mut Problems,
+    key: &str,
+    text: Option<&str>,
+    default: OnUnavailable,
+) -> OnUnavailable {
+    p.choice(
+        key,
+        text,
+        default,
+        &[
+            ("reject", OnUnavailable::Reject),
+            ("forward", OnUnavailable::Forward),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::config::tests::MINIMAL;
+
+    #[test]
+    fn worker_threads_default_to_one_and_size_the_redis_pool() {
+        let config = Config::parse(MINIMAL).unwrap();
+        assert_eq!(config.limits.worker_threads, 1);
+        assert_eq!(config.store.connections, 1);
+        let with = |threads: &str| {
+            MINIMAL.replace(
+                "[store]",
+                &format!("[limits]\nworker_threads = {threads}\n[store]"),
+            )
+        };
+        let config = Config::parse(&with("3")).unwrap();
+        assert_eq!(
+            (config.limits.worker_threads, config.store.connections),
+            (3, 3)
+        );
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(
+            Config::parse(&with("0")).unwrap().limits.worker_threads,
+            cpus
+        );
+        let err = Config::parse(&with("5000")).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("limits.worker_threads: must be at most 1024"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn errors_name_their_keys_and_are_all_reported() {
+        let text = MINIMAL
+            .replace(
+                "lease = \"30s\"",
+                "lease = \"30 parsecs\"\nretention = \"1m\"",
+            )
+            .replace("kind = \"embedded\"", "kind = \"memcached\"");
+        let err = Config::parse(&text).unwrap_err();
+        let joined = err.0.join("\n");
+        assert!(joined.contains("route[0].idempotency.lease:"), "{joined}");
+        assert!(
+            joined.contains("route[0].idempotency.retention: must exceed"),
+            "{joined}"
+        );
+        assert!(joined.contains("store.kind:"), "{joined}");
+    }
+
+    #[test]
+    fn missing_env_secret_is_named() {
+        let text = MINIMAL.replace("literal:old", "env:IDEMGATE_TEST_SURELY_UNSET");
+        let err = Config::parse(&text).unwrap_err();
+        assert!(
+            err.0[0].starts_with("route[0].signature.secrets[1]: environment variable"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ambiguous_or_ineffective_settings_are_errors() {
+        let twice = format!(
+            "{MINIMAL}\n[[route]]\nname = \"other\"\npath_prefix = \"/notify\"\n[route.signature]\nscheme = \"none\"\n"
+        );
+        let err = Config::parse(&twice).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("route[1].path_prefix: route \"payments\" already matches"),
+            "{err}"
+        );
+        let zero = MINIMAL.replace("[upstream]", "[upstream]\ntimeout = \"0ms\"");
+        assert!(Config::parse(&zero).unwrap_err().0[0].starts_with("upstream.timeout"));
+        let empty = MINIMAL.replace("lease = \"30s\"", "cache_status = []");
+        assert!(Config::parse(&empty).unwrap_err().0[0].contains("cache_status"));
+    }
+}
