@@ -41,7 +41,8 @@ pub use route::{
     CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,
 };
 pub use scheme::{
-    Algorithm, Encoding, HmacScheme, Preset, PresetKind, Scheme, TimestampRule, TimestampUnit,
+    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Preset, PresetKind, Scheme, TimestampRule,
+    TimestampUnit,
 };
 pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};

@@ -86,117 +86,185 @@ pub enum Rejection {
     UpstreamTimeout,
 }
 
-/// Every `reason` word, in the order of SPEC §3 (plus `route_not_found`
-/// and `path_ambiguous`): the closed label set of `idemgate_rejections_total`.
-pub const REASONS: [&str; 17] = [
-    "body_too_large",
-    "body_timeout",
-    "signature_missing",
-    "signature_invalid",
-    "timestamp_missing",
-    "timestamp_out_of_window",
-    "key_missing",
-    "key_invalid",
-    "bad_request_body",
-    "fingerprint_mismatch",
-    "in_flight",
-    "outcome_unknown",
-    "store_unavailable",
-    "upstream_error",
-    "upstream_timeout",
-    "route_not_found",
-    "path_ambiguous",
-];
+/// The `reason` word of a [`Rejection`]: the `reason` member of its problem
+/// document and the closed label set of `idemgate_rejections_total`.
+///
+/// Declared in the order of SPEC §3 (plus `route_not_found` and
+/// `path_ambiguous`); metrics index their counters by discriminant, so
+/// [`Reason::ALL`] follows the declaration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The body exceeds `limits.max_body_bytes`.
+    BodyTooLarge,
+    /// The body did not arrive within `limits.body_read_timeout`.
+    BodyTimeout,
+    /// No signature where the route looks for one.
+    SignatureMissing,
+    /// No configured secret produces the presented signature.
+    SignatureInvalid,
+    /// The signed timestamp is absent or not digits.
+    TimestampMissing,
+    /// The signed timestamp lies outside the tolerance window.
+    TimestampOutOfWindow,
+    /// A required idempotency key part is absent.
+    KeyMissing,
+    /// An idempotency key part is empty, too long or malformed.
+    KeyInvalid,
+    /// The body could not be parsed where a selector needs it.
+    BadRequestBody,
+    /// The key was used before for a different request.
+    FingerprintMismatch,
+    /// The first delivery of this key is still being processed.
+    InFlight,
+    /// The first delivery's outcome is unknown.
+    OutcomeUnknown,
+    /// The idempotency store is unreachable and the route fails closed.
+    StoreUnavailable,
+    /// The upstream refused or reset the connection.
+    UpstreamError,
+    /// The upstream did not answer in time.
+    UpstreamTimeout,
+    /// No route matched and `unmatched = "reject"`.
+    RouteNotFound,
+    /// Another spelling of a protected route's path or method.
+    PathAmbiguous,
+}
+
+impl Reason {
+    /// Every reason, for pre-registering label sets.
+    pub const ALL: [Self; 17] = [
+        Self::BodyTooLarge,
+        Self::BodyTimeout,
+        Self::SignatureMissing,
+        Self::SignatureInvalid,
+        Self::TimestampMissing,
+        Self::TimestampOutOfWindow,
+        Self::KeyMissing,
+        Self::KeyInvalid,
+        Self::BadRequestBody,
+        Self::FingerprintMismatch,
+        Self::InFlight,
+        Self::OutcomeUnknown,
+        Self::StoreUnavailable,
+        Self::UpstreamError,
+        Self::UpstreamTimeout,
+        Self::RouteNotFound,
+        Self::PathAmbiguous,
+    ];
+
+    /// The reason word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BodyTooLarge => "body_too_large",
+            Self::BodyTimeout => "body_timeout",
+            Self::SignatureMissing => "signature_missing",
+            Self::SignatureInvalid => "signature_invalid",
+            Self::TimestampMissing => "timestamp_missing",
+            Self::TimestampOutOfWindow => "timestamp_out_of_window",
+            Self::KeyMissing => "key_missing",
+            Self::KeyInvalid => "key_invalid",
+            Self::BadRequestBody => "bad_request_body",
+            Self::FingerprintMismatch => "fingerprint_mismatch",
+            Self::InFlight => "in_flight",
+            Self::OutcomeUnknown => "outcome_unknown",
+            Self::StoreUnavailable => "store_unavailable",
+            Self::UpstreamError => "upstream_error",
+            Self::UpstreamTimeout => "upstream_timeout",
+            Self::RouteNotFound => "route_not_found",
+            Self::PathAmbiguous => "path_ambiguous",
+        }
+    }
+}
 
 /// Everything the wire and the metrics need to know about one rejection.
 struct Row {
     status: StatusCode,
-    reason: &'static str,
+    reason: Reason,
     title: &'static str,
 }
 
 impl Rejection {
     fn row(&self) -> Row {
         let (status, reason, title) = match self {
-            Self::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found", "No route"),
+            Self::RouteNotFound => (StatusCode::NOT_FOUND, Reason::RouteNotFound, "No route"),
             Self::PathAmbiguous => (
                 StatusCode::BAD_REQUEST,
-                "path_ambiguous",
+                Reason::PathAmbiguous,
                 "Ambiguous spelling of a protected route",
             ),
             Self::BodyTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                Reason::BodyTooLarge,
                 "Request body too large",
             ),
             Self::BodyTimeout => (
                 StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
+                Reason::BodyTimeout,
                 "Request body too slow",
             ),
             Self::SignatureMissing => (
                 StatusCode::UNAUTHORIZED,
-                "signature_missing",
+                Reason::SignatureMissing,
                 "Signature missing",
             ),
             Self::SignatureInvalid => (
                 StatusCode::UNAUTHORIZED,
-                "signature_invalid",
+                Reason::SignatureInvalid,
                 "Signature invalid",
             ),
             Self::TimestampMissing => (
                 StatusCode::UNAUTHORIZED,
-                "timestamp_missing",
+                Reason::TimestampMissing,
                 "Timestamp missing",
             ),
             Self::TimestampOutOfWindow => (
                 StatusCode::UNAUTHORIZED,
-                "timestamp_out_of_window",
+                Reason::TimestampOutOfWindow,
                 "Timestamp outside the allowed window",
             ),
             Self::KeyMissing(_) => (
                 StatusCode::BAD_REQUEST,
-                "key_missing",
+                Reason::KeyMissing,
                 "Idempotency key missing",
             ),
             Self::KeyInvalid(_) => (
                 StatusCode::BAD_REQUEST,
-                "key_invalid",
+                Reason::KeyInvalid,
                 "Idempotency key invalid",
             ),
             Self::BadRequestBody(_) => (
                 StatusCode::BAD_REQUEST,
-                "bad_request_body",
+                Reason::BadRequestBody,
                 "Request body unparsable",
             ),
             Self::FingerprintMismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "fingerprint_mismatch",
+                Reason::FingerprintMismatch,
                 "Idempotency key reused for a different request",
             ),
             Self::InFlight { .. } => (
                 StatusCode::CONFLICT,
-                "in_flight",
+                Reason::InFlight,
                 "First delivery still in flight",
             ),
             Self::OutcomeUnknown { .. } => (
                 StatusCode::CONFLICT,
-                "outcome_unknown",
+                Reason::OutcomeUnknown,
                 "Outcome of the first delivery unknown",
             ),
             Self::StoreUnavailable { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
+                Reason::StoreUnavailable,
                 "Idempotency store unavailable",
             ),
             Self::UpstreamError => (
                 StatusCode::BAD_GATEWAY,
-                "upstream_error",
+                Reason::UpstreamError,
                 "Upstream connection failed",
             ),
             Self::UpstreamTimeout => (
                 StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
+                Reason::UpstreamTimeout,
                 "Upstream timed out",
             ),
         };
@@ -214,7 +282,7 @@ impl Rejection {
 
     /// The machine-readable reason: the `reason` member of the problem body
     /// and the `reason` label of `idemgate_rejections_total`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         self.row().reason
     }
 
@@ -231,7 +299,12 @@ impl Rejection {
     /// sender is expected to come back.
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let row = self.row();
-        let body = problem_document(row.status, row.reason, row.title, &self.to_string());
+        let body = problem_document(
+            row.status,
+            row.reason.as_str(),
+            row.title,
+            &self.to_string(),
+        );
         let mut response = Response::new(Full::new(body));
         *response.status_mut() = row.status;
         response.headers_mut().insert(
@@ -332,13 +405,27 @@ mod tests {
         let mut reasons = Vec::new();
         for (rejection, status, reason) in table {
             assert_eq!(rejection.status().as_u16(), status, "{rejection:?}");
-            assert_eq!(rejection.reason(), reason, "{rejection:?}");
-            reasons.push(reason);
+            assert_eq!(rejection.reason().as_str(), reason, "{rejection:?}");
+            reasons.push(rejection.reason());
         }
         assert_eq!(
-            reasons, REASONS,
-            "REASONS lists every reason once, in table order"
+            reasons,
+            Reason::ALL,
+            "Reason::ALL lists every reason once, in table order"
         );
+    }
+
+    /// Metrics index their counters by discriminant: `ALL` holds each
+    /// variant once, in declaration order, and no two share a word.
+    #[test]
+    fn reason_all_is_complete_and_words_are_unique() {
+        for (i, reason) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{reason:?}");
+        }
+        let words: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(words.len(), Reason::ALL.len(), "as_str words are unique");
+        assert!(!words.contains(ANSWER_NOT_STORED), "not a rejection reason");
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+use crate::error::Reason;
+
 /// `idemgate_requests_total{route, outcome}`.
 pub const REQUESTS_TOTAL: &str = "idemgate_requests_total";
 /// `idemgate_rejections_total{route, reason}`.
@@ -253,9 +255,9 @@ impl RouteMetrics {
                 .iter()
                 .map(|o| histogram!(REQUEST_DURATION, "route" => route.clone(), "outcome" => o.as_str()))
                 .collect(),
-            rejections: crate::error::REASONS
+            rejections: Reason::ALL
                 .iter()
-                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => *r)))
+                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => r.as_str())))
                 .collect(),
             upstream: histogram!(UPSTREAM_DURATION, "route" => route.clone()),
             upstream_errors: UpstreamErrorKind::ALL
@@ -281,11 +283,9 @@ impl RouteMetrics {
         self.durations[outcome as usize].record(elapsed.as_secs_f64());
     }
 
-    /// Counts a rejection by its reason word.
-    pub fn rejection(&self, reason: &str) {
-        if let Some(index) = crate::error::REASONS.iter().position(|r| *r == reason) {
-            self.rejections[index].increment(1);
-        }
+    /// Counts a rejection by its reason.
+    pub fn rejection(&self, reason: Reason) {
+        self.rejections[reason as usize].increment(1);
     }
 
     /// Records an upstream call's duration.
@@ -420,6 +420,9 @@ mod tests {
         for (i, kind) in UpstreamErrorKind::ALL.iter().enumerate() {
             assert_eq!(*kind as usize, i);
         }
+        for (i, reason) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i);
+        }
     }
 
     #[test]
@@ -429,7 +432,7 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             let meters = RouteMetrics::new("pay", 2);
             meters.request(Outcome::Replayed, Duration::from_millis(1));
-            meters.rejection("in_flight");
+            meters.rejection(Reason::InFlight);
             meters.secret_match(1);
         });
         let text = handle.render();

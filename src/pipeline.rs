@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
-use crate::error::{ANSWER_NOT_STORED, Rejection};
+use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::record::{OwnerMint, StoredBody, now_ms};
@@ -61,11 +61,32 @@ use verify::{Unverified, Verified};
 /// How long a sender is told to wait when the store is down.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The `reason=` of a request's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Note {
+    /// A rejection, enforced or (in shadow mode) the one enforce would
+    /// have made: counted in `idemgate_rejections_total`.
+    Rejection(Reason),
+    /// A replay whose first answer was not stored: logged, but not counted
+    /// as a rejection (the delivery was processed).
+    AnswerNotStored,
+}
+
+impl Note {
+    /// The word the log line shows.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejection(reason) => reason.as_str(),
+            Self::AnswerNotStored => ANSWER_NOT_STORED,
+        }
+    }
+}
+
 /// How one request ended: what is counted and logged.
 struct Finished {
     outcome: Outcome,
     response: Response<ProxyBody>,
-    reason: Option<&'static str>,
+    reason: Option<Note>,
     key_hash: Option<String>,
     /// Index of the secret that verified the delivery, for the log line.
     secret_index: Option<usize>,
@@ -92,7 +113,7 @@ impl Finished {
         Self {
             outcome: Outcome::Rejected,
             response,
-            reason: Some(reason),
+            reason: Some(Note::Rejection(reason)),
             key_hash: None,
             secret_index: None,
             recorded: false,
@@ -112,8 +133,16 @@ impl Finished {
         }
     }
 
-    fn with_reason(mut self, reason: &'static str) -> Self {
-        self.reason = Some(reason);
+    /// Notes the rejection this request was answered with (or, in shadow
+    /// mode, would have been): logged and counted.
+    fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = Some(Note::Rejection(reason));
+        self
+    }
+
+    /// Notes a replay whose answer was not stored: logged only.
+    fn answer_not_stored(mut self) -> Self {
+        self.reason = Some(Note::AnswerNotStored);
         self
     }
 
@@ -125,13 +154,13 @@ impl Finished {
         self.recorded = true;
         let elapsed = started.elapsed();
         meters.request(self.outcome, elapsed);
-        if let Some(reason) = self.reason {
+        if let Some(Note::Rejection(reason)) = self.reason {
             meters.rejection(reason);
         }
         tracing::info!(
             route,
             outcome = self.outcome.as_str(),
-            reason = self.reason.unwrap_or(""),
+            reason = self.reason.map_or("", Note::as_str),
             key = self.key_hash.as_deref().unwrap_or(""),
             secret_index = self.secret_index,
             status = self.response.status().as_u16(),
@@ -338,7 +367,7 @@ impl Pipeline {
                 let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
                 if stored.body == StoredBody::TooLarge {
                     self.meters[index].answer_not_stored(true);
-                    replayed.with_reason(ANSWER_NOT_STORED)
+                    replayed.answer_not_stored()
                 } else {
                     replayed
                 }

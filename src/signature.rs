@@ -31,7 +31,9 @@ use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::config::{Algorithm, Preset, PresetKind, Scheme, Secret, TimestampUnit};
+use crate::config::{
+    Algorithm, DEFAULT_TOLERANCE, Preset, PresetKind, Scheme, Secret, TimestampUnit,
+};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -235,7 +237,7 @@ fn preset_window(
     direction: Direction,
     now_ms: u64,
 ) -> Result<(), Rejection> {
-    let tolerance = preset.tolerance.unwrap_or(Duration::from_secs(300));
+    let tolerance = preset.tolerance.unwrap_or(DEFAULT_TOLERANCE);
     check_window(
         timestamp,
         TimestampUnit::Seconds,

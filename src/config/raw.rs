@@ -62,8 +62,6 @@ pub const DEFAULT_RETENTION: &str = "24h";
 pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
 /// Default time an unknown outcome blocks re-forwarding.
 pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
-/// Default signature tolerance for the generic scheme.
-pub const DEFAULT_TOLERANCE: &str = "5m";
 
 /// The whole file.
 #[derive(Debug, Deserialize)]

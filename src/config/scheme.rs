@@ -8,9 +8,18 @@
 
 use std::time::Duration;
 
-use super::raw::{self, RawSignature};
+use super::raw::RawSignature;
 use super::validate::Problems;
 use super::{KeyPart, Secret, Selector, Template};
+
+/// The default signature tolerance: five minutes either side of now.
+///
+/// It is the window Standard Webhooks, Stripe and Slack document for their
+/// own signatures, so the presets apply it as theirs and the generic
+/// `scheme = "hmac"` uses it when `tolerance` is not set: wide enough for
+/// ordinary clock skew and queueing, narrow enough to refuse replays of an
+/// old captured delivery.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
 /// HMAC digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +106,7 @@ impl PresetKind {
     /// The sender's own replay window, if its scheme signs a timestamp.
     pub fn default_tolerance(self) -> Option<Duration> {
         match self {
-            Self::StandardWebhooks | Self::Stripe | Self::Slack => Some(Duration::from_secs(300)),
+            Self::StandardWebhooks | Self::Stripe | Self::Slack => Some(DEFAULT_TOLERANCE),
             Self::Github | Self::Shopify => None,
         }
     }
@@ -253,7 +262,8 @@ fn preset(
         (None, None) => None,
         (Some(default), None) => Some(default),
         (Some(_), Some(text)) => {
-            let tolerance = p.duration(&format!("{key}.tolerance"), Some(text), "5m");
+            let tolerance =
+                p.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
             if tolerance.is_zero() {
                 p.push(&format!("{key}.tolerance"), "must be greater than zero");
             }
@@ -334,10 +344,10 @@ fn hmac_scheme(
             TimestampUnit::Seconds,
             &[("s", TimestampUnit::Seconds), ("ms", TimestampUnit::Millis)],
         );
-        let tolerance = p.duration(
+        let tolerance = p.duration_or(
             &format!("{key}.tolerance"),
             raw.tolerance.as_deref(),
-            raw::DEFAULT_TOLERANCE,
+            DEFAULT_TOLERANCE,
         );
         if tolerance.is_zero() {
             p.push(&format!("{key}.tolerance"), "must be greater than zero");

@@ -41,6 +41,19 @@ impl Problems {
             .unwrap_or(Duration::from_secs(1))
     }
 
+    /// Like [`Self::duration`], with the default already a `Duration`.
+    pub(super) fn duration_or(
+        &mut self,
+        key: &str,
+        text: Option<&str>,
+        default: Duration,
+    ) -> Duration {
+        match text {
+            None => default,
+            Some(text) => self.duration(key, Some(text), ""),
+        }
+    }
+
     pub(super) fn choice<T: Copy>(
         &mut self,
         key: &str,

@@ -110,7 +110,7 @@ mod tests {
                 } else {
                     TimestampUnit::Seconds
                 },
-                tolerance: Duration::from_secs(300),
+                tolerance: crate::config::DEFAULT_TOLERANCE,
             }),
         }
     }
