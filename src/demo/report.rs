@@ -1,0 +1,248 @@
+//! The report: one [`Report`] per scenario (what was sent, what the handler
+//! did, what the sender got, and every deviation from the specification)
+//! and the printed output built from them — the setup lines, the table and
+//! the closing summary line.
+//!
+//! The scenarios only record expectations here; how results are shown is
+//! decided in one place.
+
+use std::path::Path;
+
+use super::NOTIFY_PATH;
+use super::handler::LegacyHandler;
+use super::sender::Seen;
+use crate::app::RunningApp;
+
+/// One row of the table: what was sent, what the handler did, what the
+/// sender got, and every way that differed from the specification.
+pub(super) struct Report {
+    title: &'static str,
+    sent: usize,
+    calls: u32,
+    shipped: u32,
+    pub(super) seen: Vec<Seen>,
+    problems: Vec<String>,
+}
+
+impl Report {
+    pub(super) fn new(
+        title: &'static str,
+        handler: &LegacyHandler,
+        id: &str,
+        seen: Vec<Seen>,
+    ) -> Self {
+        let (calls, shipped) = handler.counts(id);
+        Self {
+            title,
+            sent: seen.len(),
+            calls,
+            shipped,
+            seen,
+            problems: Vec::new(),
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Notes `problem` unless `holds`.
+    pub(super) fn expect(&mut self, holds: bool, problem: impl FnOnce() -> String) {
+        if !holds {
+            self.problems.push(problem());
+        }
+    }
+
+    /// The handler was called `calls` times and shipped `shipped` orders.
+    pub(super) fn expect_backend(&mut self, calls: u32, shipped: u32) {
+        let (seen_calls, seen_shipped) = (self.calls, self.shipped);
+        self.expect(seen_calls == calls, || {
+            format!("expected {calls} backend call(s), saw {seen_calls}")
+        });
+        self.expect(seen_shipped == shipped, || {
+            format!("expected {shipped} order(s) shipped, saw {seen_shipped}")
+        });
+    }
+
+    /// Answer `index` has this status and `Idempotent-Replayed` value.
+    pub(super) fn expect_answer(&mut self, index: usize, status: u16, replayed: bool) {
+        let got = self.seen.get(index).map(Seen::label);
+        let matches = self
+            .seen
+            .get(index)
+            .and_then(Seen::answer)
+            .is_some_and(|a| a.status == status && a.replayed == Some(replayed));
+        self.expect(matches, || {
+            let want = if replayed { "replayed" } else { "forwarded" };
+            format!(
+                "delivery {}: expected {status} {want}, got {got:?}",
+                index + 1
+            )
+        });
+    }
+
+    /// Answer `index` is idemgate's own problem+json with this status and reason.
+    pub(super) fn expect_rejection(&mut self, index: usize, status: u16, reason: &str) {
+        let got = self.seen.get(index).map(Seen::label);
+        let matches = self
+            .seen
+            .get(index)
+            .and_then(Seen::answer)
+            .is_some_and(|a| a.status == status && a.reason.as_deref() == Some(reason));
+        self.expect(matches, || {
+            format!(
+                "delivery {}: expected {status} {reason}, got {got:?}",
+                index + 1
+            )
+        });
+    }
+
+    /// Every answer at `indices` has exactly the body of answer `first`.
+    pub(super) fn expect_same_body(
+        &mut self,
+        first: usize,
+        indices: impl IntoIterator<Item = usize>,
+    ) {
+        let body_at = |i: usize| self.seen.get(i).and_then(Seen::answer).map(|a| &a.body);
+        let Some(reference) = body_at(first) else {
+            self.problems
+                .push(format!("delivery {}: no answer to compare with", first + 1));
+            return;
+        };
+        let differing: Vec<usize> = indices
+            .into_iter()
+            .filter(|&i| body_at(i) != Some(reference))
+            .map(|i| i + 1)
+            .collect();
+        self.expect(differing.is_empty(), || {
+            format!(
+                "deliveries {differing:?}: body differs from delivery {}",
+                first + 1
+            )
+        });
+    }
+}
+
+pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &Path) {
+    println!("idemgate demo: an at-least-once sender, idemgate, and a legacy handler");
+    println!(
+        "  legacy handler   http://{} (ships an order per accepted call)",
+        handler.addr
+    );
+    println!("  idemgate proxy   http://{}{NOTIFY_PATH}", app.proxy_addr);
+    println!("  idemgate admin   http://{}/metrics", app.admin_addr);
+    println!(
+        "  embedded store   {}",
+        workdir.join("idemgate.redb").display()
+    );
+    println!(
+        "  route payments   hex HMAC-SHA256 of the body, 5 min window, key = paymentNo + status"
+    );
+    println!();
+}
+
+/// `1 x a, 2 x b` style summary of the answers, in order of first appearance.
+fn describe(seen: &[Seen]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for label in seen.iter().map(Seen::label) {
+        match counts.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((label, 1)),
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(label, count)| match count {
+            1 => label,
+            _ => format!("{count} x {label}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn print_table(reports: &[Report]) {
+    let header = [
+        "#",
+        "scenario",
+        "sent",
+        "backend calls",
+        "orders shipped",
+        "idemgate answered",
+        "verdict",
+    ];
+    let rows: Vec<[String; 7]> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            [
+                (i + 1).to_string(),
+                r.title.to_owned(),
+                r.sent.to_string(),
+                r.calls.to_string(),
+                r.shipped.to_string(),
+                describe(&r.seen),
+                if r.ok() { "ok" } else { "FAILED" }.to_owned(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let numeric = [true, false, true, true, true, false, false];
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .zip(numeric)
+            .map(|((cell, width), right)| {
+                if right {
+                    format!("{cell:>width$}")
+                } else {
+                    format!("{cell:<width$}")
+                }
+            })
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(&header.map(str::to_owned));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    println!("{}", rule.join("  "));
+    for row in &rows {
+        line(row);
+    }
+    println!();
+    println!("forwarded: the handler's live answer (Idempotent-Replayed: false)");
+    println!("replayed:  idemgate's stored copy of it, byte for byte (Idempotent-Replayed: true)");
+    println!("401 …:     idemgate's problem+json rejection; the handler never saw the request");
+    for (i, report) in reports.iter().enumerate() {
+        for problem in &report.problems {
+            println!("  scenario {}: {problem}", i + 1);
+        }
+    }
+}
+
+/// Prints the closing line; returns whether every scenario was ok.
+pub(super) fn print_summary(reports: &[Report]) -> bool {
+    let sent: usize = reports.iter().map(|r| r.sent).sum();
+    let calls: u32 = reports.iter().map(|r| r.calls).sum();
+    let shipped: u32 = reports.iter().map(|r| r.shipped).sum();
+    let failed = reports.iter().filter(|r| !r.ok()).count();
+    println!();
+    if failed == 0 {
+        println!(
+            "all {} scenarios ok: {sent} deliveries sent, {calls} reached the handler, \
+             {shipped} orders shipped (one per genuine payment), nothing shipped twice",
+            reports.len()
+        );
+    } else {
+        println!(
+            "{failed} of {} scenarios FAILED: {sent} deliveries sent, {calls} reached the handler, \
+             {shipped} orders shipped",
+            reports.len()
+        );
+    }
+    failed == 0
+}
