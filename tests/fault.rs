@@ -1784,7 +1784,7 @@ async fn redis_restart_without_persistence_forgets() {
 // Redis Cluster: every primary's eviction settings are checked
 // ---------------------------------------------------------------------------
 
-/// One primary of three may evict (issue 12 item 3): `/readyz` fails and
+/// One primary of three may evict: `/readyz` fails and
 /// names that primary, although the others (and the URL's first node) are
 /// fine; the policy fixed on that node, `/readyz` recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

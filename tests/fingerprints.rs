@@ -1,4 +1,4 @@
-//! Fingerprints that could hide a changed request (issue 12 item 8): a
+//! Fingerprints that could hide a changed request: a
 //! JSON body naming a key twice is refused wherever idemgate reads JSON
 //! (key, fingerprint, signature), repeated form fields keep their order in
 //! the canonical form, and numbers are compared as written. Real Redis,
