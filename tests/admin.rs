@@ -25,16 +25,23 @@ async fn admin(gate: &Gate, method: &str, path: &str, token: Option<&str>) -> An
     .await
 }
 
+/// A config whose upstream times out after 200 ms (the first call, from
+/// `Upstream::slow_first`, takes 2 s), so that delivery's outcome turns
+/// unknown and is held for 10 minutes: a record for an operator to resolve.
+fn times_out_to_unknown(redis: &RedisServer, upstream: &Upstream) -> String {
+    config_text(
+        &redis_store(redis),
+        &upstream.url(),
+        "unknown_hold = \"10m\"",
+    )
+    .replace("timeout = \"5s\"", "timeout = \"200ms\"")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
     let redis = RedisServer::start();
     let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
-    let text = config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "unknown_hold = \"10m\"",
-    )
-    .replace("timeout = \"5s\"", "timeout = \"200ms\"");
+    let text = times_out_to_unknown(&redis, &upstream);
     let gate = Gate::start(&with_admin(&text)).await;
     assert_eq!(admin(&gate, "GET", "/healthz", None).await.status, 200);
     assert_eq!(admin(&gate, "GET", "/readyz", None).await.status, 200);
@@ -365,12 +372,7 @@ fn run_runbook(script: &str) -> String {
 async fn readme_unknown_outcome_runbook_works_copy_paste() {
     let redis = RedisServer::start();
     let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
-    let text = config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "unknown_hold = \"10m\"",
-    )
-    .replace("timeout = \"5s\"", "timeout = \"200ms\"");
+    let text = times_out_to_unknown(&redis, &upstream);
     let text = format!("{text}\n[admin]\ntoken = \"env:IDEMGATE_ADMIN_TOKEN\"\n");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("idemgate.log");
