@@ -42,7 +42,7 @@ pub use route::{
 };
 pub use scheme::{
     Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Preset, PresetKind, Scheme, TimestampRule,
-    TimestampUnit,
+    TimestampUnit, decode_whsec,
 };
 pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};

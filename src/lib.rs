@@ -41,6 +41,8 @@
 //! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
 //! * [`server`] — accept loop, HTTP/1+2, header timeout, graceful drain.
 //! * [`pipeline`] — the request stages, sequenced in one place.
+//! * [`path`] — canonical request paths (routing and `path_prefix` checks).
+//! * [`encoding`] — the lenient base64 engine secrets and signatures share.
 //! * [`extract`] — a buffered request and selector reads out of it.
 //! * [`signature`] — the HMAC core and the signature schemes.
 //! * [`store`] — the store contract; Redis and embedded backends.
@@ -55,10 +57,12 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod demo;
+pub mod encoding;
 pub mod error;
 pub mod extract;
 pub mod log_writer;
 pub mod metrics;
+pub mod path;
 pub mod pipeline;
 pub mod record;
 pub mod server;

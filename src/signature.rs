@@ -25,7 +25,6 @@ pub mod stripe;
 use std::time::Duration;
 
 use base64::Engine;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use bytes::Bytes;
 use http::HeaderMap;
 use sha2::{Sha256, Sha512};
@@ -34,14 +33,9 @@ use subtle::ConstantTimeEq;
 use crate::config::{
     Algorithm, DEFAULT_TOLERANCE, Preset, PresetKind, Scheme, Secret, TimestampUnit,
 };
+use crate::encoding::BASE64;
 use crate::error::Rejection;
 use crate::extract::Inbound;
-
-/// Standard base64 that accepts input with or without `=` padding.
-pub const BASE64: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
 
 /// Longest signature header value read; anything longer is refused before
 /// any parsing (a real one is well under 1 KiB even with several secrets).

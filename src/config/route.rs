@@ -188,7 +188,7 @@ pub(super) fn route(
             ),
         );
     }
-    if let Err(problem) = crate::pipeline::route::check_prefix(&raw.path_prefix) {
+    if let Err(problem) = crate::path::check_prefix(&raw.path_prefix) {
         p.push(&format!("{key}.path_prefix"), problem);
     }
     let methods = raw

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use super::raw::RawSignature;
 use super::validate::Problems;
+use base64::Engine;
+
 use super::{KeyPart, Secret, Selector, Template};
+use crate::encoding::BASE64;
 
 /// The default signature tolerance: five minutes either side of now.
 ///
@@ -20,6 +23,14 @@ use super::{KeyPart, Secret, Selector, Template};
 /// ordinary clock skew and queueing, narrow enough to refuse replays of an
 /// old captured delivery.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Decodes a Standard Webhooks `whsec_…` secret (or a bare base64 key)
+/// into MAC key bytes, once when the configuration is loaded and again on
+/// each reload, so verification never sees the text form.
+pub fn decode_whsec(text: &[u8]) -> Option<Vec<u8>> {
+    let encoded = text.strip_prefix(b"whsec_").unwrap_or(text);
+    BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
+}
 
 /// HMAC digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,11 +288,9 @@ fn preset(
             .filter_map(|(i, secret)| {
                 p.take(
                     &format!("{key}.secrets[{i}]"),
-                    secret
-                        .derived(crate::signature::standard_webhooks::decode_secret)
-                        .map_err(|_| {
-                            "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
-                        }),
+                    secret.derived(decode_whsec).map_err(|_| {
+                        "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
+                    }),
                 )
             })
             .collect(),
@@ -478,5 +487,15 @@ mod tests {
         }
         let slack = preset_route("scheme = \"slack\"\nsecrets = [\"literal:x\"]", "").unwrap();
         assert!(slack.warnings().is_empty());
+    }
+
+    #[test]
+    fn secrets_with_and_without_prefix_are_the_same_key() {
+        assert_eq!(
+            decode_whsec(b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            decode_whsec(b"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        );
+        assert_eq!(decode_whsec(b"whsec_!!!"), None);
+        assert_eq!(decode_whsec(b"whsec_"), None);
     }
 }

@@ -18,7 +18,7 @@ use super::{
     Config, ConfigError, Limits, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream,
     redact_url,
 };
-use crate::pipeline::route::canonical_prefix;
+use crate::path::canonical_prefix;
 
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKER_THREADS: usize = 1024;

@@ -8,7 +8,7 @@
 //! follows one rule (SPEC §4 rule 9): **handle it as the route, or refuse
 //! it, never pass it through.**
 //!
-//! * **Canonical path** ([`canonical_path`]): `;` parameters cut from every
+//! * **Canonical path** ([`crate::path::canonical_path`]): `;` parameters cut from every
 //!   segment, every `%XX` decoded (the result must be UTF-8 without `/`,
 //!   `\` or control characters), empty and `.` segments dropped, `..`
 //!   removing the segment before it, no trailing slash; letters folded to
@@ -31,12 +31,12 @@
 //! method are only compared with routes and hashed into the fingerprint
 //! ([`Canonical`]), so spellings of one request are one delivery.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use http::{HeaderMap, Method};
 
 use crate::config::{Config, Route, Unmatched};
+use crate::path::{canonical_path, canonical_prefix, fold, is_plain};
 
 /// Headers that frameworks (Rails, Laravel, ASP.NET, Express's
 /// method-override) read as the "real" method of a request: a request
@@ -218,140 +218,6 @@ impl Router {
             },
         })
     }
-}
-
-/// The canonical form of a request path (see the module docs), not yet
-/// case-folded; `None` when it has none: not starting with `/`, a broken
-/// `%` escape, decoded bytes that are not UTF-8, or a decoded `/`, `\` or
-/// control character. Such a path can select no route; only the loose
-/// reading can make it [`Selection::Ambiguous`].
-pub fn canonical_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut segments: Vec<Cow<'_, str>> = Vec::new();
-    for raw in path.split('/') {
-        let raw = raw.split(';').next().unwrap_or_default();
-        let segment = decode_segment(raw)?;
-        match segment.as_ref() {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            _ => segments.push(segment),
-        }
-    }
-    if segments.is_empty() {
-        return Some("/".to_owned());
-    }
-    let mut out = String::with_capacity(path.len());
-    for segment in &segments {
-        out.push('/');
-        out.push_str(segment);
-    }
-    Some(out)
-}
-
-/// The canonical form of a configured `path_prefix` (one that passed
-/// [`check_prefix`]), folded when the route is not case-sensitive.
-pub fn canonical_prefix(prefix: &str, fold_case: bool) -> String {
-    let path = canonical_path(prefix).unwrap_or_else(|| prefix.to_owned());
-    if fold_case {
-        fold(&path).into_owned()
-    } else {
-        path
-    }
-}
-
-/// Characters a `path_prefix` may hold besides letters and digits: RFC
-/// 3986 path characters that need no decoding and carry no parameters.
-const PREFIX_PUNCTUATION: &str = "/-._~!$&'()*+,=:@";
-
-/// Why a configured `path_prefix` can not be a prefix, if it can not: it
-/// must start with `/` and be canonical already apart from case and a
-/// trailing slash (no `%` escapes, `;`, `\`, empty or dot segments), so
-/// the operator's prefix means exactly what stage 1 compares with.
-pub fn check_prefix(prefix: &str) -> Result<(), String> {
-    if !prefix.starts_with('/') {
-        return Err(format!("{prefix:?} must start with '/'"));
-    }
-    if let Some(bad) = prefix
-        .chars()
-        .find(|c| !c.is_ascii_alphanumeric() && !PREFIX_PUNCTUATION.contains(*c))
-    {
-        return Err(format!(
-            "{prefix:?} may hold only letters, digits and {PREFIX_PUNCTUATION:?}, not {bad:?} (write the path decoded; parameters and escapes are resolved before matching)"
-        ));
-    }
-    let inner = prefix.trim_end_matches('/');
-    if inner
-        .split('/')
-        .skip(1)
-        .any(|s| matches!(s, "" | "." | ".."))
-    {
-        return Err(format!(
-            "{prefix:?} must not contain empty, '.' or '..' segments"
-        ));
-    }
-    Ok(())
-}
-
-/// Case folding of the canonical form: ASCII letters to lower case; any
-/// other character through upper then lower case, so characters that
-/// case-insensitive frameworks equate (`ſ` and `s`, the Kelvin sign and
-/// `k`) fold alike.
-pub fn fold(text: &str) -> Cow<'_, str> {
-    if text.is_ascii() {
-        if text.bytes().any(|b| b.is_ascii_uppercase()) {
-            Cow::Owned(text.to_ascii_lowercase())
-        } else {
-            Cow::Borrowed(text)
-        }
-    } else {
-        Cow::Owned(
-            text.chars()
-                .flat_map(char::to_uppercase)
-                .flat_map(char::to_lowercase)
-                .collect(),
-        )
-    }
-}
-
-fn is_plain(path: &str) -> bool {
-    path.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_'))
-}
-
-/// Strictly decodes one segment: `None` on a broken escape, non-UTF-8
-/// bytes, or a decoded separator or control character.
-fn decode_segment(raw: &str) -> Option<Cow<'_, str>> {
-    let text = if raw.contains('%') {
-        let bytes = raw.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut at = 0;
-        while at < bytes.len() {
-            if bytes[at] == b'%' {
-                let high = hex_value(*bytes.get(at + 1)?)?;
-                let low = hex_value(*bytes.get(at + 2)?)?;
-                out.push(high << 4 | low);
-                at += 3;
-            } else {
-                out.push(bytes[at]);
-                at += 1;
-            }
-        }
-        Cow::Owned(String::from_utf8(out).ok()?)
-    } else {
-        Cow::Borrowed(raw)
-    };
-    let separator = |c: char| c == '/' || c == '\\' || c.is_control();
-    (!text.contains(separator)).then_some(text)
-}
-
-fn hex_value(byte: u8) -> Option<u8> {
-    (byte as char)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
 }
 
 /// The values of method-override headers, trimmed, comma lists split.

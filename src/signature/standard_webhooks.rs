@@ -12,23 +12,15 @@
 use bytes::Bytes;
 
 use super::{
-    Authenticity, BASE64, Direction, Form, parse_timestamp, preset_signature, preset_window,
-    single_header,
+    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
 };
 use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
-use base64::Engine;
 
 /// `(id, timestamp, signature)` header names of the two families.
 const WEBHOOK: [&str; 3] = ["webhook-id", "webhook-timestamp", "webhook-signature"];
 const SVIX: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"];
-
-/// Decodes a `whsec_…` secret (or a bare base64 key) into MAC key bytes.
-pub fn decode_secret(text: &[u8]) -> Option<Vec<u8>> {
-    let encoded = text.strip_prefix(b"whsec_").unwrap_or(text);
-    BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
-}
 
 /// The `v1` signatures of a `webhook-signature` value.
 pub fn v1_signatures(header: &[u8]) -> Vec<&[u8]> {
@@ -78,15 +70,5 @@ mod tests {
         );
         assert_eq!(v1_signatures(b"v1a,AAA= v2,x v1,"), Vec::<&[u8]>::new());
         assert_eq!(v1_signatures(b"  v1,C  "), vec![&b"C"[..]]);
-    }
-
-    #[test]
-    fn secrets_with_and_without_prefix_are_the_same_key() {
-        assert_eq!(
-            decode_secret(b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            decode_secret(b"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-        );
-        assert_eq!(decode_secret(b"whsec_!!!"), None);
-        assert_eq!(decode_secret(b"whsec_"), None);
     }
 }

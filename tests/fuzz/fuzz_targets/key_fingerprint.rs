@@ -23,7 +23,8 @@ use std::sync::OnceLock;
 
 use idemgate::config::Config;
 use idemgate::pipeline::delivery::{identify, parse_sf_string};
-use idemgate::pipeline::route::{Canonical, canonical_path};
+use idemgate::path::canonical_path;
+use idemgate::pipeline::route::Canonical;
 use idemgate::pipeline::verify::verify;
 use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;

@@ -1,6 +1,6 @@
 //! The small start-up parsers: `Selector::parse`, `Template::parse`, the
 //! duration parser `config::raw::parse_duration`, and stage 1's canonical
-//! path `pipeline::route::canonical_path`.
+//! path `path::canonical_path`.
 //!
 //! Properties checked besides "never panics":
 //! * a parsed selector prints (`Display`) as text that parses back to the
@@ -15,7 +15,7 @@
 
 use idemgate::config::raw::parse_duration;
 use idemgate::config::{Segment, Selector, Template};
-use idemgate::pipeline::route::canonical_path;
+use idemgate::path::canonical_path;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -14,7 +14,7 @@
 //! The raw parsers are also called directly, on every header value and on
 //! the raw body (which, unlike a header value, may hold any byte):
 //! `stripe::parse_header`, `standard_webhooks::v1_signatures` and
-//! `decode_secret`, `hmac::decode_signature`, `signature::parse_timestamp`
+//! `config::decode_whsec`, `hmac::decode_signature`, `signature::parse_timestamp`
 //! and `signature::single_header`.
 //!
 //! Properties checked besides "never panics": a successful verification
@@ -144,7 +144,7 @@ fn check_v1_list(value: &[u8]) {
 fn check_raw_parsers(value: &[u8]) {
     check_stripe_header(value);
     check_v1_list(value);
-    let _ = standard_webhooks::decode_secret(value);
+    let _ = idemgate::config::decode_whsec(value);
     for encoding in [Encoding::Hex, Encoding::Base64] {
         if let Some(decoded) = hmac::decode_signature(value, encoding) {
             assert!(!decoded.is_empty());
