@@ -18,6 +18,8 @@
 //! * `secret`, `selector`, `redact` — secrets, request selectors and
 //!   templates, and URL redaction, shared by the sections above.
 
+mod choice;
+mod effective;
 pub mod raw;
 mod redact;
 mod route;
@@ -36,6 +38,7 @@ use http::Uri;
 
 use raw::RawConfig;
 
+pub use choice::Choice;
 pub(crate) use redact::redact_url;
 pub use route::{
     CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,

@@ -2,7 +2,7 @@
 //!
 //! `idemgate [serve] --config PATH` runs the proxy until SIGTERM/SIGINT;
 //! `idemgate check-config --config PATH` validates a file (exit 2 with every
-//! error on failure); `idemgate demo` runs the self-contained demonstration.
+//! error on failure) and prints the effective configuration as TOML; `idemgate demo` runs the self-contained demonstration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -156,14 +156,17 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::CheckConfig => match load(cli.config.as_ref()) {
             Ok(config) => {
-                println!("{config:#?}");
+                // One TOML document: the settings, then the report as
+                // comments, so the whole output can be diffed or re-checked.
+                print!("{}", config.to_toml());
+                println!();
                 for line in idemgate::pipeline::route::describe(&config) {
-                    println!("{line}");
+                    println!("# {line}");
                 }
                 for warning in config.warnings() {
-                    println!("warning: {warning}");
+                    println!("# warning: {warning}");
                 }
-                println!("configuration is valid");
+                println!("# configuration is valid");
                 ExitCode::SUCCESS
             }
             Err(code) => code,

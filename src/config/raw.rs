@@ -1,5 +1,6 @@
 //! The configuration file exactly as written: serde structs, defaults and
-//! duration parsing.
+//! duration parsing. The same structs, filled from a validated config,
+//! are what `check-config` prints (`effective`).
 //!
 //! Every struct denies unknown keys, so a typo is an error rather than a
 //! silently ignored setting. Nothing here is validated beyond its TOML type:
@@ -8,7 +9,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Default proxy address: loopback, beside the handler it protects.
 pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
@@ -64,7 +65,7 @@ pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
 pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
 
 /// The whole file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// `"forward"` or `"reject"`.
@@ -89,7 +90,7 @@ pub struct RawConfig {
 }
 
 /// `[listen]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawListen {
     /// Where senders deliver.
@@ -99,7 +100,7 @@ pub struct RawListen {
 }
 
 /// `[limits]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     /// Largest accepted request body.
@@ -125,7 +126,7 @@ pub struct RawLimits {
 }
 
 /// `[store]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
     /// `"redis"` or `"embedded"`.
@@ -149,7 +150,7 @@ pub struct RawStore {
 }
 
 /// `[upstream]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
     /// Base URL of the protected handler.
@@ -159,7 +160,7 @@ pub struct RawUpstream {
 }
 
 /// `[admin]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     /// Bearer token source; omit to disable `/admin/records`.
@@ -167,7 +168,7 @@ pub struct RawAdmin {
 }
 
 /// One `[[route]]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     /// Name used in metrics and store keys.
@@ -189,13 +190,13 @@ pub struct RawRoute {
 }
 
 /// `[route.signature]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSignature {
     /// Scheme name.
     pub scheme: String,
     /// Secret sources; any one may match.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
     /// `"sha256"` or `"sha512"`.
     pub algorithm: Option<String>,
@@ -216,7 +217,7 @@ pub struct RawSignature {
 }
 
 /// `[route.idempotency]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIdempotency {
     /// Key part selectors.
@@ -287,6 +288,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// Writes `duration` the way [`parse_duration`] reads it, in the largest
+/// whole units: `"24h"`, `"1m30s"`, `"250ms"`, `"0s"`. Parts finer than a
+/// millisecond are dropped (no setting is that fine).
+pub fn format_duration(duration: Duration) -> String {
+    const UNITS: [(&str, u128); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+    let mut rest = duration.as_millis();
+    if rest == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in UNITS {
+        let amount = rest / size;
+        if amount > 0 {
+            out.push_str(&format!("{amount}{unit}"));
+            rest -= amount * size;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +329,31 @@ mod tests {
             "99999999999999999999s",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_print_as_they_parse() {
+        for (text, millis) in [
+            ("0s", 0),
+            ("250ms", 250),
+            ("30s", 30_000),
+            ("1m30s", 90_000),
+            ("24h", 86_400_000),
+            ("168h", 604_800_000),
+            ("1h1m1s1ms", 3_661_001),
+        ] {
+            let duration = Duration::from_millis(millis);
+            assert_eq!(format_duration(duration), text);
+            assert_eq!(parse_duration(text), Ok(duration));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_printed_duration_parses_back(millis in 0u64..10_000_000_000) {
+            let duration = Duration::from_millis(millis);
+            proptest::prop_assert_eq!(parse_duration(&format_duration(duration)), Ok(duration));
         }
     }
 

@@ -50,6 +50,19 @@ pub enum FingerprintPart {
     Header(http::HeaderName),
 }
 
+impl fmt::Display for FingerprintPart {
+    /// The part as it is written in `fingerprint = [...]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Method => f.write_str("method"),
+            Self::Path => f.write_str("path"),
+            Self::Query => f.write_str("query"),
+            Self::Body => f.write_str("body"),
+            Self::Header(name) => write!(f, "header:{name}"),
+        }
+    }
+}
+
 /// Duplicate handling while the first delivery is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnInFlight {
@@ -105,6 +118,20 @@ impl CacheStatus {
             ranges.push(range);
         }
         Ok(Self { ranges })
+    }
+
+    /// The classes and codes as they are written in `cache_status`.
+    pub fn names(&self) -> Vec<String> {
+        self.ranges
+            .iter()
+            .map(|&(low, high)| {
+                if low == high {
+                    low.to_string()
+                } else {
+                    format!("{}xx", low / 100)
+                }
+            })
+            .collect()
     }
 
     /// Whether an answer with this status is kept.
@@ -378,10 +405,6 @@ fn idempotency(
             &format!("{key}.on_in_flight"),
             raw.on_in_flight.as_deref(),
             OnInFlight::Wait,
-            &[
-                ("wait", OnInFlight::Wait),
-                ("conflict", OnInFlight::Conflict),
-            ],
         ),
         wait_timeout,
         cache_status,
@@ -389,18 +412,9 @@ fn idempotency(
             &format!("{key}.on_upstream_timeout"),
             raw.on_upstream_timeout.as_deref(),
             OnUpstreamTimeout::Hold,
-            &[
-                ("hold", OnUpstreamTimeout::Hold),
-                ("release", OnUpstreamTimeout::Release),
-            ],
         ),
         unknown_hold,
-        mode: p.choice(
-            &format!("{key}.mode"),
-            raw.mode.as_deref(),
-            Mode::Enforce,
-            &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
-        ),
+        mode: p.choice(&format!("{key}.mode"), raw.mode.as_deref(), Mode::Enforce),
         on_unavailable: on_unavailable(
             p,
             &format!("{key}.on_unavailable"),

@@ -319,7 +319,6 @@ fn hmac_scheme(
         &format!("{key}.algorithm"),
         raw.algorithm.as_deref(),
         Algorithm::Sha256,
-        &[("sha256", Algorithm::Sha256), ("sha512", Algorithm::Sha512)],
     );
     let signature = match &raw.signature {
         Some(text) => p
@@ -337,7 +336,6 @@ fn hmac_scheme(
         &format!("{key}.encoding"),
         raw.encoding.as_deref(),
         Encoding::Hex,
-        &[("hex", Encoding::Hex), ("base64", Encoding::Base64)],
     );
     let message = match &raw.message {
         Some(text) => p
@@ -351,7 +349,6 @@ fn hmac_scheme(
             &format!("{key}.timestamp_unit"),
             raw.timestamp_unit.as_deref(),
             TimestampUnit::Seconds,
-            &[("s", TimestampUnit::Seconds), ("ms", TimestampUnit::Millis)],
         );
         let tolerance = p.duration_or(
             &format!("{key}.tolerance"),

@@ -93,7 +93,7 @@ impl Secret {
             return Err(format!("secret from {kind}:{argument} is empty"));
         }
         let source = match kind {
-            "literal" => "literal:…".to_owned(),
+            "literal" => "literal:<redacted>".to_owned(),
             _ => spec.to_owned(),
         };
         Ok(Self::new(value, source, file))
@@ -101,7 +101,11 @@ impl Secret {
 
     /// A secret given directly (tests, the demo).
     pub fn from_bytes(value: impl Into<Vec<u8>>) -> Self {
-        Self::new(Zeroizing::new(value.into()), "literal:…".to_owned(), None)
+        Self::new(
+            Zeroizing::new(value.into()),
+            "literal:<redacted>".to_owned(),
+            None,
+        )
     }
 
     /// The secret bytes.
@@ -144,6 +148,14 @@ impl Secret {
         }
         *value = fresh;
         Ok(true)
+    }
+}
+
+impl Secret {
+    /// Where the value comes from (`env:NAME`, `file:PATH`, or
+    /// `literal:<redacted>`): what `check-config` prints in its place.
+    pub fn source(&self) -> &str {
+        &self.cell.source
     }
 }
 
@@ -197,7 +209,10 @@ mod tests {
     #[test]
     fn never_printed() {
         let secret = Secret::resolve("literal:hunter2").unwrap();
-        assert_eq!(format!("{secret:?}"), "Secret(<redacted, from literal:…>)");
+        assert_eq!(
+            format!("{secret:?}"),
+            "Secret(<redacted, from literal:<redacted>>)"
+        );
         assert!(Secret::resolve("env:IDEMGATE_SURELY_UNSET_VAR").is_err());
         assert!(Secret::resolve("vault:x").is_err());
     }

@@ -152,6 +152,26 @@ impl Template {
     }
 }
 
+impl fmt::Display for Template {
+    /// The template as it is written in a file: `Template::parse` of the
+    /// output gives the same template back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(text) => {
+                    f.write_str(&text.replace('{', "{{").replace('}', "}}"))?
+                }
+                Segment::Value(selector) => write!(f, "{{{selector}}}")?,
+                Segment::Body => f.write_str("{body}")?,
+                Segment::Method => f.write_str("{method}")?,
+                Segment::Path => f.write_str("{path}")?,
+                Segment::Timestamp => f.write_str("{timestamp}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::Uri;
 
+use super::choice::Choice;
 use super::raw::{self, RawConfig, parse_duration};
 use super::route::route;
 use super::store::store_config;
@@ -54,18 +55,14 @@ impl Problems {
         }
     }
 
-    pub(super) fn choice<T: Copy>(
-        &mut self,
-        key: &str,
-        text: Option<&str>,
-        default: T,
-        options: &[(&str, T)],
-    ) -> T {
+    /// The value `text` names, `default` when it is absent; an unknown
+    /// word is a problem that lists the valid ones.
+    pub(super) fn choice<T: Choice>(&mut self, key: &str, text: Option<&str>, default: T) -> T {
         let Some(text) = text else { return default };
-        if let Some((_, value)) = options.iter().find(|(name, _)| *name == text) {
-            return *value;
+        if let Some(value) = T::from_name(text) {
+            return value;
         }
-        let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let names: Vec<String> = T::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
         self.push(
             key,
             format!(
@@ -82,15 +79,7 @@ impl TryFrom<RawConfig> for Config {
 
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut p = Problems::default();
-        let unmatched = p.choice(
-            "unmatched",
-            raw.unmatched.as_deref(),
-            Unmatched::Forward,
-            &[
-                ("forward", Unmatched::Forward),
-                ("reject", Unmatched::Reject),
-            ],
-        );
+        let unmatched = p.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
         let listen = Listen {
             proxy: socket(
                 &mut p,
@@ -285,15 +274,7 @@ pub(super) fn on_unavailable(
     text: Option<&str>,
     default: OnUnavailable,
 ) -> OnUnavailable {
-    p.choice(
-        key,
-        text,
-        default,
-        &[
-            ("reject", OnUnavailable::Reject),
-            ("forward", OnUnavailable::Forward),
-        ],
-    )
+    p.choice(key, text, default)
 }
 
 #[cfg(test)]

@@ -1,0 +1,287 @@
+//! The effective configuration, printed as TOML by `check-config`.
+//!
+//! Every setting is written out, defaults included, in the same schema the
+//! file is read with ([`RawConfig`]), so operators can diff two
+//! deployments' output and feed it back to `check-config`. Nothing secret
+//! is printed: secrets appear as their source (`env:NAME`, `file:PATH`,
+//! `literal:<redacted>`) and URLs go through [`redact_url`].
+
+use super::choice::Choice;
+use super::raw::{
+    RawAdmin, RawConfig, RawIdempotency, RawLimits, RawListen, RawRoute, RawSignature, RawStore,
+    RawUpstream, format_duration,
+};
+use super::{
+    Config, HmacScheme, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
+    redact_url,
+};
+
+impl Config {
+    /// The effective configuration as a TOML document (see the module docs).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.effective())
+            .unwrap_or_else(|error| format!("# the configuration could not be printed: {error}\n"))
+    }
+
+    fn effective(&self) -> RawConfig {
+        let store = &self.store;
+        let redis = matches!(store.backend, StoreBackend::Redis { .. });
+        let (kind, url, path) = match &store.backend {
+            StoreBackend::Redis { url } => ("redis", Some(redact_url(url)), None),
+            StoreBackend::Embedded { path } => ("embedded", None, Some(path.display().to_string())),
+        };
+        RawConfig {
+            unmatched: Some(self.unmatched.name().to_owned()),
+            listen: RawListen {
+                proxy: Some(self.listen.proxy.to_string()),
+                admin: Some(self.listen.admin.to_string()),
+            },
+            limits: RawLimits {
+                max_body_bytes: Some(self.limits.max_body_bytes),
+                header_read_timeout: Some(format_duration(self.limits.header_read_timeout)),
+                shutdown_grace: Some(format_duration(self.limits.shutdown_grace)),
+                body_read_timeout: Some(format_duration(self.limits.body_read_timeout)),
+                max_connections: Some(self.limits.max_connections),
+                max_headers: Some(self.limits.max_headers),
+                max_header_bytes: Some(self.limits.max_header_bytes),
+                max_waiting_per_key: Some(self.limits.max_waiting_per_key),
+                max_stored_answer_bytes: Some(self.limits.max_stored_answer_bytes),
+                worker_threads: Some(self.limits.worker_threads),
+            },
+            store: RawStore {
+                kind: kind.to_owned(),
+                url,
+                path,
+                key_prefix: Some(store.key_prefix.clone()),
+                command_timeout: Some(format_duration(store.command_timeout)),
+                on_unavailable: Some(self.on_unavailable.name().to_owned()),
+                min_replicas_ack: redis.then(|| store.replica_ack.map_or(0, |ack| ack.replicas)),
+                replica_ack_timeout: store.replica_ack.map(|ack| format_duration(ack.timeout)),
+                allow_eviction: redis.then_some(store.allow_eviction),
+            },
+            upstream: RawUpstream {
+                url: redact_url(&self.upstream.url.to_string()),
+                timeout: Some(format_duration(self.upstream.timeout)),
+            },
+            admin: RawAdmin {
+                token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
+            },
+            routes: self.routes.iter().map(|route| self.route(route)).collect(),
+        }
+    }
+
+    fn route(&self, route: &Route) -> RawRoute {
+        let own_upstream = route.upstream.url != self.upstream.url;
+        RawRoute {
+            name: route.name.clone(),
+            path_prefix: route.path_prefix.clone(),
+            methods: Some(route.methods.iter().map(ToString::to_string).collect()),
+            case_sensitive: Some(route.case_sensitive),
+            upstream: own_upstream.then(|| redact_url(&route.upstream.url.to_string())),
+            signature: signature(&route.scheme),
+            idempotency: idempotency(route),
+        }
+    }
+}
+
+fn sources(secrets: &[Secret]) -> Vec<String> {
+    secrets.iter().map(|s| s.source().to_owned()).collect()
+}
+
+fn signature(scheme: &Scheme) -> RawSignature {
+    let mut raw = RawSignature {
+        scheme: String::new(),
+        secrets: Vec::new(),
+        algorithm: None,
+        signature: None,
+        encoding: None,
+        prefix: None,
+        message: None,
+        timestamp: None,
+        timestamp_unit: None,
+        tolerance: None,
+    };
+    match scheme {
+        Scheme::None => raw.scheme = "none".to_owned(),
+        Scheme::Hmac(hmac) => hmac_signature(&mut raw, hmac),
+        Scheme::Preset(preset) => preset_signature(&mut raw, preset),
+    }
+    raw
+}
+
+fn hmac_signature(raw: &mut RawSignature, hmac: &HmacScheme) {
+    raw.scheme = "hmac".to_owned();
+    raw.secrets = sources(&hmac.secrets);
+    raw.algorithm = Some(hmac.algorithm.name().to_owned());
+    raw.signature = Some(hmac.signature.to_string());
+    raw.encoding = Some(hmac.encoding.name().to_owned());
+    raw.prefix = Some(hmac.prefix.clone());
+    raw.message = Some(hmac.message.to_string());
+    if let Some(rule) = &hmac.timestamp {
+        raw.timestamp = Some(rule.selector.to_string());
+        raw.timestamp_unit = Some(rule.unit.name().to_owned());
+        raw.tolerance = Some(format_duration(rule.tolerance));
+    }
+}
+
+fn preset_signature(raw: &mut RawSignature, preset: &Preset) {
+    raw.scheme = preset_name(preset.kind).to_owned();
+    raw.secrets = sources(&preset.keys);
+    raw.tolerance = preset.tolerance.map(format_duration);
+}
+
+fn preset_name(kind: PresetKind) -> &'static str {
+    PresetKind::ALL
+        .iter()
+        .find(|(_, each)| *each == kind)
+        .map_or("?", |(name, _)| name)
+}
+
+fn idempotency(route: &Route) -> RawIdempotency {
+    let policy = &route.idempotency;
+    // A preset's own key (which may be the signed message id, a part no
+    // selector can name) is what an absent `key` means, so it is left out.
+    let preset_default = match &route.scheme {
+        Scheme::Preset(preset) => Some(vec![preset.kind.default_key()]),
+        _ => None,
+    };
+    let key = policy
+        .key
+        .as_ref()
+        .filter(|parts| Some(*parts) != preset_default.as_ref())
+        .map(|parts| parts.iter().map(KeyPart::to_string).collect());
+    RawIdempotency {
+        key,
+        require_key: Some(policy.require_key),
+        fingerprint: Some(policy.fingerprint.iter().map(ToString::to_string).collect()),
+        fingerprint_ignore: Some(
+            policy
+                .fingerprint_ignore
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        ),
+        lease: Some(format_duration(policy.lease)),
+        retention: Some(format_duration(policy.retention)),
+        on_in_flight: Some(policy.on_in_flight.name().to_owned()),
+        wait_timeout: Some(format_duration(policy.wait_timeout)),
+        cache_status: Some(policy.cache_status.names()),
+        on_upstream_timeout: Some(policy.on_upstream_timeout.name().to_owned()),
+        unknown_hold: Some(format_duration(policy.unknown_hold)),
+        mode: Some(policy.mode.name().to_owned()),
+        on_unavailable: Some(policy.on_unavailable.name().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key every scheme accepts, `whsec_` decoding included.
+    const KEY: &str = "literal:whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    /// `text` with every secret source replaced by [`KEY`], so it loads
+    /// without the environment and files it names.
+    fn with_literal_secrets(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(['"', '\'']) {
+            out.push_str(&rest[..=at]);
+            rest = &rest[at + 1..];
+            let quoted = rest.split(['"', '\'']).next().unwrap_or_default();
+            if ["env:", "file:", "literal:"]
+                .iter()
+                .any(|source| quoted.starts_with(source))
+            {
+                out.push_str(KEY);
+                rest = &rest[quoted.len()..];
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Printing is a fixed point: the output loads, and prints the same.
+    fn assert_round_trip(name: &str, text: &str) -> String {
+        let config =
+            Config::parse(&with_literal_secrets(text)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let printed = config.to_toml();
+        // Passwords print redacted; put one back so the URL loads again.
+        let reloadable = with_literal_secrets(&printed).replace(":<redacted>@", ":pw@");
+        let again = Config::parse(&reloadable)
+            .unwrap_or_else(|e| panic!("{name}: the printed config does not load: {e}\n{printed}"));
+        assert_eq!(again.to_toml(), printed, "{name}");
+        printed
+    }
+
+    #[test]
+    fn shipped_examples_print_as_loadable_toml() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for file in [
+            "config/idemgate.toml",
+            "config/quickstart.toml",
+            "config/embedded.toml",
+            "config/deploy/compose-idemgate.toml",
+        ] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let printed = assert_round_trip(file, &text);
+            assert!(!printed.contains("MfKQ9r8"), "{file}: a secret printed");
+            assert!(printed.contains("literal:<redacted>"), "{file}:\n{printed}");
+        }
+    }
+
+    #[test]
+    fn every_setting_is_printed_with_its_default() {
+        let text = r#"
+            [store]
+            kind = "redis"
+            url = "redis://app:hunter2@127.0.0.1:6379/0"
+            [upstream]
+            url = "http://127.0.0.1:3000"
+            [admin]
+            token = "env:ADMIN_TOKEN"
+            [[route]]
+            name = "pay"
+            path_prefix = "/notify"
+            upstream = "http://user:pw@127.0.0.1:3001"
+            [route.signature]
+            scheme = "hmac"
+            secrets = ["env:PAY"]
+            signature = "header:X-Signature"
+            message = "{timestamp}.{json:/id}.{{literal}}"
+            timestamp = "header:X-Timestamp"
+            [route.idempotency]
+            key = ["json:/id"]
+            cache_status = ["2xx", "404"]
+            [[route]]
+            name = "events"
+            path_prefix = "/events"
+            [route.signature]
+            scheme = "standard-webhooks"
+            secrets = ["env:EVENTS"]
+        "#;
+        let printed = assert_round_trip("inline", text);
+        for expected in [
+            "unmatched = \"forward\"",
+            "url = \"redis://app:<redacted>@127.0.0.1:6379/0\"",
+            "upstream = \"http://user:<redacted>@127.0.0.1:3001/\"",
+            "token = \"literal:<redacted>\"",
+            "worker_threads = 1",
+            "command_timeout = \"250ms\"",
+            "timeout = \"30s\"",
+            "message = \"{timestamp}.{json:/id}.{{literal}}\"",
+            "timestamp = \"header:x-timestamp\"",
+            "tolerance = \"5m\"",
+            "retention = \"24h\"",
+            "cache_status = [\"2xx\", \"404\"]",
+            "fingerprint = [\"method\", \"path\", \"body\"]",
+            "scheme = \"standard-webhooks\"",
+        ] {
+            assert!(printed.contains(expected), "{expected} in:\n{printed}");
+        }
+        assert!(!printed.contains("hunter2") && !printed.contains(":pw@"));
+        // The standard-webhooks route keeps its signed-id key by leaving
+        // `key` out; the hmac route prints its own.
+        assert_eq!(printed.matches("key = [").count(), 1, "{printed}");
+    }
+}
