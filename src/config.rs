@@ -106,11 +106,8 @@ pub struct Limits {
     /// Largest upstream answer body stored for replay; larger ones stream
     /// to the sender and their key is completed without a body.
     pub max_stored_answer_bytes: usize,
-    /// Threads that serve requests, resolved (at least 1). One thread runs
-    /// tokio's current-thread scheduler: on the 2-core bench machine it
-    /// needed a third less CPU per first delivery and a quarter less per
-    /// replay than two work-stealing workers, because no wake-up crosses
-    /// threads (no futex calls, no work stealing, no cache-line bouncing).
+    /// Threads that serve requests, resolved (at least 1); one selects
+    /// tokio's current-thread scheduler (why: the crate docs, "Runtime").
     pub worker_threads: usize,
 }
 

@@ -31,9 +31,10 @@
 //! (`[limits] worker_threads = 1`): the sender's connection, the detached
 //! first-delivery task, fred's router and reader and hyper's upstream
 //! connection all run on one thread, so no wake-up crosses threads (no
-//! futex calls, no work stealing). More
-//! threads select the multi-thread scheduler with one Redis connection
-//! each. The measured difference is in `bench/RESULTS.md` (Optimisations).
+//! futex calls, no work stealing, no cache lines bouncing between cores).
+//! More threads select the multi-thread scheduler with one Redis
+//! connection each. This is the one place the choice is explained; the
+//! measured difference is in `bench/RESULTS.md` (Optimisations).
 //!
 //! # Layout
 //!

@@ -5,11 +5,8 @@
 //! line is appended to an in-memory batch under a mutex; the first line of a
 //! batch wakes a background thread, which lets the batch fill for
 //! [`FLUSH_INTERVAL`], takes it and writes it to the sink (stderr) in one
-//! call. `tracing_appender::non_blocking`, used before, sent each line
-//! through a channel to its writer thread, waking that thread per line; on
-//! the 2-core bench machine the batch cut idemgate's CPU per request at
-//! `info` by about 10% for first deliveries and 7–20% for replays
-//! (`bench/ab`, `bench/RESULTS.md` → Optimisations).
+//! call: one wake-up and one write per batch rather than per line (the
+//! measured saving is in `bench/RESULTS.md`, Optimisations).
 //!
 //! Trade-offs, chosen for a proxy that must never stall on its logs:
 //! - Lines reach the sink up to [`FLUSH_INTERVAL`] late, in order.

@@ -120,8 +120,7 @@ fn reload_secrets_on_sighup(config: Config) -> anyhow::Result<()> {
 }
 
 /// The runtime `serve` runs on: tokio's current-thread scheduler for one
-/// worker (no cross-thread wake-ups or work stealing: the cheapest per
-/// request, see `bench/RESULTS.md`), the multi-thread one for more.
+/// worker, the multi-thread one for more (why: the crate docs, "Runtime").
 fn serving_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = if worker_threads <= 1 {
         tokio::runtime::Builder::new_current_thread()

@@ -57,9 +57,9 @@ pub fn mac(algorithm: Algorithm, key: &[u8], message: &[&[u8]]) -> Vec<u8> {
     }
 }
 
-/// Lowercase hex of `bytes` in one pass over a buffer of the right size
-/// (`hex::encode` collects char by char, which showed in the profile: it
-/// runs twice per delivery, for the signature and the key hash).
+/// Lowercase hex of `bytes` in one pass over a buffer of the right size:
+/// it runs twice per delivery (the signature and the key hash), so it
+/// avoids `hex::encode`'s char-by-char collect (`bench/RESULTS.md`, Profile).
 pub fn lower_hex(bytes: &[u8]) -> String {
     let mut out = vec![0; bytes.len() * 2];
     hex::encode_to_slice(bytes, &mut out).expect("the buffer is twice the input");

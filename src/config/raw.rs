@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
 /// Default `[limits] worker_threads`: one thread, the cheapest per request
-/// (see `bench/RESULTS.md`).
+/// (the crate docs, "Runtime").
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// Default Redis key prefix, so idemgate shares a database safely.
 pub const DEFAULT_KEY_PREFIX: &str = "idemgate";

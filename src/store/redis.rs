@@ -9,14 +9,12 @@
 //! every command is bounded by `command_timeout`, so an outage surfaces as
 //! [`StoreError::Unavailable`] within that time.
 //!
-//! The pool has one connection per worker thread (`StoreConfig::connections`).
-//! fred pipelines each connection (replies of many commands are read in one
-//! go), but it flushes the socket after every `EVAL`/`EVALSHA`
-//! (`CommandKind::should_flush`), even inside a fred pipeline, so each of
-//! our calls is its own `writev`: measured 2.02 writes per replay (answer +
-//! claim) and 4.04 per first delivery in `/proc/PID/io`. `TCP_NODELAY` is
-//! set because fred leaves Nagle's algorithm on by default, which would
-//! hold a small command back until the previous one was acknowledged.
+//! The pool has one connection per worker thread (`StoreConfig::connections`),
+//! so a worker's commands never wait for another thread's connection task.
+//! fred flushes the socket after every `EVALSHA`, so each call is its own
+//! write (counted in `bench/RESULTS.md`, Profile); `TCP_NODELAY` is set
+//! because fred leaves Nagle's algorithm on, which would hold a small
+//! command back until the previous one was acknowledged.
 
 use std::time::Duration;
 
