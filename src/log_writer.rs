@@ -200,6 +200,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
 }
 
 #[cfg(test)]
+// The writer is an OS thread, which tokio's clock does not drive: these
+// tests wait for it in real time.
+#[allow(clippy::disallowed_types, clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use std::time::Instant;

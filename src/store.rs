@@ -27,7 +27,9 @@ pub mod eviction;
 pub mod redis;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::config::{StoreBackend, StoreConfig};
 use crate::metrics as m;

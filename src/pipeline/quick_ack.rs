@@ -24,13 +24,14 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// [`HttpConnector`] whose connections switch to quick ACKs when their
 /// backend needs them (module docs).
@@ -202,23 +203,23 @@ mod tests {
         assert!(!conn.quick_ack);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn idle_time_between_answers_is_not_a_stall() {
         let (mut conn, _server) = stream().await;
         conn.after_write(&WROTE);
         conn.after_read(&READ);
-        std::thread::sleep(STALL_GAP * 2);
+        tokio::time::advance(STALL_GAP * 2).await;
         conn.after_write(&WROTE);
         conn.after_read(&READ);
         assert!(!conn.quick_ack, "a new request starts a new answer");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_gap_inside_one_answer_switches_quick_acks_on_for_good() {
         let (mut conn, _server) = stream().await;
         conn.after_write(&WROTE);
         conn.after_read(&READ);
-        std::thread::sleep(STALL_GAP * 2);
+        tokio::time::advance(STALL_GAP * 2).await;
         conn.after_read(&READ);
         assert!(conn.quick_ack);
         conn.after_write(&WROTE);
