@@ -40,6 +40,7 @@
 //! * [`config`] — the TOML file: raw serde structs, selectors, validation.
 //! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
 //! * [`server`] — accept loop, HTTP/1+2, header timeout, graceful drain.
+//! * [`body`] — the one body type, and the one way to build a buffered one.
 //! * [`pipeline`] — the request stages, sequenced in one place.
 //! * [`extract`] — a buffered request and selector reads out of it.
 //! * [`signature`] — the HMAC core and the signature schemes.
@@ -53,6 +54,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod body;
 pub mod config;
 pub mod demo;
 pub mod error;
