@@ -42,7 +42,7 @@ use crate::pipeline::delivery::hash_key_parts;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
 use crate::store::eviction::{EvictionWatch, Trigger};
-use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
+use crate::store::{AnyStore, Existing, Observed, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
