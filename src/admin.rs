@@ -36,14 +36,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
-use crate::pipeline::body_of;
 use crate::pipeline::delivery::hash_key_parts;
-use crate::pipeline::forward::ProxyBody;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
 use crate::store::eviction::{EvictionWatch, Trigger};
-use crate::store::{AnyStore, Existing, Observed, Store, StoreKey};
+use crate::store::{AnyStore, Existing, Observed, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -58,7 +57,7 @@ pub struct Admin {
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
-    let mut response = Response::new(body_of(body));
+    let mut response = Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body_util::Full;
+
+use crate::body::{ProxyBody, full};
 
 /// Why idemgate itself answered instead of the upstream.
 ///
@@ -297,7 +298,7 @@ impl Rejection {
 
     /// Renders the RFC 9457 problem document, with `Retry-After` where the
     /// sender is expected to come back.
-    pub fn into_response(self) -> Response<Full<Bytes>> {
+    pub fn into_response(self) -> Response<ProxyBody> {
         let row = self.row();
         let body = problem_document(
             row.status,
@@ -305,7 +306,7 @@ impl Rejection {
             row.title,
             &self.to_string(),
         );
-        let mut response = Response::new(Full::new(body));
+        let mut response = Response::new(full(body));
         *response.status_mut() = row.status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,

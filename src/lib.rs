@@ -41,6 +41,7 @@
 //! * [`config`] — the TOML file: raw serde structs, selectors, validation.
 //! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
 //! * [`server`] — accept loop, HTTP/1+2, header timeout, graceful drain.
+//! * [`body`] — the one body type, and the one way to build a buffered one.
 //! * [`pipeline`] — the request stages, sequenced in one place.
 //! * [`path`] — canonical request paths (routing and `path_prefix` checks).
 //! * [`encoding`] — the lenient base64 engine secrets and signatures share.
@@ -56,6 +57,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod body;
 pub mod config;
 pub mod demo;
 pub mod encoding;

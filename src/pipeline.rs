@@ -45,6 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::body::ProxyBody;
 use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
@@ -53,7 +54,7 @@ use crate::record::{OwnerMint, StoredBody, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Decision, Local};
 use delivery::Identity;
-use forward::{ForwardError, ProxyBody, UpstreamClient, full};
+use forward::{ForwardError, UpstreamClient};
 use route::{Router, Selection, Target};
 use settle::Settlement;
 use verify::{Unverified, Verified};
@@ -109,7 +110,7 @@ impl Finished {
 
     fn rejected(rejection: Rejection) -> Self {
         let reason = rejection.reason();
-        let response = rejection.into_response().map(full_from);
+        let response = rejection.into_response();
         Self {
             outcome: Outcome::Rejected,
             response,
@@ -126,9 +127,9 @@ impl Finished {
         match result {
             Ok(answer) => Self::new(outcome, settle::live(answer)),
             Err(error) => {
-                let rejection = settle::failure(error);
+                let rejection = error.rejection();
                 let reason = rejection.reason();
-                Self::new(outcome, rejection.into_response().map(full_from)).with_reason(reason)
+                Self::new(outcome, rejection.into_response()).with_reason(reason)
             }
         }
     }
@@ -168,11 +169,6 @@ impl Finished {
             "request"
         );
     }
-}
-
-fn full_from(body: http_body_util::Full<bytes::Bytes>) -> ProxyBody {
-    use http_body_util::BodyExt;
-    body.map_err(|never| match never {}).boxed()
 }
 
 /// Everything a request needs, shared by all connections.
@@ -262,8 +258,8 @@ impl Pipeline {
         match result {
             Ok(response) => Finished::new(Outcome::Passthrough, response),
             Err(error) => {
-                meters.upstream_error(upstream_error_kind(error));
-                Finished::rejected(settle::failure(error))
+                meters.upstream_error(error.kind());
+                Finished::rejected(error.rejection())
             }
         }
     }
@@ -289,8 +285,8 @@ impl Pipeline {
                 Finished::new(Outcome::Passthrough, response).with_reason(rejection.reason())
             }
             Err(error) => {
-                self.meters[index].upstream_error(upstream_error_kind(error));
-                Finished::rejected(settle::failure(error))
+                self.meters[index].upstream_error(error.kind());
+                Finished::rejected(error.rejection())
             }
         }
     }
@@ -497,19 +493,7 @@ fn meter_upstream(
             return;
         }
         Ok(_) => UpstreamErrorKind::Status,
-        Err(error) => upstream_error_kind(*error),
+        Err(error) => error.kind(),
     };
     meters.upstream_error(kind);
-}
-
-fn upstream_error_kind(error: ForwardError) -> UpstreamErrorKind {
-    match error {
-        ForwardError::Timeout => UpstreamErrorKind::Timeout,
-        ForwardError::Refused | ForwardError::Broken => UpstreamErrorKind::Connect,
-    }
-}
-
-/// Re-exported for the server: a plain `Full` body as [`ProxyBody`].
-pub fn body_of(bytes: impl Into<bytes::Bytes>) -> ProxyBody {
-    full(bytes)
 }

@@ -36,9 +36,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::body::ProxyBody;
 use crate::config::Limits;
-
-use crate::pipeline::forward::ProxyBody;
 
 /// Serves `handler` on `listener` under `limits` until `shutdown` fires,
 /// then drains open connections for at most `limits.shutdown_grace`.

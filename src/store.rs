@@ -11,10 +11,13 @@
 //! | lookup   | read a record and its TTL (admin API, waiting duplicates) |
 //! | purge    | unconditional delete (operator resolving an unknown outcome) |
 //!
-//! A successful claim is the only way to obtain a [`Lease`]. `complete` and
-//! `release` borrow it, because an answer in hand is stored again and again
-//! until it sticks (`pipeline::persist`); the pipeline's settle consumes
-//! the lease when it is done with it.
+//! A successful claim is the only way to obtain a [`Lease`], and the
+//! pipeline settles a claim only through [`AnyStore`], whose `complete`,
+//! `release` and `renew` borrow one (an answer in hand is stored again and
+//! again until it sticks, `pipeline::persist`). The backends underneath
+//! take the key and owner token alone: the owner check is all they need,
+//! and it lets [`AnyStore::release_abandoned`] release a claim whose reply
+//! never came back without making up a lease.
 //! Interpreting an existing record (SPEC §4 rule 4: an in-flight record
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.
@@ -27,6 +30,7 @@ pub mod eviction;
 pub mod redis;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -57,7 +61,9 @@ impl StoreKey {
     }
 }
 
-/// Proof of a successful claim; settle it with `complete` or `release`.
+/// Proof of a successful claim; settle it with [`AnyStore::complete`] or
+/// [`AnyStore::release`]. Only a backend's `claim` builds one and it is
+/// neither `Clone` nor `Copy`, so every settled claim was really made.
 #[derive(Debug)]
 pub struct Lease {
     key: StoreKey,
@@ -83,7 +89,7 @@ impl Lease {
 
 #[cfg(test)]
 impl Lease {
-    /// A lease without a claim, for unit tests of what consumes leases.
+    /// A lease without a claim, for unit tests of what settles leases.
     pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
         Self { key, record }
     }
@@ -187,7 +193,9 @@ impl StoreError {
 }
 
 /// The operations of the table in the module docs, implemented by
-/// [`redis::RedisStore`] and [`embedded::EmbeddedStore`].
+/// [`redis::RedisStore`] and [`embedded::EmbeddedStore`]. The pipeline
+/// calls them through [`AnyStore`], which meters them and settles claims
+/// by [`Lease`].
 pub trait Store: Send + Sync + 'static {
     /// Claims `key` with the in-flight `record` for `ttl`
     /// (`lease + unknown_hold`), or returns the record already there.
@@ -198,24 +206,29 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
-    /// Replaces the claimed record with `record` for `ttl` if `lease` still
-    /// owns the key, or writes it if the key is free (see [`Completion`]).
-    /// Borrows the lease: an answer in hand is stored again and again
-    /// until it sticks (`pipeline::persist`).
+    /// Replaces the claimed record with `record` for `ttl` if `owner` still
+    /// owns `key`, or writes it if the key is free (see [`Completion`]).
     fn complete(
         &self,
-        lease: &Lease,
+        key: &StoreKey,
+        owner: OwnerToken,
         record: &Record,
         ttl: Duration,
     ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
 
-    /// Deletes the key if `lease` still owns it. Returns whether it did.
-    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes `key` if `owner` still owns it. Returns whether it did.
+    fn release(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Resets the TTL of an owned in-flight record. Returns whether it did.
+    /// Resets the TTL of the in-flight record `owner` holds on `key`.
+    /// Returns whether it did.
     fn renew(
         &self,
-        lease: &Lease,
+        key: &StoreKey,
+        owner: OwnerToken,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
@@ -232,7 +245,76 @@ pub trait Store: Send + Sync + 'static {
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// The configured backend, metered: every call records
+/// A boxed store call, so both backends fit behind one `&dyn Dispatch`.
+type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// [`Store`] with its futures boxed: the one way [`AnyStore`] reaches its
+/// backend. Boxing costs one small allocation per store call, nothing next
+/// to a network round trip or a durable redb commit, and spares a match
+/// over the backends in every operation.
+trait Dispatch: Send + Sync + std::fmt::Debug {
+    fn claim<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: Record,
+        ttl: Duration,
+    ) -> Call<'a, ClaimOutcome>;
+    fn complete<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        owner: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, Completion>;
+    fn release<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken) -> Call<'a, bool>;
+    fn renew<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> Call<'a, bool>;
+    fn lookup<'a>(&'a self, key: &'a StoreKey) -> Call<'a, Option<Existing>>;
+    fn purge<'a>(&'a self, key: &'a StoreKey) -> Call<'a, bool>;
+    fn ping(&self) -> Call<'_, ()>;
+}
+
+impl<S: Store + std::fmt::Debug> Dispatch for S {
+    fn claim<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: Record,
+        ttl: Duration,
+    ) -> Call<'a, ClaimOutcome> {
+        Box::pin(Store::claim(self, key, record, ttl))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        owner: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, Completion> {
+        Box::pin(Store::complete(self, key, owner, record, ttl))
+    }
+
+    fn release<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken) -> Call<'a, bool> {
+        Box::pin(Store::release(self, key, owner))
+    }
+
+    fn renew<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> Call<'a, bool> {
+        Box::pin(Store::renew(self, key, owner, ttl))
+    }
+
+    fn lookup<'a>(&'a self, key: &'a StoreKey) -> Call<'a, Option<Existing>> {
+        Box::pin(Store::lookup(self, key))
+    }
+
+    fn purge<'a>(&'a self, key: &'a StoreKey) -> Call<'a, bool> {
+        Box::pin(Store::purge(self, key))
+    }
+
+    fn ping(&self) -> Call<'_, ()> {
+        Box::pin(Store::ping(self))
+    }
+}
+
+/// The configured backend, metered: every call but `ping` records
 /// `idemgate_store_duration_seconds{op}` and, on failure,
 /// `idemgate_store_errors_total{op}`.
 #[derive(Debug)]
@@ -241,25 +323,13 @@ pub struct AnyStore {
     metrics: m::StoreMetrics,
 }
 
-/// The two implementations.
+/// The two implementations (and, in unit tests, a scripted one).
 #[derive(Debug)]
 enum Backend {
     Redis(Box<redis::RedisStore>),
     Embedded(embedded::EmbeddedStore),
-}
-
-macro_rules! dispatch {
-    ($self:ident, $op:expr, $store:ident => $call:expr) => {{
-        let started = Instant::now();
-        let result = match &$self.backend {
-            Backend::Redis($store) => $call.await,
-            Backend::Embedded($store) => $call.await,
-        };
-        $self
-            .metrics
-            .record($op, started.elapsed(), result.is_err());
-        result
-    }};
+    #[cfg(test)]
+    Test(std::sync::Arc<dyn Dispatch>),
 }
 
 /// Attempts at a release while the store is unreachable, and the first
@@ -269,28 +339,6 @@ const RELEASE_ATTEMPTS: u32 = 5;
 const RELEASE_FIRST_PAUSE: Duration = Duration::from_millis(100);
 
 impl AnyStore {
-    /// Releases the claim `owner` may hold on `key` although no [`Lease`]
-    /// came back: the claim was sent, but its caller stopped waiting for
-    /// the reply (the sender hung up, or the reply timed out), so the claim
-    /// may have landed with nobody left to settle it. Owner-checked, so a
-    /// claim that never landed, or that another request holds, is untouched.
-    pub async fn release_abandoned(
-        &self,
-        key: &StoreKey,
-        owner: OwnerToken,
-    ) -> Result<bool, StoreError> {
-        let lease = Lease {
-            key: key.clone(),
-            record: Record {
-                owner,
-                fingerprint: crate::record::Fingerprint([0; 32]),
-                created_at_ms: 0,
-                state: RecordState::InFlight,
-            },
-        };
-        self.release(&lease).await
-    }
-
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let backend = match &config.backend {
@@ -313,11 +361,21 @@ impl AnyStore {
         })
     }
 
+    /// A store over a scripted backend, for unit tests of what settles
+    /// claims.
+    #[cfg(test)]
+    pub(crate) fn for_tests(backend: std::sync::Arc<impl Store + std::fmt::Debug>) -> Self {
+        Self {
+            backend: Backend::Test(backend),
+            metrics: m::StoreMetrics::new(),
+        }
+    }
+
     /// The Redis store, if that is the backend (for the eviction watcher).
     pub fn redis(&self) -> Option<&redis::RedisStore> {
         match &self.backend {
             Backend::Redis(store) => Some(store),
-            Backend::Embedded(_) => None,
+            _ => None,
         }
     }
 
@@ -325,37 +383,81 @@ impl AnyStore {
     pub fn embedded(&self) -> Option<&embedded::EmbeddedStore> {
         match &self.backend {
             Backend::Embedded(store) => Some(store),
-            Backend::Redis(_) => None,
+            _ => None,
         }
     }
-}
 
-impl Store for AnyStore {
-    async fn claim(
+    /// The backend every operation goes to: the only match over backends.
+    fn backend(&self) -> &dyn Dispatch {
+        match &self.backend {
+            Backend::Redis(store) => &**store,
+            Backend::Embedded(store) => store,
+            #[cfg(test)]
+            Backend::Test(store) => &**store,
+        }
+    }
+
+    /// Runs one backend call, recording its latency and any failure.
+    async fn metered<T>(&self, op: m::StoreOp, call: Call<'_, T>) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = call.await;
+        self.metrics.record(op, started.elapsed(), result.is_err());
+        result
+    }
+
+    /// Claims `key` with the in-flight `record` for `ttl` (see
+    /// [`Store::claim`]); a [`ClaimOutcome::Claimed`] carries the lease.
+    pub async fn claim(
         &self,
         key: &StoreKey,
         record: Record,
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
-        dispatch!(self, m::StoreOp::Claim, s => s.claim(key, record, ttl))
+        let call = self.backend().claim(key, record, ttl);
+        self.metered(m::StoreOp::Claim, call).await
     }
 
-    async fn complete(
+    /// Stores `record` for `ttl` over the claim `lease` proves (see
+    /// [`Store::complete`]). Borrows the lease: an answer in hand is
+    /// stored again and again until it sticks (`pipeline::persist`).
+    pub async fn complete(
         &self,
         lease: &Lease,
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        dispatch!(self, m::StoreOp::Complete, s => s.complete(lease, record, ttl))
+        let call = self
+            .backend()
+            .complete(&lease.key, lease.owner(), record, ttl);
+        self.metered(m::StoreOp::Complete, call).await
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+    /// Deletes the claim `lease` proves if it still owns its key, retrying
+    /// while the store is unreachable. Returns whether it did.
+    pub async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        self.release_owned(&lease.key, lease.owner()).await
+    }
+
+    /// Releases the claim `owner` may hold on `key` although no [`Lease`]
+    /// came back: the claim was sent, but its caller stopped waiting for
+    /// the reply (the sender hung up, or the reply timed out), so the claim
+    /// may have landed with nobody left to settle it. Owner-checked, so a
+    /// claim that never landed, or that another request holds, is untouched.
+    pub async fn release_abandoned(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+    ) -> Result<bool, StoreError> {
+        self.release_owned(key, owner).await
+    }
+
+    async fn release_owned(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
         let mut pause = RELEASE_FIRST_PAUSE;
         for remaining in (0..RELEASE_ATTEMPTS).rev() {
-            let result = dispatch!(self, m::StoreOp::Release, s => s.release(lease));
-            match result {
+            let call = self.backend().release(key, owner);
+            match self.metered(m::StoreOp::Release, call).await {
                 Err(StoreError::Unavailable(error)) if remaining > 0 => {
-                    tracing::warn!(key = lease.key.hash(), %error, "store unreachable while releasing; retrying");
+                    tracing::warn!(key = key.hash(), %error, "store unreachable while releasing; retrying");
                     tokio::time::sleep(pause).await;
                     pause *= 2;
                 }
@@ -365,23 +467,29 @@ impl Store for AnyStore {
         unreachable!("the last attempt returns")
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        dispatch!(self, m::StoreOp::Renew, s => s.renew(lease, ttl))
+    /// Resets the TTL of the in-flight claim `lease` proves. Returns
+    /// whether it did.
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let call = self.backend().renew(&lease.key, lease.owner(), ttl);
+        self.metered(m::StoreOp::Renew, call).await
     }
 
-    async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
-        dispatch!(self, m::StoreOp::Lookup, s => s.lookup(key))
+    /// Reads a record and its remaining TTL.
+    pub async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
+        let call = self.backend().lookup(key);
+        self.metered(m::StoreOp::Lookup, call).await
     }
 
-    async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        dispatch!(self, m::StoreOp::Purge, s => s.purge(key))
+    /// Deletes a record whoever owns it. Returns whether one existed.
+    pub async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let call = self.backend().purge(key);
+        self.metered(m::StoreOp::Purge, call).await
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Redis(s) => s.ping().await,
-            Backend::Embedded(s) => s.ping().await,
-        }
+    /// Checks that the store answers. Not metered: the `op` label set
+    /// covers the request path's operations only.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.backend().ping().await
     }
 }
 

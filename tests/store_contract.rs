@@ -73,7 +73,12 @@ async fn contract<S: Store>(store: &S) {
     let completed = lease.record().with_state(answer());
     assert_eq!(
         store
-            .complete(&lease, &completed, Duration::from_secs(3600))
+            .complete(
+                lease.key(),
+                lease.owner(),
+                &completed,
+                Duration::from_secs(3600)
+            )
             .await
             .unwrap(),
         Completion::Stored
@@ -85,7 +90,7 @@ async fn contract<S: Store>(store: &S) {
     // release by the owner deletes; the next claim is free
     let k = key("release");
     let lease = claimed(store, &mint, &k, LONG).await;
-    assert!(store.release(&lease).await.unwrap());
+    assert!(store.release(lease.key(), lease.owner()).await.unwrap());
     assert!(store.lookup(&k).await.unwrap().is_none());
     let _ = claimed(store, &mint, &k, LONG).await;
 
@@ -95,7 +100,10 @@ async fn contract<S: Store>(store: &S) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(store.lookup(&k).await.unwrap().is_none());
     assert!(
-        !store.renew(&stale_complete, LONG).await.unwrap(),
+        !store
+            .renew(stale_complete.key(), stale_complete.owner(), LONG)
+            .await
+            .unwrap(),
         "renewing a lapsed claim"
     );
     let stale_release = claimed(store, &mint, &k, Duration::from_millis(150)).await;
@@ -104,14 +112,17 @@ async fn contract<S: Store>(store: &S) {
     let foreign = stale_complete.record().with_state(answer());
     assert_eq!(
         store
-            .complete(&stale_complete, &foreign, LONG)
+            .complete(stale_complete.key(), stale_complete.owner(), &foreign, LONG)
             .await
             .unwrap(),
         Completion::TakenOver,
         "owner checked on complete"
     );
     assert!(
-        !store.release(&stale_release).await.unwrap(),
+        !store
+            .release(stale_release.key(), stale_release.owner())
+            .await
+            .unwrap(),
         "owner checked on release"
     );
     let record = store
@@ -126,7 +137,7 @@ async fn contract<S: Store>(store: &S) {
     let k = key("renew");
     let lease = claimed(store, &mint, &k, Duration::from_millis(400)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(store.renew(&lease, LONG).await.unwrap());
+    assert!(store.renew(lease.key(), lease.owner(), LONG).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         store.lookup(&k).await.unwrap().is_some(),
@@ -136,7 +147,10 @@ async fn contract<S: Store>(store: &S) {
     // an unknown outcome is kept for its hold and observed as unknown
     let unknown = lease.record().with_state(RecordState::Unknown);
     assert_eq!(
-        store.complete(&lease, &unknown, LONG).await.unwrap(),
+        store
+            .complete(lease.key(), lease.owner(), &unknown, LONG)
+            .await
+            .unwrap(),
         Completion::Stored
     );
     let found = store.lookup(&k).await.unwrap().unwrap();
@@ -152,12 +166,18 @@ async fn contract<S: Store>(store: &S) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let late = lapsed.record().with_state(answer());
     assert_eq!(
-        store.complete(&lapsed, &late, LONG).await.unwrap(),
+        store
+            .complete(lapsed.key(), lapsed.owner(), &late, LONG)
+            .await
+            .unwrap(),
         Completion::StoredInFreeKey
     );
     assert_eq!(store.lookup(&k).await.unwrap().unwrap().record, late);
     assert!(
-        !store.renew(&lapsed, LONG).await.unwrap(),
+        !store
+            .renew(lapsed.key(), lapsed.owner(), LONG)
+            .await
+            .unwrap(),
         "a completed record is not renewed"
     );
 
@@ -224,7 +244,10 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     let k = key("held");
     let lease = claimed(&store, &mint, &k, LONG).await;
     let completed = lease.record().with_state(answer());
-    store.complete(&lease, &completed, LONG).await.unwrap();
+    store
+        .complete(lease.key(), lease.owner(), &completed, LONG)
+        .await
+        .unwrap();
     let in_flight = claimed(&store, &mint, &key("in-flight"), LONG).await;
 
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
@@ -250,11 +273,26 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     // Storing an answer fails the same way, and is worth retrying; renewing
     // and releasing a claim still work.
     let stored = store
-        .complete(&in_flight, &in_flight.record().with_state(answer()), LONG)
+        .complete(
+            in_flight.key(),
+            in_flight.owner(),
+            &in_flight.record().with_state(answer()),
+            LONG,
+        )
         .await;
     assert!(matches!(&stored, Err(e) if e.is_transient()), "{stored:?}");
-    assert!(store.renew(&in_flight, LONG).await.unwrap());
-    assert!(store.release(&in_flight).await.unwrap());
+    assert!(
+        store
+            .renew(in_flight.key(), in_flight.owner(), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .release(in_flight.key(), in_flight.owner())
+            .await
+            .unwrap()
+    );
     redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(matches!(
         store

@@ -38,9 +38,7 @@ use super::single_flight::{Flight, SingleFlight};
 use crate::config::{Idempotency, Mode, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerToken, Record, StoredResponse};
-use crate::store::{
-    AnyStore, ClaimOutcome, Existing, Lease, Observed, Store, StoreError, StoreKey,
-};
+use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 use tokio_util::task::TaskTracker;
 
 /// First and largest pause between store re-checks while waiting.

@@ -27,28 +27,19 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::quick_ack::QuickAckConnector;
+use crate::body::{ProxyBody, full};
 use crate::config::Upstream;
-
-/// Body type of everything idemgate sends or answers: a boxed body, so
-/// buffered (protected) and streamed (passthrough) messages share one type.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+use crate::error::Rejection;
+use crate::metrics::UpstreamErrorKind;
 
 /// The pooled upstream client, cloned cheaply per request.
 pub type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
-
-/// Wraps bytes as a [`ProxyBody`].
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
 
 /// Builds the shared client: keep-alive pool, no per-request connection,
 /// `TCP_NODELAY` for our writes, and `TCP_QUICKACK` on connections whose
@@ -106,6 +97,36 @@ pub enum ForwardError {
     /// No complete answer within `upstream.timeout`.
     #[error("upstream timed out")]
     Timeout,
+}
+
+impl ForwardError {
+    /// Sorts a client error: only a failed connect is known to have sent
+    /// nothing; any later failure may have reached the upstream.
+    fn from_client(error: &hyper_util::client::legacy::Error) -> Self {
+        if error.is_connect() {
+            Self::Refused
+        } else {
+            Self::Broken
+        }
+    }
+
+    /// The rejection the sender gets instead of an answer: 504 for a
+    /// timeout, 502 for any connection failure.
+    pub fn rejection(self) -> Rejection {
+        match self {
+            Self::Refused | Self::Broken => Rejection::UpstreamError,
+            Self::Timeout => Rejection::UpstreamTimeout,
+        }
+    }
+
+    /// The `kind` label of `idemgate_upstream_errors_total`, which does not
+    /// tell a refused connection from a broken one.
+    pub fn kind(self) -> UpstreamErrorKind {
+        match self {
+            Self::Timeout => UpstreamErrorKind::Timeout,
+            Self::Refused | Self::Broken => UpstreamErrorKind::Connect,
+        }
+    }
 }
 
 /// Removes hop-by-hop headers, including those named in `Connection`.
@@ -193,13 +214,10 @@ pub async fn forward(
 ) -> Result<UpstreamAnswer, ForwardError> {
     let request = upstream_request(parts, &upstream.url, peer, full(body));
     let exchange = async {
-        let response = client.request(request).await.map_err(|error| {
-            if error.is_connect() {
-                ForwardError::Refused
-            } else {
-                ForwardError::Broken
-            }
-        })?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|error| ForwardError::from_client(&error))?;
         let (head, body) = response.into_parts();
         let body = read_bounded(body, max_stored).await?;
         let mut headers = head.headers;
@@ -308,13 +326,7 @@ pub async fn pass_through(
     let response = tokio::time::timeout(upstream.timeout, client.request(request))
         .await
         .map_err(|_| ForwardError::Timeout)?
-        .map_err(|error| {
-            if error.is_connect() {
-                ForwardError::Refused
-            } else {
-                ForwardError::Broken
-            }
-        })?;
+        .map_err(|error| ForwardError::from_client(&error))?;
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     Ok(Response::from_parts(head, body.boxed()))

@@ -13,7 +13,7 @@ use super::Pipeline;
 use super::persist::{Persist, Persisted};
 use super::settle::Settlement;
 use crate::record::{Record, RecordState, StoredBody};
-use crate::store::{AnyStore, Completion, Lease, Store, StoreError};
+use crate::store::{Completion, Lease, StoreError};
 
 impl Pipeline {
     /// Settles a first delivery's lease with one store attempt. Returns
@@ -99,7 +99,7 @@ impl Pipeline {
         lease: &'a Lease,
         record: &'a Record,
         ttl: Duration,
-    ) -> Persist<'a, AnyStore> {
+    ) -> Persist<'a> {
         let rules = &self.config.routes[index].idempotency;
         Persist::new(
             &self.store,

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::record::Record;
-use crate::store::{Completion, Lease, Store, StoreError};
+use crate::store::{AnyStore, Completion, Lease, StoreError};
 
 /// Pause after the first failed attempt; doubled after each further one.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -44,8 +44,8 @@ pub enum Persisted {
 
 /// One outcome to store for one lease.
 #[derive(Debug)]
-pub struct Persist<'a, S> {
-    store: &'a S,
+pub struct Persist<'a> {
+    store: &'a AnyStore,
     lease: &'a Lease,
     record: &'a Record,
     /// TTL of the stored outcome (retention or unknown_hold).
@@ -54,10 +54,10 @@ pub struct Persist<'a, S> {
     claim_ttl: Duration,
 }
 
-impl<'a, S: Store> Persist<'a, S> {
+impl<'a> Persist<'a> {
     /// Prepares to store `record` for `ttl` under `lease`.
     pub fn new(
-        store: &'a S,
+        store: &'a AnyStore,
         lease: &'a Lease,
         record: &'a Record,
         ttl: Duration,
@@ -119,14 +119,14 @@ impl<'a, S: Store> Persist<'a, S> {
 mod tests {
     use super::*;
     use crate::record::{Fingerprint, OwnerToken};
-    use crate::store::{ClaimOutcome, Existing, StoreKey};
+    use crate::store::{ClaimOutcome, Existing, Store, StoreKey};
     use std::collections::VecDeque;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
     use tokio::time::Instant;
 
     /// A store whose `complete` answers from a script, recording when each
     /// call came; `renew` calls are counted.
-    #[derive(Default)]
+    #[derive(Debug, Default)]
     struct Scripted {
         answers: Mutex<VecDeque<Result<Completion, StoreError>>>,
         completes: Mutex<Vec<Instant>>,
@@ -154,7 +154,8 @@ mod tests {
 
         async fn complete(
             &self,
-            _: &Lease,
+            _: &StoreKey,
+            _: OwnerToken,
             _: &Record,
             _: Duration,
         ) -> Result<Completion, StoreError> {
@@ -166,11 +167,16 @@ mod tests {
                 .unwrap_or(Ok(Completion::Stored))
         }
 
-        async fn release(&self, _: &Lease) -> Result<bool, StoreError> {
+        async fn release(&self, _: &StoreKey, _: OwnerToken) -> Result<bool, StoreError> {
             unreachable!("not used")
         }
 
-        async fn renew(&self, _: &Lease, _: Duration) -> Result<bool, StoreError> {
+        async fn renew(
+            &self,
+            _: &StoreKey,
+            _: OwnerToken,
+            _: Duration,
+        ) -> Result<bool, StoreError> {
             *self.renews.lock().unwrap() += 1;
             Ok(true)
         }
@@ -203,11 +209,12 @@ mod tests {
         Err(StoreError::Full("OOM".into()))
     }
 
-    async fn run(store: &Scripted, stop: &CancellationToken) -> Persisted {
+    async fn run(store: &Arc<Scripted>, stop: &CancellationToken) -> Persisted {
+        let store = AnyStore::for_tests(Arc::clone(store));
         let lease = lease();
         let record = lease.record().clone();
         let persist = Persist::new(
-            store,
+            &store,
             &lease,
             &record,
             Duration::from_secs(60),
@@ -227,7 +234,7 @@ mod tests {
             .map(|i| if i % 2 == 0 { down() } else { full() })
             .chain([Ok(Completion::StoredInFreeKey)])
             .collect();
-        let store = Scripted::new(answers);
+        let store = Arc::new(Scripted::new(answers));
         let started = Instant::now();
         let ended = run(&store, &CancellationToken::new()).await;
         assert!(
@@ -255,12 +262,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_lease_or_a_broken_store_ends_at_once() {
-        let store = Scripted::new(vec![down(), Ok(Completion::TakenOver)]);
+        let store = Arc::new(Scripted::new(vec![down(), Ok(Completion::TakenOver)]));
         assert!(matches!(
             run(&store, &CancellationToken::new()).await,
             Persisted::TakenOver
         ));
-        let store = Scripted::new(vec![Err(StoreError::Backend("WRONGTYPE".into()))]);
+        let store = Arc::new(Scripted::new(vec![Err(StoreError::Backend(
+            "WRONGTYPE".into(),
+        ))]));
         assert!(matches!(
             run(&store, &CancellationToken::new()).await,
             Persisted::GaveUp(StoreError::Backend(_))
@@ -270,7 +279,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn only_shutdown_cuts_the_retries_short() {
-        let store = Scripted::new((0..1_000).map(|_| down()).collect());
+        let store = Arc::new(Scripted::new((0..1_000).map(|_| down()).collect()));
         let stop = CancellationToken::new();
         let cancel = stop.clone();
         tokio::spawn(async move {

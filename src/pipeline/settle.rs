@@ -19,9 +19,10 @@
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::forward::{AnswerBody, ForwardError, ProxyBody, UpstreamAnswer, full};
+use super::forward::{AnswerBody, ForwardError, UpstreamAnswer};
+use crate::body::{ProxyBody, full};
 use crate::config::{Idempotency, OnUpstreamTimeout};
-use crate::error::{Rejection, answer_not_stored};
+use crate::error::answer_not_stored;
 use crate::record::{Record, RecordState, StoredBody, StoredResponse};
 
 /// Header telling the sender whether it got a replay.
@@ -79,14 +80,6 @@ pub fn stored(answer: &UpstreamAnswer) -> StoredResponse {
         status: answer.status.as_u16(),
         headers,
         body,
-    }
-}
-
-/// The rejection a failed upstream call answers with.
-pub fn failure(error: ForwardError) -> Rejection {
-    match error {
-        ForwardError::Refused | ForwardError::Broken => Rejection::UpstreamError,
-        ForwardError::Timeout => Rejection::UpstreamTimeout,
     }
 }
 

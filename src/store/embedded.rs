@@ -21,7 +21,7 @@ use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
-use crate::record::{Record, RecordState, now_ms};
+use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
 const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");
@@ -35,7 +35,7 @@ enum Change {
     /// Store an outcome: over our claim, or into a free key.
     Complete(Vec<u8>, Duration),
     /// Reset the TTL of our in-flight claim (rewrites the same record).
-    Renew(Vec<u8>, Duration),
+    Renew(Duration),
     /// Delete our claim.
     Release,
 }
@@ -195,12 +195,15 @@ impl EmbeddedStore {
         .map_err(backend)?
     }
 
-    /// Applies `change` to the key of `lease` if the lease still owns it
-    /// (see [`Change`]). Returns whether it did, and whether the key was
-    /// free.
-    async fn change_owned(&self, lease: &Lease, change: Change) -> Result<Owned, StoreError> {
-        let key = lease.key.0.clone();
-        let owner = lease.owner();
+    /// Applies `change` to `key` if `owner` still owns it (see
+    /// [`Change`]). Returns whether it did, and whether the key was free.
+    async fn change_owned(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        change: Change,
+    ) -> Result<Owned, StoreError> {
+        let key = key.0.clone();
         self.write(move |records, expiries, now| {
             let entry = read_entry(records, &key, now)?;
             let owned = match (&entry, &change) {
@@ -219,22 +222,29 @@ impl EmbeddedStore {
             if owned == Owned::No {
                 return Ok((owned, false));
             }
-            match change {
-                Change::Complete(bytes, ttl) | Change::Renew(bytes, ttl) => {
-                    let previous = stored_expiry(records, &key)?;
-                    write_entry(
-                        records,
-                        expiries,
-                        &key,
-                        previous,
-                        deadline(now, ttl),
-                        &bytes,
-                    )?;
-                }
+            let (bytes, ttl) = match change {
                 Change::Release => {
                     delete_entry(records, expiries, &key)?;
+                    return Ok((owned, true));
                 }
-            }
+                Change::Complete(bytes, ttl) => (bytes, ttl),
+                // The owner check just read this live entry: its record
+                // bytes stay as they are, only the expiry moves.
+                Change::Renew(ttl) => {
+                    let guard = records.get(key.as_str()).map_err(backend)?;
+                    let raw = guard.as_ref().and_then(|g| g.value().get(8..));
+                    (raw.unwrap_or_default().to_vec(), ttl)
+                }
+            };
+            let previous = stored_expiry(records, &key)?;
+            write_entry(
+                records,
+                expiries,
+                &key,
+                previous,
+                deadline(now, ttl),
+                &bytes,
+            )?;
             Ok((owned, true))
         })
         .await
@@ -311,25 +321,31 @@ impl Store for EmbeddedStore {
 
     async fn complete(
         &self,
-        lease: &Lease,
+        key: &StoreKey,
+        owner: OwnerToken,
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let change = Change::Complete(record.encode().to_vec(), ttl);
-        Ok(match self.change_owned(lease, change).await? {
+        Ok(match self.change_owned(key, owner, change).await? {
             Owned::Yes => Completion::Stored,
             Owned::Free => Completion::StoredInFreeKey,
             Owned::No => Completion::TakenOver,
         })
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
-        Ok(self.change_owned(lease, Change::Release).await? == Owned::Yes)
+    async fn release(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
+        Ok(self.change_owned(key, owner, Change::Release).await? == Owned::Yes)
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        let change = Change::Renew(lease.record.encode().to_vec(), ttl);
-        Ok(self.change_owned(lease, change).await? == Owned::Yes)
+    async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let change = Change::Renew(ttl);
+        Ok(self.change_owned(key, owner, change).await? == Owned::Yes)
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {

@@ -28,7 +28,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
-use crate::record::{OWNER_RANGE, Record};
+use crate::record::{OWNER_RANGE, OwnerToken, Record};
 
 /// The scripts of SPEC §5, compiled into the binary.
 #[derive(Debug)]
@@ -252,8 +252,8 @@ impl RedisStore {
     }
 }
 
-fn owner_arg(lease: &Lease) -> Value {
-    Value::Bytes(Bytes::copy_from_slice(&lease.owner().0))
+fn owner_arg(owner: OwnerToken) -> Value {
+    Value::Bytes(Bytes::copy_from_slice(&owner.0))
 }
 
 impl Store for RedisStore {
@@ -279,7 +279,7 @@ impl Store for RedisStore {
             record,
         };
         if !self.replicated(client, key).await? {
-            let owner = vec![owner_arg(&lease)];
+            let owner = vec![owner_arg(lease.owner())];
             let _ = self.eval(client, &self.scripts.release, key, owner).await;
             return Err(StoreError::Unavailable(
                 "too few replicas acknowledged the claim".into(),
@@ -290,42 +290,45 @@ impl Store for RedisStore {
 
     async fn complete(
         &self,
-        lease: &Lease,
+        key: &StoreKey,
+        owner: OwnerToken,
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let client = self.pool.next_connected();
         let args = vec![
-            owner_arg(lease),
+            owner_arg(owner),
             Value::Bytes(record.encode()),
             Value::Integer(millis(ttl)),
         ];
-        let reply = self
-            .eval(client, &self.scripts.complete, &lease.key, args)
-            .await?;
+        let reply = self.eval(client, &self.scripts.complete, key, args).await?;
         let completion = match reply.as_i64() {
             Some(1) => Completion::Stored,
             Some(2) => Completion::StoredInFreeKey,
             _ => Completion::TakenOver,
         };
-        if completion.stored() && !self.replicated(client, &lease.key).await? {
+        if completion.stored() && !self.replicated(client, key).await? {
             tracing::warn!(
-                key = lease.key.hash(),
+                key = key.hash(),
                 "stored answer not yet acknowledged by enough replicas"
             );
         }
         Ok(completion)
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
-        let args = vec![owner_arg(lease)];
-        self.eval_flag(&self.scripts.release, &lease.key, args)
-            .await
+    async fn release(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
+        let args = vec![owner_arg(owner)];
+        self.eval_flag(&self.scripts.release, key, args).await
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        let args = vec![owner_arg(lease), Value::Integer(millis(ttl))];
-        self.eval_flag(&self.scripts.renew, &lease.key, args).await
+    async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = vec![owner_arg(owner), Value::Integer(millis(ttl))];
+        self.eval_flag(&self.scripts.renew, key, args).await
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
