@@ -157,7 +157,7 @@ fn main() -> ExitCode {
         Command::CheckConfig => match load(cli.config.as_ref()) {
             Ok(config) => {
                 println!("{config:#?}");
-                for line in idemgate::pipeline::route::describe(&config) {
+                for line in idemgate::pipeline::route::spellings_report(&config) {
                     println!("{line}");
                 }
                 for warning in config.warnings() {

@@ -4,7 +4,7 @@
 //! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
 //! 2 body     pipeline/body.rs           413
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
-//! 4 identify pipeline/delivery.rs       400
+//! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
@@ -25,8 +25,8 @@
 
 pub mod body;
 pub mod claim;
-pub mod delivery;
 pub mod forward;
+pub mod identify;
 mod outcome;
 pub mod persist;
 pub mod quick_ack;
@@ -48,12 +48,12 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
-use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::record::{OwnerMint, StoredBody, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Decision, Local};
-use delivery::Identity;
 use forward::{ForwardError, ProxyBody, UpstreamClient, full};
+use identify::Identity;
 use route::{Router, Selection, Target};
 use settle::Settlement;
 use verify::{Unverified, Verified};
@@ -206,7 +206,7 @@ impl Pipeline {
             .routes
             .iter()
             .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
-            .chain([RouteMetrics::new(m::UNMATCHED_ROUTE, 0)])
+            .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
         Self {
             meters,
@@ -244,7 +244,8 @@ impl Pipeline {
                     .await,
             ),
         };
-        let route_name = route_index.map_or(m::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
+        let route_name =
+            route_index.map_or(metrics::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
         let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
         finished.record(route_name, meters, started);
         finished.response
@@ -328,7 +329,7 @@ impl Pipeline {
             Err(refused) => return Finished::rejected(refused.rejection),
         };
         let verified_secret = verified.authenticity().secret_index;
-        let identity = match delivery::identify(
+        let identity = match identify::identify(
             &verified,
             route,
             &target.canonical,

@@ -17,7 +17,7 @@
 //! that ran, so it is never treated as free.
 //!
 //! Waiting is cheap: duplicates on this instance are woken by
-//! `Signals` the moment the local first delivery settles; duplicates of a
+//! [`LocalWaiters`] the moment the local first delivery settles; duplicates of a
 //! first delivery running on another instance re-check the store at a
 //! short, growing interval. Concurrent duplicates of one key share one
 //! store read ([`SingleFlight`]): a joiner receives what its leader saw —
@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::delivery::Identity;
+use super::identify::Identity;
 use super::single_flight::{Flight, SingleFlight};
 use crate::config::{Idempotency, Mode, OnInFlight};
 use crate::error::Rejection;
@@ -62,34 +62,36 @@ pub enum Decision {
 /// first delivery settles, and one store read at a time.
 #[derive(Debug, Default)]
 pub struct Local {
-    signals: Signals,
+    waiters: LocalWaiters,
     flights: SingleFlight<StoreKey, Result<Existing, StoreError>>,
 }
 
 impl Local {
     /// Wakes every local waiter on `key`: its first delivery has settled.
     pub fn settled(&self, key: &StoreKey) {
-        self.signals.settled(key.as_str());
+        self.waiters.settled(key.as_str());
     }
 }
 
-/// Wakes local duplicates when a first delivery settles.
+/// Duplicates on this instance waiting for a key's first delivery, woken
+/// the moment it settles instead of at their next store re-check.
 #[derive(Debug, Default)]
-struct Signals {
+struct LocalWaiters {
     waiting: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
-impl Signals {
+impl LocalWaiters {
     /// A handle to wait on `key`, unless `limit` waiters hold one already.
     fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
-        let mut waiting = self.waiting.lock().expect("signals lock");
+        let mut waiting = self.waiting.lock().expect("waiters lock");
         let notify = waiting.entry(key.to_owned()).or_default();
         // The map holds one handle; every other one is a waiter.
         (Arc::strong_count(notify) <= limit).then(|| Arc::clone(notify))
     }
 
+    /// Drops a waiter's handle, and the key's entry with the last one.
     fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
-        let mut waiting = self.waiting.lock().expect("signals lock");
+        let mut waiting = self.waiting.lock().expect("waiters lock");
         // The map's handle plus ours: nobody else is waiting.
         if Arc::strong_count(notify) == 2 {
             waiting.remove(key);
@@ -98,7 +100,7 @@ impl Signals {
 
     /// Wakes every local waiter on `key`.
     fn settled(&self, key: &str) {
-        let notify = self.waiting.lock().expect("signals lock").remove(key);
+        let notify = self.waiting.lock().expect("waiters lock").remove(key);
         if let Some(notify) = notify {
             notify.notify_waiters();
         }
@@ -219,17 +221,17 @@ pub async fn claim(
             }));
         }
         // Subscribing only now keeps the first-delivery path free of the
-        // signal map; a settle that slipped in between is caught by the
+        // waiter map; a settle that slipped in between is caught by the
         // short first pause.
         let key = identity.key.as_str();
-        let Some(notify) = local.signals.subscribe(key, max_waiting) else {
+        let Some(notify) = local.waiters.subscribe(key, max_waiting) else {
             // Enough copies wait already; this one would only hold memory.
             return Ok(Decision::Refuse(Rejection::InFlight {
                 retry_after: lease_left(existing.ttl, rules),
             }));
         };
         let _ = tokio::time::timeout(pause.min(deadline - now), notify.notified()).await;
-        local.signals.unsubscribe(key, &notify);
+        local.waiters.unsubscribe(key, &notify);
         pause = (pause * 2).min(POLL_MAX);
     }
 }
