@@ -6,6 +6,7 @@
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
 //! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
+//!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
 //! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
 //!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
@@ -23,14 +24,18 @@
 //! unknown outcomes. Every request ends in exactly one `Finished`, which is counted
 //! and logged once, here.
 
+pub mod backoff;
 pub mod body;
 pub mod claim;
 pub mod forward;
 pub mod identify;
+pub mod lease_timing;
 mod outcome;
 pub mod persist;
 pub mod quick_ack;
 pub mod route;
+#[cfg(test)]
+mod scripted;
 pub mod settle;
 pub mod single_flight;
 pub mod verify;
@@ -49,11 +54,12 @@ use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{OwnerMint, StoredBody, now_ms};
+use crate::record::{StoredBody, now_ms};
 use crate::store::{AnyStore, Lease};
-use claim::{Decision, Local};
+use claim::{Claimer, Decision};
 use forward::{ForwardError, ProxyBody, UpstreamClient, full};
 use identify::Identity;
+use lease_timing::LeaseTiming;
 use route::{Router, Selection, Target};
 use settle::Settlement;
 use verify::{Unverified, Verified};
@@ -183,8 +189,8 @@ pub struct Pipeline {
     router: Router,
     store: Arc<AnyStore>,
     client: UpstreamClient,
-    owners: OwnerMint,
-    local: Local,
+    /// Stage 5, with what duplicates on this instance share.
+    claimer: Claimer,
     tracker: TaskTracker,
     /// Cancelled when shutdown's grace period runs out: answers still not
     /// stored by then are given up (and counted as unknown outcomes).
@@ -208,14 +214,18 @@ impl Pipeline {
             .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
             .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
+        let claimer = Claimer::new(
+            Arc::clone(&store),
+            tracker.clone(),
+            config.limits.max_waiting_per_key,
+        );
         Self {
             meters,
             router: Router::new(&config.routes),
             config,
             store,
             client: forward::client(),
-            owners: OwnerMint::new(),
-            local: Local::default(),
+            claimer,
             tracker,
             grace_over,
         }
@@ -344,16 +354,16 @@ impl Pipeline {
             }
             Err(rejection) => return Finished::rejected(rejection),
         };
-        let decision = claim::claim(
-            &self.store,
-            &self.tracker,
-            &self.local,
-            &identity,
-            self.owners.next(),
-            &route.idempotency,
-            self.config.limits.max_waiting_per_key,
-        )
-        .await;
+        // Shadow mode never holds a request back.
+        let patience = if shadow {
+            Duration::ZERO
+        } else {
+            route.idempotency.wait_timeout
+        };
+        let decision = self
+            .claimer
+            .claim(&identity, &route.idempotency, patience)
+            .await;
         let mut finished = match decision {
             Ok(Decision::Forward(lease)) => {
                 Arc::clone(&self)
@@ -449,10 +459,10 @@ impl Pipeline {
         self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
-            let result = claim::while_renewing(
-                &this.store,
+            let result = lease_timing::while_renewing(
+                &*this.store,
                 &lease,
-                &route.idempotency,
+                LeaseTiming::of(&route.idempotency),
                 this.forward_metered(index, parts, body, peer),
             )
             .await;
@@ -469,7 +479,7 @@ impl Pipeline {
                 this.keep_storing(index, &lease, record, *ttl, failure)
                     .await;
             }
-            this.local.settled(lease.key());
+            this.claimer.settled(lease.key());
         });
         answer.await.unwrap_or_else(|_| {
             tracing::error!(
