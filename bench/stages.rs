@@ -5,7 +5,7 @@
 //!   preset (and the generic `hmac` scheme), one configured secret, through
 //!   `idemgate::signature::verify` with the scheme built by `Config::parse`.
 //! * `identify/<body>` — `pipeline::verify::verify` under `scheme = "none"`
-//!   followed by `pipeline::delivery::identify` (key extraction and the
+//!   followed by `pipeline::identify::identify` (key extraction and the
 //!   request fingerprint) for a JSON and a form body, with the raw-bytes body
 //!   fingerprint and with `fingerprint_ignore` (canonical form).
 //! * `record/*` — `Record::encode` / `Record::decode` of an in-flight claim
@@ -27,7 +27,7 @@ use criterion::{BatchSize, Criterion};
 use http::Request;
 use idemgate::config::{Algorithm, Config, Route};
 use idemgate::extract::Inbound;
-use idemgate::pipeline::{delivery, verify};
+use idemgate::pipeline::{identify, verify};
 use idemgate::record::{Fingerprint, OwnerToken, Record, RecordState, StoredResponse};
 
 const SECRET: &str = "bench-secret-0123456789abcdef";
@@ -271,7 +271,7 @@ fn bench_identify(c: &mut Criterion) {
             path: "/hook".to_owned(),
         };
         let verified = verify::verify(fresh(), &route, NOW_MS).expect("scheme none");
-        delivery::identify(&verified, &route, &canonical, "idemgate").expect("identity");
+        identify::identify(&verified, &route, &canonical, "idemgate").expect("identity");
         // A fresh Inbound per iteration (its JSON / form parse is cached),
         // built outside the timed part.
         group.bench_function(name, |b| {
@@ -279,7 +279,7 @@ fn bench_identify(c: &mut Criterion) {
                 fresh,
                 |inbound| {
                     let verified = verify::verify(inbound, &route, NOW_MS).expect("scheme none");
-                    delivery::identify(&verified, &route, &canonical, black_box("idemgate"))
+                    identify::identify(&verified, &route, &canonical, black_box("idemgate"))
                         .expect("identity")
                 },
                 BatchSize::SmallInput,

@@ -38,7 +38,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
-use crate::pipeline::delivery::hash_key_parts;
+use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
 use crate::store::eviction::{EvictionWatch, Trigger};
@@ -177,7 +177,9 @@ impl Admin {
         let key = StoreKey::new(&self.config.store.key_prefix, &route.name, &key_hash);
         match *request.method() {
             Method::GET => match self.store.lookup(&key).await {
-                Ok(Some(existing)) => json(StatusCode::OK, &describe(route, &key_hash, &existing)),
+                Ok(Some(existing)) => {
+                    json(StatusCode::OK, &record_view(route, &key_hash, &existing))
+                }
                 Ok(None) => text(StatusCode::NOT_FOUND, "no record"),
                 Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
             },
@@ -311,7 +313,7 @@ fn hash_value(value: &[u8]) -> String {
 }
 
 /// The JSON view of a record: no body content, only its size.
-fn describe(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::Value {
+fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::Value {
     let record = &existing.record;
     let state = match existing.observe(route.idempotency.unknown_hold) {
         Observed::Completed(_) => "completed",

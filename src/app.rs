@@ -66,7 +66,7 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;
-    crate::metrics::describe();
+    crate::metrics::register_descriptions();
     Ok(handle)
 }
 
@@ -108,7 +108,7 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
 /// Logs what each protected route captures and refuses (SPEC §4 rule 9),
 /// then the configuration's warnings.
 fn warn_about(config: &Config) {
-    for line in crate::pipeline::route::describe(config) {
+    for line in crate::pipeline::route::spellings_report(config) {
         tracing::info!("{line}");
     }
     for warning in config.warnings() {

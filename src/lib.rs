@@ -14,7 +14,7 @@
 //!                            │ 1 route     pipeline/route.rs    400 ───┤  (unmatched: forward | 404)
 //!                            │ 2 body      pipeline/body.rs     413 ───┤
 //!                            │ 3 verify    pipeline/verify.rs   401 ───┤  error.rs: the ONE
-//!                            │ 4 identify  pipeline/delivery.rs 400 ───┤  Rejection → status,
+//!                            │ 4 identify  pipeline/identify.rs 400 ───┤  Rejection → status,
 //!                            │ 5 claim     pipeline/claim.rs    503/409/422  reason, problem+json
 //!                            │ 6 forward   pipeline/forward.rs  502/504┤
 //!                            │ 7 settle    pipeline/settle.rs  (complete | release | unknown)

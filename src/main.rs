@@ -159,7 +159,7 @@ fn main() -> ExitCode {
                 // comments, so the whole output can be diffed or re-checked.
                 print!("{}", config.to_toml());
                 println!();
-                for line in idemgate::pipeline::route::describe(&config) {
+                for line in idemgate::pipeline::route::spellings_report(&config) {
                     println!("# {line}");
                 }
                 for warning in config.warnings() {

@@ -171,7 +171,7 @@ impl UpstreamErrorKind {
 }
 
 /// Registers help texts and units with the installed recorder.
-pub fn describe() {
+pub fn register_descriptions() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
     describe_counter!(

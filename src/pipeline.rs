@@ -4,8 +4,9 @@
 //! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
 //! 2 body     pipeline/body.rs           413
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
-//! 4 identify pipeline/delivery.rs       400
+//! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
+//!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
 //! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
 //!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
@@ -13,25 +14,33 @@
 //! ```
 //!
 //! Each stage takes its input and returns the next type or a
-//! [`Rejection`]; no stage calls another. A first delivery's forward and
+//! [`Rejection`]; no stage calls another. The stages run as enforce mode
+//! would; shadow mode has its say in one place afterwards
+//! ([`shadow`]). A first delivery's forward and
 //! settle run as a task of their own under the app's `TaskTracker`, so the
 //! sender hanging up cancels nothing (SPEC §4 rule 3) and shutdown waits
 //! for it. Its answer is stored before the sender gets it; if the store
 //! refuses it, the sender gets the answer at once and the task keeps
 //! storing it ([`persist`]) until it sticks, the lease is provably lost or
 //! the shutdown grace period runs out — the last two counted and logged as
-//! unknown outcomes. Every request ends in exactly one `Finished`, which is counted
-//! and logged once, here.
+//! unknown outcomes. Every request ends in exactly one `Finished`, which is
+//! counted and logged once: recording consumes it, so it can not happen
+//! twice.
 
+pub mod backoff;
 pub mod body;
 pub mod claim;
-pub mod delivery;
 pub mod forward;
+pub mod identify;
+pub mod lease_timing;
 mod outcome;
 pub mod persist;
 pub mod quick_ack;
 pub mod route;
+#[cfg(test)]
+mod scripted;
 pub mod settle;
+mod shadow;
 pub mod single_flight;
 pub mod verify;
 
@@ -46,17 +55,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::ProxyBody;
-use crate::config::{Config, Mode, OnUnavailable, Route, Unmatched};
+use crate::config::{Config, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
-use crate::metrics::{self as m, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{OwnerMint, StoredBody, now_ms};
+use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::record::now_ms;
 use crate::store::{AnyStore, Lease};
-use claim::{Decision, Local};
-use delivery::Identity;
+use claim::{Claimer, Decision};
 use forward::{ForwardError, UpstreamClient};
+use identify::Identity;
+use lease_timing::LeaseTiming;
 use route::{Router, Selection, Target};
 use settle::Settlement;
+use shadow::{Enforced, Held, Verdict};
 use verify::{Unverified, Verified};
 
 /// How long a sender is told to wait when the store is down.
@@ -83,17 +94,47 @@ impl Note {
     }
 }
 
-/// How one request ended: what is counted and logged.
+/// What a request's log line says about the delivery, once it is known.
+#[derive(Debug, Clone, Default)]
+struct Labels {
+    key_hash: Option<String>,
+    /// Index of the secret that verified the delivery.
+    secret_index: Option<usize>,
+}
+
+/// How one request ended, not yet counted and logged. [`Finished::record`]
+/// consumes it, so no request is counted twice.
 struct Finished {
     outcome: Outcome,
     response: Response<ProxyBody>,
     reason: Option<Note>,
-    key_hash: Option<String>,
-    /// Index of the secret that verified the delivery, for the log line.
-    secret_index: Option<usize>,
-    /// Already counted and logged (by a detached first delivery, which
-    /// records itself so a sender's hang-up can not lose the count).
-    recorded: bool,
+    labels: Labels,
+}
+
+/// A request's end as `handle` receives it.
+enum Ending {
+    /// Still to be counted and logged.
+    Pending(Finished),
+    /// Counted and logged already, by a detached first delivery (so a
+    /// sender's hang-up can not lose the count): only the answer is left.
+    Recorded(Response<ProxyBody>),
+}
+
+impl Ending {
+    /// Labels a pending end with what is known about the delivery; a
+    /// recorded one was logged with the same labels already.
+    fn labelled(self, labels: Labels) -> Self {
+        match self {
+            Self::Pending(finished) => Self::Pending(finished.labelled(labels)),
+            recorded @ Self::Recorded(_) => recorded,
+        }
+    }
+}
+
+impl From<Finished> for Ending {
+    fn from(finished: Finished) -> Self {
+        Self::Pending(finished)
+    }
 }
 
 impl Finished {
@@ -102,9 +143,7 @@ impl Finished {
             outcome,
             response,
             reason: None,
-            key_hash: None,
-            secret_index: None,
-            recorded: false,
+            labels: Labels::default(),
         }
     }
 
@@ -115,9 +154,7 @@ impl Finished {
             outcome: Outcome::Rejected,
             response,
             reason: Some(Note::Rejection(reason)),
-            key_hash: None,
-            secret_index: None,
-            recorded: false,
+            labels: Labels::default(),
         }
     }
 
@@ -147,12 +184,13 @@ impl Finished {
         self
     }
 
-    /// Counts and logs the request once.
-    fn record(&mut self, route: &str, meters: &RouteMetrics, started: Instant) {
-        if self.recorded {
-            return;
-        }
-        self.recorded = true;
+    fn labelled(mut self, labels: Labels) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Counts and logs the request, and hands back its answer.
+    fn record(self, route: &str, meters: &RouteMetrics, started: Instant) -> Response<ProxyBody> {
         let elapsed = started.elapsed();
         meters.request(self.outcome, elapsed);
         if let Some(Note::Rejection(reason)) = self.reason {
@@ -162,12 +200,13 @@ impl Finished {
             route,
             outcome = self.outcome.as_str(),
             reason = self.reason.map_or("", Note::as_str),
-            key = self.key_hash.as_deref().unwrap_or(""),
-            secret_index = self.secret_index,
+            key = self.labels.key_hash.as_deref().unwrap_or(""),
+            secret_index = self.labels.secret_index,
             status = self.response.status().as_u16(),
             latency_ms = elapsed.as_secs_f64() * 1e3,
             "request"
         );
+        self.response
     }
 }
 
@@ -179,8 +218,8 @@ pub struct Pipeline {
     router: Router,
     store: Arc<AnyStore>,
     client: UpstreamClient,
-    owners: OwnerMint,
-    local: Local,
+    /// Stage 5, with what duplicates on this instance share.
+    claimer: Claimer,
     tracker: TaskTracker,
     /// Cancelled when shutdown's grace period runs out: answers still not
     /// stored by then are given up (and counted as unknown outcomes).
@@ -202,16 +241,20 @@ impl Pipeline {
             .routes
             .iter()
             .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
-            .chain([RouteMetrics::new(m::UNMATCHED_ROUTE, 0)])
+            .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
+        let claimer = Claimer::new(
+            Arc::clone(&store),
+            tracker.clone(),
+            config.limits.max_waiting_per_key,
+        );
         Self {
             meters,
             router: Router::new(&config.routes),
             config,
             store,
             client: forward::client(),
-            owners: OwnerMint::new(),
-            local: Local::default(),
+            claimer,
             tracker,
             grace_over,
         }
@@ -228,10 +271,16 @@ impl Pipeline {
         let selection =
             self.router
                 .select(request.method(), request.uri().path(), request.headers());
-        let (route_index, mut finished) = match selection {
-            Selection::Unmatched => (None, self.unmatched(request, peer).await),
+        let (route_index, ending) = match selection {
+            Selection::Unmatched => (None, self.unmatched(request, peer).await.into()),
             Selection::Ambiguous { index } => {
-                (Some(index), self.ambiguous(index, request, peer).await)
+                // Stage 1 can not tell which request this is: enforce mode
+                // refuses it, shadow mode streams it on unread.
+                let enforced = Enforced::Stopped {
+                    verdict: Verdict::Refuse(Rejection::PathAmbiguous),
+                    held: Held::Unread(request),
+                };
+                (Some(index), self.apply_mode(index, enforced, peer).await)
             }
             Selection::Route(target) => (
                 Some(target.index),
@@ -240,10 +289,15 @@ impl Pipeline {
                     .await,
             ),
         };
-        let route_name = route_index.map_or(m::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
-        let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
-        finished.record(route_name, meters, started);
-        finished.response
+        match ending {
+            Ending::Pending(finished) => {
+                let route_name =
+                    route_index.map_or(metrics::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
+                let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
+                finished.record(route_name, meters, started)
+            }
+            Ending::Recorded(response) => response,
+        }
     }
 
     async fn unmatched(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Finished {
@@ -264,48 +318,42 @@ impl Pipeline {
         }
     }
 
-    /// A spelling of a protected route that stage 1 can not settle: 400,
-    /// or in shadow mode forwarded as it is and counted.
-    async fn ambiguous(
-        &self,
-        index: usize,
-        request: Request<Incoming>,
-        peer: Option<SocketAddr>,
-    ) -> Finished {
-        let route = &self.config.routes[index];
-        let rejection = Rejection::PathAmbiguous;
-        if route.idempotency.mode != Mode::Shadow {
-            return Finished::rejected(rejection);
-        }
-        let started = Instant::now();
-        let result = forward::pass_through(&self.client, &route.upstream, request, peer).await;
-        self.meters[index].upstream(started.elapsed());
-        match result {
-            Ok(response) => {
-                Finished::new(Outcome::Passthrough, response).with_reason(rejection.reason())
-            }
-            Err(error) => {
-                self.meters[index].upstream_error(error.kind());
-                Finished::rejected(error.rejection())
-            }
-        }
-    }
-
+    /// A request to a protected route: the stages as enforce mode runs
+    /// them, then the route's mode decides the answer
+    /// ([`Pipeline::apply_mode`]).
     async fn protected(
         self: Arc<Self>,
         target: Target,
         request: Request<Incoming>,
         peer: Option<SocketAddr>,
         started: Instant,
-    ) -> Finished {
+    ) -> Ending {
+        let index = target.index;
+        let (enforced, labels) = Arc::clone(&self)
+            .enforce(target, request, peer, started)
+            .await;
+        self.apply_mode(index, enforced, peer)
+            .await
+            .labelled(labels)
+    }
+
+    /// Stages 2–7 as enforce mode runs them. A request a rule stops is
+    /// handed back with the verdict, for the mode to decide on; the labels
+    /// are what the log line says about the delivery.
+    async fn enforce(
+        self: Arc<Self>,
+        target: Target,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+        started: Instant,
+    ) -> (Enforced, Labels) {
         let index = target.index;
         let route = &self.config.routes[index];
-        let shadow = route.idempotency.mode == Mode::Shadow;
         let limits = &self.config.limits;
         let inbound =
             match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
                 Ok(inbound) => inbound,
-                Err(rejection) => return Finished::rejected(rejection),
+                Err(rejection) => return (Finished::rejected(rejection).into(), Labels::default()),
             };
         let verified = match verify::verify(inbound, route, now_ms()) {
             Ok(verified) => {
@@ -314,81 +362,69 @@ impl Pipeline {
                 }
                 verified
             }
-            Err(refused) if shadow => {
+            Err(refused) => {
                 let Unverified { inbound, rejection } = *refused;
-                return self
-                    .unprotected(index, &inbound, peer, Outcome::Passthrough)
-                    .await
-                    .with_reason(rejection.reason());
+                let stopped = Enforced::Stopped {
+                    verdict: Verdict::Refuse(rejection),
+                    held: Held::Unclaimed(inbound),
+                };
+                return (stopped, Labels::default());
             }
-            Err(refused) => return Finished::rejected(refused.rejection),
         };
-        let verified_secret = verified.authenticity().secret_index;
-        let identity = match delivery::identify(
+        let identity = match identify::identify(
             &verified,
             route,
             &target.canonical,
             &self.config.store.key_prefix,
         ) {
             Ok(identity) => identity,
-            Err(rejection) if shadow => {
-                return self
-                    .unprotected(index, verified.inbound(), peer, Outcome::Passthrough)
-                    .await
-                    .with_reason(rejection.reason());
+            Err(rejection) => {
+                let stopped = Enforced::Stopped {
+                    verdict: Verdict::Refuse(rejection),
+                    held: Held::Unclaimed(verified.into_inbound()),
+                };
+                return (stopped, Labels::default());
             }
-            Err(rejection) => return Finished::rejected(rejection),
         };
-        let decision = claim::claim(
-            &self.store,
-            &self.tracker,
-            &self.local,
-            &identity,
-            self.owners.next(),
-            &route.idempotency,
-            self.config.limits.max_waiting_per_key,
-        )
-        .await;
-        let mut finished = match decision {
-            Ok(Decision::Forward(lease)) => {
+        let secret_index = verified.authenticity().secret_index;
+        let rules = &route.idempotency;
+        let decision = self
+            .claimer
+            .claim(&identity, rules, shadow::patience(rules))
+            .await;
+        let enforced = match decision {
+            Ok(Decision::Forward(lease)) => Enforced::Ended(
                 Arc::clone(&self)
                     .first_delivery(index, verified, &identity, lease, peer, started)
-                    .await
-            }
-            Ok(Decision::Replay(_)) if shadow => {
-                self.unprotected(index, verified.inbound(), peer, Outcome::ShadowDuplicate)
-                    .await
-            }
-            Ok(Decision::Replay(stored)) => {
-                let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
-                if stored.body == StoredBody::TooLarge {
-                    self.meters[index].answer_not_stored(true);
-                    replayed.answer_not_stored()
-                } else {
-                    replayed
-                }
-            }
-            Ok(Decision::Refuse(rejection)) if shadow => self
-                .unprotected(index, verified.inbound(), peer, Outcome::ShadowDuplicate)
-                .await
-                .with_reason(rejection.reason()),
-            Ok(Decision::Refuse(rejection)) => Finished::rejected(rejection),
+                    .await,
+            ),
+            Ok(Decision::Replay(stored)) => Enforced::Stopped {
+                verdict: Verdict::Replay(stored),
+                held: Held::Duplicate(verified.into_inbound()),
+            },
+            Ok(Decision::Refuse(rejection)) => Enforced::Stopped {
+                verdict: Verdict::Refuse(rejection),
+                held: Held::Duplicate(verified.into_inbound()),
+            },
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
-                match route.idempotency.on_unavailable {
-                    OnUnavailable::Forward => {
-                        self.unprotected(index, verified.inbound(), peer, Outcome::Unprotected)
-                            .await
-                    }
+                match rules.on_unavailable {
+                    OnUnavailable::Forward => self
+                        .unprotected(index, verified.inbound(), peer, Outcome::Unprotected)
+                        .await
+                        .into(),
                     OnUnavailable::Reject => Finished::rejected(Rejection::StoreUnavailable {
                         retry_after: STORE_RETRY_AFTER,
-                    }),
+                    })
+                    .into(),
                 }
             }
         };
-        finished.key_hash.get_or_insert(identity.key_hash);
-        finished.secret_index = verified_secret;
-        finished
+        let labels = Labels {
+            key_hash: Some(identity.key_hash),
+            secret_index,
+        };
+        (enforced, labels)
     }
 
     /// Forwards without a claim: shadow mode, or a fail-open store outage.
@@ -435,19 +471,21 @@ impl Pipeline {
         lease: Lease,
         peer: Option<SocketAddr>,
         started: Instant,
-    ) -> Finished {
+    ) -> Ending {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
-        let key_hash = identity.key_hash.clone();
-        let secret_index = verified.authenticity().secret_index;
+        let labels = Labels {
+            key_hash: Some(identity.key_hash.clone()),
+            secret_index: verified.authenticity().secret_index,
+        };
         let (parts, body) = verified.into_inbound().into_parts();
         self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
-            let result = claim::while_renewing(
+            let result = lease_timing::while_renewing(
                 &this.store,
                 &lease,
-                &route.idempotency,
+                LeaseTiming::of(&route.idempotency),
                 this.forward_metered(index, parts, body, peer),
             )
             .await;
@@ -455,24 +493,26 @@ impl Pipeline {
             let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
             let still_failing = this.settle_once(index, &lease, &settlement).await;
             meters.in_flight(-1.0);
-            let mut finished = Finished::upstream(Outcome::Forwarded, result);
-            finished.key_hash = Some(key_hash);
-            finished.secret_index = secret_index;
-            finished.record(&route.name, meters, started);
-            let _ = reply.send(finished);
+            let response = Finished::upstream(Outcome::Forwarded, result)
+                .labelled(labels)
+                .record(&route.name, meters, started);
+            let _ = reply.send(response);
             if let (Some(failure), Settlement::Keep(record, ttl)) = (still_failing, &settlement) {
                 this.keep_storing(index, &lease, record, *ttl, failure)
                     .await;
             }
-            this.local.settled(lease.key());
+            this.claimer.settled(lease.key());
         });
-        answer.await.unwrap_or_else(|_| {
-            tracing::error!(
-                key = identity.key_hash,
-                "upstream task ended without an answer"
-            );
-            Finished::rejected(Rejection::UpstreamError)
-        })
+        answer.await.map_or_else(
+            |_| {
+                tracing::error!(
+                    key = identity.key_hash,
+                    "upstream task ended without an answer"
+                );
+                Finished::rejected(Rejection::UpstreamError).into()
+            },
+            Ending::Recorded,
+        )
     }
 }
 

@@ -66,9 +66,11 @@ pub fn lower_hex(bytes: &[u8]) -> String {
     String::from_utf8(out).expect("hex digits are ASCII")
 }
 
-/// How a presented signature is compared with the computed MAC.
+/// How a scheme writes its signature as text. The computed MAC is encoded
+/// the same way and compared with the presented text as is: decoding the
+/// sender's text instead could fail, or accept several spellings of one MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Form {
+pub enum SignatureEncoding {
     /// Presented signatures are already decoded bytes.
     Raw,
     /// Presented as lowercase hex text (Stripe, GitHub, Slack).
@@ -77,8 +79,9 @@ pub enum Form {
     Base64,
 }
 
-impl Form {
-    fn render(self, mac: Vec<u8>) -> Vec<u8> {
+impl SignatureEncoding {
+    /// `mac` written the way the scheme presents it.
+    fn encode(self, mac: Vec<u8>) -> Vec<u8> {
         match self {
             Self::Raw => mac,
             Self::LowerHex => lower_hex(&mac).into_bytes(),
@@ -89,7 +92,7 @@ impl Form {
     }
 }
 
-/// Index of the first secret whose MAC over `message`, rendered in `form`,
+/// Index of the first secret whose MAC over `message`, encoded as `encoding`,
 /// equals any of `presented`. Every secret and every candidate is compared
 /// (no early exit), each comparison in constant time, so timing reveals
 /// neither which secret matched nor how much of a signature was right.
@@ -98,11 +101,11 @@ pub fn matching_secret(
     secrets: &[Secret],
     message: &[&[u8]],
     presented: &[&[u8]],
-    form: Form,
+    encoding: SignatureEncoding,
 ) -> Option<usize> {
     let mut found = None;
     for (index, secret) in secrets.iter().enumerate() {
-        let expected = form.render(mac(algorithm, &secret.expose(), message));
+        let expected = encoding.encode(mac(algorithm, &secret.expose(), message));
         let mut hit = subtle::Choice::from(0);
         for candidate in presented {
             hit |= expected.as_slice().ct_eq(candidate);
@@ -212,16 +215,22 @@ pub fn verify(scheme: &Scheme, request: &Inbound, now_ms: u64) -> Result<Authent
 }
 
 /// The shared check of every preset: HMAC-SHA-256 of `message` under one
-/// of the preset's keys, rendered in `form`, must equal one of `presented`.
+/// of the preset's keys, encoded as `encoding`, must equal one of `presented`.
 /// Returns the index of the key that matched.
 fn preset_signature(
     preset: &Preset,
     message: &[&[u8]],
     presented: &[&[u8]],
-    form: Form,
+    encoding: SignatureEncoding,
 ) -> Result<usize, Rejection> {
-    matching_secret(Algorithm::Sha256, &preset.keys, message, presented, form)
-        .ok_or(Rejection::SignatureInvalid)
+    matching_secret(
+        Algorithm::Sha256,
+        &preset.keys,
+        message,
+        presented,
+        encoding,
+    )
+    .ok_or(Rejection::SignatureInvalid)
 }
 
 /// The window check of a preset that signs a timestamp (in seconds).
@@ -330,7 +339,7 @@ mod tests {
             &secrets,
             &message,
             &[b"zz", old.as_bytes()],
-            Form::LowerHex,
+            SignatureEncoding::LowerHex,
         );
         assert_eq!(found, Some(1));
         let upper = old.to_uppercase();
@@ -340,7 +349,7 @@ mod tests {
                 &secrets,
                 &message,
                 &[upper.as_bytes()],
-                Form::LowerHex
+                SignatureEncoding::LowerHex
             ),
             None,
             "hex schemes compare text, as their libraries do"

@@ -142,7 +142,7 @@ pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &P
 }
 
 /// `1 x a, 2 x b` style summary of the answers, in order of first appearance.
-fn describe(seen: &[Seen]) -> String {
+fn answer_counts(seen: &[Seen]) -> String {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for label in seen.iter().map(Seen::label) {
         match counts.iter_mut().find(|(l, _)| *l == label) {
@@ -180,7 +180,7 @@ pub(super) fn print_table(reports: &[Report]) {
                 r.sent.to_string(),
                 r.calls.to_string(),
                 r.shipped.to_string(),
-                describe(&r.seen),
+                answer_counts(&r.seen),
                 if r.ok() { "ok" } else { "FAILED" }.to_owned(),
             ]
         })

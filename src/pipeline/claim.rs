@@ -17,7 +17,7 @@
 //! that ran, so it is never treated as free.
 //!
 //! Waiting is cheap: duplicates on this instance are woken by
-//! `Signals` the moment the local first delivery settles; duplicates of a
+//! [`LocalWaiters`] the moment the local first delivery settles; duplicates of a
 //! first delivery running on another instance re-check the store at a
 //! short, growing interval. Concurrent duplicates of one key share one
 //! store read ([`SingleFlight`]): a joiner receives what its leader saw —
@@ -25,6 +25,10 @@
 //! is an in-flight record like any other — so a storm of duplicates of a
 //! large stored answer reads it once per instance, not once per copy.
 //! Sharing never frees a key: a joiner only ever sees a record.
+//!
+//! All of it is held by one [`Claimer`], built with the pipeline: the
+//! per-request call names only the delivery, its rules and how long it may
+//! wait.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,16 +36,20 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use super::delivery::Identity;
-use super::single_flight::{Flight, SingleFlight};
-use crate::config::{Idempotency, Mode, OnInFlight};
-use crate::error::Rejection;
-use crate::record::{OwnerToken, Record, StoredResponse};
-use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 use tokio_util::task::TaskTracker;
 
-/// First and largest pause between store re-checks while waiting.
+use super::backoff::Backoff;
+use super::identify::Identity;
+use super::lease_timing::LeaseTiming;
+use super::single_flight::{Flight, SingleFlight};
+use crate::config::{Idempotency, OnInFlight};
+use crate::error::Rejection;
+use crate::record::{OwnerMint, OwnerToken, Record, StoredResponse};
+use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
+
+/// First and largest pause between store re-checks while waiting: a local
+/// settle wakes a waiter at once, so these only bound how late a first
+/// delivery on another instance is noticed.
 const POLL_FIRST: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(100);
 
@@ -56,38 +64,41 @@ pub enum Decision {
     Refuse(Rejection),
 }
 
-/// What duplicates of one key on this instance share: a wake-up when its
-/// first delivery settles, and one store read at a time.
-#[derive(Debug, Default)]
-pub struct Local {
-    signals: Signals,
+/// Claims keys for the pipeline. Holds what every claim needs — the
+/// store, the tracker that releases abandoned claims, the owner tokens,
+/// and what duplicates of one key on this instance share (a wake-up when
+/// its first delivery settles, one store read at a time) — so it is built
+/// once and each request only says what it claims.
+#[derive(Debug)]
+pub struct Claimer {
+    store: Arc<AnyStore>,
+    tracker: TaskTracker,
+    owners: OwnerMint,
+    waiters: LocalWaiters,
     flights: SingleFlight<StoreKey, Result<Existing, StoreError>>,
+    /// Duplicates of one key allowed to wait at once on this instance.
+    max_waiting: usize,
 }
 
-impl Local {
-    /// Wakes every local waiter on `key`: its first delivery has settled.
-    pub fn settled(&self, key: &StoreKey) {
-        self.signals.settled(key.as_str());
-    }
-}
-
-/// Wakes local duplicates when a first delivery settles.
+/// Duplicates on this instance waiting for a key's first delivery, woken
+/// the moment it settles instead of at their next store re-check.
 #[derive(Debug, Default)]
-struct Signals {
+struct LocalWaiters {
     waiting: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
-impl Signals {
+impl LocalWaiters {
     /// A handle to wait on `key`, unless `limit` waiters hold one already.
     fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
-        let mut waiting = self.waiting.lock().expect("signals lock");
+        let mut waiting = self.waiting.lock().expect("waiters lock");
         let notify = waiting.entry(key.to_owned()).or_default();
         // The map holds one handle; every other one is a waiter.
         (Arc::strong_count(notify) <= limit).then(|| Arc::clone(notify))
     }
 
+    /// Drops a waiter's handle, and the key's entry with the last one.
     fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
-        let mut waiting = self.waiting.lock().expect("signals lock");
+        let mut waiting = self.waiting.lock().expect("waiters lock");
         // The map's handle plus ours: nobody else is waiting.
         if Arc::strong_count(notify) == 2 {
             waiting.remove(key);
@@ -96,7 +107,7 @@ impl Signals {
 
     /// Wakes every local waiter on `key`.
     fn settled(&self, key: &str) {
-        let notify = self.waiting.lock().expect("signals lock").remove(key);
+        let notify = self.waiting.lock().expect("waiters lock").remove(key);
         if let Some(notify) = notify {
             notify.notify_waiters();
         }
@@ -130,130 +141,223 @@ impl Drop for PendingClaim<'_> {
     }
 }
 
-/// Time a sender should wait before retrying a live in-flight key: what is
-/// left of its lease.
-fn lease_left(ttl: Option<Duration>, rules: &Idempotency) -> Duration {
-    ttl.map_or(rules.lease, |t| t.saturating_sub(rules.unknown_hold))
-}
+impl Claimer {
+    /// A claimer on `store`; abandoned claims are released under
+    /// `tracker`, and at most `max_waiting` duplicates of one key wait.
+    pub fn new(store: Arc<AnyStore>, tracker: TaskTracker, max_waiting: usize) -> Self {
+        Self {
+            store,
+            tracker,
+            owners: OwnerMint::new(),
+            waiters: LocalWaiters::default(),
+            flights: SingleFlight::default(),
+            max_waiting,
+        }
+    }
 
-/// Claims `identity` or decides from the existing record (module docs).
-pub async fn claim(
-    store: &Arc<AnyStore>,
-    tracker: &TaskTracker,
-    local: &Local,
-    identity: &Identity,
-    owner: OwnerToken,
-    rules: &Idempotency,
-    max_waiting: usize,
-) -> Result<Decision, StoreError> {
-    let claim_ttl = rules.lease + rules.unknown_hold;
-    let deadline = Instant::now() + rules.wait_timeout;
-    let mut pause = POLL_FIRST;
-    loop {
-        let attempt = async {
-            let record = Record::in_flight(owner, identity.fingerprint);
-            let mut pending = PendingClaim {
-                store,
-                tracker,
-                key: &identity.key,
-                owner,
-                armed: true,
+    /// Wakes every local waiter on `key`: its first delivery has settled.
+    pub fn settled(&self, key: &StoreKey) {
+        self.waiters.settled(key.as_str());
+    }
+
+    /// Claims `identity` or decides from the existing record (module
+    /// docs). A live in-flight record is waited for at most `patience`
+    /// (and not at all with `on_in_flight = "conflict"`).
+    pub async fn claim(
+        &self,
+        identity: &Identity,
+        rules: &Idempotency,
+        patience: Duration,
+    ) -> Result<Decision, StoreError> {
+        let owner = self.owners.next();
+        let timing = LeaseTiming::of(rules);
+        let claim_ttl = timing.claim_ttl();
+        let deadline = Instant::now() + patience;
+        let mut backoff = Backoff::new(POLL_FIRST, POLL_MAX);
+        loop {
+            let attempt = async {
+                let record = Record::in_flight(owner, identity.fingerprint);
+                let mut pending = PendingClaim {
+                    store: &self.store,
+                    tracker: &self.tracker,
+                    key: &identity.key,
+                    owner,
+                    armed: true,
+                };
+                let result = self.store.claim(&identity.key, record, claim_ttl).await;
+                // Only a timed-out reply can hide a claim that landed; every
+                // other answer says exactly what happened.
+                pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
+                result
             };
-            let result = store.claim(&identity.key, record, claim_ttl).await;
-            // Only a timed-out reply can hide a claim that landed; every
-            // other answer says exactly what happened.
-            pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
-            result
-        };
-        let share = |result: &Result<ClaimOutcome, StoreError>| match result {
-            // To a joiner, the leader's fresh claim is a live in-flight record.
-            Ok(ClaimOutcome::Claimed(lease)) => Ok(Existing {
-                record: lease.record().clone(),
-                ttl: Some(claim_ttl),
-            }),
-            Ok(ClaimOutcome::Existing(existing)) => Ok(existing.clone()),
-            Err(error) => Err(error.clone()),
-        };
-        let result = match local.flights.run(&identity.key, attempt, share).await {
-            Flight::Led(result) => result,
-            Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
-        };
-        let existing = match result {
-            Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
-            Ok(ClaimOutcome::Existing(existing)) => existing,
-            Err(StoreError::Corrupt(error)) => {
-                // Unreadable (a newer encoding mid-upgrade, or damage): the
-                // first delivery may have run, so treat it as an unknown
-                // outcome — never as a free key, never as a 5xx.
-                tracing::error!(
-                    key = identity.key.hash(),
-                    %error,
-                    "unreadable record: answering outcome_unknown until it expires or is purged"
-                );
-                return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
-                    retry_after: rules.unknown_hold,
-                }));
+            let share = |result: &Result<ClaimOutcome, StoreError>| match result {
+                // To a joiner, the leader's fresh claim is a live in-flight record.
+                Ok(ClaimOutcome::Claimed(lease)) => Ok(Existing {
+                    record: lease.record().clone(),
+                    ttl: Some(claim_ttl),
+                }),
+                Ok(ClaimOutcome::Existing(existing)) => Ok(existing.clone()),
+                Err(error) => Err(error.clone()),
+            };
+            let result = match self.flights.run(&identity.key, attempt, share).await {
+                Flight::Led(result) => result,
+                Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
+            };
+            let existing = match result {
+                Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
+                Ok(ClaimOutcome::Existing(existing)) => existing,
+                Err(StoreError::Corrupt(error)) => {
+                    // Unreadable (a newer encoding mid-upgrade, or damage): the
+                    // first delivery may have run, so treat it as an unknown
+                    // outcome — never as a free key, never as a 5xx.
+                    tracing::error!(
+                        key = identity.key.hash(),
+                        %error,
+                        "unreadable record: answering outcome_unknown until it expires or is purged"
+                    );
+                    return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
+                        retry_after: rules.unknown_hold,
+                    }));
+                }
+                Err(error) => return Err(error),
+            };
+            if existing.record.fingerprint != identity.fingerprint {
+                return Ok(Decision::Refuse(Rejection::FingerprintMismatch));
             }
-            Err(error) => return Err(error),
-        };
-        if existing.record.fingerprint != identity.fingerprint {
-            return Ok(Decision::Refuse(Rejection::FingerprintMismatch));
-        }
-        match existing.observe(rules.unknown_hold) {
-            Observed::Completed(answer) => return Ok(Decision::Replay(answer.clone())),
-            Observed::Unknown { remaining } => {
-                return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
-                    retry_after: remaining,
-                }));
+            match existing.observe(rules.unknown_hold) {
+                Observed::Completed(answer) => return Ok(Decision::Replay(answer.clone())),
+                Observed::Unknown { remaining } => {
+                    return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
+                        retry_after: remaining,
+                    }));
+                }
+                Observed::InFlight => {}
             }
-            Observed::InFlight => {}
+            let in_flight = Decision::Refuse(Rejection::InFlight {
+                retry_after: timing.retry_after_in_flight(existing.ttl),
+            });
+            let now = Instant::now();
+            if rules.on_in_flight == OnInFlight::Conflict || now >= deadline {
+                return Ok(in_flight);
+            }
+            // Subscribing only now keeps the first-delivery path free of the
+            // waiter map; a settle that slipped in between is caught by the
+            // short first pause.
+            let key = identity.key.as_str();
+            let Some(notify) = self.waiters.subscribe(key, self.max_waiting) else {
+                // Enough copies wait already; this one would only hold memory.
+                return Ok(in_flight);
+            };
+            let pause = backoff.next_pause().min(deadline - now);
+            let _ = tokio::time::timeout(pause, notify.notified()).await;
+            self.waiters.unsubscribe(key, &notify);
         }
-        let now = Instant::now();
-        // Shadow mode never holds a request back.
-        let no_wait = rules.on_in_flight == OnInFlight::Conflict || rules.mode == Mode::Shadow;
-        if no_wait || now >= deadline {
-            return Ok(Decision::Refuse(Rejection::InFlight {
-                retry_after: lease_left(existing.ttl, rules),
-            }));
-        }
-        // Subscribing only now keeps the first-delivery path free of the
-        // signal map; a settle that slipped in between is caught by the
-        // short first pause.
-        let key = identity.key.as_str();
-        let Some(notify) = local.signals.subscribe(key, max_waiting) else {
-            // Enough copies wait already; this one would only hold memory.
-            return Ok(Decision::Refuse(Rejection::InFlight {
-                retry_after: lease_left(existing.ttl, rules),
-            }));
-        };
-        let _ = tokio::time::timeout(pause.min(deadline - now), notify.notified()).await;
-        local.signals.unsubscribe(key, &notify);
-        pause = (pause * 2).min(POLL_MAX);
     }
 }
 
-/// Runs `work` while renewing `lease` every third of the lease, so a slow
-/// upstream never lets the claim lapse (SPEC §4 rule 4). Renewal failures
-/// are logged and retried at the next tick; the work is never interrupted.
-pub async fn while_renewing<T>(
-    store: &AnyStore,
-    lease: &Lease,
-    rules: &Idempotency,
-    work: impl std::future::Future<Output = T>,
-) -> T {
-    let ttl = rules.lease + rules.unknown_hold;
-    let period = (rules.lease / 3).max(Duration::from_millis(10));
-    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(work);
-    loop {
-        tokio::select! {
-            output = &mut work => return output,
-            _ = ticker.tick() => match store.renew(lease, ttl).await {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(key = lease.key().hash(), "lease lost while the upstream call runs"),
-                Err(error) => tracing::warn!(key = lease.key().hash(), %error, "lease renewal failed"),
-            },
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::record::Fingerprint;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A claimer on an embedded store in `dir`, and the rules of a route
+    /// that waits up to 1 s for an in-flight first delivery.
+    async fn setup(dir: &tempfile::TempDir) -> (Claimer, Idempotency) {
+        let text = format!(
+            "[store]\nkind = \"embedded\"\npath = {:?}\n\
+             [upstream]\nurl = \"http://127.0.0.1:1\"\n\
+             [[route]]\nname = \"r\"\npath_prefix = \"/\"\n\
+             [route.signature]\nscheme = \"none\"\n\
+             [route.idempotency]\non_in_flight = \"wait\"\nwait_timeout = \"1s\"\n",
+            dir.path().join("claims.redb").display().to_string()
+        );
+        let mut config = Config::parse(&text).expect("test config");
+        let store = AnyStore::connect(&config.store).await.expect("store");
+        let claimer = Claimer::new(Arc::new(store), TaskTracker::new(), 8);
+        (claimer, config.routes.remove(0).idempotency)
+    }
+
+    fn identity() -> Identity {
+        let hash = "b".repeat(64);
+        Identity {
+            key: StoreKey::new("idemgate", "r", &hash),
+            key_hash: hash,
+            fingerprint: Fingerprint([3; 32]),
         }
+    }
+
+    /// Claims the key as a first delivery would.
+    async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
+        match claimer.claim(&identity(), rules, rules.wait_timeout).await {
+            Ok(Decision::Forward(lease)) => lease,
+            other => panic!("expected a first delivery, got {other:?}"),
+        }
+    }
+
+    fn in_flight(decision: &Result<Decision, StoreError>) -> bool {
+        matches!(decision, Ok(Decision::Refuse(Rejection::InFlight { .. })))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_duplicate_gives_up_exactly_at_its_patience() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claimer, rules) = setup(&dir).await;
+        let _lease = first(&claimer, &rules).await;
+        let started = Instant::now();
+        let decision = claimer.claim(&identity(), &rules, rules.wait_timeout).await;
+        assert!(in_flight(&decision), "{decision:?}");
+        assert_eq!(started.elapsed(), rules.wait_timeout);
+
+        let started = Instant::now();
+        let decision = claimer.claim(&identity(), &rules, Duration::ZERO).await;
+        assert!(in_flight(&decision), "{decision:?}");
+        assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_settle_wakes_the_waiter_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claimer, rules) = setup(&dir).await;
+        let lease = first(&claimer, &rules).await;
+        let started = Instant::now();
+        let settle = async {
+            tokio::time::sleep(ms(333)).await;
+            assert!(claimer.store.release(&lease).await.unwrap());
+            claimer.settled(lease.key());
+        };
+        let duplicate = identity();
+        let (decision, ()) = tokio::join!(
+            claimer.claim(&duplicate, &rules, rules.wait_timeout),
+            settle
+        );
+        assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");
+        assert_eq!(started.elapsed(), ms(333));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_remote_settle_is_seen_at_the_next_re_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claimer, rules) = setup(&dir).await;
+        let lease = first(&claimer, &rules).await;
+        let started = Instant::now();
+        // Released by "another instance": nobody wakes the waiter.
+        let settle = async {
+            tokio::time::sleep(ms(333)).await;
+            assert!(claimer.store.release(&lease).await.unwrap());
+        };
+        let duplicate = identity();
+        let (decision, ()) = tokio::join!(
+            claimer.claim(&duplicate, &rules, rules.wait_timeout),
+            settle
+        );
+        assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");
+        // Re-checks after 10, 20, 40, 80, 100, 100 ms: at 10, 30, 70, 150,
+        // 250 and 350 ms.
+        assert_eq!(started.elapsed(), ms(350));
     }
 }

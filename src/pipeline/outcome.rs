@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use super::Pipeline;
+use super::lease_timing::LeaseTiming;
 use super::persist::{Persist, Persisted};
 use super::settle::Settlement;
 use crate::record::{Record, RecordState, StoredBody};
@@ -106,7 +107,7 @@ impl Pipeline {
             lease,
             record,
             ttl,
-            rules.lease + rules.unknown_hold,
+            LeaseTiming::of(rules).claim_ttl(),
         )
     }
 

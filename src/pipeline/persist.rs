@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::Backoff;
 use crate::record::Record;
 use crate::store::{AnyStore, Completion, Lease, StoreError};
 
@@ -91,8 +92,9 @@ impl<'a> Persist<'a> {
         mut failure: StoreError,
         stop: &CancellationToken,
     ) -> Persisted {
-        let mut pause = FIRST_PAUSE;
+        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         loop {
+            let pause = backoff.next_pause();
             tracing::warn!(
                 key = self.lease.key().hash(),
                 error = %failure,
@@ -103,7 +105,6 @@ impl<'a> Persist<'a> {
                 () = stop.cancelled() => return Persisted::GaveUp(failure),
                 () = tokio::time::sleep(pause) => {}
             }
-            pause = (pause * 2).min(MAX_PAUSE);
             // Keeps our claim from turning unknown while the store refuses
             // only the larger write; a failure here changes nothing.
             let _ = self.store.renew(self.lease, self.claim_ttl).await;
@@ -118,88 +119,10 @@ impl<'a> Persist<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Fingerprint, OwnerToken};
-    use crate::store::{ClaimOutcome, Existing, Store, StoreKey};
-    use std::collections::VecDeque;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
+
+    use crate::pipeline::scripted::{Scripted, lease};
     use tokio::time::Instant;
-
-    /// A store whose `complete` answers from a script, recording when each
-    /// call came; `renew` calls are counted.
-    #[derive(Debug, Default)]
-    struct Scripted {
-        answers: Mutex<VecDeque<Result<Completion, StoreError>>>,
-        completes: Mutex<Vec<Instant>>,
-        renews: Mutex<usize>,
-    }
-
-    impl Scripted {
-        fn new(answers: Vec<Result<Completion, StoreError>>) -> Self {
-            Self {
-                answers: Mutex::new(answers.into()),
-                ..Self::default()
-            }
-        }
-    }
-
-    impl Store for Scripted {
-        async fn claim(
-            &self,
-            _: &StoreKey,
-            _: Record,
-            _: Duration,
-        ) -> Result<ClaimOutcome, StoreError> {
-            unreachable!("not used")
-        }
-
-        async fn complete(
-            &self,
-            _: &StoreKey,
-            _: OwnerToken,
-            _: &Record,
-            _: Duration,
-        ) -> Result<Completion, StoreError> {
-            self.completes.lock().unwrap().push(Instant::now());
-            self.answers
-                .lock()
-                .unwrap()
-                .pop_front()
-                .unwrap_or(Ok(Completion::Stored))
-        }
-
-        async fn release(&self, _: &StoreKey, _: OwnerToken) -> Result<bool, StoreError> {
-            unreachable!("not used")
-        }
-
-        async fn renew(
-            &self,
-            _: &StoreKey,
-            _: OwnerToken,
-            _: Duration,
-        ) -> Result<bool, StoreError> {
-            *self.renews.lock().unwrap() += 1;
-            Ok(true)
-        }
-
-        async fn lookup(&self, _: &StoreKey) -> Result<Option<Existing>, StoreError> {
-            unreachable!("not used")
-        }
-
-        async fn purge(&self, _: &StoreKey) -> Result<bool, StoreError> {
-            unreachable!("not used")
-        }
-
-        async fn ping(&self) -> Result<(), StoreError> {
-            Ok(())
-        }
-    }
-
-    fn lease() -> Lease {
-        Lease::for_tests(
-            StoreKey::new("idemgate", "r", &"a".repeat(64)),
-            Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32])),
-        )
-    }
 
     fn down() -> Result<Completion, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
@@ -244,7 +167,7 @@ mod tests {
         let calls = store.completes.lock().unwrap().clone();
         assert_eq!(calls.len(), 71);
         assert_eq!(
-            *store.renews.lock().unwrap(),
+            store.renewals().len(),
             70,
             "the claim is renewed before every retry"
         );

@@ -298,7 +298,7 @@ fn loosely_equal(got: &str, want: &str, case_sensitive: bool) -> bool {
 /// concrete spellings run through [`Router::select`]: printed by
 /// `check-config` and logged at start-up, so an operator sees the rule
 /// applied to their own prefixes.
-pub fn describe(config: &Config) -> Vec<String> {
+pub fn spellings_report(config: &Config) -> Vec<String> {
     let router = Router::new(&config.routes);
     let headers = HeaderMap::new();
     let mut lines = Vec::new();

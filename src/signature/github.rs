@@ -4,7 +4,7 @@
 //! timestamp, so there is no window: deduplication on `X-GitHub-Delivery`
 //! for `retention` is the replay protection (warned about at start-up).
 
-use super::{Authenticity, Form, preset_signature, single_header};
+use super::{Authenticity, SignatureEncoding, preset_signature, single_header};
 use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
@@ -17,5 +17,6 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         .strip_prefix(b"sha256=")
         .ok_or(Rejection::SignatureInvalid)?;
     let message: [&[u8]; 1] = [&request.body];
-    preset_signature(preset, &message, &[signature], Form::LowerHex).map(Authenticity::by_secret)
+    preset_signature(preset, &message, &[signature], SignatureEncoding::LowerHex)
+        .map(Authenticity::by_secret)
 }

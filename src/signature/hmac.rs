@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use base64::Engine;
 
 use super::{
-    Authenticity, BASE64, Direction, Form, check_window, matching_secret, parse_timestamp,
+    Authenticity, BASE64, Direction, SignatureEncoding, check_window, matching_secret,
+    parse_timestamp,
 };
 use crate::config::{Encoding, HmacScheme, Segment};
 use crate::error::Rejection;
@@ -72,7 +73,7 @@ pub fn verify(
         &scheme.secrets,
         &message,
         &[&signature],
-        Form::Raw,
+        SignatureEncoding::Raw,
     )
     .ok_or(Rejection::SignatureInvalid)?;
     if let Some((_, value, rule)) = timestamp {

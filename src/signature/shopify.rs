@@ -6,7 +6,7 @@
 //! both spellings are read. No timestamp is signed, so there is no window
 //! (warned about at start-up).
 
-use super::{Authenticity, Form, preset_signature, single_header};
+use super::{Authenticity, SignatureEncoding, preset_signature, single_header};
 use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
@@ -29,5 +29,6 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         header(request, suffix)?.ok_or(Rejection::SignatureMissing)?;
     }
     let message: [&[u8]; 1] = [&request.body];
-    preset_signature(preset, &message, &[signature], Form::Base64).map(Authenticity::by_secret)
+    preset_signature(preset, &message, &[signature], SignatureEncoding::Base64)
+        .map(Authenticity::by_secret)
 }

@@ -4,7 +4,8 @@
 //! both directions, as in slack_sdk's `SignatureVerifier`.
 
 use super::{
-    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
+    Authenticity, Direction, SignatureEncoding, parse_timestamp, preset_signature, preset_window,
+    single_header,
 };
 use crate::config::Preset;
 use crate::error::Rejection;
@@ -22,7 +23,7 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
         .ok_or(Rejection::SignatureInvalid)?;
     // slack_sdk signs the header text as received.
     let message: [&[u8]; 4] = [b"v0:", raw_timestamp, b":", &request.body];
-    let index = preset_signature(preset, &message, &[signature], Form::LowerHex)?;
+    let index = preset_signature(preset, &message, &[signature], SignatureEncoding::LowerHex)?;
     preset_window(preset, timestamp, Direction::Both, now_ms)?;
     Ok(Authenticity::by_secret(index))
 }

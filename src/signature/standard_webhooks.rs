@@ -12,7 +12,8 @@
 use bytes::Bytes;
 
 use super::{
-    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
+    Authenticity, Direction, SignatureEncoding, parse_timestamp, preset_signature, preset_window,
+    single_header,
 };
 use crate::config::Preset;
 use crate::error::Rejection;
@@ -50,7 +51,7 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
     // The libraries sign the parsed integer, not the header text.
     let timestamp_text = timestamp.to_string();
     let message: [&[u8]; 5] = [id, b".", timestamp_text.as_bytes(), b".", &request.body];
-    let index = preset_signature(preset, &message, &candidates, Form::Base64)?;
+    let index = preset_signature(preset, &message, &candidates, SignatureEncoding::Base64)?;
     preset_window(preset, timestamp, Direction::Both, now_ms)?;
     Ok(Authenticity {
         secret_index: Some(index),

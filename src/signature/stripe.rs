@@ -8,7 +8,8 @@
 //! refused, a future one is accepted.
 
 use super::{
-    Authenticity, Direction, Form, parse_timestamp, preset_signature, preset_window, single_header,
+    Authenticity, Direction, SignatureEncoding, parse_timestamp, preset_signature, preset_window,
+    single_header,
 };
 use crate::config::Preset;
 use crate::error::Rejection;
@@ -44,7 +45,7 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
     }
     let timestamp_text = timestamp.to_string();
     let message: [&[u8]; 3] = [timestamp_text.as_bytes(), b".", &request.body];
-    let index = preset_signature(preset, &message, &candidates, Form::LowerHex)?;
+    let index = preset_signature(preset, &message, &candidates, SignatureEncoding::LowerHex)?;
     preset_window(preset, timestamp, Direction::PastOnly, now_ms)?;
     Ok(Authenticity::by_secret(index))
 }

@@ -234,7 +234,7 @@ fn a_protected_root_takes_every_path_or_refuses_it() {
 
 #[test]
 fn describe_shows_the_rule_on_each_route() {
-    let lines = describe(&config(""));
+    let lines = spellings_report(&config(""));
     let pay: Vec<&String> = lines.iter().filter(|l| l.starts_with("route[0]")).collect();
     assert_eq!(pay.len(), 2, "{lines:#?}");
     assert!(pay[0].starts_with("route[0] \"pay\" (POST /notify) handled as the route: /notify/x, /NOTIFY, /Notify, /notify;jsessionid=1, //notify/, /./notify, /other/../notify, /%6Eotify"), "{}", pay[0]);
@@ -250,7 +250,7 @@ fn describe_shows_the_rule_on_each_route() {
             .any(|l| l.contains("passed through: /HOOKS/GITHUB")),
         "{exact:#?}"
     );
-    let rejecting = describe(&config("unmatched = \"reject\""));
+    let rejecting = spellings_report(&config("unmatched = \"reject\""));
     assert!(
         rejecting
             .iter()

@@ -11,7 +11,7 @@
 
 use http::{HeaderMap, Method};
 use idemgate::config::Config;
-use idemgate::pipeline::route::{Router, describe};
+use idemgate::pipeline::route::{Router, spellings_report};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = config.warnings();
-    let _ = describe(&config);
+    let _ = spellings_report(&config);
     let router = Router::new(&config.routes);
     let headers = HeaderMap::new();
     for route in &config.routes {

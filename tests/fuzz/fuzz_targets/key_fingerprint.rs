@@ -2,13 +2,13 @@
 //!
 //! The input is a request in the text format of `src/lib.rs`. It is passed
 //! through `pipeline::verify::verify` (scheme "none", so it always
-//! verifies) and `pipeline::delivery::identify` under each of the routes
+//! verifies) and `pipeline::identify::identify` under each of the routes
 //! below: composite keys from JSON pointers, headers (plain or RFC 8941
 //! sf-string), form fields and the query; `fingerprint_ignore` over JSON
 //! (canonical JSON with pointers removed, including `~0`/`~1` escapes and
 //! array indexes) and over form bodies (sorted, re-encoded pairs); and a
 //! route without a key, whose fingerprint is the key. Every header value
-//! and the raw body also go through `delivery::parse_sf_string`.
+//! and the raw body also go through `identify::parse_sf_string`.
 //!
 //! Properties checked besides "never panics":
 //! * the store key is `idemgate:<route>:<64 lowercase hex>`, and without
@@ -22,8 +22,8 @@
 use std::sync::OnceLock;
 
 use idemgate::config::Config;
-use idemgate::pipeline::delivery::{identify, parse_sf_string};
 use idemgate::path::canonical_path;
+use idemgate::pipeline::identify::{identify, parse_sf_string};
 use idemgate::pipeline::route::Canonical;
 use idemgate::pipeline::verify::verify;
 use idemgate_fuzz::request;

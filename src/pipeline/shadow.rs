@@ -1,0 +1,161 @@
+//! Shadow mode's say, in one place.
+//!
+//! The stages run as enforce mode would (`Pipeline::enforce`) and end in
+//! either an answer that is the same in both modes — a first delivery, a
+//! store outage, a body too large — or a request stopped by a rule, with
+//! the verdict enforce mode answers it with. Only then does the route's
+//! mode decide ([`Pipeline::apply_mode`]): enforce mode answers with the
+//! verdict; shadow mode sends the request on as it is and notes what
+//! enforce mode would have done, so an operator can watch idemgate's
+//! decisions on real traffic before letting it make them. The one thing
+//! shadow mode changes earlier is that a duplicate never waits for its
+//! first delivery ([`patience`]): shadow mode never holds a request back.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Request;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::{Ending, Finished, Pipeline, forward, settle};
+use crate::config::{Idempotency, Mode};
+use crate::error::{Reason, Rejection};
+use crate::extract::Inbound;
+use crate::metrics::Outcome;
+use crate::record::{StoredBody, StoredResponse};
+
+/// What enforce mode makes of a request to a protected route.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "built and moved once per request; boxing would allocate for every duplicate"
+)]
+pub(super) enum Enforced {
+    /// The same end in either mode.
+    Ended(Ending),
+    /// Stopped by a rule: enforce mode answers with the verdict, shadow
+    /// mode sends the held request on.
+    Stopped { verdict: Verdict, held: Held },
+}
+
+impl From<Finished> for Enforced {
+    fn from(finished: Finished) -> Self {
+        Self::Ended(finished.into())
+    }
+}
+
+/// What enforce mode answers a stopped request with.
+pub(super) enum Verdict {
+    /// This rejection.
+    Refuse(Rejection),
+    /// The first delivery's stored answer.
+    Replay(StoredResponse),
+}
+
+impl Verdict {
+    /// The reason shadow mode notes for it: a replay is no rejection (its
+    /// outcome says what it would have been).
+    fn noted(&self) -> Option<Reason> {
+        match self {
+            Self::Refuse(rejection) => Some(rejection.reason()),
+            Self::Replay(_) => None,
+        }
+    }
+}
+
+/// A stopped request, as shadow mode sends it on.
+pub(super) enum Held {
+    /// Stage 1 could not settle its path: the body is still unread and is
+    /// streamed on as it is.
+    Unread(Request<Incoming>),
+    /// Refused before the claim (verify, identify): not known to be a
+    /// duplicate.
+    Unclaimed(Inbound),
+    /// The claim found a record: a duplicate.
+    Duplicate(Inbound),
+}
+
+/// How long a duplicate may wait for its in-flight first delivery.
+pub(super) fn patience(rules: &Idempotency) -> Duration {
+    match rules.mode {
+        Mode::Enforce => rules.wait_timeout,
+        Mode::Shadow => Duration::ZERO,
+    }
+}
+
+impl Pipeline {
+    /// Decides, by the route's mode, how a request that enforce mode has
+    /// run ends.
+    pub(super) async fn apply_mode(
+        &self,
+        index: usize,
+        enforced: Enforced,
+        peer: Option<SocketAddr>,
+    ) -> Ending {
+        let (verdict, held) = match enforced {
+            Enforced::Ended(ending) => return ending,
+            Enforced::Stopped { verdict, held } => (verdict, held),
+        };
+        let finished = match self.config.routes[index].idempotency.mode {
+            Mode::Enforce => self.answer(index, verdict),
+            Mode::Shadow => self.send_on(index, held, verdict.noted(), peer).await,
+        };
+        finished.into()
+    }
+
+    /// Enforce mode: the verdict is the answer.
+    fn answer(&self, index: usize, verdict: Verdict) -> Finished {
+        match verdict {
+            Verdict::Refuse(rejection) => Finished::rejected(rejection),
+            Verdict::Replay(stored) => {
+                let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
+                if stored.body == StoredBody::TooLarge {
+                    self.meters[index].answer_not_stored(true);
+                    replayed.answer_not_stored()
+                } else {
+                    replayed
+                }
+            }
+        }
+    }
+
+    /// Shadow mode: sends the request on as it is, noting the refusal
+    /// enforce mode would have made (logged and counted). An unread
+    /// request whose upstream fails is answered as that failure alone.
+    async fn send_on(
+        &self,
+        index: usize,
+        held: Held,
+        noted: Option<Reason>,
+        peer: Option<SocketAddr>,
+    ) -> Finished {
+        let sent = match held {
+            Held::Unread(request) => {
+                let route = &self.config.routes[index];
+                let started = Instant::now();
+                let result =
+                    forward::pass_through(&self.client, &route.upstream, request, peer).await;
+                self.meters[index].upstream(started.elapsed());
+                match result {
+                    Ok(response) => Finished::new(Outcome::Passthrough, response),
+                    Err(error) => {
+                        self.meters[index].upstream_error(error.kind());
+                        return Finished::rejected(error.rejection());
+                    }
+                }
+            }
+            Held::Unclaimed(inbound) => {
+                self.unprotected(index, &inbound, peer, Outcome::Passthrough)
+                    .await
+            }
+            Held::Duplicate(inbound) => {
+                self.unprotected(index, &inbound, peer, Outcome::ShadowDuplicate)
+                    .await
+            }
+        };
+        match noted {
+            Some(reason) => sent.with_reason(reason),
+            None => sent,
+        }
+    }
+}
