@@ -326,7 +326,7 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         "key_hash": key_hash,
         "state": state,
         "age_ms": now_ms().saturating_sub(record.created_at_ms),
-        "ttl_ms": existing.ttl.map(|t| t.as_millis() as u64),
+        "ttl_ms": existing.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "fingerprint": hex::encode(record.fingerprint.0),
     });
     if let RecordState::Completed(answer) = &record.state {

@@ -313,7 +313,7 @@ impl Rejection {
             HeaderValue::from_static("application/problem+json"),
         );
         if let Some(wait) = self.retry_after() {
-            let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));

@@ -29,7 +29,7 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// rate the proxy serves, bounded when the sink stalls.
 pub const BATCH_CAPACITY: usize = 4 << 20;
 
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct Batch {
     bytes: Vec<u8>,
     dropped: u64,
@@ -42,6 +42,7 @@ impl Batch {
     }
 }
 
+#[derive(Debug)]
 struct Shared {
     batch: Mutex<Batch>,
     wake: Condvar,
@@ -58,13 +59,14 @@ impl Shared {
 
 /// The `MakeWriter` handed to `tracing_subscriber::fmt`: each formatted
 /// event is appended to the current batch.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct BatchedWriter {
     shared: Arc<Shared>,
 }
 
 /// Keeps the background thread alive; dropping it writes what is pending
 /// and stops the thread.
+#[derive(Debug)]
 pub struct FlushGuard {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -163,6 +165,7 @@ impl Drop for FlushGuard {
 
 /// One event's writer: appends to the batch, or counts the line as dropped
 /// when the batch is full. Never blocks on the sink.
+#[derive(Debug)]
 pub struct BatchAppender<'a> {
     shared: &'a Shared,
 }

@@ -224,7 +224,7 @@ mod tests {
         if let Some(once) = canonical_path(&path) {
             prop_assert!(once.starts_with('/'));
             if !once.contains('%') && !once.contains(';') {
-                prop_assert_eq!(canonical_path(&once), Some(once.clone()));
+                prop_assert_eq!(canonical_path(&once), Some(once));
             }
         }
     }

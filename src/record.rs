@@ -171,12 +171,27 @@ pub enum DecodeError {
     Trailing,
 }
 
+/// A field of an answer too long for its length prefix in the record
+/// layout: such an answer can not be stored (and is never truncated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the answer's {field} is {len} long, more than a record can hold")]
+pub struct TooLong {
+    /// Which length prefix overflowed.
+    pub field: &'static str,
+    /// The length that did not fit.
+    pub len: usize,
+}
+
+/// `len` as the prefix type `T`, or which field it overflowed.
+fn prefix<T: TryFrom<usize>>(field: &'static str, len: usize) -> Result<T, TooLong> {
+    T::try_from(len).map_err(|_| TooLong { field, len })
+}
+
 /// Current wall-clock time in unix milliseconds.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Record {
@@ -198,8 +213,10 @@ impl Record {
         }
     }
 
-    /// Serialises the record (layout in the module docs).
-    pub fn encode(&self) -> Bytes {
+    /// Serialises the record (layout in the module docs). Fails only for
+    /// an answer with more than 65,535 headers, a header name over 64 KiB,
+    /// or a value or body over 4 GiB.
+    pub fn encode(&self) -> Result<Bytes, TooLong> {
         let extra = match &self.state {
             RecordState::Completed(r) => {
                 8 + r.body.stored_len()
@@ -229,18 +246,18 @@ impl Record {
         out.put_u64(self.created_at_ms);
         if let RecordState::Completed(response) = &self.state {
             out.put_u16(response.status);
-            out.put_u16(response.headers.len() as u16);
+            out.put_u16(prefix("header count", response.headers.len())?);
             for (name, value) in &response.headers {
-                out.put_u16(name.len() as u16);
+                out.put_u16(prefix("header name", name.len())?);
                 out.put_slice(name);
-                out.put_u32(value.len() as u32);
+                out.put_u32(prefix("header value", value.len())?);
                 out.put_slice(value);
             }
             let body = response.body.bytes();
-            out.put_u32(body.len() as u32);
+            out.put_u32(prefix("body", body.len())?);
             out.put_slice(body);
         }
-        out.freeze()
+        Ok(out.freeze())
     }
 
     /// Parses a stored value; slices of `bytes` become the body and headers
@@ -355,6 +372,30 @@ mod tests {
     }
 
     #[test]
+    fn fields_too_long_for_their_prefix_are_refused_not_truncated() {
+        let answer = |headers: Vec<(Bytes, Bytes)>| {
+            sample(RecordState::Completed(StoredResponse {
+                status: 200,
+                headers,
+                body: StoredBody::Kept(Bytes::new()),
+            }))
+        };
+        let long_name = Bytes::from(vec![b'x'; usize::from(u16::MAX) + 1]);
+        assert_eq!(
+            answer(vec![(long_name, Bytes::new())]).encode(),
+            Err(TooLong {
+                field: "header name",
+                len: 65_536
+            })
+        );
+        let many = vec![(Bytes::from_static(b"x-a"), Bytes::new()); usize::from(u16::MAX) + 1];
+        assert_eq!(answer(many).encode().unwrap_err().field, "header count");
+        let longest_name = Bytes::from(vec![b'x'; usize::from(u16::MAX)]);
+        let fits = answer(vec![(longest_name, Bytes::new())]);
+        assert_eq!(Record::decode(&fits.encode().unwrap()), Ok(fits));
+    }
+
+    #[test]
     fn round_trips_every_state() {
         let completed = RecordState::Completed(StoredResponse {
             status: 201,
@@ -382,19 +423,19 @@ mod tests {
             not_stored,
         ] {
             let record = sample(state);
-            assert_eq!(Record::decode(&record.encode()), Ok(record));
+            assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
         }
     }
 
     #[test]
     fn owner_sits_where_the_scripts_read_it() {
-        let encoded = sample(RecordState::InFlight).encode();
+        let encoded = sample(RecordState::InFlight).encode().unwrap();
         assert_eq!(&encoded[OWNER_RANGE], &[7u8; 16]);
     }
 
     #[test]
     fn rejects_foreign_and_truncated_values() {
-        let encoded = sample(RecordState::InFlight).encode();
+        let encoded = sample(RecordState::InFlight).encode().unwrap();
         let mut foreign = encoded.to_vec();
         foreign[0] = 9;
         assert_eq!(
@@ -415,7 +456,7 @@ mod tests {
             headers: Vec::new(),
             body: StoredBody::Kept(Bytes::from_static(b"x")),
         }));
-        let mut encoded = kept.encode().to_vec();
+        let mut encoded = kept.encode().unwrap().to_vec();
         assert_eq!(encoded[1], 2);
         encoded[1] = 4;
         assert_eq!(
@@ -440,7 +481,7 @@ mod tests {
         #[test]
         fn decode_never_panics_on_valid_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..64)) {
             for state in [2, 4] {
-                let mut bytes = sample(RecordState::InFlight).encode().to_vec();
+                let mut bytes = sample(RecordState::InFlight).encode().unwrap().to_vec();
                 bytes[1] = state;
                 bytes.extend(&tail);
                 let _ = Record::decode(&Bytes::from(bytes));
@@ -455,7 +496,7 @@ mod tests {
                 headers: vec![(Bytes::from_static(b"x-v"), Bytes::from(value))],
                 body: StoredBody::Kept(Bytes::from(body)),
             }));
-            prop_assert_eq!(Record::decode(&record.encode()), Ok(record));
+            prop_assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
         }
     }
 }

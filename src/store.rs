@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use crate::config::{StoreBackend, StoreConfig};
 use crate::metrics as m;
-use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse};
+use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong};
 
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -179,6 +179,10 @@ pub enum StoreError {
     /// A stored record this build cannot decode.
     #[error("corrupt record: {0}")]
     Corrupt(#[from] DecodeError),
+    /// An answer the record layout can not hold (a header name over
+    /// 64 KiB, …): refused whole rather than stored truncated, never retried.
+    #[error("answer can not be stored: {0}")]
+    Unstorable(#[from] TooLong),
     /// Any other backend failure.
     #[error("store failure: {0}")]
     Backend(String),

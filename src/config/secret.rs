@@ -36,6 +36,12 @@ struct Cell {
 /// Borrowed secret bytes; call sites are the MAC and the token compare only.
 pub struct Exposed<'a>(RwLockReadGuard<'a, Zeroizing<Vec<u8>>>);
 
+impl fmt::Debug for Exposed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Exposed(<redacted>)")
+    }
+}
+
 impl Deref for Exposed<'_> {
     type Target = [u8];
 

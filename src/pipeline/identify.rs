@@ -96,13 +96,21 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Re
     Ok(Some(hash_key_parts(values.iter().map(AsRef::as_ref))))
 }
 
+/// The 4-byte length SPEC §2 puts before each joined part. Parts come out
+/// of a request bounded by `max_body_bytes` and the header limits, far
+/// below 4 GiB; a longer one would saturate, never wrap to a small length
+/// that could make two joins read alike.
+fn length_prefix(part: &[u8]) -> u32 {
+    u32::try_from(part.len()).unwrap_or(u32::MAX)
+}
+
 /// SHA-256 over key parts, each preceded by its length as 4 bytes
 /// big-endian: the unambiguous join of SPEC §2. The admin API uses it to
 /// find a record from the key an operator knows.
 pub fn hash_key_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
     let mut hasher = Sha256::new();
     for part in parts {
-        hasher.update((part.len() as u32).to_be_bytes());
+        hasher.update(length_prefix(part).to_be_bytes());
         hasher.update(part);
     }
     hasher.finalize().into()
@@ -165,7 +173,7 @@ fn fingerprint(
             FingerprintPart::Header(name) => {
                 let mut joined = Vec::new();
                 for value in request.parts.headers.get_all(name) {
-                    joined.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                    joined.extend_from_slice(&length_prefix(value.as_bytes()).to_be_bytes());
                     joined.extend_from_slice(value.as_bytes());
                 }
                 put(b'H', &joined);

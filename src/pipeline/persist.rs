@@ -98,7 +98,7 @@ impl<'a> Persist<'a> {
             tracing::warn!(
                 key = self.lease.key().hash(),
                 error = %failure,
-                retry_in_ms = pause.as_millis() as u64,
+                retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
                 "could not store the outcome yet; retrying"
             );
             tokio::select! {

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 /// [`HttpConnector`] whose connections switch to quick ACKs when their
 /// backend needs them (module docs).
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct QuickAckConnector {
     inner: HttpConnector,
 }
@@ -52,6 +52,7 @@ impl QuickAckConnector {
 pub const STALL_GAP: Duration = Duration::from_millis(25);
 
 /// A connection made by [`QuickAckConnector`].
+#[derive(Debug)]
 pub struct QuickAckStream {
     io: TokioIo<TcpStream>,
     /// Set for good once a stall was seen: re-arm after every write.

@@ -194,7 +194,7 @@ mod tests {
                 if r.state == RecordState::Unknown && ttl == rules.unknown_hold)
             );
         }
-        let mut releasing = rules.clone();
+        let mut releasing = rules;
         releasing.on_upstream_timeout = OnUpstreamTimeout::Release;
         assert!(matches!(
             settlement(&Err(ForwardError::Timeout), &claimed(), &releasing),

@@ -23,8 +23,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
-const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
-const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");
+const RECORDS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("records");
+const EXPIRIES: TableDefinition<'static, (u64, &str), ()> = TableDefinition::new("expiries");
 
 /// How many expired records one sweep removes at most, so a sweep never
 /// holds the write lock for long.
@@ -287,7 +287,7 @@ impl Store for EmbeddedStore {
         record: Record,
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
-        let encoded = record.encode();
+        let encoded = record.encode().map_err(StoreError::from)?;
         let name = key.0.clone();
         let found = self
             .write(move |records, expiries, now| {
@@ -326,7 +326,7 @@ impl Store for EmbeddedStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let change = Change::Complete(record.encode().to_vec(), ttl);
+        let change = Change::Complete(record.encode().map_err(StoreError::from)?.to_vec(), ttl);
         Ok(match self.change_owned(key, owner, change).await? {
             Owned::Yes => Completion::Stored,
             Owned::Free => Completion::StoredInFreeKey,

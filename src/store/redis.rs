@@ -264,7 +264,7 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let client = self.pool.next_connected();
-        let encoded = record.encode();
+        let encoded = record.encode().map_err(StoreError::from)?;
         let args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
         let reply = self.eval(client, &self.scripts.claim, key, args).await?;
         // A retried claim (fred resends a command whose connection dropped)
@@ -298,7 +298,7 @@ impl Store for RedisStore {
         let client = self.pool.next_connected();
         let args = vec![
             owner_arg(owner),
-            Value::Bytes(record.encode()),
+            Value::Bytes(record.encode().map_err(StoreError::from)?),
             Value::Integer(millis(ttl)),
         ];
         let reply = self.eval(client, &self.scripts.complete, key, args).await?;
