@@ -49,7 +49,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// State the admin endpoints read.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     config: Arc<Config>,
     store: Arc<AnyStore>,
     eviction: Arc<EvictionWatch>,
@@ -77,7 +77,7 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
 impl Admin {
     /// An admin handler over the shared config, store, eviction watcher
     /// and metrics handle.
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         eviction: Arc<EvictionWatch>,
@@ -110,7 +110,7 @@ impl Admin {
     }
 
     /// Answers one admin request.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
         let path = request.uri().path().to_owned();
         if let Some(rest) = path.strip_prefix("/admin/records/") {
             return self.records(&request, rest).await;

@@ -10,12 +10,12 @@ use http_body_util::{BodyExt, Full};
 
 /// Body type of everything idemgate sends or answers: a boxed body, so
 /// buffered (protected) and streamed (passthrough) messages share one type.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Wraps bytes as a [`ProxyBody`]: the one way to build a buffered body,
 /// so every answer idemgate writes itself (problem documents, replays,
 /// admin pages) is framed the same way.
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()

@@ -57,17 +57,17 @@
 
 pub mod admin;
 pub mod app;
-pub mod body;
+pub(crate) mod body;
 pub mod config;
 pub mod demo;
-pub mod encoding;
+pub(crate) mod encoding;
 pub mod error;
 pub mod extract;
 pub mod log_writer;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod path;
 pub mod pipeline;
 pub mod record;
-pub mod server;
+pub(crate) mod server;
 pub mod signature;
 pub mod store;

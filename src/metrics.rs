@@ -13,60 +13,60 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use crate::error::Reason;
 
 /// `idemgate_requests_total{route, outcome}`.
-pub const REQUESTS_TOTAL: &str = "idemgate_requests_total";
+pub(crate) const REQUESTS_TOTAL: &str = "idemgate_requests_total";
 /// `idemgate_rejections_total{route, reason}`.
-pub const REJECTIONS_TOTAL: &str = "idemgate_rejections_total";
+pub(crate) const REJECTIONS_TOTAL: &str = "idemgate_rejections_total";
 /// `idemgate_request_duration_seconds{route, outcome}`.
-pub const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+pub(crate) const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
 /// `idemgate_upstream_duration_seconds{route}`.
-pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+pub(crate) const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
 /// `idemgate_upstream_errors_total{route, kind}`.
-pub const UPSTREAM_ERRORS_TOTAL: &str = "idemgate_upstream_errors_total";
+pub(crate) const UPSTREAM_ERRORS_TOTAL: &str = "idemgate_upstream_errors_total";
 /// `idemgate_store_duration_seconds{op}`.
-pub const STORE_DURATION: &str = "idemgate_store_duration_seconds";
+pub(crate) const STORE_DURATION: &str = "idemgate_store_duration_seconds";
 /// `idemgate_store_errors_total{op}`.
-pub const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
+pub(crate) const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
 /// `idemgate_in_flight{route}`.
-pub const IN_FLIGHT: &str = "idemgate_in_flight";
+pub(crate) const IN_FLIGHT: &str = "idemgate_in_flight";
 /// `idemgate_secret_matches_total{route, secret_index}`: which configured
 /// secret verified each delivery, so operators see when an old secret is no
 /// longer used and can be retired.
-pub const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
+pub(crate) const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
 /// `idemgate_unknown_outcomes_total{route}`: first deliveries whose outcome
 /// was recorded as unknown (upstream timed out or the connection broke
 /// after the request was sent). Each one blocks its key for `unknown_hold`
 /// and may need an operator.
-pub const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
+pub(crate) const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
 /// `idemgate_answers_not_stored_total{route, delivery}`: answers larger
 /// than `max_stored_answer_bytes`, which reach the sender but are not kept
 /// (`delivery="first"`), and the replays that then carry a problem body
 /// instead of them (`delivery="replay"`).
-pub const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
+pub(crate) const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
 /// `idemgate_store_eviction_risk`: 1 while a Redis primary may evict keys
 /// (`maxmemory` set with a policy other than `noeviction`), else 0. An
 /// evicted record or claim lets a duplicate execute again (SPEC §4 rule 10).
-pub const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
+pub(crate) const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
 /// `idemgate_store_evicted_keys`: Redis's own `evicted_keys` (`INFO
 /// stats`), summed over the primaries. A gauge that mirrors the servers'
 /// counters, so it drops when a server restarts; `increase()` reads such a
 /// drop as a counter reset.
-pub const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
+pub(crate) const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
 /// `idemgate_build_info{version}`.
-pub const BUILD_INFO: &str = "idemgate_build_info";
+pub(crate) const BUILD_INFO: &str = "idemgate_build_info";
 
 /// Histogram buckets for every `_duration_seconds` metric: from 100 µs
 /// (store round trips, replays) to 30 s (slow legacy upstreams).
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0,
 ];
 
 /// The label route for requests that matched no route.
-pub const UNMATCHED_ROUTE: &str = "_unmatched";
+pub(crate) const UNMATCHED_ROUTE: &str = "_unmatched";
 
 /// What idemgate did with a request (`outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// First delivery, sent upstream.
     Forwarded,
     /// Stored answer replayed.
@@ -83,7 +83,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, for pre-registering label sets.
-    pub const ALL: [Self; 6] = [
+    pub(crate) const ALL: [Self; 6] = [
         Self::Forwarded,
         Self::Replayed,
         Self::Rejected,
@@ -93,7 +93,7 @@ impl Outcome {
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Forwarded => "forwarded",
             Self::Replayed => "replayed",
@@ -107,7 +107,7 @@ impl Outcome {
 
 /// Store operation (`op` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreOp {
+pub(crate) enum StoreOp {
     /// claim.lua / embedded claim.
     Claim,
     /// complete.lua.
@@ -124,7 +124,7 @@ pub enum StoreOp {
 
 impl StoreOp {
     /// Every operation, for pre-registering label sets.
-    pub const ALL: [Self; 6] = [
+    pub(crate) const ALL: [Self; 6] = [
         Self::Claim,
         Self::Complete,
         Self::Release,
@@ -134,7 +134,7 @@ impl StoreOp {
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Claim => "claim",
             Self::Complete => "complete",
@@ -148,7 +148,7 @@ impl StoreOp {
 
 /// Upstream failure kind (`kind` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamErrorKind {
+pub(crate) enum UpstreamErrorKind {
     /// Connection refused or reset.
     Connect,
     /// Slower than `upstream.timeout`.
@@ -159,7 +159,7 @@ pub enum UpstreamErrorKind {
 
 impl UpstreamErrorKind {
     /// Every kind, for pre-registering label sets.
-    pub const ALL: [Self; 3] = [Self::Connect, Self::Timeout, Self::Status];
+    pub(crate) const ALL: [Self; 3] = [Self::Connect, Self::Timeout, Self::Status];
 
     fn as_str(self) -> &'static str {
         match self {
@@ -171,7 +171,7 @@ impl UpstreamErrorKind {
 }
 
 /// Registers help texts and units with the installed recorder.
-pub fn register_descriptions() {
+pub(crate) fn register_descriptions() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
     describe_counter!(
@@ -226,7 +226,7 @@ pub fn register_descriptions() {
 /// a 0 rather than an absent series before the first event (an absent
 /// series makes `rate()` and ratios silently empty).
 #[derive(Debug)]
-pub struct RouteMetrics {
+pub(crate) struct RouteMetrics {
     requests: Vec<Counter>,
     durations: Vec<Histogram>,
     rejections: Vec<Counter>,
@@ -240,7 +240,7 @@ pub struct RouteMetrics {
 
 impl RouteMetrics {
     /// Handles for `route`, whose scheme tries `secret_count` secrets.
-    pub fn new(route: &str, secret_count: usize) -> Self {
+    pub(crate) fn new(route: &str, secret_count: usize) -> Self {
         let route = route.to_owned();
         let zeroed = |counter: Counter| {
             counter.increment(0);
@@ -278,61 +278,61 @@ impl RouteMetrics {
     }
 
     /// Counts one finished request and its latency.
-    pub fn request(&self, outcome: Outcome, elapsed: Duration) {
+    pub(crate) fn request(&self, outcome: Outcome, elapsed: Duration) {
         self.requests[outcome as usize].increment(1);
         self.durations[outcome as usize].record(elapsed.as_secs_f64());
     }
 
     /// Counts a rejection by its reason.
-    pub fn rejection(&self, reason: Reason) {
+    pub(crate) fn rejection(&self, reason: Reason) {
         self.rejections[reason as usize].increment(1);
     }
 
     /// Records an upstream call's duration.
-    pub fn upstream(&self, elapsed: Duration) {
+    pub(crate) fn upstream(&self, elapsed: Duration) {
         self.upstream.record(elapsed.as_secs_f64());
     }
 
     /// Counts an upstream failure.
-    pub fn upstream_error(&self, kind: UpstreamErrorKind) {
+    pub(crate) fn upstream_error(&self, kind: UpstreamErrorKind) {
         self.upstream_errors[kind as usize].increment(1);
     }
 
     /// Counts a verification by the secret at `index` (its position in the
     /// route's `secrets`; never the secret itself).
-    pub fn secret_match(&self, index: usize) {
+    pub(crate) fn secret_match(&self, index: usize) {
         if let Some(counter) = self.secrets.get(index) {
             counter.increment(1);
         }
     }
 
     /// Moves the in-flight gauge.
-    pub fn in_flight(&self, delta: f64) {
+    pub(crate) fn in_flight(&self, delta: f64) {
         self.in_flight.increment(delta);
     }
 
     /// Counts a first delivery whose outcome was recorded as unknown.
-    pub fn unknown_outcome(&self) {
+    pub(crate) fn unknown_outcome(&self) {
         self.unknown.increment(1);
     }
 
     /// Counts an answer too large to store: its first delivery, or a
     /// replay without it.
-    pub fn answer_not_stored(&self, replay: bool) {
+    pub(crate) fn answer_not_stored(&self, replay: bool) {
         self.not_stored[usize::from(replay)].increment(1);
     }
 }
 
 /// Store operation handles, resolved once.
 #[derive(Debug)]
-pub struct StoreMetrics {
+pub(crate) struct StoreMetrics {
     durations: Vec<Histogram>,
     errors: Vec<Counter>,
 }
 
 impl StoreMetrics {
     /// Handles for every operation; error counters start at zero.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             durations: StoreOp::ALL
                 .iter()
@@ -350,7 +350,7 @@ impl StoreMetrics {
     }
 
     /// Records a store call's latency and failure.
-    pub fn record(&self, op: StoreOp, elapsed: Duration, failed: bool) {
+    pub(crate) fn record(&self, op: StoreOp, elapsed: Duration, failed: bool) {
         self.durations[op as usize].record(elapsed.as_secs_f64());
         if failed {
             self.errors[op as usize].increment(1);
@@ -367,14 +367,14 @@ impl Default for StoreMetrics {
 /// The store's eviction gauges, resolved once; both start at 0, which is
 /// also what the embedded store (it never evicts) keeps.
 #[derive(Debug)]
-pub struct EvictionMetrics {
+pub(crate) struct EvictionMetrics {
     risk: Gauge,
     evicted: Gauge,
 }
 
 impl EvictionMetrics {
     /// Handles for both gauges, set to 0.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let this = Self {
             risk: gauge!(STORE_EVICTION_RISK),
             evicted: gauge!(STORE_EVICTED_KEYS),
@@ -385,7 +385,7 @@ impl EvictionMetrics {
     }
 
     /// Records the outcome of one eviction check.
-    pub fn set(&self, at_risk: bool, evicted_keys: u64) {
+    pub(crate) fn set(&self, at_risk: bool, evicted_keys: u64) {
         self.risk.set(if at_risk { 1.0 } else { 0.0 });
         self.evicted.set(evicted_keys as f64);
     }

@@ -27,21 +27,21 @@
 //! counted and logged once: recording consumes it, so it can not happen
 //! twice.
 
-pub mod backoff;
-pub mod body;
-pub mod claim;
-pub mod forward;
+pub(crate) mod backoff;
+pub(crate) mod body;
+pub(crate) mod claim;
+pub(crate) mod forward;
 pub mod identify;
-pub mod lease_timing;
+pub(crate) mod lease_timing;
 mod outcome;
-pub mod persist;
-pub mod quick_ack;
+pub(crate) mod persist;
+pub(crate) mod quick_ack;
 pub mod route;
 #[cfg(test)]
 mod scripted;
-pub mod settle;
+pub(crate) mod settle;
 mod shadow;
-pub mod single_flight;
+pub(crate) mod single_flight;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -212,7 +212,7 @@ impl Finished {
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     config: Arc<Config>,
     /// Stage 1: the routes' canonical prefixes.
     router: Router,
@@ -231,7 +231,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Assembles a pipeline; `tracker` owns the detached upstream calls,
     /// which stop retrying a store write once `grace_over` is cancelled.
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         tracker: TaskTracker,
@@ -262,7 +262,7 @@ impl Pipeline {
 
     /// Handles one request end to end. Never fails: every error becomes a
     /// problem+json answer.
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         request: Request<Incoming>,
         peer: Option<SocketAddr>,

@@ -41,7 +41,7 @@ use crate::config::Limits;
 
 /// Serves `handler` on `listener` under `limits` until `shutdown` fires,
 /// then drains open connections for at most `limits.shutdown_grace`.
-pub async fn serve<H, F>(
+pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     limits: Limits,

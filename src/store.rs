@@ -26,7 +26,7 @@
 //! `maxmemory-policy` lets it evict keys (SPEC §4 rule 10).
 
 pub mod embedded;
-pub mod eviction;
+pub(crate) mod eviction;
 pub mod redis;
 
 use std::future::Future;

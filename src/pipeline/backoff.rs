@@ -11,19 +11,19 @@ use std::time::Duration;
 
 /// A pause that doubles after each use, up to a ceiling.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     next: Duration,
     max: Duration,
 }
 
 impl Backoff {
     /// Starts at `first`; no pause is ever longer than `max`.
-    pub const fn new(first: Duration, max: Duration) -> Self {
+    pub(crate) const fn new(first: Duration, max: Duration) -> Self {
         Self { next: first, max }
     }
 
     /// The pause to take now; the next one is twice as long, capped.
-    pub fn next_pause(&mut self) -> Duration {
+    pub(crate) fn next_pause(&mut self) -> Duration {
         let pause = self.next.min(self.max);
         self.next = (self.next * 2).min(self.max);
         pause

@@ -16,7 +16,7 @@ use crate::extract::Inbound;
 
 /// Reads the whole body of `request` into an [`Inbound`], within
 /// `timeout` (a slow-body sender gets 408 `body_timeout`).
-pub async fn read(
+pub(crate) async fn read(
     request: Request<Incoming>,
     limit: u64,
     timeout: std::time::Duration,

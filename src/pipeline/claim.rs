@@ -55,7 +55,7 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 
 /// What to do with a delivery.
 #[derive(Debug)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// First delivery: forward it and settle the lease.
     Forward(Lease),
     /// Replay this stored answer.
@@ -70,7 +70,7 @@ pub enum Decision {
 /// its first delivery settles, one store read at a time) — so it is built
 /// once and each request only says what it claims.
 #[derive(Debug)]
-pub struct Claimer {
+pub(crate) struct Claimer {
     store: Arc<AnyStore>,
     tracker: TaskTracker,
     owners: OwnerMint,
@@ -144,7 +144,7 @@ impl Drop for PendingClaim<'_> {
 impl Claimer {
     /// A claimer on `store`; abandoned claims are released under
     /// `tracker`, and at most `max_waiting` duplicates of one key wait.
-    pub fn new(store: Arc<AnyStore>, tracker: TaskTracker, max_waiting: usize) -> Self {
+    pub(crate) fn new(store: Arc<AnyStore>, tracker: TaskTracker, max_waiting: usize) -> Self {
         Self {
             store,
             tracker,
@@ -156,14 +156,14 @@ impl Claimer {
     }
 
     /// Wakes every local waiter on `key`: its first delivery has settled.
-    pub fn settled(&self, key: &StoreKey) {
+    pub(crate) fn settled(&self, key: &StoreKey) {
         self.waiters.settled(key.as_str());
     }
 
     /// Claims `identity` or decides from the existing record (module
     /// docs). A live in-flight record is waited for at most `patience`
     /// (and not at all with `on_in_flight = "conflict"`).
-    pub async fn claim(
+    pub(crate) async fn claim(
         &self,
         identity: &Identity,
         rules: &Idempotency,

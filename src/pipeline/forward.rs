@@ -39,12 +39,12 @@ use crate::error::Rejection;
 use crate::metrics::UpstreamErrorKind;
 
 /// The pooled upstream client, cloned cheaply per request.
-pub type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
+pub(crate) type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
 
 /// Builds the shared client: keep-alive pool, no per-request connection,
 /// `TCP_NODELAY` for our writes, and `TCP_QUICKACK` on connections whose
 /// backend needs it (see [`super::quick_ack`]).
-pub fn client() -> UpstreamClient {
+pub(crate) fn client() -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -56,7 +56,7 @@ pub fn client() -> UpstreamClient {
 
 /// An upstream answer whose body was read as far as it may be stored.
 #[derive(Debug)]
-pub struct UpstreamAnswer {
+pub(crate) struct UpstreamAnswer {
     /// Status code.
     pub status: StatusCode,
     /// Headers, hop-by-hop ones removed.
@@ -67,7 +67,7 @@ pub struct UpstreamAnswer {
 
 /// An answer's body, read up to the storable size.
 #[derive(Debug)]
-pub enum AnswerBody {
+pub(crate) enum AnswerBody {
     /// The whole body, at most `max_stored_answer_bytes`: storable.
     Buffered(Bytes),
     /// A larger body: the part already read, then the rest from the
@@ -77,7 +77,7 @@ pub enum AnswerBody {
 
 impl AnswerBody {
     /// The body as the sender receives it.
-    pub fn into_proxy_body(self) -> ProxyBody {
+    pub(crate) fn into_proxy_body(self) -> ProxyBody {
         match self {
             Self::Buffered(bytes) => full(bytes),
             Self::Streaming(body) => body,
@@ -87,7 +87,7 @@ impl AnswerBody {
 
 /// Why no answer came back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ForwardError {
+pub(crate) enum ForwardError {
     /// Connection refused before anything was sent: a clean failure.
     #[error("upstream refused the connection")]
     Refused,
@@ -112,7 +112,7 @@ impl ForwardError {
 
     /// The rejection the sender gets instead of an answer: 504 for a
     /// timeout, 502 for any connection failure.
-    pub fn rejection(self) -> Rejection {
+    pub(crate) fn rejection(self) -> Rejection {
         match self {
             Self::Refused | Self::Broken => Rejection::UpstreamError,
             Self::Timeout => Rejection::UpstreamTimeout,
@@ -121,7 +121,7 @@ impl ForwardError {
 
     /// The `kind` label of `idemgate_upstream_errors_total`, which does not
     /// tell a refused connection from a broken one.
-    pub fn kind(self) -> UpstreamErrorKind {
+    pub(crate) fn kind(self) -> UpstreamErrorKind {
         match self {
             Self::Timeout => UpstreamErrorKind::Timeout,
             Self::Refused | Self::Broken => UpstreamErrorKind::Connect,
@@ -130,7 +130,7 @@ impl ForwardError {
 }
 
 /// Removes hop-by-hop headers, including those named in `Connection`.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -155,7 +155,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The upstream URI for a request path: base URL + path + query.
-pub fn target(upstream: &Uri, path_and_query: Option<&PathAndQuery>) -> Uri {
+pub(crate) fn target(upstream: &Uri, path_and_query: Option<&PathAndQuery>) -> Uri {
     let base_path = upstream.path().trim_end_matches('/');
     let mut builder = Uri::builder();
     if let Some(scheme) = upstream.scheme() {
@@ -178,7 +178,7 @@ pub fn target(upstream: &Uri, path_and_query: Option<&PathAndQuery>) -> Uri {
 
 /// Turns the sender's head into the upstream request's head (its header
 /// map is reused, not copied).
-pub fn upstream_request(
+pub(crate) fn upstream_request(
     parts: http::request::Parts,
     upstream: &Uri,
     peer: Option<SocketAddr>,
@@ -204,7 +204,7 @@ pub fn upstream_request(
 
 /// Sends a buffered request and reads the answer up to `max_stored`
 /// bytes, within `upstream.timeout` (a streaming remainder is not timed).
-pub async fn forward(
+pub(crate) async fn forward(
     client: &UpstreamClient,
     upstream: &Upstream,
     parts: http::request::Parts,
@@ -315,7 +315,7 @@ impl Body for Prefixed {
 }
 
 /// Forwards a request untouched (no buffering) for unmatched routes.
-pub async fn pass_through(
+pub(crate) async fn pass_through(
     client: &UpstreamClient,
     upstream: &Upstream,
     request: Request<Incoming>,

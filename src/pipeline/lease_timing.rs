@@ -24,14 +24,14 @@ const MIN_RENEWAL_PERIOD: Duration = Duration::from_millis(10);
 
 /// A route's `lease` and `unknown_hold`, and what follows from them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTiming {
+pub(crate) struct LeaseTiming {
     lease: Duration,
     unknown_hold: Duration,
 }
 
 impl LeaseTiming {
     /// The timing a route's rules ask for.
-    pub fn of(rules: &Idempotency) -> Self {
+    pub(crate) fn of(rules: &Idempotency) -> Self {
         Self {
             lease: rules.lease,
             unknown_hold: rules.unknown_hold,
@@ -40,20 +40,20 @@ impl LeaseTiming {
 
     /// TTL a claim is written and renewed with: the lease, then the hold
     /// that marks an owner who stopped renewing.
-    pub fn claim_ttl(self) -> Duration {
+    pub(crate) fn claim_ttl(self) -> Duration {
         self.lease + self.unknown_hold
     }
 
     /// How often a live owner renews: three times per lease, so one or
     /// two failed renewals still leave the claim in flight.
-    pub fn renewal_period(self) -> Duration {
+    pub(crate) fn renewal_period(self) -> Duration {
         (self.lease / 3).max(MIN_RENEWAL_PERIOD)
     }
 
     /// How long a duplicate refused as in flight should wait before it
     /// retries: what is left of the claim's lease (its TTL less the hold),
     /// or a whole lease when the store reports no TTL.
-    pub fn retry_after_in_flight(self, ttl: Option<Duration>) -> Duration {
+    pub(crate) fn retry_after_in_flight(self, ttl: Option<Duration>) -> Duration {
         ttl.map_or(self.lease, |ttl| ttl.saturating_sub(self.unknown_hold))
     }
 }
@@ -62,7 +62,7 @@ impl LeaseTiming {
 /// so a slow upstream never lets the claim lapse (SPEC §4 rule 4). Renewal
 /// failures are logged and retried at the next tick; the work is never
 /// interrupted.
-pub async fn while_renewing<T>(
+pub(crate) async fn while_renewing<T>(
     store: &AnyStore,
     lease: &Lease,
     timing: LeaseTiming,

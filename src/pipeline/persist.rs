@@ -33,7 +33,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// How storing an outcome ended.
 #[derive(Debug)]
-pub enum Persisted {
+pub(crate) enum Persisted {
     /// In the store ([`Completion::Stored`] or
     /// [`Completion::StoredInFreeKey`]).
     Stored(Completion),
@@ -45,7 +45,7 @@ pub enum Persisted {
 
 /// One outcome to store for one lease.
 #[derive(Debug)]
-pub struct Persist<'a> {
+pub(crate) struct Persist<'a> {
     store: &'a AnyStore,
     lease: &'a Lease,
     record: &'a Record,
@@ -57,7 +57,7 @@ pub struct Persist<'a> {
 
 impl<'a> Persist<'a> {
     /// Prepares to store `record` for `ttl` under `lease`.
-    pub fn new(
+    pub(crate) fn new(
         store: &'a AnyStore,
         lease: &'a Lease,
         record: &'a Record,
@@ -75,7 +75,7 @@ impl<'a> Persist<'a> {
 
     /// One attempt. `Err` carries a transient failure worth retrying with
     /// [`Persist::until_stored`].
-    pub async fn once(&self) -> Result<Persisted, StoreError> {
+    pub(crate) async fn once(&self) -> Result<Persisted, StoreError> {
         match self.store.complete(self.lease, self.record, self.ttl).await {
             Ok(Completion::TakenOver) => Ok(Persisted::TakenOver),
             Ok(completion) => Ok(Persisted::Stored(completion)),
@@ -87,7 +87,7 @@ impl<'a> Persist<'a> {
     /// Retries after a transient `failure` until the outcome is stored, the
     /// lease is provably lost, or `stop` is cancelled (shutdown's grace
     /// period ran out).
-    pub async fn until_stored(
+    pub(crate) async fn until_stored(
         &self,
         mut failure: StoreError,
         stop: &CancellationToken,

@@ -36,24 +36,24 @@ use tokio::time::Instant;
 /// [`HttpConnector`] whose connections switch to quick ACKs when their
 /// backend needs them (module docs).
 #[derive(Debug, Clone)]
-pub struct QuickAckConnector {
+pub(crate) struct QuickAckConnector {
     inner: HttpConnector,
 }
 
 impl QuickAckConnector {
     /// Wraps a configured connector.
-    pub fn new(inner: HttpConnector) -> Self {
+    pub(crate) fn new(inner: HttpConnector) -> Self {
         Self { inner }
     }
 }
 
 /// A gap between two reads of one answer that only a delayed ACK explains
 /// on a connection to a local backend: Linux delays ACKs by at least 40 ms.
-pub const STALL_GAP: Duration = Duration::from_millis(25);
+pub(crate) const STALL_GAP: Duration = Duration::from_millis(25);
 
 /// A connection made by [`QuickAckConnector`].
 #[derive(Debug)]
-pub struct QuickAckStream {
+pub(crate) struct QuickAckStream {
     io: TokioIo<TcpStream>,
     /// Set for good once a stall was seen: re-arm after every write.
     quick_ack: bool,

@@ -26,11 +26,11 @@ use crate::error::answer_not_stored;
 use crate::record::{Record, RecordState, StoredBody, StoredResponse};
 
 /// Header telling the sender whether it got a replay.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// What the store should do with a claim once the upstream call ended.
 #[derive(Debug)]
-pub enum Settlement {
+pub(crate) enum Settlement {
     /// Keep this record (completed, or unknown) for the given TTL.
     Keep(Record, std::time::Duration),
     /// Delete the claim: the next retry is a first delivery.
@@ -38,7 +38,7 @@ pub enum Settlement {
 }
 
 /// Chooses the store action for an upstream result (see module docs).
-pub fn settlement(
+pub(crate) fn settlement(
     result: &Result<UpstreamAnswer, ForwardError>,
     claimed: &Record,
     rules: &Idempotency,
@@ -60,7 +60,7 @@ pub fn settlement(
 
 /// The storable form of an answer. `Content-Length` is left out: hyper
 /// recomputes the same value from the body on replay.
-pub fn stored(answer: &UpstreamAnswer) -> StoredResponse {
+pub(crate) fn stored(answer: &UpstreamAnswer) -> StoredResponse {
     let headers = answer
         .headers
         .iter()
@@ -91,7 +91,7 @@ fn mark(response: &mut Response<ProxyBody>, replayed: bool) {
 }
 
 /// The upstream's answer as is, marked as not replayed.
-pub fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
+pub(crate) fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
     let mut response = Response::new(answer.body.into_proxy_body());
     *response.status_mut() = answer.status;
     *response.headers_mut() = answer.headers;
@@ -113,7 +113,7 @@ fn describes_body(name: &HeaderName) -> bool {
 }
 
 /// A stored answer, marked as replayed.
-pub fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
+pub(crate) fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = match &stored.body {
         StoredBody::Kept(bytes) => bytes.clone(),

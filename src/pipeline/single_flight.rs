@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 /// Flights in progress, by key; `S` is what a leader shares.
 #[derive(Debug)]
-pub struct SingleFlight<K, S> {
+pub(crate) struct SingleFlight<K, S> {
     flights: Mutex<HashMap<K, watch::Receiver<Option<S>>>>,
 }
 
@@ -35,7 +35,7 @@ impl<K, S> Default for SingleFlight<K, S> {
 
 /// How a caller took part in a flight.
 #[derive(Debug)]
-pub enum Flight<T, S> {
+pub(crate) enum Flight<T, S> {
     /// It did the work itself: its own result.
     Led(T),
     /// Another caller did: the shared summary of that result.
@@ -66,7 +66,7 @@ impl<K: Hash + Eq + Clone, S: Clone> SingleFlight<K, S> {
     /// Runs `work` for `key`, unless a flight for `key` is under way: then
     /// waits for it and returns what its leader shares (`share` of the
     /// leader's result).
-    pub async fn run<T>(
+    pub(crate) async fn run<T>(
         &self,
         key: &K,
         work: impl Future<Output = T>,

@@ -46,14 +46,14 @@ use super::{AnyStore, StoreError};
 use crate::metrics::EvictionMetrics;
 
 /// Time between two checks while Redis answers: SPEC asks for a minute.
-pub const CHECK_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);
 /// Time before the next check after one that could not reach a node, so a
 /// store that comes back is assessed soon even if no reconnect is seen.
-pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
 /// A primary's memory settings, as far as they could be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Memory {
+pub(crate) enum Memory {
     /// `maxmemory` in bytes (0: unlimited) and `maxmemory-policy`.
     Known {
         /// Bytes; 0 means no limit, so nothing is ever evicted.
@@ -67,7 +67,7 @@ pub enum Memory {
 
 /// What one check found on one primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeReport {
+pub(crate) struct NodeReport {
     /// `host:port` of the primary.
     pub node: String,
     /// Its eviction settings.
@@ -78,7 +78,7 @@ pub struct NodeReport {
 
 impl NodeReport {
     /// Whether this node may delete idemgate's keys on its own.
-    pub fn may_evict(&self) -> bool {
+    pub(crate) fn may_evict(&self) -> bool {
         match &self.memory {
             Memory::Known { maxmemory, policy } => *maxmemory > 0 && policy != "noeviction",
             Memory::Unreadable(_) => true,
@@ -88,7 +88,7 @@ impl NodeReport {
 
 /// Why a check runs; decides whether unchanged findings are logged again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Start-up, reconnect or the periodic timer: log every risk.
     Scheduled,
     /// A `/readyz` probe: log only what changed (probes come every few
@@ -98,7 +98,7 @@ pub enum Trigger {
 
 /// The eviction watcher shared by the background task and `/readyz`.
 #[derive(Debug)]
-pub struct EvictionWatch {
+pub(crate) struct EvictionWatch {
     store: Arc<AnyStore>,
     allow_eviction: bool,
     metrics: EvictionMetrics,
@@ -109,7 +109,7 @@ pub struct EvictionWatch {
 impl EvictionWatch {
     /// A watcher over `store`; `allow_eviction` is `[store]
     /// allow_eviction`. Sets both gauges to 0 until the first check.
-    pub fn new(store: Arc<AnyStore>, allow_eviction: bool) -> Self {
+    pub(crate) fn new(store: Arc<AnyStore>, allow_eviction: bool) -> Self {
         Self {
             store,
             allow_eviction,
@@ -120,7 +120,7 @@ impl EvictionWatch {
 
     /// Reads every primary's settings now, updates the gauges and logs.
     /// `Err` when Redis could not be reached (the previous findings stay).
-    pub async fn check(&self, trigger: Trigger) -> Result<(), StoreError> {
+    pub(crate) async fn check(&self, trigger: Trigger) -> Result<(), StoreError> {
         let Some(redis) = self.store.redis() else {
             return Ok(());
         };
@@ -176,7 +176,7 @@ impl EvictionWatch {
 
     /// Why `/readyz` must fail, from the last check: `None` when no
     /// primary may evict, or when `allow_eviction` accepts that.
-    pub fn not_ready(&self) -> Option<String> {
+    pub(crate) fn not_ready(&self) -> Option<String> {
         if self.allow_eviction {
             return None;
         }
@@ -202,7 +202,7 @@ impl EvictionWatch {
     }
 
     /// Checks on the schedule of the module docs until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let Some(redis) = self.store.redis() else {
             return;
         };
