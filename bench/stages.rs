@@ -324,7 +324,7 @@ fn bench_record(c: &mut Criterion) {
         ("completed_1KiB", completed(1024)),
     ];
     for (name, record) in &records {
-        let encoded = record.encode();
+        let encoded = record.encode().expect("encodes");
         assert_eq!(&Record::decode(&encoded).expect("decodes"), record);
         group.bench_function(format!("encode_{name}"), |b| {
             b.iter(|| black_box(record).encode());
