@@ -1,11 +1,9 @@
 //! Failure handling of SPEC §4: hang-ups, timeouts, crashes, store outages
 //! and shutdown — with real Redis, real upstream and the real binary.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sender_hanging_up_does_not_cancel_the_work() {

@@ -1,8 +1,6 @@
 //! The embedded store end to end: no Redis, and records survive a restart.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn a_record_survives_an_idemgate_restart() {

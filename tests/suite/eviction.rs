@@ -8,12 +8,10 @@
 //! `evicted_keys`. The last test shows the failure all this warns about: a
 //! completed record evicted, and its duplicate executed again.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 
 const RISK: &str = "idemgate_store_eviction_risk";
 const EVICTED: &str = "idemgate_store_evicted_keys";

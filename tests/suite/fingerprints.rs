@@ -4,9 +4,7 @@
 //! the canonical form, and numbers are compared as written. Real Redis,
 //! real upstream.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 async fn gate_with(redis: &RedisServer, upstream: &Upstream, extra: &str) -> Gate {
     Gate::start(&config_text(&redis_store(redis), &upstream.url(), extra)).await

@@ -1,9 +1,7 @@
 //! Rejected deliveries never touch the store or the upstream (SPEC §1
 //! stage 3), checked with Redis's own `INFO commandstats`.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn forged_unsigned_stale_and_future_deliveries_are_401_without_store_access() {

@@ -2,13 +2,11 @@
 //! floods of copies, oversized heads, connection caps, corrupted records.
 //! Figures (latencies, RSS) are printed, not asserted against time.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Writes raw bytes on a fresh connection and returns what came back and

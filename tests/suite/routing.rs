@@ -6,9 +6,7 @@
 //! normalises the method or the target on the way. Real Redis, real
 //! upstream.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 /// What stage 1 must make of a variant of `POST /notify`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

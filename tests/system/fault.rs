@@ -11,8 +11,6 @@
 //! Run: `cargo test --test fault -- --nocapture` (figures from a run are in
 //! `tests/fault/RESULTS.md`).
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Read;
@@ -23,8 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

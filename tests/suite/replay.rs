@@ -1,11 +1,9 @@
 //! First delivery, exact replay, release on failure, fingerprint reuse,
 //! routing and body limits — against a real Redis and a real upstream.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn first_delivery_forwarded_then_replayed_exactly() {

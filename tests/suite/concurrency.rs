@@ -1,10 +1,8 @@
 //! Concurrent duplicates and lease renewal against a real Redis.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 async fn burst(url: &str, body: &str, copies: usize) -> Vec<Answer> {
     let tasks: Vec<_> = (0..copies)

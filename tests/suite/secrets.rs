@@ -1,11 +1,9 @@
 //! Secrets: a `file:` secret is re-read on SIGHUP (rotation without a
 //! restart), and `check-config` prints no credential of any URL.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_rereads_file_secrets() {

@@ -5,10 +5,8 @@
 //! Longer fuzzing: `PROPTEST_CASES=200000 cargo test --release --test presets fuzz`
 //! (bounded by the case count; about a minute here).
 
-mod common;
-
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use idemgate::config::{Config, Scheme};
 use idemgate::error::Rejection;
 use idemgate::extract::Inbound;

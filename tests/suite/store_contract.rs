@@ -1,12 +1,10 @@
 //! One contract, two stores: the same suite runs against the Redis store
 //! (real redis-server) and the embedded redb store.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::RedisServer;
 use bytes::Bytes;
-use common::RedisServer;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::redis::RedisStore;

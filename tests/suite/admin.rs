@@ -1,10 +1,8 @@
 //! The admin listener: health, readiness and the record API (SPEC §6).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 const TOKEN: &str = "admin-token-for-tests";
 

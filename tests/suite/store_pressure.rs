@@ -5,14 +5,12 @@
 //! upstream; `CONFIG SET maxmemory 1` makes Redis refuse every write that
 //! needs memory (noeviction, the default policy).
 
-mod common;
-
 use std::time::Duration;
 
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
-use common::{
-    GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver,
+use crate::support::{
+    Gate, GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver,
     deliver_while_upstream_works, eventually, payment, redis_store, sample,
 };
 
@@ -29,7 +27,7 @@ fn unfill(redis: &RedisServer) {
 }
 
 /// A retry of `body` is replayed, and the upstream ran it once.
-async fn assert_replayed_once(gate: &common::Gate, body: &str, upstream: &Upstream) {
+async fn assert_replayed_once(gate: &Gate, body: &str, upstream: &Upstream) {
     let retry = deliver(&gate.url("/notify"), body).await;
     assert_eq!(
         (retry.status, retry.replayed()),
@@ -43,8 +41,8 @@ async fn assert_replayed_once(gate: &common::Gate, body: &str, upstream: &Upstre
 async fn a_full_redis_still_replays_what_it_holds() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let closed = common::Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
-    let open = common::Gate::start(&config_text(
+    let closed = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let open = Gate::start(&config_text(
         &redis_store(&redis),
         &upstream.url(),
         "on_unavailable = \"forward\"",
@@ -97,7 +95,7 @@ async fn a_full_redis_still_replays_what_it_holds() {
 async fn an_answer_refused_by_a_full_store_is_stored_once_it_has_room() {
     let redis = RedisServer::start();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(800))).await;
-    let gate = common::Gate::start(&config_text(
+    let gate = Gate::start(&config_text(
         &redis_store(&redis),
         &upstream.url(),
         SHORT_LEASE,
@@ -133,7 +131,7 @@ async fn an_answer_refused_by_a_full_store_is_stored_once_it_has_room() {
 async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     let mut redis = RedisServer::start_persistent();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(800))).await;
-    let gate = common::Gate::start(&config_text(
+    let gate = Gate::start(&config_text(
         &redis_store(&redis),
         &upstream.url(),
         "lease = \"2s\"\nunknown_hold = \"2s\"",

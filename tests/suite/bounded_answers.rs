@@ -4,15 +4,13 @@
 //! duplicates of a large stored answer share one store read, so they do
 //! not starve unrelated deliveries. Real redis-server, real upstream.
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::support::{
     GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver, payment,
     redis_store, sample,
 };
+use bytes::Bytes;
 
 /// An answer body of `len` bytes whose content depends on the position.
 fn answer_of(len: usize) -> Bytes {

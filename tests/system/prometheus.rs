@@ -14,8 +14,6 @@
 //!   the ratio the traffic implies;
 //! * `/readyz` follows Redis going away and coming back.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,7 +28,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use common::*;
+use crate::support::*;
 
 /// Upper bound for every wait on a process or a scrape.
 const WAIT: Duration = Duration::from_secs(30);

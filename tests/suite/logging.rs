@@ -1,9 +1,7 @@
 //! Logs: one structured line per request, and never a secret, a signature
 //! or body content (checked on the real binary's debug-level output).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_are_structured_and_never_leak_secrets_or_bodies() {
