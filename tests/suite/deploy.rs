@@ -1097,6 +1097,7 @@ fn compose_prometheus_scrapes_idemgate_with_the_alert_rules() {
 /// as in the container (alerts.yml beside it). Skipped without promtool
 /// (.ci/run installs it).
 #[test]
+#[ignore = "needs promtool"]
 fn compose_prometheus_config_passes_promtool() {
     if Command::new("promtool").arg("--version").output().is_err() {
         eprintln!("promtool not installed; skipping");
@@ -1266,6 +1267,7 @@ fn systemd_unit_runs_serve_and_outwaits_the_drain() {
 /// test (verify requires the executable to exist). Skipped where
 /// systemd-analyze is not installed.
 #[test]
+#[ignore = "needs systemd-analyze"]
 fn systemd_unit_passes_systemd_analyze_verify() {
     if Command::new("systemd-analyze")
         .arg("--version")

@@ -10,7 +10,7 @@ async fn gate_with(redis: &RedisServer, upstream: &Upstream, extra: &str) -> Gat
     Gate::start(&config_text(&redis_store(redis), &upstream.url(), extra)).await
 }
 
-/// The reproduction: under `fingerprint_ignore` the duplicate-key
+/// The reported reproduction: under `fingerprint_ignore` the duplicate-key
 /// body matched the clean one and was replayed.
 #[tokio::test]
 async fn a_duplicate_json_key_is_refused_not_replayed() {

@@ -2,7 +2,7 @@
 //! libraries (tests/vectors/), rotation, window edges, end to end through
 //! the proxy, and a property-based fuzz pass over every header parser.
 //!
-//! Longer fuzzing: `PROPTEST_CASES=200000 cargo test --release --test presets fuzz`
+//! Longer fuzzing: `PROPTEST_CASES=200000 cargo test --release --test suite presets::fuzz`
 //! (bounded by the case count; about a minute here).
 
 use crate::support::*;

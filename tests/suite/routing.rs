@@ -218,7 +218,7 @@ async fn forged_variants_never_reach_the_protected_handler() {
     gate.stop().await;
 }
 
-/// The reproduction: one validly signed body sent under seven
+/// The reported reproduction: one validly signed body sent under seven
 /// spellings executes once.
 #[tokio::test]
 async fn a_signed_body_under_seven_variants_executes_once() {
