@@ -5,15 +5,16 @@
 //! (`check-config`, and `serve` for the probe paths).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate::config::raw::parse_duration;
 use serde::Deserialize;
 use serde_yaml::Value as Yaml;
+
+use crate::support::{Proc, free_port, http_get_blocking, repo_path};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const PROXY_PORT: u16 = 8080;
@@ -23,10 +24,6 @@ const ADMIN_PORT: u16 = 9090;
 const CONFIG_PATH: &str = "/etc/idemgate/idemgate.toml";
 
 // ---- files ----------------------------------------------------------------
-
-fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
 
 fn read(relative: &str) -> String {
     let path = repo_path(relative);
@@ -313,39 +310,6 @@ fn url_host_port(url: &str) -> (String, u16) {
 
 // ---- a running idemgate -----------------------------------------------------
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Kills the child on drop (also when an assertion fails).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Status code of `GET path`, or `None` if nothing answers.
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: deploy-test\r\nconnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, answer))
-}
-
 /// Serves `config` (listeners moved to loopback, store unreachable) and
 /// checks what the orchestrator sees: /healthz 200 (liveness), /readyz 503
 /// while the store is down (readiness), /metrics, and `idemgate
@@ -365,21 +329,19 @@ fn assert_probe_paths_served(config: &GateConfig, liveness: &str, readiness: &st
         })
         .collect();
 
-    let child = Command::new(BIN)
-        .arg("serve")
-        .env("IDEMGATE_CONFIG", &path)
-        .envs(secrets.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let _running = Running(child);
+    let _running = Proc::spawn_logged(
+        "idemgate",
+        Command::new(BIN)
+            .arg("serve")
+            .env("IDEMGATE_CONFIG", &path)
+            .envs(secrets.iter().map(|(k, v)| (k, v))),
+        std::fs::File::create(&log_path).unwrap(),
+    );
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some((200, _)) = http_get(admin, liveness) {
+        if let Some((200, _)) = http_get_blocking(admin, liveness) {
             break;
         }
         assert!(
@@ -391,13 +353,13 @@ fn assert_probe_paths_served(config: &GateConfig, liveness: &str, readiness: &st
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let (status, answer) = http_get(admin, readiness).expect("readiness answers");
+    let (status, answer) = http_get_blocking(admin, readiness).expect("readiness answers");
     assert_eq!(
         status, 503,
         "{}: {readiness} with the store down should be 503:\n{answer}",
         config.origin
     );
-    let (status, answer) = http_get(admin, metrics).expect("metrics answers");
+    let (status, answer) = http_get_blocking(admin, metrics).expect("metrics answers");
     assert_eq!(status, 200, "{}: {metrics}:\n{answer}", config.origin);
     assert!(answer.contains("idemgate_build_info"), "{answer}");
 

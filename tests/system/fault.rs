@@ -12,22 +12,14 @@
 //! `tests/fault/RESULTS.md`).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use bytes::Bytes;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -35,149 +27,12 @@ use tokio::task::JoinHandle;
 /// One test at a time (see the module docs).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Upper bound of one HTTP exchange made by these tests.
-const REQUEST_LIMIT: Duration = Duration::from_secs(15);
-/// Upper bound of one redis-cli call.
-const CLI_LIMIT: Duration = Duration::from_secs(10);
 /// Key prefix of the test route's records.
 const RECORDS: &str = "idemgate:pay:*";
 
 // ---------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------
-
-/// A child process, SIGKILLed by PID and reaped on drop.
-struct Proc {
-    name: String,
-    child: Option<Child>,
-}
-
-impl Proc {
-    fn spawn(name: &str, command: &mut Command) -> Self {
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Self {
-            name: name.to_owned(),
-            child: Some(child),
-        }
-    }
-
-    /// SIGKILL (by PID) and wait for the exit.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.child.is_some() && std::thread::panicking() {
-            eprintln!("[fault] stopping {} after a panic", self.name);
-        }
-        self.kill();
-    }
-}
-
-/// Runs a short command to completion within `limit` (killed by PID and a
-/// panic otherwise) and returns its standard output.
-fn run_bounded<S: AsRef<OsStr>>(program: &str, args: &[S], limit: Duration) -> String {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = stdout.read_to_end(&mut out);
-        out
-    });
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{program} did not finish within {limit:?}");
-            }
-        }
-    }
-    String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned()
-}
-
-/// `redis-cli -h 127.0.0.1 -p PORT ARGS…`, bounded.
-fn cli(port: u16, args: &[&str]) -> String {
-    let port = port.to_string();
-    let mut all = vec!["-h", "127.0.0.1", "-p", port.as_str()];
-    all.extend_from_slice(args);
-    run_bounded("redis-cli", &all, CLI_LIMIT)
-}
-
-/// Polls `condition` every 50 ms for at most `limit`; panics naming `what`.
-fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Like [`wait_until`] without blocking the runtime between polls; returns
-/// when the condition held, `None` if it did not before `deadline`.
-async fn poll_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> Option<Instant> {
-    loop {
-        if tokio::task::block_in_place(&mut condition) {
-            return Some(Instant::now());
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `n` distinct free loopback ports.
-fn free_ports(n: usize) -> Vec<u16> {
-    let mut ports = Vec::with_capacity(n);
-    for _ in 0..n * 20 {
-        if ports.len() == n {
-            break;
-        }
-        let port = free_port();
-        if !ports.contains(&port) {
-            ports.push(port);
-        }
-    }
-    assert_eq!(ports.len(), n, "free ports");
-    ports
-}
-
-/// Starts `redis-server` on `port` without persistence, with `extra`
-/// arguments, and waits until it answers PING.
-fn spawn_redis(name: &str, port: u16, extra: &[String]) -> Proc {
-    let mut command = Command::new("redis-server");
-    command
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(extra);
-    let proc = Proc::spawn(name, &mut command);
-    wait_until(
-        Duration::from_secs(10),
-        &format!("{name} answers PING"),
-        || cli(port, &["PING"]).trim() == "PONG",
-    );
-    proc
-}
 
 /// Working directory, dump file name and log file of a node in `dir`
 /// (replicas write the RDB of a full sync there). A full sync starts at
@@ -193,32 +48,6 @@ fn data_args(dir: &Path, port: u16) -> Vec<String> {
         "--logfile".into(),
         dir.join(format!("redis-{port}.log")).display().to_string(),
     ]
-}
-
-fn role(port: u16) -> String {
-    cli(port, &["ROLE"]).lines().next().unwrap_or("").to_owned()
-}
-
-/// A primary with one replica attached and in sync.
-fn has_online_replica(port: u16) -> bool {
-    let info = cli(port, &["INFO", "replication"]);
-    info.contains("connected_slaves:1") && info.contains("state=online")
-}
-
-/// `calls` of one command in `INFO commandstats`.
-fn command_calls(port: u16, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:");
-    cli(port, &["INFO", "commandstats"])
-        .lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix(&prefix)?;
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 /// The record keys one node holds (`--scan` is per node).
@@ -328,7 +157,7 @@ impl Cluster {
         let live = self
             .nodes
             .iter()
-            .find(|n| n.proc.child.is_some())
+            .find(|n| n.proc.is_running())
             .expect("a live node");
         topology_at(live.port)
     }
@@ -548,48 +377,6 @@ fn sentinel_master(port: u16) -> HashMap<String, String> {
 // ---------------------------------------------------------------------------
 // Senders and upstreams
 // ---------------------------------------------------------------------------
-
-/// One pooled HTTP client for all deliveries of a test; every exchange is
-/// bounded by [`REQUEST_LIMIT`] and a failure is returned, not a panic.
-#[derive(Clone)]
-struct Sender {
-    client: Client<HttpConnector, Full<Bytes>>,
-}
-
-impl Sender {
-    fn new() -> Self {
-        Self {
-            client: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
-        }
-    }
-
-    async fn deliver(&self, url: &str, body: &str) -> Result<Answer, String> {
-        let mut request = Request::builder().method("POST").uri(url);
-        for (name, value) in signed(body) {
-            request = request.header(name, value);
-        }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .map_err(|e| e.to_string())?;
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| format!("{e:?}"))?;
-            let (head, body) = response.into_parts();
-            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-            Ok(Answer {
-                status: head.status.as_u16(),
-                headers: head.headers,
-                body,
-            })
-        };
-        tokio::time::timeout(REQUEST_LIMIT, exchange)
-            .await
-            .map_err(|_| "no answer in time".to_owned())?
-    }
-}
 
 fn is_live(answer: &Answer) -> bool {
     answer.replayed() == Some("false")

@@ -16,16 +16,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use crate::support::*;
@@ -35,242 +28,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The second secret of the test route (`config_text`).
 const PREVIOUS_SECRET: &str = "previous-secret";
-
-fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
-// ---------------------------------------------------------------------------
-// HTTP and polling helpers
-// ---------------------------------------------------------------------------
-
-/// GET `url`; `Err` on connection failure or after 10 s, never a panic (so
-/// it can poll a server that is still starting).
-async fn http_get(url: &str) -> Result<(u16, String), String> {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let request = Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| format!("GET {url} timed out"))?
-}
-
-/// Calls `probe` every `every` until it yields a value; panics naming
-/// `what` after `limit`.
-async fn poll<T>(
-    what: &str,
-    limit: Duration,
-    every: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// A numeric sample value as Prometheus writes it.
-fn parse_float(text: &str) -> Option<f64> {
-    match text {
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        other => other.parse().ok(),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Prometheus text exposition format
-// ---------------------------------------------------------------------------
-
-type Labels = BTreeMap<String, String>;
-
-/// One sample line: `name{l1="v1",…} value [timestamp]`.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: Labels,
-    value: f64,
-}
-
-/// A parsed `/metrics` answer.
-#[derive(Debug)]
-struct Exposition {
-    samples: Vec<Sample>,
-}
-
-fn is_name_char(c: char, first: bool) -> bool {
-    c.is_ascii_alphabetic() || c == '_' || c == ':' || (!first && c.is_ascii_digit())
-}
-
-/// Parses one sample line.
-fn parse_sample(line: &str) -> Result<Sample, String> {
-    let name_end = line
-        .find(|c: char| c == '{' || c.is_ascii_whitespace())
-        .ok_or("no value")?;
-    let name = &line[..name_end];
-    if name.is_empty()
-        || !name
-            .chars()
-            .enumerate()
-            .all(|(i, c)| is_name_char(c, i == 0))
-    {
-        return Err(format!("bad metric name {name:?}"));
-    }
-    let mut labels = Labels::new();
-    let mut rest = &line[name_end..];
-    if let Some(inner) = rest.strip_prefix('{') {
-        let mut chars = inner.char_indices().peekable();
-        let close = loop {
-            while chars.next_if(|(_, c)| *c == ',' || *c == ' ').is_some() {}
-            let Some(&(start, c)) = chars.peek() else {
-                return Err("unterminated label set".into());
-            };
-            if c == '}' {
-                break start;
-            }
-            let mut label = String::new();
-            while let Some((_, c)) = chars.next_if(|(_, c)| is_name_char(*c, false)) {
-                label.push(c);
-            }
-            if label.is_empty() || !is_name_char(label.chars().next().unwrap_or('0'), true) {
-                return Err(format!("bad label name at byte {start}"));
-            }
-            if chars.next().map(|(_, c)| c) != Some('=')
-                || chars.next().map(|(_, c)| c) != Some('"')
-            {
-                return Err(format!("label {label} is not followed by =\""));
-            }
-            let mut value = String::new();
-            loop {
-                match chars.next().map(|(_, c)| c) {
-                    None => return Err(format!("unterminated value of label {label}")),
-                    Some('"') => break,
-                    Some('\\') => match chars.next().map(|(_, c)| c) {
-                        Some('\\') => value.push('\\'),
-                        Some('"') => value.push('"'),
-                        Some('n') => value.push('\n'),
-                        other => return Err(format!("bad escape \\{other:?} in label {label}")),
-                    },
-                    Some(c) => value.push(c),
-                }
-            }
-            if labels.insert(label.clone(), value).is_some() {
-                return Err(format!("label {label} appears twice"));
-            }
-        };
-        rest = &inner[close + 1..];
-    }
-    let mut fields = rest.split_ascii_whitespace();
-    let value = fields.next().ok_or("no value")?;
-    let value = parse_float(value).ok_or_else(|| format!("bad value {value:?}"))?;
-    if let Some(timestamp) = fields.next() {
-        timestamp
-            .parse::<i64>()
-            .map_err(|_| format!("bad timestamp {timestamp:?}"))?;
-    }
-    if fields.next().is_some() {
-        return Err("trailing fields".into());
-    }
-    Ok(Sample {
-        name: name.to_owned(),
-        labels,
-        value,
-    })
-}
-
-impl Exposition {
-    /// Parses a whole exposition, skipping comments and blank lines;
-    /// panics on a malformed line or a duplicated series.
-    fn parse(text: &str) -> Self {
-        let mut samples = Vec::new();
-        let mut seen = BTreeSet::new();
-        for line in text.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let sample =
-                parse_sample(line).unwrap_or_else(|e| panic!("bad metrics line {line:?}: {e}"));
-            assert!(
-                seen.insert((sample.name.clone(), sample.labels.clone())),
-                "series exposed twice: {line}"
-            );
-            samples.push(sample);
-        }
-        Self { samples }
-    }
-
-    fn series(&self, name: &str) -> Vec<&Sample> {
-        self.samples.iter().filter(|s| s.name == name).collect()
-    }
-
-    /// The value of the series with exactly these labels.
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let wanted = labels_of(labels);
-        self.samples
-            .iter()
-            .find(|s| s.name == name && s.labels == wanted)
-            .map(|s| s.value)
-    }
-
-    /// Every series in `expected` exists with exactly that value, and every
-    /// other series of `name` is 0.
-    fn assert_series(&self, name: &str, expected: &BTreeMap<Labels, f64>) {
-        let present: BTreeMap<Labels, f64> = self
-            .series(name)
-            .into_iter()
-            .map(|s| (s.labels.clone(), s.value))
-            .collect();
-        for (labels, want) in expected {
-            let got = present.get(labels);
-            assert_eq!(
-                got,
-                Some(want),
-                "{name}{labels:?}: expected {want}, got {got:?}; exposed: {present:#?}"
-            );
-        }
-        for (labels, got) in &present {
-            if !expected.contains_key(labels) {
-                assert_eq!(*got, 0.0, "{name}{labels:?} = {got}, expected no events");
-            }
-        }
-    }
-}
-
-fn labels_of(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-async fn scrape(admin: SocketAddr) -> Exposition {
-    let (status, text) = http_get(&format!("http://{admin}/metrics"))
-        .await
-        .expect("GET /metrics");
-    assert_eq!(status, 200, "/metrics answered {status}: {text}");
-    Exposition::parse(&text)
-}
 
 // ---------------------------------------------------------------------------
 // Scripted traffic and what it must count
@@ -402,9 +159,10 @@ async fn until_scraped_replays(prometheus: &Prometheus, replays: f64, what: &str
     .await;
 }
 
-/// A `prometheus` server on a free loopback port, killed by PID on drop.
+/// A `prometheus` server on a free loopback port, killed by PID on drop
+/// (its [`Proc`]).
 struct Prometheus {
-    child: Child,
+    _child: Proc,
     url: String,
     dir: tempfile::TempDir,
 }
@@ -422,20 +180,19 @@ impl Prometheus {
         std::fs::write(&config_path, config).expect("write prometheus.yml");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn prometheus");
+        let child = Proc::spawn_logged(
+            "prometheus",
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}")),
+            log,
+        );
         Self {
-            child,
+            _child: child,
             url: format!("http://127.0.0.1:{port}"),
             dir,
         }
@@ -486,13 +243,6 @@ impl Prometheus {
             [value] => Some(*value),
             _ => None,
         }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
