@@ -1,14 +1,46 @@
 //! `/metrics` holds exactly the counts a scripted mix of deliveries must
-//! produce.
+//! produce: named traffic phases fill a [`Tally`], then one check per metric
+//! family compares the scrape with it.
 
 use super::*;
+
+/// Both routes of the test configuration.
+const ROUTES: [&str; 2] = ["pay", "_unmatched"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_text_has_exact_counter_values() {
     let mut redis = RedisServer::start();
-    // The body decides what the upstream does, so the script is
-    // deterministic whatever the arrival order.
-    let upstream = Upstream::scripted(|_, body| {
+    let upstream = scripted_upstream().await;
+    let gate = start_gate(&redis, &upstream);
+    let url = gate.url("/notify");
+    let mut tally = Tally::default();
+
+    assert_every_counter_pre_registered(gate.admin).await;
+    first_deliveries_and_replays(&url, &mut tally).await;
+    authenticity_rejections(&url, &mut tally).await;
+    identity_rejections(&url, &mut tally).await;
+    size_passthrough_and_upstream_500(&url, &gate.url("/other"), &mut tally).await;
+    duplicate_in_flight(&url, &upstream, &mut tally).await;
+    upstream_timeout_then_unknown(&url, &mut tally).await;
+    store_down(&mut redis, &url, &mut tally).await;
+
+    let metrics = scrape(gate.admin).await;
+    println!("tally: {tally:?}");
+    let first_deliveries = assert_requests(&metrics, &tally);
+    assert_rejections(&metrics, &tally);
+    assert_secret_matches(&metrics, &tally);
+    assert_upstream_errors_unknowns_and_in_flight(&metrics);
+    assert_store_operations(&metrics);
+    assert_duration_histograms(&metrics, &tally, first_deliveries);
+    assert_build_info(&metrics);
+}
+
+// ---- traffic phases ----------------------------------------------------------
+
+/// The body decides what the upstream does, so the script is deterministic
+/// whatever the arrival order.
+async fn scripted_upstream() -> Upstream {
+    Upstream::scripted(|_, body| {
         let body = String::from_utf8_lossy(body);
         if body.contains("hang-") {
             Reply::slow(Duration::from_millis(2500))
@@ -20,9 +52,14 @@ async fn metrics_text_has_exact_counter_values() {
             Reply::ok()
         }
     })
-    .await;
+    .await
+}
+
+/// The binary with `on_in_flight = "conflict"`, a 1 KiB body limit and a
+/// 1 s upstream timeout.
+fn start_gate(redis: &RedisServer, upstream: &Upstream) -> GateProcess {
     let base = config_text(
-        &redis_store(&redis),
+        &redis_store(redis),
         &upstream.url(),
         "on_in_flight = \"conflict\"",
     );
@@ -30,12 +67,12 @@ async fn metrics_text_has_exact_counter_values() {
         .replace("[limits]\n", "[limits]\nmax_body_bytes = 1024\n")
         .replace("timeout = \"5s\"", "timeout = \"1s\"");
     assert!(text.contains("max_body_bytes = 1024") && text.contains("timeout = \"1s\""));
-    let gate = GateProcess::start(&text);
-    let url = gate.url("/notify");
-    let mut tally = Tally::default();
+    GateProcess::start(&text)
+}
 
+async fn assert_every_counter_pre_registered(admin: SocketAddr) {
     // Before any traffic: every counter series of every route exists at 0.
-    let idle = scrape(gate.admin).await;
+    let idle = scrape(admin).await;
     for route in ["pay", "_unmatched"] {
         for outcome in [
             "forwarded",
@@ -55,7 +92,9 @@ async fn metrics_text_has_exact_counter_values() {
             );
         }
     }
+}
 
+async fn first_deliveries_and_replays(url: &str, tally: &mut Tally) {
     // N = 6 first deliveries: four signed with the current secret, two with
     // the previous one.
     for i in 0..6 {
@@ -65,7 +104,7 @@ async fn metrics_text_has_exact_counter_values() {
             (PREVIOUS_SECRET, 1)
         };
         let body = payment(&format!("p-{i}"));
-        let answer = post(&url, &signed_now(secret, &body), &body).await;
+        let answer = post(url, &signed_now(secret, &body), &body).await;
         tally.check(
             &format!("first p-{i}"),
             &answer,
@@ -81,17 +120,19 @@ async fn metrics_text_has_exact_counter_values() {
         ("p-4", PREVIOUS_SECRET, 1),
     ] {
         let body = payment(id);
-        let answer = post(&url, &signed_now(secret, &body), &body).await;
+        let answer = post(url, &signed_now(secret, &body), &body).await;
         tally.check(
             &format!("replay {id}"),
             &answer,
             &Expect::new(200, "replayed").secret(index),
         );
     }
+}
 
+async fn authenticity_rejections(url: &str, tally: &mut Tally) {
     // Authenticity (stage 3): counted, no secret matched.
     let body = payment("forged-1");
-    let answer = post(&url, &signed_now("wrong-secret", &body), &body).await;
+    let answer = post(url, &signed_now("wrong-secret", &body), &body).await;
     tally.check(
         "wrong secret",
         &answer,
@@ -99,19 +140,19 @@ async fn metrics_text_has_exact_counter_values() {
     );
     let mut garbage = signed(&body);
     garbage[0].1 = "zz-not-hex".into();
-    let answer = post(&url, &garbage, &body).await;
+    let answer = post(url, &garbage, &body).await;
     tally.check(
         "undecodable signature",
         &answer,
         &Expect::new(401, "rejected").reason("signature_invalid"),
     );
-    let answer = post(&url, &without(signed(&body), "x-signature"), &body).await;
+    let answer = post(url, &without(signed(&body), "x-signature"), &body).await;
     tally.check(
         "no signature",
         &answer,
         &Expect::new(401, "rejected").reason("signature_missing"),
     );
-    let answer = post(&url, &without(signed(&body), "x-timestamp"), &body).await;
+    let answer = post(url, &without(signed(&body), "x-timestamp"), &body).await;
     tally.check(
         "no timestamp",
         &answer,
@@ -119,14 +160,16 @@ async fn metrics_text_has_exact_counter_values() {
     );
     for (what, at) in [("stale", now_secs() - 3600), ("future", now_secs() + 3600)] {
         let body = payment(&format!("{what}-1"));
-        let answer = post(&url, &signed_with(SECRET, at, &body), &body).await;
+        let answer = post(url, &signed_with(SECRET, at, &body), &body).await;
         tally.check(
             what,
             &answer,
             &Expect::new(401, "rejected").reason("timestamp_out_of_window"),
         );
     }
+}
 
+async fn identity_rejections(url: &str, tally: &mut Tally) {
     // Identity (stage 4): verified, so the secret is counted.
     for (what, body, reason) in [
         ("no id", r#"{"amount":"1.00"}"#.to_owned(), "key_missing"),
@@ -137,7 +180,7 @@ async fn metrics_text_has_exact_counter_values() {
         ),
         ("not json", "id=p-9&amount=1".to_owned(), "bad_request_body"),
     ] {
-        let answer = post(&url, &signed(&body), &body).await;
+        let answer = post(url, &signed(&body), &body).await;
         tally.check(
             what,
             &answer,
@@ -146,7 +189,7 @@ async fn metrics_text_has_exact_counter_values() {
     }
     // Same key, different request.
     let body = r#"{"id":"p-0","amount":"99.00","status":"PAID"}"#;
-    let answer = post(&url, &signed(body), body).await;
+    let answer = post(url, &signed(body), body).await;
     tally.check(
         "reused key",
         &answer,
@@ -154,16 +197,19 @@ async fn metrics_text_has_exact_counter_values() {
             .reason("fingerprint_mismatch")
             .secret(0),
     );
+}
+
+async fn size_passthrough_and_upstream_500(url: &str, other: &str, tally: &mut Tally) {
     // Stage 2, before verification.
     let body = payment(&"x".repeat(2000));
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "too large",
         &answer,
         &Expect::new(413, "rejected").reason("body_too_large"),
     );
     // No route: forwarded untouched.
-    let answer = post(&gate.url("/other"), &[], "hello").await;
+    let answer = post(other, &[], "hello").await;
     tally.check(
         "unmatched",
         &answer,
@@ -171,19 +217,21 @@ async fn metrics_text_has_exact_counter_values() {
     );
     // Upstream answers 500: a forwarded first attempt, released.
     let body = payment("fail-1");
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "upstream 500",
         &answer,
         &Expect::new(500, "forwarded").secret(0),
     );
+}
 
+async fn duplicate_in_flight(url: &str, upstream: &Upstream, tally: &mut Tally) {
     // A duplicate while the first delivery is in flight (on_in_flight =
     // "conflict"): 409 in_flight.
     let body = payment("slow-1");
     let calls = upstream.calls();
     let first = tokio::spawn({
-        let (url, body) = (url.clone(), body.clone());
+        let (url, body) = (url.to_owned(), body.clone());
         async move { post(&url, &signed(&body), &body).await }
     });
     poll(
@@ -193,7 +241,7 @@ async fn metrics_text_has_exact_counter_values() {
         async || (upstream.calls() > calls).then_some(()),
     )
     .await;
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "duplicate in flight",
         &answer,
@@ -205,11 +253,13 @@ async fn metrics_text_has_exact_counter_values() {
         &answer,
         &Expect::new(200, "forwarded").secret(0),
     );
+}
 
+async fn upstream_timeout_then_unknown(url: &str, tally: &mut Tally) {
     // Upstream slower than upstream.timeout: 504, counted as forwarded with
     // reason upstream_timeout, recorded as unknown; the retry gets 409.
     let body = payment("hang-1");
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "upstream timeout",
         &answer,
@@ -217,7 +267,7 @@ async fn metrics_text_has_exact_counter_values() {
             .reason("upstream_timeout")
             .secret(0),
     );
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "retry of unknown",
         &answer,
@@ -225,11 +275,13 @@ async fn metrics_text_has_exact_counter_values() {
             .reason("outcome_unknown")
             .secret(0),
     );
+}
 
+async fn store_down(redis: &mut RedisServer, url: &str, tally: &mut Tally) {
     // Store gone: 503 store_unavailable and one failed claim.
     redis.stop();
     let body = payment("nostore-1");
-    let answer = post(&url, &signed(&body), &body).await;
+    let answer = post(url, &signed(&body), &body).await;
     tally.check(
         "store down",
         &answer,
@@ -241,12 +293,14 @@ async fn metrics_text_has_exact_counter_values() {
         answer.header("retry-after").is_some(),
         "503 has Retry-After"
     );
+}
 
-    let metrics = scrape(gate.admin).await;
-    println!("tally: {tally:?}");
+// ---- checks per metric family ------------------------------------------------
 
+/// Returns the number of first deliveries of route `pay`.
+fn assert_requests(metrics: &Exposition, tally: &Tally) -> u64 {
     // idemgate_requests_total: every (route, outcome) exactly.
-    let routes = ["pay", "_unmatched"];
+    let routes = ROUTES;
     let outcomes = [
         "forwarded",
         "replayed",
@@ -271,7 +325,11 @@ async fn metrics_text_has_exact_counter_values() {
     );
     assert_eq!((n, m), (9, 5), "script: 6 + 3 first deliveries, 5 replays");
     assert_eq!(tally.outcome("pay", "rejected"), 14);
+    n
+}
 
+fn assert_rejections(metrics: &Exposition, tally: &Tally) {
+    let routes = ROUTES;
     // idemgate_rejections_total: every reason of both routes exactly.
     let mut expected = BTreeMap::new();
     for route in routes {
@@ -288,7 +346,9 @@ async fn metrics_text_has_exact_counter_values() {
         }
     }
     metrics.assert_series("idemgate_rejections_total", &expected);
+}
 
+fn assert_secret_matches(metrics: &Exposition, tally: &Tally) {
     // Secret rotation.
     let mut expected = BTreeMap::new();
     for (index, count) in &tally.secrets {
@@ -300,7 +360,10 @@ async fn metrics_text_has_exact_counter_values() {
     assert_eq!(tally.secrets.get(&0), Some(&17));
     assert_eq!(tally.secrets.get(&1), Some(&4));
     metrics.assert_series("idemgate_secret_matches_total", &expected);
+}
 
+fn assert_upstream_errors_unknowns_and_in_flight(metrics: &Exposition) {
+    let routes = ROUTES;
     // Upstream errors, unknown outcomes, in-flight gauge.
     let mut expected = BTreeMap::new();
     for route in routes {
@@ -323,7 +386,9 @@ async fn metrics_text_has_exact_counter_values() {
         (labels_of(&[("route", "_unmatched")]), 0.0),
     ]);
     metrics.assert_series("idemgate_in_flight", &expected);
+}
 
+fn assert_store_operations(metrics: &Exposition) {
     // Store: one failed claim while Redis was down, nothing else failed.
     let mut expected = BTreeMap::new();
     for op in ["claim", "complete", "release", "renew", "lookup", "purge"] {
@@ -340,7 +405,9 @@ async fn metrics_text_has_exact_counter_values() {
             "store op {op}"
         );
     }
+}
 
+fn assert_duration_histograms(metrics: &Exposition, tally: &Tally, n: u64) {
     // Histograms: one observation per counted request, cumulative buckets.
     let bucket_series = metrics.series("idemgate_request_duration_seconds_bucket");
     for (route, outcome) in tally.outcomes.keys() {
@@ -374,7 +441,9 @@ async fn metrics_text_has_exact_counter_values() {
         Some(n as f64),
         "one upstream observation per first delivery"
     );
+}
 
+fn assert_build_info(metrics: &Exposition) {
     // Build info.
     let build: Vec<_> = metrics.series("idemgate_build_info");
     assert_eq!(build.len(), 1, "{build:?}");
