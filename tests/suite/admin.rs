@@ -265,9 +265,7 @@ async fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
 
 #[tokio::test]
 async fn record_api_is_off_without_a_token() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (_redis, _upstream, gate) = redis_gate("").await;
     assert_eq!(
         admin(&gate, "GET", "/admin/records/pay/x", Some("anything"))
             .await

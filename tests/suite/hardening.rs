@@ -45,9 +45,7 @@ fn limits(text: &str, lines: &str) -> String {
 
 #[tokio::test]
 async fn smuggling_vectors_are_refused_and_reach_nothing() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (_redis, upstream, gate) = redis_gate("").await;
     let body = payment("p-smuggle");
     let n = body.len();
     let vectors: Vec<(&str, String)> = vec![
@@ -135,9 +133,7 @@ async fn smuggling_vectors_are_refused_and_reach_nothing() {
 /// so nothing can be smuggled behind it.
 #[tokio::test]
 async fn ambiguous_framing_is_resolved_and_reframed() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (_redis, upstream, gate) = redis_gate("").await;
     let smuggled = "GET /admin HTTP/1.1\r\nhost: x\r\n\r\n";
     for (i, order) in ["cl-te", "te-cl"].into_iter().enumerate() {
         let body = payment(&format!("p-frame-{i}"));
@@ -463,9 +459,7 @@ async fn a_flood_of_copies_is_bounded_and_executed_once() {
 
 #[tokio::test]
 async fn a_corrupted_record_is_an_unknown_outcome_not_a_free_key() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (redis, upstream, gate) = redis_gate("").await;
     let body = payment("p-corrupt");
     assert_eq!(deliver(&gate.url("/notify"), &body).await.status, 200);
     let keys = redis.keys("idemgate:pay:*");

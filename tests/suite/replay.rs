@@ -7,9 +7,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn first_delivery_forwarded_then_replayed_exactly() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (_redis, upstream, gate) = redis_gate("").await;
     let body = payment("p-1");
 
     let first = deliver(&gate.url("/notify"), &body).await;
@@ -108,9 +106,7 @@ async fn same_key_different_body_is_422_even_while_in_flight() {
 
 #[tokio::test]
 async fn key_and_body_errors_are_400_without_store_access() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (redis, upstream, gate) = redis_gate("").await;
     redis.reset_stats();
     let missing = deliver(&gate.url("/notify"), r#"{"amount":"1"}"#).await;
     assert_eq!(
@@ -173,14 +169,7 @@ async fn unmatched_requests_pass_through_or_404() {
 
 #[tokio::test]
 async fn shadow_mode_forwards_everything_but_records() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "mode = \"shadow\"",
-    ))
-    .await;
+    let (redis, upstream, gate) = redis_gate("mode = \"shadow\"").await;
     let body = payment("p-shadow");
     for _ in 0..3 {
         let answer = deliver(&gate.url("/notify"), &body).await;

@@ -161,9 +161,7 @@ fn forged(body: &str) -> Headers {
 /// protected handler gets through unverified.
 #[tokio::test]
 async fn forged_variants_never_reach_the_protected_handler() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (redis, upstream, gate) = redis_gate("").await;
     let body = payment("forged");
     let mut failures = Vec::new();
     for (method, target, extra, expect) in variants() {
@@ -222,9 +220,7 @@ async fn forged_variants_never_reach_the_protected_handler() {
 /// spellings executes once.
 #[tokio::test]
 async fn a_signed_body_under_seven_variants_executes_once() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (_redis, upstream, gate) = redis_gate("").await;
     let body = payment("seven");
     let attempts: [(&str, &str); 7] = [
         ("POST", "/notify"),
@@ -254,9 +250,7 @@ async fn a_signed_body_under_seven_variants_executes_once() {
 /// target byte for byte, nothing rewritten to the canonical form.
 #[tokio::test]
 async fn captured_variants_are_forwarded_as_sent() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (redis, upstream, gate) = redis_gate("").await;
     let sent = [
         ("post", "/NOTIFY;jsessionid=1?x=%41"),
         ("POST", "/other/../NoTiFy//sub/%2e/"),
@@ -352,14 +346,7 @@ async fn a_case_sensitive_route_matches_its_own_case_only() {
 /// refused: an ambiguous spelling is forwarded as sent, like a forged one.
 #[tokio::test]
 async fn shadow_mode_forwards_ambiguous_spellings() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "mode = \"shadow\"",
-    ))
-    .await;
+    let (_redis, upstream, gate) = redis_gate("mode = \"shadow\"").await;
     let body = payment("shadow");
     let answer = send_raw(gate.addr, "POST", b"/notify.json", &forged(&body), &body).await;
     assert_eq!(answer.status, 200);

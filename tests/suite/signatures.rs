@@ -5,9 +5,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn forged_unsigned_stale_and_future_deliveries_are_401_without_store_access() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (redis, upstream, gate) = redis_gate("").await;
     let url = gate.url("/notify");
     let body = payment("p-401");
     let now = now_secs();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idemgate::app::RunningApp;
 use idemgate::config::Config;
 
-use super::{Proc, RedisServer, SECRET, free_port};
+use super::{Proc, RedisServer, SECRET, Upstream, free_port};
 
 /// A test configuration: one route `pay` on `/notify`, generic HMAC over
 /// `{timestamp}.{body}` with the timestamp in `X-Timestamp` (seconds), key
@@ -174,4 +174,14 @@ impl GateProcess {
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         self.child.terminate()
     }
+}
+
+/// The usual set-up: a `redis-server`, an [`Upstream`] answering 200 and
+/// idemgate in this process on the test route ([`config_text`]) with `extra`
+/// appended to `[route.idempotency]`.
+pub async fn redis_gate(extra: &str) -> (RedisServer, Upstream, Gate) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), extra)).await;
+    (redis, upstream, gate)
 }

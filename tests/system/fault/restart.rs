@@ -6,9 +6,7 @@ use super::*;
 async fn redis_restart_without_persistence_forgets() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
-    let mut redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    let (mut redis, upstream, gate) = redis_gate("").await;
     let url = gate.url("/notify");
     let body = payment("forgotten");
     assert_eq!(deliver(&url, &body).await.replayed(), Some("false"));
