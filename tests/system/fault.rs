@@ -8,7 +8,7 @@
 //! time. The tests take turns (one lock for the file) so that throughput
 //! and failover timings do not compete for the machine's cores.
 //!
-//! Run: `cargo test --test system fault -- --include-ignored --nocapture` (figures from a run are in
+//! Run: `cargo test --test system fault:: -- --include-ignored --nocapture` (figures from a run are in
 //! `tests/fault/RESULTS.md`).
 
 use std::collections::{HashMap, HashSet};
@@ -504,99 +504,6 @@ fn assert_exactly_once(upstream: &Upstream, ids: &[String]) {
         assert_eq!(executed.get(id), Some(&1), "{id} executed exactly once");
     }
     assert_eq!(upstream.calls(), ids.len(), "upstream calls");
-}
-
-/// A bare TCP upstream: reads one request per connection, then either
-/// answers 200 properly or writes the head of a 200 and resets the
-/// connection mid-body.
-struct RawUpstream {
-    requests: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
-
-impl RawUpstream {
-    async fn bind(addr: SocketAddr, cut: bool) -> Self {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind raw upstream");
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&requests);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    break;
-                };
-                let counter = Arc::clone(&counter);
-                tokio::spawn(async move {
-                    if !read_request(&mut stream).await {
-                        return;
-                    }
-                    let n = counter.fetch_add(1, Ordering::SeqCst);
-                    if cut {
-                        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 64\r\n\r\n{\"partial\":";
-                        let _ = stream.write_all(head.as_bytes()).await;
-                        let _ = stream.flush().await;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        // RST instead of FIN: the answer is cut, not finished.
-                        let _ = stream.set_zero_linger();
-                        drop(stream);
-                    } else {
-                        let body = format!("{{\"raw\":{n}}}");
-                        let answer = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = stream.write_all(answer.as_bytes()).await;
-                        let _ = stream.shutdown().await;
-                    }
-                });
-            }
-        });
-        Self { requests, task }
-    }
-
-    fn requests(&self) -> usize {
-        self.requests.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for RawUpstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Reads a request head and its `content-length` body (bounded in size
-/// and time). Returns whether a whole request arrived.
-async fn read_request(stream: &mut tokio::net::TcpStream) -> bool {
-    let read = async {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        while buf.len() < 1 << 20 {
-            let n = stream.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                continue;
-            };
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return Some(());
-            }
-        }
-        None
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(5), read).await,
-        Ok(Some(()))
-    )
 }
 
 /// Prints a test's wall time (only reached when it passed).
