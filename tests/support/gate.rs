@@ -16,20 +16,9 @@ use super::{Proc, RedisServer, SECRET, Upstream, free_port};
 /// `[route.idempotency]`.
 pub fn config_text(store: &str, upstream: &str, extra: &str) -> String {
     format!(
-        r#"
-[listen]
-proxy = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-
+        r#"{}
 [limits]
 shutdown_grace = "5s"
-
-[store]
-{store}
-
-[upstream]
-url = "{upstream}"
-timeout = "5s"
 
 [[route]]
 name = "pay"
@@ -47,6 +36,27 @@ tolerance = "5m"
 key = ["json:/id"]
 retention = "1h"
 {extra}
+"#,
+        base_sections(store, upstream)
+    )
+}
+
+/// The sections every test configuration starts with: `[listen]` (both
+/// listeners on port 0), `[store]` with the body `store`, and `[upstream]`
+/// with a 5 s timeout.
+pub fn base_sections(store: &str, upstream: &str) -> String {
+    format!(
+        r#"
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[store]
+{store}
+
+[upstream]
+url = "{upstream}"
+timeout = "5s"
 "#
     )
 }

@@ -3,7 +3,7 @@
 
 use idemgate::config::Algorithm;
 
-use super::Headers;
+use super::{Headers, base_sections};
 
 /// A route for a preset `scheme` on `/hook` with `secrets` (plain text, as
 /// the sender's dashboard shows them).
@@ -13,18 +13,7 @@ pub fn preset_config_text(store: &str, upstream: &str, scheme: &str, secrets: &[
         .map(|s| serde_json::to_string(&format!("literal:{s}")).unwrap())
         .collect();
     format!(
-        r#"
-[listen]
-proxy = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-
-[store]
-{store}
-
-[upstream]
-url = "{upstream}"
-timeout = "5s"
-
+        r#"{}
 [[route]]
 name = "hook"
 path_prefix = "/hook"
@@ -33,6 +22,7 @@ path_prefix = "/hook"
 scheme = "{scheme}"
 secrets = [{}]
 "#,
+        base_sections(store, upstream),
         secrets.join(", ")
     )
 }
