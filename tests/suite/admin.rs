@@ -1,0 +1,429 @@
+//! The admin listener: health, readiness and the record API (SPEC §6).
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const TOKEN: &str = "admin-token-for-tests";
+
+fn with_admin(text: &str) -> String {
+    format!("{text}\n[admin]\ntoken = \"literal:{TOKEN}\"\n")
+}
+
+async fn admin(gate: &Gate, method: &str, path: &str, token: Option<&str>) -> Answer {
+    let headers: Headers = token
+        .map(|t| vec![("authorization".to_owned(), format!("Bearer {t}"))])
+        .unwrap_or_default();
+    send(
+        method,
+        &format!("http://{}{path}", gate.admin),
+        &headers,
+        "",
+    )
+    .await
+}
+
+/// A config whose upstream times out after 200 ms (the first call, from
+/// `Upstream::slow_first`, takes 2 s), so that delivery's outcome turns
+/// unknown and is held for 10 minutes: a record for an operator to resolve.
+fn times_out_to_unknown(redis: &RedisServer, upstream: &Upstream) -> String {
+    config_text(
+        &redis_store(redis),
+        &upstream.url(),
+        "unknown_hold = \"10m\"",
+    )
+    .replace("timeout = \"5s\"", "timeout = \"200ms\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let text = times_out_to_unknown(&redis, &upstream);
+    let gate = Gate::start(&with_admin(&text)).await;
+    assert_eq!(admin(&gate, "GET", "/healthz", None).await.status, 200);
+    assert_eq!(admin(&gate, "GET", "/readyz", None).await.status, 200);
+
+    let path = "/admin/records/pay/p-admin";
+    assert_eq!(admin(&gate, "GET", path, None).await.status, 401);
+    assert_eq!(admin(&gate, "GET", path, Some("wrong")).await.status, 401);
+    assert_eq!(
+        admin(&gate, "DELETE", path, Some("wrong")).await.status,
+        401
+    );
+    assert_eq!(
+        admin(&gate, "GET", path, Some(TOKEN)).await.status,
+        404,
+        "no record yet"
+    );
+
+    // The upstream times out: the outcome is unknown and blocks the key.
+    let body = payment("p-admin");
+    assert_eq!(deliver(&gate.url("/notify"), &body).await.status, 504);
+    assert_eq!(
+        deliver(&gate.url("/notify"), &body)
+            .await
+            .reason()
+            .as_deref(),
+        Some("outcome_unknown")
+    );
+
+    let inspect = admin(&gate, "GET", path, Some(TOKEN)).await;
+    assert_eq!(inspect.status, 200);
+    let view: serde_json::Value = serde_json::from_slice(&inspect.body).unwrap();
+    assert_eq!(view["state"], "unknown");
+    let ttl = view["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 590_000 && ttl <= 600_000, "ttl {ttl}");
+    assert_eq!(view["fingerprint"].as_str().unwrap().len(), 64);
+    let key_hash = view["key_hash"].as_str().unwrap().to_owned();
+    // The logged key hash addresses the same record, through ?hash=.
+    let by_hash = admin(
+        &gate,
+        "GET",
+        &format!("/admin/records/pay?hash={key_hash}"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(by_hash.status, 200);
+    let by_hash: serde_json::Value = serde_json::from_slice(&by_hash.body).unwrap();
+    assert_eq!(
+        (&by_hash["key_hash"], &by_hash["fingerprint"]),
+        (&view["key_hash"], &view["fingerprint"])
+    );
+
+    // The operator checked the backend and purges: the next delivery is a first delivery.
+    assert_eq!(admin(&gate, "DELETE", path, Some(TOKEN)).await.status, 204);
+    assert_eq!(admin(&gate, "DELETE", path, Some(TOKEN)).await.status, 404);
+    let retry = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 2);
+
+    let completed = admin(&gate, "GET", path, Some(TOKEN)).await;
+    let view: serde_json::Value = serde_json::from_slice(&completed.body).unwrap();
+    assert_eq!(view["state"], "completed");
+    assert_eq!(view["status"], 200);
+    assert!(view["ttl_ms"].as_u64().unwrap() > 3_500_000, "retention 1h");
+    assert_eq!(
+        admin(&gate, "GET", "/admin/records/nope/x", Some(TOKEN))
+            .await
+            .status,
+        404
+    );
+    gate.stop().await;
+}
+
+/// A key value that is itself 64 hex digits (a SHA-256 event id) is a
+/// value in the path and in `?key=`, and its hash is only `?hash=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_hex_key_value_is_found_by_value_and_by_hash() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "");
+    let gate = Gate::start(&with_admin(&text)).await;
+    let event_id = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let answer = deliver(&gate.url("/notify"), &payment(event_id)).await;
+    assert_eq!(answer.status, 200);
+
+    let view = |answer: &Answer| -> serde_json::Value {
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        serde_json::from_slice(&answer.body).unwrap()
+    };
+    let by_path = view(
+        &admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay/{event_id}"),
+            Some(TOKEN),
+        )
+        .await,
+    );
+    let by_value = view(
+        &admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay?key={event_id}"),
+            Some(TOKEN),
+        )
+        .await,
+    );
+    let key_hash = by_path["key_hash"].as_str().unwrap().to_owned();
+    assert_ne!(key_hash, event_id);
+    assert_eq!(by_value["key_hash"], by_path["key_hash"]);
+    assert_eq!(by_path["state"], "completed");
+    let by_hash = view(
+        &admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay?hash={key_hash}"),
+            Some(TOKEN),
+        )
+        .await,
+    );
+    assert_eq!(by_hash["fingerprint"], by_path["fingerprint"]);
+    // The value taken as a hash names no record (and is not this one).
+    assert_eq!(
+        admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay?hash={event_id}"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
+        404
+    );
+
+    // One form at a time, and a hash must be one.
+    for bad in [
+        format!("/admin/records/pay/{event_id}?hash={key_hash}"),
+        format!("/admin/records/pay?key={event_id}&hash={key_hash}"),
+        "/admin/records/pay?hash=abc".to_owned(),
+        "/admin/records/pay?id=x".to_owned(),
+        "/admin/records/pay".to_owned(),
+    ] {
+        let answer = admin(&gate, "GET", &bad, Some(TOKEN)).await;
+        assert_eq!(
+            answer.status,
+            400,
+            "{bad}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+
+    // Purged by value, the next delivery is a first delivery again.
+    assert_eq!(
+        admin(
+            &gate,
+            "DELETE",
+            &format!("/admin/records/pay?key={event_id}"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
+        204
+    );
+    assert_eq!(
+        admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay?hash={key_hash}"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
+        404
+    );
+    let again = deliver(&gate.url("/notify"), &payment(event_id)).await;
+    assert_eq!((again.status, again.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 2);
+    gate.stop().await;
+}
+
+/// The `Bearer` scheme is case-insensitive (RFC 9110 §11.1); the token is
+/// not.
+#[tokio::test]
+async fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "");
+    let gate = Gate::start(&with_admin(&text)).await;
+    let path = format!("http://{}/admin/records/pay/nothing-here", gate.admin);
+    let status = |authorization: Option<String>| {
+        let path = path.clone();
+        async move {
+            let headers: Headers = authorization
+                .map(|value| vec![("authorization".to_owned(), value)])
+                .unwrap_or_default();
+            send("GET", &path, &headers, "").await.status
+        }
+    };
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        assert_eq!(
+            status(Some(format!("{scheme} {TOKEN}"))).await,
+            404,
+            "{scheme}: authorized, and no such record"
+        );
+    }
+    for denied in [
+        None,
+        Some(format!("Bearer {TOKEN}x")),
+        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+        Some("Bearer wrong".to_owned()),
+        Some(format!("Basic {TOKEN}")),
+        Some(TOKEN.to_owned()),
+        Some("Bearer ".to_owned()),
+    ] {
+        assert_eq!(status(denied.clone()).await, 401, "{denied:?}");
+    }
+    gate.stop().await;
+}
+
+#[tokio::test]
+async fn record_api_is_off_without_a_token() {
+    let (_redis, _upstream, gate) = redis_gate("").await;
+    assert_eq!(
+        admin(&gate, "GET", "/admin/records/pay/x", Some("anything"))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        admin(&gate, "DELETE", "/admin/records/pay/x", None)
+            .await
+            .status,
+        404
+    );
+    gate.stop().await;
+}
+
+#[tokio::test]
+async fn healthcheck_subcommand_probes_the_admin_listener() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let mut gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), ""));
+    let probe = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .arg("healthcheck")
+            .arg("--config")
+            .arg(path)
+            .output()
+            .expect("run healthcheck")
+    };
+    let healthy = probe(&gate.config_path);
+    assert!(healthy.status.success(), "{healthy:?}");
+    gate.kill();
+    let down = probe(&gate.config_path);
+    assert_eq!(down.status.code(), Some(1), "{down:?}");
+    assert!(String::from_utf8_lossy(&down.stderr).contains("unhealthy"));
+}
+
+#[test]
+fn version_names_the_build() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("idemgate {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+}
+
+/// The shell blocks of the README section `### {heading}`, in order, with
+/// their list indentation removed.
+fn readme_shell_blocks(heading: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find(&format!("\n### {heading}\n"))
+        .unwrap_or_else(|| panic!("README has no section {heading:?}"));
+    let section = &readme[start + 1..];
+    let section = &section[..section[4..]
+        .find("\n#")
+        .map_or(section.len(), |end| end + 4)];
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in section.lines() {
+        let trimmed = line.trim_start();
+        match (&mut current, trimmed) {
+            (None, "```sh") => current = Some(Vec::new()),
+            (Some(lines), "```") => {
+                blocks.push(lines.join("\n"));
+                current = None;
+            }
+            (Some(lines), _) => lines.push(trimmed),
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// Runs `script` with `sh`, the admin token in the environment as the
+/// runbook expects; returns stdout, panicking on failure.
+fn run_runbook(script: &str) -> String {
+    let output = std::process::Command::new("sh")
+        .args(["-c", script])
+        .env("IDEMGATE_ADMIN_TOKEN", TOKEN)
+        .output()
+        .expect("sh and curl are installed");
+    assert!(
+        output.status.success(),
+        "runbook step failed ({}):\n{script}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The README's unknown-outcome runbook, run as written against the real
+/// binary: only the log file and the admin address are this test's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_unknown_outcome_runbook_works_copy_paste() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let text = times_out_to_unknown(&redis, &upstream);
+    let text = format!("{text}\n[admin]\ntoken = \"env:IDEMGATE_ADMIN_TOKEN\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("idemgate.log");
+    let gate = GateProcess::launch(&text, &[("IDEMGATE_ADMIN_TOKEN", TOKEN)], Some(&log));
+
+    let body = payment("runbook-1");
+    assert_eq!(deliver(&gate.url("/notify"), &body).await.status, 504);
+    let warn_line = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .find(|line| line.contains("WARN") && line.contains("outcome unknown"))
+            .map(str::to_owned)
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || warn_line().is_some()).await,
+        "no outcome-unknown WARN line:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let line = warn_line().unwrap();
+    let field = |name: &str| {
+        let start = line.find(&format!(" {name}=\"")).expect(name) + name.len() + 3;
+        line[start..].split('"').next().unwrap().to_owned()
+    };
+    let (route, key) = (field("route"), field("key"));
+    assert_eq!(route, "pay", "{line}");
+    assert!(
+        key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{line}"
+    );
+    let blocked = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!(blocked.reason().as_deref(), Some("outcome_unknown"));
+
+    let blocks: Vec<String> = readme_shell_blocks("Outcome unknown")
+        .into_iter()
+        .map(|block| {
+            block
+                .replace("/var/log/idemgate.log", &log.display().to_string())
+                .replace("127.0.0.1:9090", &gate.admin.to_string())
+        })
+        .collect();
+    assert_eq!(blocks.len(), 2, "inspect and purge: {blocks:?}");
+
+    // Step 1: find the key in the log and inspect the record.
+    let inspected = run_runbook(&blocks[0]);
+    let view: serde_json::Value = serde_json::from_str(&inspected).expect("record JSON");
+    assert_eq!(view["state"], "unknown", "{inspected}");
+    assert_eq!(
+        (view["route"].as_str(), view["key_hash"].as_str()),
+        (Some("pay"), Some(key.as_str()))
+    );
+
+    // Step 3: purge (in the same shell, so with step 1's variables).
+    run_runbook(&format!("{}\n{}", blocks[0], blocks[1]));
+    let retry = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 2, "the purged key was forwarded again");
+}

@@ -1,0 +1,27 @@
+//! The fast tier: every integration suite that needs at most a local
+//! `redis-server`, in one test binary (one link instead of one per file).
+//! Tests that need tools a laptop rarely has (Prometheus, promtool,
+//! systemd-analyze) are `#[ignore = "needs …"]`; `.ci/run` runs them with
+//! `--include-ignored`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod bounded_answers;
+mod concurrency;
+mod demo;
+mod deploy;
+mod embedded;
+mod eviction;
+mod failures;
+mod fingerprints;
+mod hardening;
+mod logging;
+mod presets;
+mod replay;
+mod routing;
+mod secrets;
+mod signatures;
+mod store_contract;
+mod store_pressure;

@@ -1,0 +1,82 @@
+//! Rejected deliveries never touch the store or the upstream (SPEC §1
+//! stage 3), checked with Redis's own `INFO commandstats`.
+
+use crate::support::*;
+
+#[tokio::test]
+async fn forged_unsigned_stale_and_future_deliveries_are_401_without_store_access() {
+    let (redis, upstream, gate) = redis_gate("").await;
+    let url = gate.url("/notify");
+    let body = payment("p-401");
+    let now = now_secs();
+    redis.reset_stats();
+
+    let cases: Vec<(&str, Headers, &str)> = vec![
+        (
+            "forged",
+            signed_with("attacker", now, &body),
+            "signature_invalid",
+        ),
+        (
+            "unsigned",
+            vec![("x-timestamp".into(), now.to_string())],
+            "signature_missing",
+        ),
+        (
+            "stale",
+            signed_with(SECRET, now - 301, &body),
+            "timestamp_out_of_window",
+        ),
+        (
+            "future",
+            signed_with(SECRET, now + 301, &body),
+            "timestamp_out_of_window",
+        ),
+        (
+            "no timestamp",
+            signed(&body)
+                .into_iter()
+                .filter(|(k, _)| k != "x-timestamp")
+                .collect(),
+            "timestamp_missing",
+        ),
+        (
+            "tampered body",
+            signed(&body.replace("10.00", "10.01")),
+            "signature_invalid",
+        ),
+    ];
+    for (name, headers, reason) in cases {
+        let answer = send("POST", &url, &headers, body.clone()).await;
+        assert_eq!(answer.status, 401, "{name}");
+        assert_eq!(answer.reason().as_deref(), Some(reason), "{name}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("application/problem+json")
+        );
+        let text = String::from_utf8_lossy(&answer.body);
+        assert!(
+            !text.contains(SECRET) && !text.contains("p-401"),
+            "{name}: leaks {text}"
+        );
+    }
+    assert_eq!(
+        redis.data_commands(),
+        0,
+        "no store command for a rejected delivery: {:?}",
+        redis.command_counts()
+    );
+    assert_eq!(upstream.calls(), 0);
+
+    // The rotated (previous) secret still verifies, and that does reach the store.
+    let rotated = send(
+        "POST",
+        &url,
+        &signed_with("previous-secret", now, &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(rotated.status, 200);
+    assert!(redis.data_commands() > 0);
+    gate.stop().await;
+}

@@ -1,0 +1,197 @@
+//! idemgate under test: the test route's configuration, [`Gate`] (the
+//! library started in this process) and [`GateProcess`] (the real binary).
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use idemgate::app::RunningApp;
+use idemgate::config::Config;
+
+use super::{Proc, RedisServer, SECRET, Upstream, free_port};
+
+/// A test configuration: one route `pay` on `/notify`, generic HMAC over
+/// `{timestamp}.{body}` with the timestamp in `X-Timestamp` (seconds), key
+/// `json:/id`. `store` is a `[store]` body; `extra` is appended to
+/// `[route.idempotency]`.
+pub fn config_text(store: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        r#"{}
+[limits]
+shutdown_grace = "5s"
+
+[[route]]
+name = "pay"
+path_prefix = "/notify"
+
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:{SECRET}", "literal:previous-secret"]
+signature = "header:X-Signature"
+message = "{{timestamp}}.{{body}}"
+timestamp = "header:X-Timestamp"
+tolerance = "5m"
+
+[route.idempotency]
+key = ["json:/id"]
+retention = "1h"
+{extra}
+"#,
+        base_sections(store, upstream)
+    )
+}
+
+/// The sections every test configuration starts with: `[listen]` (both
+/// listeners on port 0), `[store]` with the body `store`, and `[upstream]`
+/// with a 5 s timeout.
+pub fn base_sections(store: &str, upstream: &str) -> String {
+    format!(
+        r#"
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[store]
+{store}
+
+[upstream]
+url = "{upstream}"
+timeout = "5s"
+"#
+    )
+}
+
+pub fn redis_store(redis: &RedisServer) -> String {
+    format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        redis.url()
+    )
+}
+
+pub fn embedded_store(path: &std::path::Path) -> String {
+    format!("kind = \"embedded\"\npath = \"{}\"", path.display())
+}
+
+/// idemgate running in this process.
+pub struct Gate {
+    pub app: Option<RunningApp>,
+    pub addr: SocketAddr,
+    /// The admin listener.
+    pub admin: SocketAddr,
+}
+
+impl Gate {
+    pub async fn start(text: &str) -> Self {
+        let config = Config::parse(text).expect("test config is valid");
+        let app = idemgate::app::start(config, None)
+            .await
+            .expect("idemgate starts");
+        Self {
+            addr: app.proxy_addr,
+            admin: app.admin_addr,
+            app: Some(app),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(app) = self.app.take() {
+            app.stop().await;
+        }
+    }
+}
+
+/// The `idemgate` binary as a child process.
+pub struct GateProcess {
+    child: Proc,
+    pub addr: SocketAddr,
+    /// The admin listener (/metrics, /healthz, /readyz, /admin/records).
+    pub admin: SocketAddr,
+    /// The configuration file it runs with.
+    pub config_path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl GateProcess {
+    /// Starts the binary with `text` (whose listen section is replaced by
+    /// fresh ports) and waits until it accepts connections.
+    pub fn start(text: &str) -> Self {
+        Self::launch(text, &[], None)
+    }
+
+    /// Like `start`, with extra environment variables and, if `log` is
+    /// given, debug-level logs written to that file.
+    pub fn launch(text: &str, envs: &[(&str, &str)], log: Option<&std::path::Path>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let admin_port = free_port();
+        let text = text
+            .replace(
+                "proxy = \"127.0.0.1:0\"",
+                &format!("proxy = \"127.0.0.1:{port}\""),
+            )
+            .replace(
+                "admin = \"127.0.0.1:0\"",
+                &format!("admin = \"127.0.0.1:{admin_port}\""),
+            );
+        let path = dir.path().join("idemgate.toml");
+        std::fs::write(&path, text).expect("write config");
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+            None => Stdio::null(),
+        };
+        let child = Proc::spawn_logged(
+            "idemgate",
+            Command::new(env!("CARGO_BIN_EXE_idemgate"))
+                .args(["serve", "--config"])
+                .arg(&path)
+                .env("RUST_LOG", if log.is_some() { "debug" } else { "warn" })
+                .envs(envs.iter().copied()),
+            stderr,
+        );
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "idemgate did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            addr,
+            admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+            config_path: path,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// SIGKILL: no shutdown, no cleanup.
+    pub fn kill(&mut self) {
+        self.child.kill();
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.child.terminate()
+    }
+}
+
+/// The usual set-up: a `redis-server`, an [`Upstream`] answering 200 and
+/// idemgate in this process on the test route ([`config_text`]) with `extra`
+/// appended to `[route.idempotency]`.
+pub async fn redis_gate(extra: &str) -> (RedisServer, Upstream, Gate) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), extra)).await;
+    (redis, upstream, gate)
+}

@@ -1,0 +1,55 @@
+//! The one test harness, shared by both test binaries (`tests/suite`,
+//! `tests/system`, each with `#[path = "../support/mod.rs"] mod support;`,
+//! hence a `mod.rs`: a path-attributed `support.rs` would look for its
+//! submodules beside itself). Real parts on loopback, stopped by PID; every
+//! wait bounded.
+//!
+//! * [`process`] — free ports, the one child-process guard [`Proc`] and
+//!   bounded short commands.
+//! * [`wait`] — every poll loop: async and blocking, boolean and valued.
+//! * [`redis`] — [`RedisServer`] and the per-port `redis-cli` helpers.
+//! * [`upstream`] — [`Upstream`], a real HTTP server that counts executions
+//!   and answers as a test script says.
+//! * [`gate`] — the test configuration, [`Gate`] (in-process) and
+//!   [`GateProcess`] (the real binary).
+//! * [`client`] — [`send`], the bounded pooled [`Sender`], [`http_get`] and
+//!   raw HTTP/1.1 exchanges.
+//! * [`signing`] — the test route's signing scheme and payment bodies.
+//! * [`presets`] — configurations, headers and bodies per preset scheme.
+//! * [`exposition`] — the admin `/metrics` text: [`sample`] and the
+//!   [`Exposition`] parser.
+// Each binary uses a part of the harness.
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
+
+mod client;
+mod exposition;
+mod gate;
+mod presets;
+mod process;
+mod redis;
+mod signing;
+mod upstream;
+mod wait;
+
+pub use client::*;
+pub use exposition::*;
+pub use gate::*;
+pub use presets::*;
+pub use process::*;
+pub use redis::*;
+pub use signing::*;
+pub use upstream::*;
+pub use wait::*;
+
+use std::path::PathBuf;
+
+/// Request headers as name/value pairs.
+pub type Headers = Vec<(String, String)>;
+
+/// The secret every test route uses.
+pub const SECRET: &str = "test-secret";
+
+/// `relative` inside the repository.
+pub fn repo_path(relative: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}

@@ -1,0 +1,128 @@
+//! Free ports, the one child-process guard and bounded short commands.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `n` distinct free loopback ports.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..n * 20 {
+        if ports.len() == n {
+            break;
+        }
+        let port = free_port();
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "free ports");
+    ports
+}
+
+/// A child process, SIGKILLed by PID and reaped on drop (also when a test
+/// panics).
+pub struct Proc {
+    name: String,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Spawns `command` with stdin, stdout and stderr all null.
+    pub fn spawn(name: &str, command: &mut Command) -> Self {
+        Self::spawn_logged(name, command, Stdio::null())
+    }
+
+    /// Spawns `command` with stdin and stdout null and stderr to `stderr`.
+    pub fn spawn_logged(name: &str, command: &mut Command, stderr: impl Into<Stdio>) -> Self {
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Self {
+            name: name.to_owned(),
+            child: Some(child),
+        }
+    }
+
+    /// Whether the process has not been killed or terminated yet.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process id (panics once the process is gone).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL (by PID) and wait for the exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM (by PID) and wait for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        child
+            .wait()
+            .unwrap_or_else(|e| panic!("wait {}: {e}", self.name))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.is_some() && std::thread::panicking() {
+            eprintln!("[support] stopping {} after a panic", self.name);
+        }
+        self.kill();
+    }
+}
+
+/// Runs a short command to completion within `limit` (killed by PID and a
+/// panic otherwise) and returns its standard output.
+pub fn run_bounded<S: AsRef<OsStr>>(program: &str, args: &[S], limit: Duration) -> String {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{program} did not finish within {limit:?}");
+            }
+        }
+    }
+    String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned()
+}

@@ -1,0 +1,280 @@
+//! Redis: [`RedisServer`] (one `redis-server` on a free port, restartable,
+//! with or without AOF), the one launcher [`spawn_redis`] (also used for
+//! Cluster and Sentinel nodes) and bounded `redis-cli` helpers by port.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use super::{Proc, free_port, run_bounded, wait_until};
+
+/// Upper bound of one redis-cli call.
+pub const CLI_LIMIT: Duration = Duration::from_secs(10);
+
+/// Starts `redis-server` on `port` (loopback, no RDB snapshots, no AOF unless `extra` sets `--appendonly`) with `extra`
+/// arguments, and waits until it answers PING.
+pub fn spawn_redis(name: &str, port: u16, extra: &[String]) -> Proc {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", ""]);
+    if !extra.iter().any(|a| a == "--appendonly") {
+        command.args(["--appendonly", "no"]);
+    }
+    command.args(extra);
+    let proc = Proc::spawn(name, &mut command);
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{name} on port {port} answers PING (is redis-server installed?)"),
+        || cli(port, &["PING"]).trim() == "PONG",
+    );
+    proc
+}
+
+/// `redis-cli -h 127.0.0.1 -p PORT ARGS…`, bounded.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let port = port.to_string();
+    let mut all = vec!["-h", "127.0.0.1", "-p", port.as_str()];
+    all.extend_from_slice(args);
+    run_bounded("redis-cli", &all, CLI_LIMIT)
+}
+
+/// The first line of `ROLE`.
+pub fn role(port: u16) -> String {
+    cli(port, &["ROLE"]).lines().next().unwrap_or("").to_owned()
+}
+
+/// A primary with one replica attached and in sync.
+pub fn has_online_replica(port: u16) -> bool {
+    let info = cli(port, &["INFO", "replication"]);
+    info.contains("connected_slaves:1") && info.contains("state=online")
+}
+
+/// `cmdstat_*` call counts from `INFO commandstats` of the node on `port`.
+pub fn command_counts(port: u16) -> HashMap<String, u64> {
+    cli(port, &["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// `calls` of one command in `INFO commandstats`.
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    command_counts(port).get(command).copied().unwrap_or(0)
+}
+
+/// A real redis-server child process.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Proc>,
+    /// With persistence: the AOF directory, kept across restarts.
+    aof: Option<tempfile::TempDir>,
+}
+
+impl RedisServer {
+    /// No persistence: a restart forgets everything.
+    pub fn start() -> Self {
+        Self::launch(None)
+    }
+
+    /// AOF with fsync on every write: a restart keeps every record.
+    pub fn start_persistent() -> Self {
+        Self::launch(Some(tempfile::tempdir().expect("tempdir")))
+    }
+
+    fn launch(aof: Option<tempfile::TempDir>) -> Self {
+        let mut server = Self {
+            port: free_port(),
+            child: None,
+            aof,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let extra: Vec<String> = match &self.aof {
+            Some(dir) => ["--appendonly", "yes", "--appendfsync", "always", "--dir"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([dir.path().display().to_string()])
+                .collect(),
+            None => Vec::new(),
+        };
+        self.child = Some(spawn_redis("redis-server", self.port, &extra));
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Runs a redis-cli command (bounded) and returns its raw output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+
+    /// `cmdstat_*` call counts from `INFO commandstats`.
+    pub fn command_counts(&self) -> HashMap<String, u64> {
+        command_counts(self.port)
+    }
+
+    /// Calls of every command except the ones the harness itself sends and
+    /// the eviction watcher's `CONFIG GET` / `INFO` reads.
+    pub fn data_commands(&self) -> u64 {
+        self.command_counts()
+            .iter()
+            .filter(|(name, _)| {
+                !matches!(
+                    name.as_str(),
+                    "ping"
+                        | "info"
+                        | "config|resetstat"
+                        | "config|get"
+                        | "config"
+                        | "client|setinfo"
+                        | "client"
+                        | "hello"
+                        | "select"
+                        | "command|docs"
+                        | "command"
+                )
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// `SET key value` with a binary value (redis-cli takes text
+    /// arguments), over a plain RESP connection.
+    pub fn set_bytes(&self, key: &str, value: &[u8]) {
+        let mut command = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+            key.len(),
+            value.len()
+        )
+        .into_bytes();
+        command.extend_from_slice(value);
+        command.extend_from_slice(b"\r\n");
+        let reply = self.resp(&command);
+        assert!(
+            reply.starts_with(b"+OK"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+
+    /// `GET key` as raw bytes (empty when absent).
+    pub fn get_bytes(&self, key: &str) -> Vec<u8> {
+        let command = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+        let reply = self.resp(command.as_bytes());
+        let Some(header_end) = reply.windows(2).position(|w| w == b"\r\n") else {
+            return Vec::new();
+        };
+        let len: i64 = String::from_utf8_lossy(&reply[1..header_end])
+            .parse()
+            .unwrap_or(-1);
+        let Ok(len) = usize::try_from(len) else {
+            return Vec::new();
+        };
+        reply[header_end + 2..header_end + 2 + len].to_vec()
+    }
+
+    /// Sends one RESP command and reads its reply: a simple line, or a bulk
+    /// string with its payload (bounded: 5 s).
+    fn resp(&self, command: &[u8]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect redis");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(command).expect("send command");
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
+                let bulk: Option<usize> = (reply[0] == b'$')
+                    .then(|| String::from_utf8_lossy(&reply[1..end]).parse().ok())
+                    .flatten();
+                match bulk {
+                    Some(len) if reply.len() < end + 2 + len + 2 => {}
+                    _ => return reply,
+                }
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return reply,
+                Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// `CONFIG SET name value`; panics unless Redis answers OK.
+    pub fn config_set(&self, name: &str, value: &str) {
+        let out = self.cli(&["CONFIG", "SET", name, value]);
+        assert_eq!(out.trim(), "OK", "CONFIG SET {name} {value}: {out}");
+    }
+
+    /// One `name:value` field of `INFO section`.
+    pub fn info_field(&self, section: &str, name: &str) -> Option<String> {
+        self.cli(&["INFO", section]).lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key == name).then(|| value.trim().to_owned())
+        })
+    }
+
+    /// `evicted_keys` from `INFO stats`.
+    pub fn evicted_keys(&self) -> u64 {
+        self.info_field("stats", "evicted_keys")
+            .and_then(|v| v.parse().ok())
+            .expect("INFO stats has evicted_keys")
+    }
+
+    /// Writes batches of 10 kB junk keys (no TTL) through redis-cli until
+    /// `done` holds; at most `max_batches` batches of 50 keys. Returns
+    /// whether `done` held.
+    pub fn fill_with_junk(&self, max_batches: usize, mut done: impl FnMut(&Self) -> bool) -> bool {
+        const SCRIPT: &str = "for i = 1, tonumber(ARGV[2]) do \
+             redis.call('SET', ARGV[1] .. i, string.rep('x', 10000)) end return 1";
+        for batch in 0..max_batches {
+            if done(self) {
+                return true;
+            }
+            let prefix = format!("junk:{batch}:");
+            self.cli(&["EVAL", SCRIPT, "0", &prefix, "50"]);
+        }
+        done(self)
+    }
+
+    pub fn reset_stats(&self) {
+        self.cli(&["CONFIG", "RESETSTAT"]);
+    }
+
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.cli(&["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_owned)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// SIGKILLs the server, keeping the port for `restart`.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,515 @@
+//! Fault injection: several idemgate processes on one Redis, a
+//! real Redis Cluster and a real Sentinel setup whose primary is SIGKILLed
+//! mid-run, an idemgate instance SIGKILLed with 50 upstream calls in flight,
+//! upstream faults, and a Redis restart without persistence.
+//!
+//! Every process listens on 127.0.0.1 only and is stopped by PID through a
+//! Drop guard (also when a test panics); every loop is bounded in count and
+//! time. The tests take turns (one lock for the file) so that throughput
+//! and failover timings do not compete for the machine's cores.
+//!
+//! Run: `cargo test --test system fault:: -- --include-ignored --nocapture` (figures from a run are in
+//! `tests/fault/RESULTS.md`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// One test at a time (see the module docs).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Key prefix of the test route's records.
+const RECORDS: &str = "idemgate:pay:*";
+
+mod cluster;
+mod failover;
+mod instances;
+mod killed_instance;
+mod restart;
+mod upstream_faults;
+
+// ---------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------
+
+/// Working directory, dump file name and log file of a node in `dir`
+/// (replicas write the RDB of a full sync there). A full sync starts at
+/// once instead of after Redis's default 5 s `repl-diskless-sync-delay`.
+fn data_args(dir: &Path, port: u16) -> Vec<String> {
+    vec![
+        "--repl-diskless-sync-delay".into(),
+        "0".into(),
+        "--dir".into(),
+        dir.display().to_string(),
+        "--dbfilename".into(),
+        format!("dump-{port}.rdb"),
+        "--logfile".into(),
+        dir.join(format!("redis-{port}.log")).display().to_string(),
+    ]
+}
+
+/// The record keys one node holds (`--scan` is per node).
+fn scan_records(port: u16) -> HashSet<String> {
+    cli(port, &["--scan", "--pattern", RECORDS])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Redis Cluster
+// ---------------------------------------------------------------------------
+
+struct ClusterNode {
+    port: u16,
+    bus: u16,
+    proc: Proc,
+}
+
+/// A 6-node Redis Cluster (3 primaries, 3 replicas) on loopback.
+struct Cluster {
+    // Declared before `dir`: the processes stop before the directory goes.
+    nodes: Vec<ClusterNode>,
+    dir: tempfile::TempDir,
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+struct NodeInfo {
+    port: u16,
+    primary: bool,
+    primary_id: Option<String>,
+    slots: Vec<(u16, u16)>,
+}
+
+impl NodeInfo {
+    fn owns(&self, slot: u16) -> bool {
+        self.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+    }
+}
+
+fn spawn_cluster_node(dir: &Path, port: u16, bus: u16) -> Proc {
+    let mut args: Vec<String> = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-port",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(bus.to_string());
+    args.push("--cluster-config-file".into());
+    args.push(dir.join(format!("nodes-{port}.conf")).display().to_string());
+    args.extend(data_args(dir, port));
+    spawn_redis(&format!("cluster node {port}"), port, &args)
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ports = free_ports(12);
+        let nodes: Vec<ClusterNode> = ports
+            .chunks(2)
+            .map(|pair| ClusterNode {
+                port: pair[0],
+                bus: pair[1],
+                proc: spawn_cluster_node(dir.path(), pair[0], pair[1]),
+            })
+            .collect();
+        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        let cluster = Self { nodes, dir };
+        let out = run_bounded("redis-cli", &args, Duration::from_secs(60));
+        assert!(out.contains("All 16384 slots covered"), "{out}");
+        wait_until(Duration::from_secs(30), "cluster ready", || cluster.ready());
+        cluster
+    }
+
+    /// cluster_state:ok everywhere, every replica in sync, and every node
+    /// sees the same three primaries with one replica each (primaries vote
+    /// in a failover only for a node they know as the failed one's replica).
+    fn ready(&self) -> bool {
+        self.nodes.iter().all(|node| {
+            let info = cli(node.port, &["CLUSTER", "INFO"]);
+            let view = topology_at(node.port);
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_known_nodes:6")
+                && view
+                    .iter()
+                    .filter(|n| n.primary && !n.slots.is_empty())
+                    .count()
+                    == 3
+                && view.iter().filter(|n| n.primary_id.is_some()).count() == 3
+                && match role(node.port).as_str() {
+                    "master" => has_online_replica(node.port),
+                    _ => cli(node.port, &["INFO", "replication"]).contains("master_link_status:up"),
+                }
+        })
+    }
+
+    /// The topology as a live node sees it.
+    fn topology(&self) -> Vec<NodeInfo> {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.proc.is_running())
+            .expect("a live node");
+        topology_at(live.port)
+    }
+
+    fn primaries(&self) -> Vec<NodeInfo> {
+        let mut primaries: Vec<NodeInfo> = self
+            .topology()
+            .into_iter()
+            .filter(|n| n.primary && !n.slots.is_empty())
+            .collect();
+        primaries.sort_by_key(|n| n.slots[0].0);
+        assert_eq!(primaries.len(), 3, "three primaries");
+        primaries
+    }
+
+    /// The replica the primary itself reports (`INFO replication`).
+    fn replica_of(primary: &NodeInfo) -> u16 {
+        cli(primary.port, &["INFO", "replication"])
+            .lines()
+            .find_map(|line| {
+                let rest = line.strip_prefix("slave0:")?;
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix("port="))?
+                    .parse()
+                    .ok()
+            })
+            .expect("every primary has a replica")
+    }
+
+    /// The `redis-cluster://` URL naming the three primaries.
+    fn url(&self) -> String {
+        let ports: Vec<u16> = self.primaries().iter().map(|n| n.port).collect();
+        format!(
+            "redis-cluster://127.0.0.1:{}?node=127.0.0.1:{}&node=127.0.0.1:{}",
+            ports[0], ports[1], ports[2]
+        )
+    }
+
+    fn node_mut(&mut self, port: u16) -> &mut ClusterNode {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("cluster node")
+    }
+
+    fn kill(&mut self, port: u16) {
+        self.node_mut(port).proc.kill();
+    }
+
+    /// Starts a killed node again with its nodes.conf (and no data).
+    fn restart(&mut self, port: u16) {
+        let dir = self.dir.path().to_owned();
+        let node = self.node_mut(port);
+        node.proc = spawn_cluster_node(&dir, node.port, node.bus);
+    }
+}
+
+/// `CLUSTER NODES` as the node on `port` sees it.
+fn topology_at(port: u16) -> Vec<NodeInfo> {
+    cli(port, &["CLUSTER", "NODES"])
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 {
+                return None;
+            }
+            let port = fields[1]
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()?;
+            let slots = fields[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|one| (one, one)),
+                })
+                .collect();
+            Some(NodeInfo {
+                port,
+                primary: fields[2].contains("master"),
+                primary_id: (fields[3] != "-").then(|| fields[3].to_owned()),
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// The record key of SPEC §5 for payment `id`, computed independently of
+/// idemgate: `idemgate:pay:` + hex SHA-256 of the 4-byte big-endian length
+/// of the one key part followed by the part.
+fn store_key(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update((id.len() as u32).to_be_bytes());
+    hasher.update(id.as_bytes());
+    let digest: [u8; 32] = hasher.finalize().into();
+    format!("idemgate:pay:{}", hex::encode(digest))
+}
+
+fn slot(id: &str) -> u16 {
+    fred::util::redis_keyslot(store_key(id).as_bytes())
+}
+
+// ---------------------------------------------------------------------------
+// Sentinel
+// ---------------------------------------------------------------------------
+
+/// One primary, one replica and three sentinels monitoring `mymaster`.
+struct SentinelSetup {
+    sentinels: Vec<(u16, Proc)>,
+    primary: Proc,
+    _replica: Proc,
+    primary_port: u16,
+    replica_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SentinelSetup {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ports = free_ports(5);
+        let (primary_port, replica_port) = (ports[0], ports[1]);
+        let primary = spawn_redis(
+            "primary",
+            primary_port,
+            &data_args(dir.path(), primary_port),
+        );
+        let mut args = data_args(dir.path(), replica_port);
+        args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary_port.to_string(),
+        ]);
+        let replica = spawn_redis("replica", replica_port, &args);
+        wait_until(Duration::from_secs(15), "replica in sync", || {
+            has_online_replica(primary_port)
+        });
+        let sentinels = ports[2..]
+            .iter()
+            .map(|&port| {
+                let path = dir.path().join(format!("sentinel-{port}.conf"));
+                let conf = format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{dir}/sentinel-{port}.log\"\n\
+                     sentinel monitor mymaster 127.0.0.1 {primary_port} 2\n\
+                     sentinel down-after-milliseconds mymaster 1000\n\
+                     sentinel failover-timeout mymaster 3000\n",
+                    dir = dir.path().display()
+                );
+                std::fs::write(&path, conf).expect("sentinel config");
+                let mut command = Command::new("redis-server");
+                command.arg(&path).arg("--sentinel");
+                let proc = Proc::spawn(&format!("sentinel {port}"), &mut command);
+                wait_until(Duration::from_secs(10), "sentinel answers PING", || {
+                    cli(port, &["PING"]).trim() == "PONG"
+                });
+                (port, proc)
+            })
+            .collect();
+        let setup = Self {
+            sentinels,
+            primary,
+            _replica: replica,
+            primary_port,
+            replica_port,
+            dir,
+        };
+        // Hello messages every 2 s: wait until each sentinel knows the two
+        // others (or no majority could authorise a failover) and the replica.
+        wait_until(Duration::from_secs(20), "sentinels ready", || {
+            setup.sentinels.iter().all(|(port, _)| {
+                let info = sentinel_master(*port);
+                info.get("num-other-sentinels").map(String::as_str) == Some("2")
+                    && info.get("num-slaves").map(String::as_str) == Some("1")
+                    && info.get("flags").map(String::as_str) == Some("master")
+            })
+        });
+        setup
+    }
+
+    fn url(&self) -> String {
+        let ports: Vec<u16> = self.sentinels.iter().map(|(p, _)| *p).collect();
+        format!(
+            "redis-sentinel://127.0.0.1:{}/0?sentinelServiceName=mymaster&node=127.0.0.1:{}&node=127.0.0.1:{}",
+            ports[0], ports[1], ports[2]
+        )
+    }
+
+    /// The primary's port as the first sentinel reports it.
+    fn reported_primary(&self) -> Option<u16> {
+        cli(
+            self.sentinels[0].0,
+            &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+        )
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+    }
+}
+
+/// `SENTINEL master mymaster` as field → value.
+fn sentinel_master(port: u16) -> HashMap<String, String> {
+    let out = cli(port, &["SENTINEL", "master", "mymaster"]);
+    let lines: Vec<&str> = out.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Senders and upstreams
+// ---------------------------------------------------------------------------
+
+/// One delivery's outcome as the sender saw it.
+#[derive(Debug, Clone)]
+struct Attempt {
+    sent: Instant,
+    done: Instant,
+    status: u16,
+    live: bool,
+    reason: Option<String>,
+    retry_after: bool,
+    error: Option<String>,
+}
+
+impl Attempt {
+    /// A 2xx answer straight from the upstream: this delivery executed.
+    fn executed(&self) -> bool {
+        (200..300).contains(&self.status) && self.live
+    }
+}
+
+async fn attempt(sender: &Sender, url: &str, id: &str) -> Attempt {
+    let sent = Instant::now();
+    let result = sender.deliver(url, &payment(id)).await;
+    let done = Instant::now();
+    match result {
+        Ok(answer) => Attempt {
+            sent,
+            done,
+            status: answer.status,
+            live: is_live(&answer),
+            reason: answer.reason(),
+            retry_after: answer.header("retry-after").is_some(),
+            error: None,
+        },
+        Err(error) => Attempt {
+            sent,
+            done,
+            status: 0,
+            live: false,
+            reason: None,
+            retry_after: false,
+            error: Some(error),
+        },
+    }
+}
+
+fn is_live(answer: &Answer) -> bool {
+    answer.replayed() == Some("false")
+}
+
+/// The payment id in a delivery body.
+fn id_of(body: &[u8]) -> String {
+    let doc: serde_json::Value = serde_json::from_slice(body).expect("delivery body is JSON");
+    doc["id"].as_str().expect("delivery id").to_owned()
+}
+
+/// How many times the upstream executed each id.
+fn executions(upstream: &Upstream) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for body in upstream.bodies() {
+        *counts.entry(id_of(&body)).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Delivers every id `copies` times, copy `c` of key `k` to gate
+/// `(k + c) % gates`, at most `in_flight` requests at a time (the
+/// semaphore is fair, so the copies of a key run side by side).
+async fn hammer(
+    sender: &Sender,
+    urls: &[String],
+    ids: &[String],
+    copies: usize,
+    in_flight: usize,
+) -> (HashMap<String, Vec<Answer>>, Duration) {
+    let permits = Arc::new(Semaphore::new(in_flight));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(ids.len() * copies);
+    for (k, id) in ids.iter().enumerate() {
+        for c in 0..copies {
+            let url = urls[(k + c) % urls.len()].clone();
+            let (sender, permits, id) = (sender.clone(), Arc::clone(&permits), id.clone());
+            tasks.push(tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await.expect("semaphore");
+                let answer = sender.deliver(&url, &payment(&id)).await;
+                (id, answer)
+            }));
+        }
+    }
+    let mut answers: HashMap<String, Vec<Answer>> = HashMap::new();
+    for task in tasks {
+        let (id, answer) = task.await.expect("delivery task");
+        let answer = answer.unwrap_or_else(|e| panic!("delivery of {id} failed: {e}"));
+        answers.entry(id).or_default().push(answer);
+    }
+    (answers, started.elapsed())
+}
+
+/// Every copy of a key got the same status and body; exactly one was live.
+fn assert_identical_answers(answers: &HashMap<String, Vec<Answer>>, copies: usize) {
+    for (id, list) in answers {
+        assert_eq!(list.len(), copies, "{id}");
+        let first = &list[0];
+        for answer in list {
+            assert_eq!(answer.status, 200, "{id}: {answer:?}");
+            assert_eq!(answer.body, first.body, "{id}: every copy gets one answer");
+        }
+        let live = list.iter().filter(|a| is_live(a)).count();
+        assert_eq!(live, 1, "{id}: one live answer, {} replays", copies - 1);
+    }
+}
+
+/// Asserts exactly one execution per id and no execution of anything else.
+fn assert_exactly_once(upstream: &Upstream, ids: &[String]) {
+    let executed = executions(upstream);
+    assert_eq!(executed.len(), ids.len(), "distinct ids executed");
+    for id in ids {
+        assert_eq!(executed.get(id), Some(&1), "{id} executed exactly once");
+    }
+    assert_eq!(upstream.calls(), ids.len(), "upstream calls");
+}
+
+/// Prints a test's wall time (only reached when it passed).
+fn report_time(name: &str, started: Instant) {
+    println!(
+        "[fault] {name}: passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

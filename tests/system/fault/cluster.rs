@@ -1,0 +1,138 @@
+//! Redis Cluster: keys spread over the primaries, still exactly once; every
+//! primary's eviction settings are checked.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn redis_cluster_spreads_keys_and_deduplicates() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let setup = started.elapsed();
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(20))).await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        cluster.url()
+    );
+    let text = config_text(&store, &upstream.url(), "");
+    let gates: Vec<GateProcess> = (0..3).map(|_| GateProcess::start(&text)).collect();
+    let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();
+    let ids: Vec<String> = (0..300).map(|i| format!("cluster-{i}")).collect();
+
+    let (answers, elapsed) = hammer(&Sender::new(), &urls, &ids, 6, 64).await;
+
+    assert_identical_answers(&answers, 6);
+    assert_exactly_once(&upstream, &ids);
+    let primaries = cluster.primaries();
+    let held: Vec<HashSet<String>> = primaries.iter().map(|p| scan_records(p.port)).collect();
+    for (primary, records) in primaries.iter().zip(&held) {
+        assert!(
+            !records.is_empty(),
+            "primary {} holds records: {records:?}",
+            primary.port
+        );
+    }
+    assert_eq!(
+        held.iter().map(HashSet::len).sum::<usize>(),
+        ids.len(),
+        "one record per key, in the whole cluster"
+    );
+    // Each record sits on the primary that owns its slot (and the key is
+    // the SPEC §5 layout, computed here independently).
+    for id in &ids {
+        let slot = slot(id);
+        let owner = primaries
+            .iter()
+            .position(|p| p.owns(slot))
+            .expect("slot owner");
+        assert!(
+            held[owner].contains(&store_key(id)),
+            "{id}: record on the owner of slot {slot}"
+        );
+    }
+    let requests = ids.len() * 6;
+    let spread: Vec<String> = primaries
+        .iter()
+        .zip(&held)
+        .map(|(p, r)| format!("{}: {}", p.port, r.len()))
+        .collect();
+    println!(
+        "[fault] redis_cluster_spreads_keys_and_deduplicates: cluster up in {:.1} s; {requests} \
+         requests ({} keys x 6) over 3 instances in {:.2} s = {:.0} requests/s; upstream \
+         executed {}; records per primary [{}]",
+        setup.as_secs_f64(),
+        ids.len(),
+        elapsed.as_secs_f64(),
+        requests as f64 / elapsed.as_secs_f64(),
+        upstream.calls(),
+        spread.join(", ")
+    );
+    report_time("redis_cluster_spreads_keys_and_deduplicates", started);
+}
+
+/// One primary of three may evict: `/readyz` fails and
+/// names that primary, although the others (and the URL's first node) are
+/// fine; the policy fixed on that node, `/readyz` recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn redis_cluster_eviction_is_checked_on_every_primary() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let evicting = cluster.primaries()[2].port;
+    for (name, value) in [("maxmemory", "10mb"), ("maxmemory-policy", "volatile-lru")] {
+        assert_eq!(cli(evicting, &["CONFIG", "SET", name, value]).trim(), "OK");
+    }
+    let upstream = Upstream::start().await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        cluster.url()
+    );
+    let gate = GateProcess::start(&config_text(&store, &upstream.url(), ""));
+    let readyz = async |expected: u16| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (status, body) = admin_get(gate.admin, "/readyz").await;
+            if status == expected {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "/readyz {status}: {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let body = readyz(503).await;
+    assert!(
+        body.contains(&format!("127.0.0.1:{evicting}")) && body.contains("volatile-lru"),
+        "{body}"
+    );
+    for other in &cluster.primaries()[..2] {
+        assert!(!body.contains(&format!(":{} ", other.port)), "{body}");
+    }
+    assert_eq!(
+        metric(gate.admin, "idemgate_store_eviction_risk").await,
+        Some(1.0)
+    );
+
+    assert_eq!(
+        cli(
+            evicting,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"]
+        )
+        .trim(),
+        "OK"
+    );
+    readyz(200).await;
+    assert_eq!(
+        metric(gate.admin, "idemgate_store_eviction_risk").await,
+        Some(0.0)
+    );
+    println!(
+        "[fault] redis_cluster_eviction_is_checked_on_every_primary: /readyz named the \
+         evicting primary :{evicting} of 3 and recovered after CONFIG SET noeviction"
+    );
+    report_time(
+        "redis_cluster_eviction_is_checked_on_every_primary",
+        started,
+    );
+}

@@ -1,0 +1,474 @@
+//! Failover under load (Cluster and Sentinel): acknowledged claims survive
+//! the primary's SIGKILL.
+
+use super::*;
+
+/// A key's first delivery and the sender's retry once it had an answer.
+#[derive(Debug, Clone)]
+struct KeyRun {
+    id: String,
+    first: Attempt,
+    retry: Attempt,
+}
+
+/// Senders delivering distinct keys, each once and then again, on
+/// alternating instances, until stopped.
+struct Workload {
+    stop: Arc<AtomicBool>,
+    runs: Arc<Mutex<Vec<KeyRun>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Bound of keys per sender task.
+const MAX_KEYS_PER_WORKER: usize = 5_000;
+
+impl Workload {
+    fn start(sender: &Sender, urls: &[String], prefix: &str, workers: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let tasks = (0..workers)
+            .map(|w| {
+                let (sender, urls, prefix) = (sender.clone(), urls.to_vec(), prefix.to_owned());
+                let (stop, runs) = (Arc::clone(&stop), Arc::clone(&runs));
+                tokio::spawn(async move {
+                    for n in 0..MAX_KEYS_PER_WORKER {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let id = format!("{prefix}-{w}-{n}");
+                        let first = attempt(&sender, &urls[(w + n) % urls.len()], &id).await;
+                        let retry = attempt(&sender, &urls[(w + n + 1) % urls.len()], &id).await;
+                        runs.lock().unwrap().push(KeyRun { id, first, retry });
+                    }
+                })
+            })
+            .collect();
+        Self { stop, runs, tasks }
+    }
+
+    fn any(&self, predicate: impl Fn(&KeyRun) -> bool) -> bool {
+        self.runs.lock().unwrap().iter().any(predicate)
+    }
+
+    async fn finish(self) -> Vec<KeyRun> {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            tokio::time::timeout(2 * REQUEST_LIMIT + Duration::from_secs(5), task)
+                .await
+                .expect("sender stops")
+                .expect("sender task");
+        }
+        std::mem::take(&mut *self.runs.lock().unwrap())
+    }
+}
+
+/// What a failover test does to its Redis deployment.
+trait Failover {
+    /// SIGKILL the primary (of the slots under test).
+    fn kill_primary(&mut self);
+    /// The replica has been promoted and the deployment routes to it.
+    fn promoted(&self) -> bool;
+    /// Port of the replica that is promoted.
+    fn promoted_port(&self) -> u16;
+    /// Start the dead primary again, as a replica of the promoted one, as
+    /// a supervisor would.
+    fn restart_old_primary(&mut self);
+    /// The promoted primary has an in-sync replica again.
+    fn replica_back(&self) -> bool;
+}
+
+struct ClusterFailover<'a> {
+    cluster: &'a mut Cluster,
+    victim: NodeInfo,
+    replica: u16,
+    survivor: u16,
+}
+
+impl Failover for ClusterFailover<'_> {
+    fn kill_primary(&mut self) {
+        self.cluster.kill(self.victim.port);
+    }
+
+    fn promoted(&self) -> bool {
+        role(self.replica) == "master"
+            && cli(self.survivor, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+    }
+
+    fn promoted_port(&self) -> u16 {
+        self.replica
+    }
+
+    fn restart_old_primary(&mut self) {
+        // With its nodes.conf the node rejoins, learns that its slots have
+        // a newer owner and turns itself into that owner's replica.
+        self.cluster.restart(self.victim.port);
+    }
+
+    fn replica_back(&self) -> bool {
+        has_online_replica(self.replica)
+    }
+}
+
+struct SentinelFailover<'a> {
+    setup: &'a mut SentinelSetup,
+}
+
+impl Failover for SentinelFailover<'_> {
+    fn kill_primary(&mut self) {
+        self.setup.primary.kill();
+    }
+
+    fn promoted(&self) -> bool {
+        self.setup.reported_primary() == Some(self.setup.replica_port)
+            && role(self.setup.replica_port) == "master"
+    }
+
+    fn promoted_port(&self) -> u16 {
+        self.setup.replica_port
+    }
+
+    fn restart_old_primary(&mut self) {
+        let dir = self.setup.dir.path().to_owned();
+        let mut args = data_args(&dir, self.setup.primary_port);
+        args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            self.setup.replica_port.to_string(),
+        ]);
+        self.setup.primary = spawn_redis("old primary", self.setup.primary_port, &args);
+    }
+
+    fn replica_back(&self) -> bool {
+        has_online_replica(self.setup.replica_port)
+    }
+}
+
+/// Figures of one failover run.
+struct FailoverReport {
+    runs: Vec<KeyRun>,
+    finals: HashMap<String, Attempt>,
+    executed: HashMap<String, usize>,
+    affected: HashSet<String>,
+    killed: Instant,
+    promoted: Instant,
+    reached: Instant,
+    restarted: Instant,
+    replica_back: Instant,
+    recovered: Instant,
+    run_time: Duration,
+}
+
+/// Drives the failover of `ops` under a continuous load of distinct keys
+/// (each delivered, then retried once it had an answer): kill the primary
+/// 1.5 s in, wait for the promotion, for idemgate to reach the promoted
+/// primary (without a restart), keep it a second without a replica, start
+/// the old primary again as a replica, wait for the first key on the
+/// affected slots to be forwarded again, then one more second. Afterwards
+/// every key is delivered once more. All of it within a 25 s budget.
+async fn run_failover(
+    ops: &mut dyn Failover,
+    urls: &[String],
+    upstream: &Upstream,
+    prefix: &str,
+    affected: &dyn Fn(&str) -> bool,
+) -> FailoverReport {
+    let sender = Sender::new();
+    // Warm up: every instance is connected and forwarding.
+    for (i, url) in urls.iter().enumerate() {
+        let id = format!("{prefix}-warm-{i}");
+        let mut ok = false;
+        for _ in 0..50 {
+            if sender.deliver(url, &payment(&id)).await.map(|a| a.status) == Ok(200) {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ok, "instance {url} forwards before the failover");
+    }
+    let promoted_port = ops.promoted_port();
+    cli(promoted_port, &["CONFIG", "RESETSTAT"]);
+
+    let run_started = Instant::now();
+    let workload = Workload::start(&sender, urls, prefix, 12);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::task::block_in_place(|| ops.kill_primary());
+    let killed = Instant::now();
+    let budget = killed + Duration::from_secs(25);
+    let phase = |name: &str, at: Option<Instant>| {
+        at.unwrap_or_else(|| panic!("{name}: not within the failover budget"))
+    };
+
+    let promoted = phase(
+        "replica promoted",
+        poll_until(budget, || ops.promoted()).await,
+    );
+    // idemgate follows the failover by itself: the promoted primary gets
+    // script calls (which, without a replica to acknowledge, end in 503).
+    let reached = phase(
+        "idemgate reaches the promoted primary",
+        poll_until(budget, || command_calls(promoted_port, "evalsha") > 0).await,
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Taken before the start: the replica may be in sync before
+    // `restart_old_primary` has even returned.
+    let restarted = Instant::now();
+    tokio::task::block_in_place(|| ops.restart_old_primary());
+    let replica_back = phase(
+        "old primary back as a replica",
+        poll_until(budget, || ops.replica_back()).await,
+    );
+    let recovered = phase(
+        "a key on the failed-over slots forwarded again",
+        poll_until(budget, || {
+            workload.any(|run| {
+                affected(&run.id)
+                    && [&run.first, &run.retry]
+                        .iter()
+                        .any(|a| a.sent > killed && a.executed())
+            })
+        })
+        .await,
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs = workload.finish().await;
+    let run_time = run_started.elapsed();
+
+    // Every key once more, now that the deployment is whole again.
+    let permits = Arc::new(Semaphore::new(32));
+    let tasks: Vec<_> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let (sender, permits) = (sender.clone(), Arc::clone(&permits));
+            let (url, id) = (urls[i % urls.len()].clone(), run.id.clone());
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await.expect("semaphore");
+                let answer = attempt(&sender, &url, &id).await;
+                (id, answer)
+            })
+        })
+        .collect();
+    let mut finals = HashMap::new();
+    for task in tasks {
+        let (id, answer) = task.await.expect("final delivery");
+        finals.insert(id, answer);
+    }
+    let affected = runs
+        .iter()
+        .filter(|r| affected(&r.id))
+        .map(|r| r.id.clone())
+        .collect();
+    FailoverReport {
+        executed: executions(upstream),
+        runs,
+        finals,
+        affected,
+        killed,
+        promoted,
+        reached,
+        restarted,
+        replica_back,
+        recovered,
+        run_time,
+    }
+}
+
+/// The exactly-once rule under failover, asserted per key, and the
+/// figures printed.
+///
+/// Rule: a delivery is forwarded only after its claim was acknowledged by
+/// a replica (`min_replicas_ack = 1`), so a key whose first delivery got a
+/// 2xx answer is executed exactly once, whatever happens to the primary
+/// afterwards. A delivery answered 503 was not forwarded (its claim could
+/// not be acknowledged); its retry may be. So every execution shows up as
+/// exactly one live 2xx answer, and no key is executed twice.
+fn check_failover(name: &str, report: &FailoverReport) {
+    let run_ids: HashSet<&str> = report.runs.iter().map(|r| r.id.as_str()).collect();
+    for (id, n) in &report.executed {
+        assert!(
+            run_ids.contains(id.as_str()) || id.contains("-warm-"),
+            "unexpected execution of {id} ({n}x)"
+        );
+    }
+    let (mut status_503, mut affected_503, mut in_flight, mut unknown, mut replays) =
+        (0, 0, 0, 0, 0);
+    let mut first_2xx = 0;
+    let mut window_503 = 0;
+    // Keys executed once whose answer the final pass could not replay: the
+    // store was unreachable when the answer came back, so the claim was
+    // left in flight (409 until lease + unknown_hold run out).
+    let mut unstored = 0;
+    // Keys outside the failed primary's slots: (503s, requests) per second
+    // after the kill, by the time the request was sent.
+    let mut others: Vec<(usize, usize)> = Vec::new();
+    for run in &report.runs {
+        let last = &report.finals[&run.id];
+        let attempts = [&run.first, &run.retry, last];
+        for a in attempts {
+            match (a.status, a.reason.as_deref()) {
+                (200, _) if a.live => {}
+                (200, _) => replays += 1,
+                (503, Some("store_unavailable")) => {
+                    assert!(a.retry_after, "{}: 503 without Retry-After", run.id);
+                    status_503 += 1;
+                    if report.affected.contains(&run.id) {
+                        affected_503 += 1;
+                    }
+                }
+                (409, Some("in_flight")) => in_flight += 1,
+                (409, Some("outcome_unknown")) => unknown += 1,
+                _ => panic!(
+                    "{}: unexpected answer {a:?} (transport error: {:?})",
+                    run.id, a.error
+                ),
+            }
+            if !report.affected.contains(&run.id) && a.sent > report.killed {
+                let second = (a.sent - report.killed).as_secs().min(30) as usize;
+                if others.len() <= second {
+                    others.resize(second + 1, (0, 0));
+                }
+                others[second].0 += usize::from(a.status == 503);
+                others[second].1 += 1;
+            }
+            // While the promoted primary had no replica, nothing on its
+            // slots may be forwarded: no claim could be acknowledged.
+            if report.affected.contains(&run.id)
+                && a.sent > report.killed
+                && a.done < report.restarted
+            {
+                assert!(
+                    !a.executed(),
+                    "{}: forwarded without a replica: sent {:?} and answered {:?} after \
+                     the SIGKILL, old primary restarted after {:?}: {a:?}",
+                    run.id,
+                    a.sent - report.killed,
+                    a.done - report.killed,
+                    report.restarted - report.killed,
+                );
+                if a.status == 503 {
+                    window_503 += 1;
+                }
+            }
+        }
+        let live = attempts.iter().filter(|a| a.executed()).count();
+        let executed = report.executed.get(&run.id).copied().unwrap_or(0);
+        assert_eq!(
+            executed, live,
+            "{}: every execution is one live answer: {run:?} {last:?}",
+            run.id
+        );
+        assert!(executed <= 1, "{}: executed {executed} times", run.id);
+        if (200..300).contains(&run.first.status) {
+            first_2xx += 1;
+            assert!(
+                run.first.live,
+                "{}: a new key's first answer is live",
+                run.id
+            );
+            assert_eq!(executed, 1, "{}: acknowledged claim executed once", run.id);
+        }
+        if executed == 1 && last.status == 409 {
+            unstored += 1;
+        }
+    }
+    assert!(
+        window_503 > 0,
+        "requests on the failed-over slots were refused while no replica could acknowledge"
+    );
+    let keys = report.runs.len();
+    let since = |t: Instant| t.duration_since(report.killed).as_secs_f64();
+    let others = if others.is_empty() {
+        "none (every key on the failed primary)".to_owned()
+    } else {
+        let seconds: Vec<String> = others.iter().map(|(n, of)| format!("{n}/{of}")).collect();
+        format!("[{}]", seconds.join(" "))
+    };
+    let executions: usize = report
+        .runs
+        .iter()
+        .filter_map(|r| report.executed.get(&r.id))
+        .sum();
+    println!(
+        "[fault] {name}: {keys} keys ({} on the failed primary), {} requests incl. the final \
+         pass, {executions} executions (0 twice), first delivery 2xx for {first_2xx} keys; \
+         answers: 503 store_unavailable {status_503} ({affected_503} on the failed primary, \
+         {window_503} while the promoted primary had no replica), 503s/requests on the \
+         other slots per second after the SIGKILL {others}, 409 in_flight {in_flight}, \
+         409 outcome_unknown {unknown}, replays {replays}; executed keys whose answer was not \
+         stored (final delivery still 409) {unstored}; after the SIGKILL: promoted \
+         {:.2} s, idemgate on the promoted primary {:.2} s, old primary restarted {:.2} s, \
+         replica in sync {:.2} s, first key on the failed slots forwarded again {:.2} s; \
+         load ran {:.1} s",
+        report.affected.len(),
+        keys * 3,
+        since(report.promoted),
+        since(report.reached),
+        since(report.restarted),
+        since(report.replica_back),
+        since(report.recovered),
+        report.run_time.as_secs_f64(),
+    );
+}
+
+/// A 30 ms upstream and two idemgate processes on the Redis at `url`,
+/// each claim waiting for one replica (`min_replicas_ack = 1`); with the
+/// gates' `/notify` URLs.
+async fn failover_gates(url: &str) -> (Upstream, Vec<GateProcess>, Vec<String>) {
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1"
+    );
+    let text = config_text(&store, &upstream.url(), "");
+    let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
+    let urls = gates.iter().map(|g| g.url("/notify")).collect();
+    (upstream, gates, urls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn cluster_failover_keeps_acknowledged_claims() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let mut cluster = Cluster::start();
+    println!(
+        "[fault] cluster_failover_keeps_acknowledged_claims: 6-node cluster ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let (upstream, _gates, urls) = failover_gates(&cluster.url()).await;
+    let primaries = cluster.primaries();
+    let victim = primaries[1].clone();
+    let replica = Cluster::replica_of(&victim);
+    let survivor = primaries[0].port;
+    let in_victim = |id: &str| victim.owns(slot(id));
+    let mut ops = ClusterFailover {
+        cluster: &mut cluster,
+        victim: victim.clone(),
+        replica,
+        survivor,
+    };
+
+    let report = run_failover(&mut ops, &urls, &upstream, "cfo", &in_victim).await;
+
+    check_failover("cluster_failover_keeps_acknowledged_claims", &report);
+    report_time("cluster_failover_keeps_acknowledged_claims", started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis sentinel"]
+async fn sentinel_failover() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let mut setup = SentinelSetup::start();
+    println!(
+        "[fault] sentinel_failover: primary, replica and 3 sentinels ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let (upstream, _gates, urls) = failover_gates(&setup.url()).await;
+    let mut ops = SentinelFailover { setup: &mut setup };
+
+    let report = run_failover(&mut ops, &urls, &upstream, "sfo", &|_| true).await;
+
+    check_failover("sentinel_failover", &report);
+    report_time("sentinel_failover", started);
+}

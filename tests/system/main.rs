@@ -1,0 +1,12 @@
+//! Whole systems on loopback: fault injection (several idemgate processes,
+//! Redis Cluster, Sentinel, killed processes) and the observability contract
+//! against a real Prometheus. A binary of their own so that their timings and
+//! throughput figures do not compete with the fast tier's tests for the
+//! cores (cargo runs test binaries one after another). Tests that need Redis
+//! Cluster, Sentinel or Prometheus are `#[ignore = "needs …"]`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod fault;
+mod prometheus;

@@ -1,0 +1,233 @@
+//! A real Prometheus scraping idemgate evaluates every dashboard and alert
+//! expression to a value, and the SPEC hit rate to the ratio the traffic
+//! implies.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs prometheus"]
+async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
+    const FIRST: usize = 20;
+    const REPLAYS_EACH: usize = 3;
+    const FORGED: usize = 3;
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), ""));
+    let prometheus = Prometheus::start(&prometheus_config(gate.admin));
+    let started = Instant::now();
+
+    poll(
+        "Prometheus ready",
+        WAIT,
+        Duration::from_millis(100),
+        async || {
+            let ok = http_get(&format!("{}/-/ready", prometheus.url)).await;
+            matches!(ok, Ok((200, _))).then_some(())
+        },
+    )
+    .await;
+    poll(
+        "the idemgate target to be up",
+        WAIT,
+        Duration::from_millis(100),
+        async || {
+            let doc = prometheus.api("/api/v1/targets").await;
+            doc["data"]["activeTargets"]
+                .as_array()?
+                .iter()
+                .any(|t| t["labels"]["job"] == "idemgate" && t["health"] == "up")
+                .then_some(())
+        },
+    )
+    .await;
+    // The zero-valued series are in the TSDB before any traffic.
+    until_scraped_replays(&prometheus, 0.0, "a scrape of the idle gate").await;
+    println!("prometheus up and scraping after {:?}", started.elapsed());
+
+    // Traffic: 20 first deliveries, 3 replays of each (half signed with the
+    // previous secret), some forged and stale deliveries, one unmatched
+    // request. Histograms and the secret-index counter are created by their
+    // first event, and rate() can not see the increase that creates a
+    // series, so a warm-up slice of every kind (both secrets included) goes
+    // first and is scraped before the rest.
+    let url = gate.url("/notify");
+    let ids: Vec<usize> = (0..FIRST).collect();
+    let (warm_up, rest) = ids.split_at(2);
+    for (phase, ids) in [("warm-up", warm_up), ("main", rest)] {
+        for &i in ids {
+            let body = payment(&format!("prom-{i}"));
+            let answer = post(&url, &signed(&body), &body).await;
+            assert_eq!((answer.status, answer.replayed()), (200, Some("false")));
+        }
+        for _ in 0..REPLAYS_EACH {
+            for &i in ids {
+                let body = payment(&format!("prom-{i}"));
+                let secret = if i % 2 == 0 { SECRET } else { PREVIOUS_SECRET };
+                let answer = post(&url, &signed_now(secret, &body), &body).await;
+                assert_eq!((answer.status, answer.replayed()), (200, Some("true")));
+            }
+        }
+        let forged = if phase == "warm-up" { 0..1 } else { 1..FORGED };
+        for i in forged {
+            let body = payment(&format!("forged-{i}"));
+            let answer = post(&url, &signed_now("wrong", &body), &body).await;
+            assert_eq!(answer.reason().as_deref(), Some("signature_invalid"));
+            let answer = post(&url, &signed_with(SECRET, now_secs() - 3600, &body), &body).await;
+            assert_eq!(answer.reason().as_deref(), Some("timestamp_out_of_window"));
+        }
+        assert_eq!(post(&gate.url("/other"), &[], "x").await.status, 200);
+        let replays = (ids.len() * REPLAYS_EACH) as f64;
+        if phase == "warm-up" {
+            until_scraped_replays(&prometheus, replays, "a scrape after the warm-up").await;
+        }
+    }
+    let replays = (FIRST * REPLAYS_EACH) as f64;
+    let expected_hit_rate = replays / (replays + FIRST as f64);
+
+    // Wait until Prometheus has the final counts, then three more scrapes.
+    until_scraped_replays(&prometheus, replays, "a scrape after the traffic").await;
+    let scrapes = r#"count_over_time(up{job="idemgate"}[1h])"#;
+    let before = prometheus.scalar(scrapes).await.expect("scrape count");
+    poll(
+        "three more scrapes",
+        WAIT,
+        Duration::from_millis(200),
+        async || {
+            let now = prometheus.scalar(scrapes).await?;
+            (now >= before + 3.0).then_some(())
+        },
+    )
+    .await;
+
+    // The route variable's query.
+    let doc = prometheus
+        .api("/api/v1/label/route/values?match[]=idemgate_requests_total")
+        .await;
+    let routes: Vec<&str> = doc["data"]
+        .as_array()
+        .expect("label values")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        routes.contains(&"pay") && routes.contains(&"_unmatched"),
+        "{routes:?}"
+    );
+
+    // Every dashboard expression yields at least one finite value.
+    let dashboard = dashboard_expressions();
+    assert!(
+        dashboard.len() >= 12,
+        "{} dashboard expressions",
+        dashboard.len()
+    );
+    for (panel, expr) in &dashboard {
+        let values = prometheus.values(expr).await;
+        println!("dashboard {panel:?}: {expr} => {values:?}");
+        assert!(
+            values.iter().any(|v| v.is_finite()),
+            "panel {panel:?}: {expr} gave no finite value: {values:?}"
+        );
+    }
+
+    // SPEC §7 hit rate, verbatim, and the dashboard's own hit-rate panels.
+    let spec = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;
+    let measured = prometheus.scalar(spec).await.expect("one hit-rate value");
+    println!("hit rate: Prometheus {measured}, expected {expected_hit_rate}");
+    assert!(
+        (measured - expected_hit_rate).abs() <= 0.01 * expected_hit_rate,
+        "hit rate {measured}, expected {expected_hit_rate}"
+    );
+    for (panel, expr) in dashboard.iter().filter(|(p, _)| p.starts_with("Hit rate")) {
+        let values: Vec<f64> = prometheus
+            .values(expr)
+            .await
+            .into_iter()
+            .filter(|v| v.is_finite())
+            .collect();
+        assert_eq!(values.len(), 1, "{panel}: {values:?}");
+        assert!(
+            (values[0] - expected_hit_rate).abs() <= 0.01 * expected_hit_rate,
+            "{panel}: {} vs {expected_hit_rate}",
+            values[0]
+        );
+    }
+
+    // Rules as Prometheus loaded them: every one healthy after evaluation.
+    let rules = poll(
+        "every rule evaluated without error",
+        WAIT,
+        Duration::from_millis(200),
+        async || {
+            let doc = prometheus.api("/api/v1/rules").await;
+            let rules: Vec<Value> = doc["data"]["groups"]
+                .as_array()?
+                .iter()
+                .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                .collect();
+            if let Some(bad) = rules.iter().find(|r| r["health"] == "err") {
+                panic!("rule failed in Prometheus: {bad}");
+            }
+            (!rules.is_empty() && rules.iter().all(|r| r["health"] == "ok")).then_some(rules)
+        },
+    )
+    .await;
+    assert!(rules.len() >= 6, "{} rules loaded", rules.len());
+    for rule in &rules {
+        let name = rule["name"].as_str().expect("rule name");
+        let query = rule["query"].as_str().expect("rule query");
+        let full = prometheus.values(query).await;
+        if rule["type"] == "alerting" {
+            for key in ["summary", "description"] {
+                assert!(
+                    rule["annotations"][key]
+                        .as_str()
+                        .is_some_and(|s| !s.is_empty()),
+                    "{name}: annotation {key}"
+                );
+            }
+            assert!(rule["labels"]["severity"].is_string(), "{name}: severity");
+            assert!(
+                rule["duration"].as_f64().is_some_and(|d| d > 0.0),
+                "{name}: for"
+            );
+            let lhs = threshold_lhs(query);
+            let values = prometheus.values(&lhs).await;
+            println!("alert {name}: {lhs} => {values:?} (firing part: {full:?})");
+            assert!(
+                values.iter().any(|v| v.is_finite()),
+                "alert {name}: {lhs} gave no finite value: {values:?}"
+            );
+        } else {
+            println!("rule {name}: {query} => {full:?}");
+            assert!(!full.is_empty(), "recording rule {name} is empty");
+        }
+    }
+
+    // 75 % replays is above the hit-rate alert's threshold: Prometheus has
+    // it pending (its `for` is far longer than this test).
+    let alerts = poll(
+        "IdemgateHitRateHigh to be pending",
+        WAIT,
+        Duration::from_millis(200),
+        async || {
+            let doc = prometheus.api("/api/v1/alerts").await;
+            let alerts = doc["data"]["alerts"].as_array()?.clone();
+            alerts
+                .iter()
+                .any(|a| {
+                    a["labels"]["alertname"] == "IdemgateHitRateHigh"
+                        && a["labels"]["route"] == "pay"
+                        && a["state"] == "pending"
+                })
+                .then_some(alerts)
+        },
+    )
+    .await;
+    let names: Vec<String> = alerts
+        .iter()
+        .map(|a| format!("{}:{}", a["labels"]["alertname"], a["state"]))
+        .collect();
+    println!("active alerts: {names:?}");
+    println!("whole test took {:?}", started.elapsed());
+}

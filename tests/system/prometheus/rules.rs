@@ -1,0 +1,129 @@
+//! The alert rules and their runbooks: promtool checks and unit tests, a
+//! README section per `runbook_url`, and the parser checks behind them.
+
+use super::*;
+
+#[test]
+#[ignore = "needs promtool"]
+fn promtool_accepts_the_alert_rules() {
+    let rules = repo_path("config/prometheus/alerts.yml");
+    let output = run_promtool(&["check", "rules", rules.to_str().expect("utf-8 path")]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("SUCCESS"), "{text}");
+
+    // The shipped example configuration (loads alerts.yml next to it) and
+    // the configuration the Prometheus test below generates.
+    run_promtool(&[
+        "check",
+        "config",
+        repo_path("config/prometheus/prometheus.yml")
+            .to_str()
+            .expect("utf-8 path"),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let generated = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &generated,
+        prometheus_config(SocketAddr::from(([127, 0, 0, 1], 9))),
+    )
+    .expect("write config");
+    run_promtool(&["check", "config", generated.to_str().expect("utf-8 path")]);
+}
+
+#[test]
+#[ignore = "needs promtool"]
+fn promtool_unit_tests_fire_the_upstream_and_eviction_alerts() {
+    let tests = repo_path("config/prometheus/alerts_test.yml");
+    let text = std::fs::read_to_string(&tests).expect("alerts_test.yml");
+    for alert in [
+        "IdemgateUpstreamDown",
+        "IdemgateStoreEvictionRisk",
+        "IdemgateStoreEvictedKeys",
+    ] {
+        assert!(
+            text.contains(&format!("alertname: {alert}")),
+            "alerts_test.yml has no case for {alert}"
+        );
+    }
+    let output = run_promtool(&["test", "rules", tests.to_str().expect("utf-8 path")]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("SUCCESS"), "{printed}");
+}
+
+/// GitHub's anchor for a Markdown heading: lower case, spaces to `-`,
+/// punctuation other than `-` and `_` dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_section_in_the_readme() {
+    const BASE: &str = "https://github.com/idemgate/idemgate#";
+    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README.md");
+    let anchors: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
+        .collect();
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
+    )
+    .expect("alerts.yml is YAML");
+    let mut alerts = 0;
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let Some(name) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let url = rule["annotations"]["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+            let anchor = url
+                .strip_prefix(BASE)
+                .unwrap_or_else(|| panic!("{name}: {url} does not start with {BASE}"));
+            assert!(
+                anchors.contains(anchor),
+                "{name}: README.md has no heading for #{anchor}"
+            );
+        }
+    }
+    assert!(alerts >= 9, "{alerts} alerts");
+    assert_eq!(
+        heading_anchor(" Store may evict keys"),
+        "store-may-evict-keys"
+    );
+}
+
+#[test]
+fn exposition_parser_and_threshold_split() {
+    let sample =
+        parse_sample(r#"m_total{a="x\"y",b="c\\d\ne",le="+Inf"} 12.5 1700000000000"#).unwrap();
+    assert_eq!(sample.name, "m_total");
+    assert_eq!(sample.labels["a"], "x\"y");
+    assert_eq!(sample.labels["b"], "c\\d\ne");
+    assert_eq!(sample.value, 12.5);
+    assert_eq!(parse_sample("up 1").unwrap().labels.len(), 0);
+    assert!(parse_sample("m{a=\"x} 1").is_err());
+    assert!(parse_sample("m{a=\"1\",a=\"2\"} 1").is_err());
+    assert!(parse_sample("m{} NaN").unwrap().value.is_nan());
+
+    assert_eq!(threshold_lhs("up{job=\"x\"} == 0"), "up{job=\"x\"}");
+    assert_eq!(
+        threshold_lhs("sum(rate(a{r=~\"x|y\",s!=\">\"}[5m])) / sum(b) > 0.5"),
+        "sum(rate(a{r=~\"x|y\",s!=\">\"}[5m])) / sum(b)"
+    );
+    assert_eq!(
+        threshold_lhs("histogram_quantile(0.99, x) >= 1e-3"),
+        "histogram_quantile(0.99, x)"
+    );
+}
