@@ -129,7 +129,7 @@ fn signed_parts(scheme: &str, body: &str) -> http::request::Parts {
                     )
                 ),
             ),
-            ("x-slack-request-timestamp", ts.clone()),
+            ("x-slack-request-timestamp", ts),
         ],
         "shopify" => vec![
             (
@@ -163,7 +163,7 @@ fn signed_parts(scheme: &str, body: &str) -> http::request::Parts {
             ));
             vec![
                 ("webhook-id", DELIVERY_ID.to_owned()),
-                ("webhook-timestamp", ts.clone()),
+                ("webhook-timestamp", ts),
                 ("webhook-signature", format!("v1,{signature}")),
             ]
         }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 /// An answer body of `len` bytes whose content depends on the position.
 fn answer_of(len: usize) -> Bytes {
-    (0..len).map(|i| (i % 251) as u8).collect()
+    (0..len).map(|i| u8::try_from(i % 251).unwrap()).collect()
 }
 
 /// An upstream that answers each payment with the body size its id names

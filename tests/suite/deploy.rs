@@ -248,7 +248,7 @@ impl GateConfig {
         assert!(stdout.contains("configuration is valid"), "{stdout}");
         let warnings: Vec<&str> = stdout
             .lines()
-            .filter(|line| line.starts_with("warning:"))
+            .filter(|line| line.starts_with("# warning:"))
             .collect();
         assert!(
             warnings.is_empty(),

@@ -33,6 +33,10 @@ fn signed_head(body: &str, extra: &str) -> String {
     format!("POST /notify HTTP/1.1\r\nhost: x\r\n{signature}{extra}")
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the rank is between 1 and the sample count"
+)]
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;

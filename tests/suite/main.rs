@@ -3,6 +3,9 @@
 //! Tests that need tools a laptop rarely has (Prometheus, promtool,
 //! systemd-analyze) are `#[ignore = "needs …"]`; `.ci/run` runs them with
 //! `--include-ignored`.
+// These tests drive real processes (redis-server, the binary, Prometheus)
+// in real time: the paused-clock rule of `.clippy.toml` is for `src/`.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

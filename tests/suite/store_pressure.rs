@@ -184,7 +184,7 @@ async fn an_answer_that_finds_its_key_taken_is_an_unknown_outcome() {
         panic!("one claim expected: {keys:?}")
     };
     let foreign = Record::in_flight(OwnerToken([9; 16]), Fingerprint([0; 32]));
-    redis.set_bytes(key, &foreign.encode());
+    redis.set_bytes(key, &foreign.encode().unwrap());
     assert_eq!(first.await.unwrap().status, 200);
 
     let counted = async {

@@ -262,7 +262,7 @@ fn topology_at(port: u16) -> Vec<NodeInfo> {
 fn store_key(id: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    hasher.update((id.len() as u32).to_be_bytes());
+    hasher.update(u32::try_from(id.len()).unwrap().to_be_bytes());
     hasher.update(id.as_bytes());
     let digest: [u8; 32] = hasher.finalize().into();
     format!("idemgate:pay:{}", hex::encode(digest))

@@ -4,6 +4,9 @@
 //! throughput figures do not compete with the fast tier's tests for the
 //! cores (cargo runs test binaries one after another). Tests that need Redis
 //! Cluster, Sentinel or Prometheus are `#[ignore = "needs …"]`.
+// These tests drive real processes (redis-server, the binary, Prometheus)
+// in real time: the paused-clock rule of `.clippy.toml` is for `src/`.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;
