@@ -15,7 +15,7 @@
 //! hyper's HTTP/1 parser refuses the classic request-smuggling shapes
 //! (conflicting `Content-Length`/`Transfer-Encoding`, repeated or invalid
 //! `Content-Length`, obs-fold, invalid header bytes) with 400 before any
-//! handler runs; `tests/hardening.rs` proves each one.
+//! handler runs; `tests/suite/hardening.rs` proves each one.
 //!
 //! On shutdown the listener is dropped first, so no new connection is
 //! accepted, then every open connection is told to finish its in-flight

@@ -3,17 +3,23 @@
 
 use super::*;
 
+/// idemgate in this process on the test route, forwarding to `addr`
+/// (a [`RawUpstream`], or nothing yet).
+async fn gate_to(redis: &RedisServer, addr: SocketAddr) -> Gate {
+    Gate::start(&config_text(
+        &redis_store(redis),
+        &format!("http://{addr}"),
+        "",
+    ))
+    .await
+}
+
 /// Connection refused: nothing was sent, so the claim is released and the
 /// retry is forwarded once the upstream is back.
 async fn refused_connection_releases() {
     let redis = RedisServer::start();
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &format!("http://{addr}"),
-        "",
-    ))
-    .await;
+    let gate = gate_to(&redis, addr).await;
     let url = gate.url("/notify");
     let body = payment("refused");
     for _ in 0..2 {
@@ -42,12 +48,7 @@ async fn reset_mid_response_is_unknown() {
     let redis = RedisServer::start();
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let upstream = RawUpstream::bind(addr, true).await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &format!("http://{addr}"),
-        "",
-    ))
-    .await;
+    let gate = gate_to(&redis, addr).await;
     let url = gate.url("/notify");
     let body = payment("reset");
     let cut = deliver(&url, &body).await;

@@ -7,6 +7,16 @@ use super::*;
 /// Both routes of the test configuration.
 const ROUTES: [&str; 2] = ["pay", "_unmatched"];
 
+/// Every `outcome` label of `idemgate_requests_total`.
+const OUTCOMES: [&str; 6] = [
+    "forwarded",
+    "replayed",
+    "rejected",
+    "passthrough",
+    "unprotected",
+    "shadow_duplicate",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_text_has_exact_counter_values() {
     let mut redis = RedisServer::start();
@@ -74,14 +84,7 @@ async fn assert_every_counter_pre_registered(admin: SocketAddr) {
     // Before any traffic: every counter series of every route exists at 0.
     let idle = scrape(admin).await;
     for route in ["pay", "_unmatched"] {
-        for outcome in [
-            "forwarded",
-            "replayed",
-            "rejected",
-            "passthrough",
-            "unprotected",
-            "shadow_duplicate",
-        ] {
+        for outcome in OUTCOMES {
             assert_eq!(
                 idle.value(
                     "idemgate_requests_total",
@@ -92,6 +95,20 @@ async fn assert_every_counter_pre_registered(admin: SocketAddr) {
             );
         }
     }
+}
+
+/// Delivers `body` signed with the current secret (index 0) and tallies
+/// its answer under `name`.
+async fn signed_delivery(
+    url: &str,
+    body: &str,
+    tally: &mut Tally,
+    name: &str,
+    expect: Expect,
+) -> Answer {
+    let answer = post(url, &signed(body), body).await;
+    tally.check(name, &answer, &expect.secret(0));
+    answer
 }
 
 async fn first_deliveries_and_replays(url: &str, tally: &mut Tally) {
@@ -217,12 +234,8 @@ async fn size_passthrough_and_upstream_500(url: &str, other: &str, tally: &mut T
     );
     // Upstream answers 500: a forwarded first attempt, released.
     let body = payment("fail-1");
-    let answer = post(url, &signed(&body), &body).await;
-    tally.check(
-        "upstream 500",
-        &answer,
-        &Expect::new(500, "forwarded").secret(0),
-    );
+    let expect = Expect::new(500, "forwarded");
+    signed_delivery(url, &body, tally, "upstream 500", expect).await;
 }
 
 async fn duplicate_in_flight(url: &str, upstream: &Upstream, tally: &mut Tally) {
@@ -241,12 +254,8 @@ async fn duplicate_in_flight(url: &str, upstream: &Upstream, tally: &mut Tally) 
         async || (upstream.calls() > calls).then_some(()),
     )
     .await;
-    let answer = post(url, &signed(&body), &body).await;
-    tally.check(
-        "duplicate in flight",
-        &answer,
-        &Expect::new(409, "rejected").reason("in_flight").secret(0),
-    );
+    let expect = Expect::new(409, "rejected").reason("in_flight");
+    signed_delivery(url, &body, tally, "duplicate in flight", expect).await;
     let answer = first.await.expect("first delivery task");
     tally.check(
         "slow first delivery",
@@ -259,36 +268,18 @@ async fn upstream_timeout_then_unknown(url: &str, tally: &mut Tally) {
     // Upstream slower than upstream.timeout: 504, counted as forwarded with
     // reason upstream_timeout, recorded as unknown; the retry gets 409.
     let body = payment("hang-1");
-    let answer = post(url, &signed(&body), &body).await;
-    tally.check(
-        "upstream timeout",
-        &answer,
-        &Expect::new(504, "forwarded")
-            .reason("upstream_timeout")
-            .secret(0),
-    );
-    let answer = post(url, &signed(&body), &body).await;
-    tally.check(
-        "retry of unknown",
-        &answer,
-        &Expect::new(409, "rejected")
-            .reason("outcome_unknown")
-            .secret(0),
-    );
+    let expect = Expect::new(504, "forwarded").reason("upstream_timeout");
+    signed_delivery(url, &body, tally, "upstream timeout", expect).await;
+    let expect = Expect::new(409, "rejected").reason("outcome_unknown");
+    signed_delivery(url, &body, tally, "retry of unknown", expect).await;
 }
 
 async fn store_down(redis: &mut RedisServer, url: &str, tally: &mut Tally) {
     // Store gone: 503 store_unavailable and one failed claim.
     redis.stop();
     let body = payment("nostore-1");
-    let answer = post(url, &signed(&body), &body).await;
-    tally.check(
-        "store down",
-        &answer,
-        &Expect::new(503, "rejected")
-            .reason("store_unavailable")
-            .secret(0),
-    );
+    let expect = Expect::new(503, "rejected").reason("store_unavailable");
+    let answer = signed_delivery(url, &body, tally, "store down", expect).await;
     assert!(
         answer.header("retry-after").is_some(),
         "503 has Retry-After"
@@ -301,17 +292,9 @@ async fn store_down(redis: &mut RedisServer, url: &str, tally: &mut Tally) {
 fn assert_requests(metrics: &Exposition, tally: &Tally) -> u64 {
     // idemgate_requests_total: every (route, outcome) exactly.
     let routes = ROUTES;
-    let outcomes = [
-        "forwarded",
-        "replayed",
-        "rejected",
-        "passthrough",
-        "unprotected",
-        "shadow_duplicate",
-    ];
     let mut expected = BTreeMap::new();
     for route in routes {
-        for outcome in outcomes {
+        for outcome in OUTCOMES {
             expected.insert(
                 labels_of(&[("route", route), ("outcome", outcome)]),
                 tally.outcome(route, outcome) as f64,
