@@ -342,14 +342,6 @@ mod tests {
         assert!(warned.contains("route[0].case_sensitive: "), "{warned}");
         let rejecting = Config::parse(&format!("unmatched = \"reject\"\n{sensitive}")).unwrap();
         assert!(!rejecting.warnings().join("\n").contains("case_sensitive"));
-        let twin = format!(
-            "{MINIMAL}\n[[route]]\nname = \"twin\"\npath_prefix = \"/Notify/\"\n[route.signature]\nscheme = \"none\"\n"
-        );
-        let err = Config::parse(&twin).unwrap_err().0.join("\n");
-        assert!(
-            err.contains("route[1].path_prefix: route \"payments\" already matches"),
-            "{err}"
-        );
         let bad = MINIMAL.replace("\"/notify\"", "\"/notify%20x\"");
         let err = Config::parse(&bad).unwrap_err().0.join("\n");
         assert!(err.contains("route[0].path_prefix: "), "{err}");

@@ -31,42 +31,24 @@ pub trait Choice: Copy + PartialEq + 'static {
     }
 }
 
-impl Choice for Unmatched {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("forward", Self::Forward), ("reject", Self::Reject)];
+/// Implements [`Choice`] for each enum from its word list.
+macro_rules! choices {
+    ($($kind:ty { $($word:literal => $value:ident),+ $(,)? })+) => {$(
+        impl Choice for $kind {
+            const NAMES: &'static [(&'static str, Self)] = &[$(($word, Self::$value)),+];
+        }
+    )+};
 }
 
-impl Choice for OnUnavailable {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("reject", Self::Reject), ("forward", Self::Forward)];
-}
-
-impl Choice for OnInFlight {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("wait", Self::Wait), ("conflict", Self::Conflict)];
-}
-
-impl Choice for OnUpstreamTimeout {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("hold", Self::Hold), ("release", Self::Release)];
-}
-
-impl Choice for Mode {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("enforce", Self::Enforce), ("shadow", Self::Shadow)];
-}
-
-impl Choice for Algorithm {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("sha256", Self::Sha256), ("sha512", Self::Sha512)];
-}
-
-impl Choice for Encoding {
-    const NAMES: &'static [(&'static str, Self)] = &[("hex", Self::Hex), ("base64", Self::Base64)];
-}
-
-impl Choice for TimestampUnit {
-    const NAMES: &'static [(&'static str, Self)] = &[("s", Self::Seconds), ("ms", Self::Millis)];
+choices! {
+    Unmatched { "forward" => Forward, "reject" => Reject }
+    OnUnavailable { "reject" => Reject, "forward" => Forward }
+    OnInFlight { "wait" => Wait, "conflict" => Conflict }
+    OnUpstreamTimeout { "hold" => Hold, "release" => Release }
+    Mode { "enforce" => Enforce, "shadow" => Shadow }
+    Algorithm { "sha256" => Sha256, "sha512" => Sha512 }
+    Encoding { "hex" => Hex, "base64" => Base64 }
+    TimestampUnit { "s" => Seconds, "ms" => Millis }
 }
 
 #[cfg(test)]

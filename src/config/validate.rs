@@ -340,14 +340,18 @@ mod tests {
 
     #[test]
     fn ambiguous_or_ineffective_settings_are_errors() {
-        let twice = format!(
-            "{MINIMAL}\n[[route]]\nname = \"other\"\npath_prefix = \"/notify\"\n[route.signature]\nscheme = \"none\"\n"
-        );
-        let err = Config::parse(&twice).unwrap_err().0.join("\n");
-        assert!(
-            err.contains("route[1].path_prefix: route \"payments\" already matches"),
-            "{err}"
-        );
+        // The same prefix twice, also when it differs only in case and a
+        // trailing slash (prefixes match case-insensitively by default).
+        for prefix in ["/notify", "/Notify/"] {
+            let twice = format!(
+                "{MINIMAL}\n[[route]]\nname = \"other\"\npath_prefix = \"{prefix}\"\n[route.signature]\nscheme = \"none\"\n"
+            );
+            let err = Config::parse(&twice).unwrap_err().0.join("\n");
+            assert!(
+                err.contains("route[1].path_prefix: route \"payments\" already matches"),
+                "{prefix}: {err}"
+            );
+        }
         let zero = MINIMAL.replace("[upstream]", "[upstream]\ntimeout = \"0ms\"");
         assert!(Config::parse(&zero).unwrap_err().0[0].starts_with("upstream.timeout"));
         let empty = MINIMAL.replace("lease = \"30s\"", "cache_status = []");
