@@ -2,32 +2,30 @@
 
 use super::*;
 
+/// Polls `readyz` every 100 ms until it answers `status` (at most `limit`);
+/// returns how long that took.
+async fn readyz_turns(readyz: &str, status: u16, limit: Duration) -> Duration {
+    let started = Instant::now();
+    poll(
+        &format!("/readyz {status}"),
+        limit,
+        Duration::from_millis(100),
+        async || (http_get(readyz).await.ok()?.0 == status).then_some(()),
+    )
+    .await;
+    started.elapsed()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_follows_redis() {
     let mut redis = RedisServer::start();
     let upstream = Upstream::start().await;
     let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), ""));
     let readyz = format!("http://{}/readyz", gate.admin);
-    let status = async || http_get(&readyz).await.map(|(s, _)| s).ok();
-
-    poll(
-        "/readyz 200",
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || (status().await? == 200).then_some(()),
-    )
-    .await;
+    readyz_turns(&readyz, 200, Duration::from_secs(10)).await;
 
     redis.stop();
-    let stopped = Instant::now();
-    poll(
-        "/readyz 503 after Redis stopped",
-        Duration::from_secs(2),
-        Duration::from_millis(100),
-        async || (status().await? == 503).then_some(()),
-    )
-    .await;
-    let down_after = stopped.elapsed();
+    let down_after = readyz_turns(&readyz, 503, Duration::from_secs(2)).await;
     println!("/readyz answered 503 {down_after:?} after Redis was killed");
     assert!(down_after <= Duration::from_secs(2), "{down_after:?}");
     let body = payment("ready-1");
@@ -35,15 +33,7 @@ async fn readyz_follows_redis() {
     assert_eq!(answer.reason().as_deref(), Some("store_unavailable"));
 
     redis.restart();
-    let restarted = Instant::now();
-    poll(
-        "/readyz 200 after Redis restarted",
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        async || (status().await? == 200).then_some(()),
-    )
-    .await;
-    let up_after = restarted.elapsed();
+    let up_after = readyz_turns(&readyz, 200, Duration::from_secs(15)).await;
     println!("/readyz answered 200 {up_after:?} after Redis was back");
     let answer = post(&gate.url("/notify"), &signed(&body), &body).await;
     assert_eq!(
