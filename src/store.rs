@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{StoreBackend, StoreConfig};
-use crate::metrics as m;
+use crate::metrics::{StoreMetrics, StoreOp};
 use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong};
 
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
@@ -324,7 +324,7 @@ impl<S: Store + std::fmt::Debug> Dispatch for S {
 #[derive(Debug)]
 pub struct AnyStore {
     backend: Backend,
-    metrics: m::StoreMetrics,
+    metrics: StoreMetrics,
 }
 
 /// The two implementations (and, in unit tests, a scripted one).
@@ -361,7 +361,7 @@ impl AnyStore {
         };
         Ok(Self {
             backend,
-            metrics: m::StoreMetrics::new(),
+            metrics: StoreMetrics::new(),
         })
     }
 
@@ -371,7 +371,7 @@ impl AnyStore {
     pub(crate) fn for_tests(backend: std::sync::Arc<impl Store + std::fmt::Debug>) -> Self {
         Self {
             backend: Backend::Test(backend),
-            metrics: m::StoreMetrics::new(),
+            metrics: StoreMetrics::new(),
         }
     }
 
@@ -402,7 +402,7 @@ impl AnyStore {
     }
 
     /// Runs one backend call, recording its latency and any failure.
-    async fn metered<T>(&self, op: m::StoreOp, call: Call<'_, T>) -> Result<T, StoreError> {
+    async fn metered<T>(&self, op: StoreOp, call: Call<'_, T>) -> Result<T, StoreError> {
         let started = Instant::now();
         let result = call.await;
         self.metrics.record(op, started.elapsed(), result.is_err());
@@ -418,7 +418,7 @@ impl AnyStore {
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let call = self.backend().claim(key, record, ttl);
-        self.metered(m::StoreOp::Claim, call).await
+        self.metered(StoreOp::Claim, call).await
     }
 
     /// Stores `record` for `ttl` over the claim `lease` proves (see
@@ -433,7 +433,7 @@ impl AnyStore {
         let call = self
             .backend()
             .complete(&lease.key, lease.owner(), record, ttl);
-        self.metered(m::StoreOp::Complete, call).await
+        self.metered(StoreOp::Complete, call).await
     }
 
     /// Deletes the claim `lease` proves if it still owns its key, retrying
@@ -459,7 +459,7 @@ impl AnyStore {
         let mut pause = RELEASE_FIRST_PAUSE;
         for remaining in (0..RELEASE_ATTEMPTS).rev() {
             let call = self.backend().release(key, owner);
-            match self.metered(m::StoreOp::Release, call).await {
+            match self.metered(StoreOp::Release, call).await {
                 Err(StoreError::Unavailable(error)) if remaining > 0 => {
                     tracing::warn!(key = key.hash(), %error, "store unreachable while releasing; retrying");
                     tokio::time::sleep(pause).await;
@@ -475,19 +475,19 @@ impl AnyStore {
     /// whether it did.
     pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
         let call = self.backend().renew(&lease.key, lease.owner(), ttl);
-        self.metered(m::StoreOp::Renew, call).await
+        self.metered(StoreOp::Renew, call).await
     }
 
     /// Reads a record and its remaining TTL.
     pub async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
         let call = self.backend().lookup(key);
-        self.metered(m::StoreOp::Lookup, call).await
+        self.metered(StoreOp::Lookup, call).await
     }
 
     /// Deletes a record whoever owns it. Returns whether one existed.
     pub async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let call = self.backend().purge(key);
-        self.metered(m::StoreOp::Purge, call).await
+        self.metered(StoreOp::Purge, call).await
     }
 
     /// Checks that the store answers. Not metered: the `op` label set

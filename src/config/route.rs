@@ -194,7 +194,7 @@ pub struct Route {
 }
 
 pub(super) fn route(
-    p: &mut Problems,
+    problems: &mut Problems,
     key: &str,
     raw: RawRoute,
     default_upstream: &Upstream,
@@ -207,7 +207,7 @@ pub(super) fn route(
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if !name_ok {
-        p.push(
+        problems.push(
             &format!("{key}.name"),
             format!(
                 "{:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is a metric label and part of the store key)",
@@ -216,7 +216,7 @@ pub(super) fn route(
         );
     }
     if let Err(problem) = crate::path::check_prefix(&raw.path_prefix) {
-        p.push(&format!("{key}.path_prefix"), problem);
+        problems.push(&format!("{key}.path_prefix"), problem);
     }
     let methods = raw
         .methods
@@ -225,7 +225,7 @@ pub(super) fn route(
         .filter_map(|m| {
             let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok();
             if method.is_none() {
-                p.push(
+                problems.push(
                     &format!("{key}.methods"),
                     format!("{m:?} is not an HTTP method"),
                 );
@@ -234,18 +234,18 @@ pub(super) fn route(
         })
         .collect::<Vec<_>>();
     if methods.is_empty() {
-        p.push(&format!("{key}.methods"), "must list at least one method");
+        problems.push(&format!("{key}.methods"), "must list at least one method");
     }
     let upstream = match &raw.upstream {
         Some(url) => Upstream {
-            url: upstream_url(p, &format!("{key}.upstream"), url),
+            url: upstream_url(problems, &format!("{key}.upstream"), url),
             timeout: default_upstream.timeout,
         },
         None => default_upstream.clone(),
     };
-    let scheme = scheme(p, &format!("{key}.signature"), &raw.signature);
+    let scheme = scheme(problems, &format!("{key}.signature"), &raw.signature);
     let idempotency = idempotency(
-        p,
+        problems,
         &format!("{key}.idempotency"),
         &raw.idempotency,
         store_on_unavailable,
@@ -253,7 +253,7 @@ pub(super) fn route(
     );
     if let Some(tolerance) = scheme.tolerance() {
         if idempotency.retention <= tolerance {
-            p.push(
+            problems.push(
                 &format!("{key}.idempotency.retention"),
                 format!(
                     "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
@@ -272,16 +272,16 @@ pub(super) fn route(
     })
 }
 
-fn selectors(p: &mut Problems, key: &str, items: &[String]) -> Vec<Selector> {
+fn selectors(problems: &mut Problems, key: &str, items: &[String]) -> Vec<Selector> {
     items
         .iter()
         .enumerate()
-        .filter_map(|(i, text)| p.take(&format!("{key}[{i}]"), Selector::parse(text)))
+        .filter_map(|(i, text)| problems.take(&format!("{key}[{i}]"), Selector::parse(text)))
         .collect()
 }
 
 fn idempotency(
-    p: &mut Problems,
+    problems: &mut Problems,
     key: &str,
     raw: &RawIdempotency,
     store_on_unavailable: OnUnavailable,
@@ -290,13 +290,13 @@ fn idempotency(
     let key_parts = match (&raw.key, scheme) {
         (Some(items), _) => {
             if items.is_empty() {
-                p.push(
+                problems.push(
                     &format!("{key}.key"),
                     "must list at least one part, or be omitted",
                 );
             }
             Some(
-                selectors(p, &format!("{key}.key"), items)
+                selectors(problems, &format!("{key}.key"), items)
                     .into_iter()
                     .map(KeyPart::Value)
                     .collect(),
@@ -326,41 +326,41 @@ fn idempotency(
                     )),
                 },
             };
-            p.take(&format!("{key}.fingerprint[{i}]"), part)
+            problems.take(&format!("{key}.fingerprint[{i}]"), part)
         })
         .collect::<Vec<_>>();
     if fingerprint.is_empty() {
-        p.push(&format!("{key}.fingerprint"), "must list at least one part");
+        problems.push(&format!("{key}.fingerprint"), "must list at least one part");
     }
     let fingerprint_ignore = selectors(
-        p,
+        problems,
         &format!("{key}.fingerprint_ignore"),
         raw.fingerprint_ignore.as_deref().unwrap_or_default(),
     );
     for (i, selector) in fingerprint_ignore.iter().enumerate() {
         if !selector.needs_body() {
-            p.push(
+            problems.push(
                 &format!("{key}.fingerprint_ignore[{i}]"),
                 "only json:/pointer and form:FIELD selectors name body fields",
             );
         }
     }
-    let lease = p.duration(
+    let lease = problems.duration(
         &format!("{key}.lease"),
         raw.lease.as_deref(),
         raw::DEFAULT_LEASE,
     );
-    let retention = p.duration(
+    let retention = problems.duration(
         &format!("{key}.retention"),
         raw.retention.as_deref(),
         raw::DEFAULT_RETENTION,
     );
-    let wait_timeout = p.duration(
+    let wait_timeout = problems.duration(
         &format!("{key}.wait_timeout"),
         raw.wait_timeout.as_deref(),
         raw::DEFAULT_WAIT_TIMEOUT,
     );
-    let unknown_hold = p.duration(
+    let unknown_hold = problems.duration(
         &format!("{key}.unknown_hold"),
         raw.unknown_hold.as_deref(),
         raw::DEFAULT_UNKNOWN_HOLD,
@@ -371,23 +371,23 @@ fn idempotency(
         ("unknown_hold", unknown_hold),
     ] {
         if value < Duration::from_millis(100) {
-            p.push(&format!("{key}.{field}"), "must be at least 100ms");
+            problems.push(&format!("{key}.{field}"), "must be at least 100ms");
         }
     }
     if !fingerprint_ignore.is_empty() && !fingerprint.contains(&FingerprintPart::Body) {
-        p.push(
+        problems.push(
             &format!("{key}.fingerprint_ignore"),
             "has no effect unless \"body\" is part of the fingerprint",
         );
     }
     if raw.cache_status.as_ref().is_some_and(Vec::is_empty) {
-        p.push(
+        problems.push(
             &format!("{key}.cache_status"),
             "must list at least one status class, e.g. [\"2xx\"]",
         );
     }
     let cache_status = match &raw.cache_status {
-        Some(items) => p
+        Some(items) => problems
             .take(&format!("{key}.cache_status"), CacheStatus::parse(items))
             .unwrap_or(CacheStatus { ranges: Vec::new() }),
         None => CacheStatus {
@@ -401,22 +401,22 @@ fn idempotency(
         fingerprint_ignore,
         lease,
         retention,
-        on_in_flight: p.choice(
+        on_in_flight: problems.choice(
             &format!("{key}.on_in_flight"),
             raw.on_in_flight.as_deref(),
             OnInFlight::Wait,
         ),
         wait_timeout,
         cache_status,
-        on_upstream_timeout: p.choice(
+        on_upstream_timeout: problems.choice(
             &format!("{key}.on_upstream_timeout"),
             raw.on_upstream_timeout.as_deref(),
             OnUpstreamTimeout::Hold,
         ),
         unknown_hold,
-        mode: p.choice(&format!("{key}.mode"), raw.mode.as_deref(), Mode::Enforce),
+        mode: problems.choice(&format!("{key}.mode"), raw.mode.as_deref(), Mode::Enforce),
         on_unavailable: on_unavailable(
-            p,
+            problems,
             &format!("{key}.on_unavailable"),
             raw.on_unavailable.as_deref(),
             store_on_unavailable,

@@ -166,7 +166,7 @@ impl Scheme {
         match self {
             Self::None => 0,
             Self::Hmac(h) => h.secrets.len(),
-            Self::Preset(p) => p.keys.len(),
+            Self::Preset(problems) => problems.keys.len(),
         }
     }
 
@@ -175,17 +175,19 @@ impl Scheme {
         match self {
             Self::None => None,
             Self::Hmac(h) => h.timestamp.as_ref().map(|t| t.tolerance),
-            Self::Preset(p) => p.tolerance,
+            Self::Preset(problems) => problems.tolerance,
         }
     }
 }
 
-pub(super) fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
+pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
     let secrets: Vec<Secret> = raw
         .secrets
         .iter()
         .enumerate()
-        .filter_map(|(i, spec)| p.take(&format!("{key}.secrets[{i}]"), Secret::resolve(spec)))
+        .filter_map(|(i, spec)| {
+            problems.take(&format!("{key}.secrets[{i}]"), Secret::resolve(spec))
+        })
         .collect();
     match raw.scheme.as_str() {
         "none" => {
@@ -195,7 +197,7 @@ pub(super) fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme 
             ];
             for (field, set) in all.into_iter().chain(hmac_only_keys(raw)) {
                 if set {
-                    p.push(
+                    problems.push(
                         &format!("{key}.{field}"),
                         "has no effect with scheme = \"none\"",
                     );
@@ -203,12 +205,12 @@ pub(super) fn scheme(p: &mut Problems, key: &str, raw: &RawSignature) -> Scheme 
             }
             Scheme::None
         }
-        "hmac" => Scheme::Hmac(hmac_scheme(p, key, raw, secrets)),
+        "hmac" => Scheme::Hmac(hmac_scheme(problems, key, raw, secrets)),
         name => match PresetKind::ALL.iter().find(|(n, _)| *n == name) {
-            Some((_, kind)) => Scheme::Preset(preset(p, key, raw, *kind, &secrets)),
+            Some((_, kind)) => Scheme::Preset(preset(problems, key, raw, *kind, &secrets)),
             None => {
                 let names: Vec<&str> = PresetKind::ALL.iter().map(|(n, _)| *n).collect();
-                p.push(
+                problems.push(
                     &format!("{key}.scheme"),
                     format!(
                         "{name:?} is not valid; expected \"hmac\", \"none\" or a preset: {}",
@@ -236,7 +238,7 @@ fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
 }
 
 fn preset(
-    p: &mut Problems,
+    problems: &mut Problems,
     key: &str,
     raw: &RawSignature,
     kind: PresetKind,
@@ -244,7 +246,7 @@ fn preset(
 ) -> Preset {
     for (field, set) in hmac_only_keys(raw) {
         if set {
-            p.push(
+            problems.push(
                 &format!("{key}.{field}"),
                 format!(
                     "only for scheme = \"hmac\"; scheme = {:?} fixes it itself",
@@ -254,14 +256,14 @@ fn preset(
         }
     }
     if raw.secrets.is_empty() {
-        p.push(
+        problems.push(
             &format!("{key}.secrets"),
             "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
         );
     }
     let tolerance = match (kind.default_tolerance(), raw.tolerance.as_deref()) {
         (None, Some(_)) => {
-            p.push(
+            problems.push(
                 &format!("{key}.tolerance"),
                 format!(
                     "scheme = {:?} signs no timestamp, so there is no window to set",
@@ -274,9 +276,9 @@ fn preset(
         (Some(default), None) => Some(default),
         (Some(_), Some(text)) => {
             let tolerance =
-                p.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
+                problems.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
             if tolerance.is_zero() {
-                p.push(&format!("{key}.tolerance"), "must be greater than zero");
+                problems.push(&format!("{key}.tolerance"), "must be greater than zero");
             }
             Some(tolerance)
         }
@@ -286,7 +288,7 @@ fn preset(
             .iter()
             .enumerate()
             .filter_map(|(i, secret)| {
-                p.take(
+                problems.take(
                     &format!("{key}.secrets[{i}]"),
                     secret.derived(decode_whsec).map_err(|_| {
                         "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
@@ -304,59 +306,59 @@ fn preset(
 }
 
 fn hmac_scheme(
-    p: &mut Problems,
+    problems: &mut Problems,
     key: &str,
     raw: &RawSignature,
     secrets: Vec<Secret>,
 ) -> HmacScheme {
     if raw.secrets.is_empty() {
-        p.push(
+        problems.push(
             &format!("{key}.secrets"),
             "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
         );
     }
-    let algorithm = p.choice(
+    let algorithm = problems.choice(
         &format!("{key}.algorithm"),
         raw.algorithm.as_deref(),
         Algorithm::Sha256,
     );
     let signature = match &raw.signature {
-        Some(text) => p
+        Some(text) => problems
             .take(&format!("{key}.signature"), Selector::parse(text))
             .unwrap_or(Selector::Query(String::new())),
         None => {
-            p.push(
+            problems.push(
                 &format!("{key}.signature"),
                 "required with scheme = \"hmac\", e.g. \"header:X-Signature\"",
             );
             Selector::Query(String::new())
         }
     };
-    let encoding = p.choice(
+    let encoding = problems.choice(
         &format!("{key}.encoding"),
         raw.encoding.as_deref(),
         Encoding::Hex,
     );
     let message = match &raw.message {
-        Some(text) => p
+        Some(text) => problems
             .take(&format!("{key}.message"), Template::parse(text))
             .unwrap_or_else(Template::body_only),
         None => Template::body_only(),
     };
     let timestamp = raw.timestamp.as_ref().and_then(|text| {
-        let selector = p.take(&format!("{key}.timestamp"), Selector::parse(text))?;
-        let unit = p.choice(
+        let selector = problems.take(&format!("{key}.timestamp"), Selector::parse(text))?;
+        let unit = problems.choice(
             &format!("{key}.timestamp_unit"),
             raw.timestamp_unit.as_deref(),
             TimestampUnit::Seconds,
         );
-        let tolerance = p.duration_or(
+        let tolerance = problems.duration_or(
             &format!("{key}.tolerance"),
             raw.tolerance.as_deref(),
             DEFAULT_TOLERANCE,
         );
         if tolerance.is_zero() {
-            p.push(&format!("{key}.tolerance"), "must be greater than zero");
+            problems.push(&format!("{key}.tolerance"), "must be greater than zero");
         }
         Some(TimestampRule {
             selector,
@@ -370,7 +372,7 @@ fn hmac_scheme(
             ("tolerance", raw.tolerance.is_some()),
         ] {
             if set {
-                p.push(
+                problems.push(
                     &format!("{key}.{field}"),
                     "has no effect without a timestamp selector",
                 );

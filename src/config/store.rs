@@ -72,14 +72,14 @@ pub struct StoreConfig {
 }
 
 pub(super) fn store_config(
-    p: &mut Problems,
+    problems: &mut Problems,
     raw: &raw::RawStore,
     connections: usize,
 ) -> StoreConfig {
     let backend = match raw.kind.as_str() {
         "redis" => {
             if raw.path.is_some() {
-                p.push("store.path", "only valid with kind = \"embedded\"");
+                problems.push("store.path", "only valid with kind = \"embedded\"");
             }
             let url = raw.url.clone().unwrap_or_default();
             let known = [
@@ -91,7 +91,7 @@ pub(super) fn store_config(
                 "rediss-sentinel://",
             ];
             if !known.iter().any(|scheme| url.starts_with(scheme)) {
-                p.push(
+                problems.push(
                     "store.url",
                     format!(
                         "{:?} is not a Redis URL; expected one of {}",
@@ -104,14 +104,14 @@ pub(super) fn store_config(
         }
         "embedded" => {
             if raw.url.is_some() {
-                p.push("store.url", "only valid with kind = \"redis\"");
+                problems.push("store.url", "only valid with kind = \"redis\"");
             }
             match &raw.path {
                 Some(path) if !path.is_empty() => StoreBackend::Embedded {
                     path: PathBuf::from(path),
                 },
                 _ => {
-                    p.push(
+                    problems.push(
                         "store.path",
                         "required with kind = \"embedded\", e.g. \"data/idemgate.redb\"",
                     );
@@ -122,7 +122,7 @@ pub(super) fn store_config(
             }
         }
         other => {
-            p.push(
+            problems.push(
                 "store.kind",
                 format!("{other:?} is not valid; expected \"redis\" or \"embedded\""),
             );
@@ -136,7 +136,7 @@ pub(super) fn store_config(
         .clone()
         .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
     if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
-        p.push(
+        problems.push(
             "store.key_prefix",
             "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
         );
@@ -145,15 +145,15 @@ pub(super) fn store_config(
         None | Some(0) => None,
         Some(replicas) => {
             if !matches!(backend, StoreBackend::Redis { .. }) {
-                p.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
+                problems.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
             }
-            let timeout = p.duration(
+            let timeout = problems.duration(
                 "store.replica_ack_timeout",
                 raw.replica_ack_timeout.as_deref(),
                 raw::DEFAULT_REPLICA_ACK_TIMEOUT,
             );
             if timeout.is_zero() {
-                p.push(
+                problems.push(
                     "store.replica_ack_timeout",
                     "must be greater than zero (0 would make WAIT block forever)",
                 );
@@ -163,13 +163,13 @@ pub(super) fn store_config(
     };
     let allow_eviction = raw.allow_eviction.unwrap_or(false);
     if raw.allow_eviction.is_some() && !matches!(backend, StoreBackend::Redis { .. }) {
-        p.push(
+        problems.push(
             "store.allow_eviction",
             "only valid with kind = \"redis\" (the embedded store never evicts)",
         );
     }
     if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
-        p.push(
+        problems.push(
             "store.replica_ack_timeout",
             "has no effect without min_replicas_ack",
         );
@@ -180,7 +180,7 @@ pub(super) fn store_config(
         allow_eviction,
         key_prefix,
         connections,
-        command_timeout: p.duration(
+        command_timeout: problems.duration(
             "store.command_timeout",
             raw.command_timeout.as_deref(),
             raw::DEFAULT_COMMAND_TIMEOUT,

@@ -78,17 +78,17 @@ impl TryFrom<RawConfig> for Config {
     type Error = ConfigError;
 
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
-        let mut p = Problems::default();
-        let unmatched = p.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
+        let mut problems = Problems::default();
+        let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
         let listen = Listen {
             proxy: socket(
-                &mut p,
+                &mut problems,
                 "listen.proxy",
                 raw.listen.proxy,
                 raw::DEFAULT_PROXY_ADDR,
             ),
             admin: socket(
-                &mut p,
+                &mut problems,
                 "listen.admin",
                 raw.listen.admin,
                 raw::DEFAULT_ADMIN_ADDR,
@@ -99,17 +99,17 @@ impl TryFrom<RawConfig> for Config {
                 .limits
                 .max_body_bytes
                 .unwrap_or(raw::DEFAULT_MAX_BODY_BYTES),
-            header_read_timeout: p.duration(
+            header_read_timeout: problems.duration(
                 "limits.header_read_timeout",
                 raw.limits.header_read_timeout.as_deref(),
                 raw::DEFAULT_HEADER_READ_TIMEOUT,
             ),
-            shutdown_grace: p.duration(
+            shutdown_grace: problems.duration(
                 "limits.shutdown_grace",
                 raw.limits.shutdown_grace.as_deref(),
                 raw::DEFAULT_SHUTDOWN_GRACE,
             ),
-            body_read_timeout: p.duration(
+            body_read_timeout: problems.duration(
                 "limits.body_read_timeout",
                 raw.limits.body_read_timeout.as_deref(),
                 raw::DEFAULT_BODY_READ_TIMEOUT,
@@ -141,7 +141,7 @@ impl TryFrom<RawConfig> for Config {
             },
         };
         if limits.worker_threads > MAX_WORKER_THREADS {
-            p.push(
+            problems.push(
                 "limits.worker_threads",
                 format!("must be at most {MAX_WORKER_THREADS}"),
             );
@@ -152,57 +152,57 @@ impl TryFrom<RawConfig> for Config {
             ("limits.max_header_bytes", limits.max_header_bytes, 8192),
         ] {
             if value < least {
-                p.push(key, format!("must be at least {least}"));
+                problems.push(key, format!("must be at least {least}"));
             }
         }
         if limits.body_read_timeout.is_zero() {
-            p.push("limits.body_read_timeout", "must be greater than zero");
+            problems.push("limits.body_read_timeout", "must be greater than zero");
         }
         if limits.header_read_timeout.is_zero() {
-            p.push("limits.header_read_timeout", "must be greater than zero");
+            problems.push("limits.header_read_timeout", "must be greater than zero");
         }
         if limits.max_body_bytes == 0 {
-            p.push("limits.max_body_bytes", "must be at least 1");
+            problems.push("limits.max_body_bytes", "must be at least 1");
         }
         if limits.max_stored_answer_bytes > raw::MAX_STORED_ANSWER_BYTES {
-            p.push(
+            problems.push(
                 "limits.max_stored_answer_bytes",
                 format!("must be at most {}", raw::MAX_STORED_ANSWER_BYTES),
             );
         }
-        let store = store_config(&mut p, &raw.store, limits.worker_threads);
+        let store = store_config(&mut problems, &raw.store, limits.worker_threads);
         let on_unavailable = on_unavailable(
-            &mut p,
+            &mut problems,
             "store.on_unavailable",
             raw.store.on_unavailable.as_deref(),
             OnUnavailable::Reject,
         );
         let upstream = Upstream {
-            url: upstream_url(&mut p, "upstream.url", &raw.upstream.url),
-            timeout: p.duration(
+            url: upstream_url(&mut problems, "upstream.url", &raw.upstream.url),
+            timeout: problems.duration(
                 "upstream.timeout",
                 raw.upstream.timeout.as_deref(),
                 raw::DEFAULT_UPSTREAM_TIMEOUT,
             ),
         };
         if upstream.timeout.is_zero() {
-            p.push("upstream.timeout", "must be greater than zero");
+            problems.push("upstream.timeout", "must be greater than zero");
         }
         if store.command_timeout.is_zero() {
-            p.push("store.command_timeout", "must be greater than zero");
+            problems.push("store.command_timeout", "must be greater than zero");
         }
         let admin_token = raw
             .admin
             .token
             .as_deref()
-            .and_then(|spec| p.take("admin.token", Secret::resolve(spec)));
+            .and_then(|spec| problems.take("admin.token", Secret::resolve(spec)));
 
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
             let key = format!("route[{index}]");
-            if let Some(route) = route(&mut p, &key, raw_route, &upstream, on_unavailable) {
+            if let Some(route) = route(&mut problems, &key, raw_route, &upstream, on_unavailable) {
                 if routes.iter().any(|r| r.name == route.name) {
-                    p.push(&format!("{key}.name"), "duplicate route name");
+                    problems.push(&format!("{key}.name"), "duplicate route name");
                 }
                 let shadowed = routes.iter().find(|r| {
                     let fold = !(r.case_sensitive && route.case_sensitive);
@@ -211,7 +211,7 @@ impl TryFrom<RawConfig> for Config {
                         && r.methods.iter().any(|m| route.methods.contains(m))
                 });
                 if let Some(other) = shadowed {
-                    p.push(
+                    problems.push(
                         &format!("{key}.path_prefix"),
                         format!(
                             "route {:?} already matches {:?} for the same methods",
@@ -222,7 +222,7 @@ impl TryFrom<RawConfig> for Config {
                 routes.push(route);
             }
         }
-        if p.0.is_empty() {
+        if problems.0.is_empty() {
             Ok(Self {
                 unmatched,
                 listen,
@@ -234,29 +234,30 @@ impl TryFrom<RawConfig> for Config {
                 routes,
             })
         } else {
-            Err(ConfigError(p.0))
+            Err(ConfigError(problems.0))
         }
     }
 }
 
-fn socket(p: &mut Problems, key: &str, text: Option<String>, default: &str) -> SocketAddr {
+fn socket(problems: &mut Problems, key: &str, text: Option<String>, default: &str) -> SocketAddr {
     let text = text.unwrap_or_else(|| default.to_owned());
-    p.take(
-        key,
-        text.parse()
-            .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
-    )
-    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+    problems
+        .take(
+            key,
+            text.parse()
+                .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
+        )
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
-pub(super) fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
+pub(super) fn upstream_url(problems: &mut Problems, key: &str, text: &str) -> Uri {
     let parsed = text.parse::<Uri>().ok().filter(|uri| {
         uri.scheme_str() == Some("http") && uri.authority().is_some() && uri.query().is_none()
     });
     match parsed {
         Some(uri) => uri,
         None => {
-            p.push(
+            problems.push(
                 key,
                 format!(
                     "{:?} is not an http:// base URL such as \"http://127.0.0.1:3000\"",
@@ -269,12 +270,12 @@ pub(super) fn upstream_url(p: &mut Problems, key: &str, text: &str) -> Uri {
 }
 
 pub(super) fn on_unavailable(
-    p: &mut Problems,
+    problems: &mut Problems,
     key: &str,
     text: Option<&str>,
     default: OnUnavailable,
 ) -> OnUnavailable {
-    p.choice(key, text, default)
+    problems.choice(key, text, default)
 }
 
 #[cfg(test)]
