@@ -20,6 +20,7 @@ mod eviction;
 mod failures;
 mod fingerprints;
 mod hardening;
+mod harness;
 mod logging;
 mod presets;
 mod replay;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idemgate::app::RunningApp;
 use idemgate::config::Config;
 
-use super::{Proc, RedisServer, SECRET, Upstream, free_port};
+use super::{Proc, RedisServer, SECRET, Upstream, free_port, listens};
 
 /// A test configuration: one route `pay` on `/notify`, generic HMAC over
 /// `{timestamp}.{body}` with the timestamp in `X-Timestamp` (seconds), key
@@ -125,6 +125,23 @@ impl GateProcess {
     /// Like `start`, with extra environment variables and, if `log` is
     /// given, debug-level logs written to that file.
     pub fn launch(text: &str, envs: &[(&str, &str)], log: Option<&std::path::Path>) -> Self {
+        // A port can be taken between choosing it and the child binding it;
+        // the child then exits, and is started again on fresh ports.
+        for _ in 0..5 {
+            if let Some(gate) = Self::try_launch(text, envs, log) {
+                return gate;
+            }
+        }
+        panic!("idemgate did not start on five pairs of free ports");
+    }
+
+    /// One start on fresh ports; `None` if the child exited before it
+    /// listened on both.
+    fn try_launch(
+        text: &str,
+        envs: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> Option<Self> {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let admin_port = free_port();
@@ -143,7 +160,7 @@ impl GateProcess {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
             None => Stdio::null(),
         };
-        let child = Proc::spawn_logged(
+        let mut child = Proc::spawn_logged(
             "idemgate",
             Command::new(env!("CARGO_BIN_EXE_idemgate"))
                 .args(["serve", "--config"])
@@ -152,19 +169,21 @@ impl GateProcess {
                 .envs(envs.iter().copied()),
             stderr,
         );
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
+        while !(listens(child.pid(), port) && listens(child.pid(), admin_port)) {
+            if child.has_exited() {
+                return None;
+            }
             assert!(Instant::now() < deadline, "idemgate did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self {
+        Some(Self {
             child,
-            addr,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
             admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
             config_path: path,
             _dir: dir,
-        }
+        })
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,17 +1,73 @@
 //! Free ports, the one child-process guard and bounded short commands.
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A port nobody listens on right now.
+/// Ports [`free_port`] has handed out in this test process.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A port nobody listens on right now, and never handed out before in this
+/// process: two tests running side by side never get the same one. (The
+/// port is free, not reserved: a server spawned on it must still prove it
+/// holds it, see [`listens`].)
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(port)
+        {
+            return port;
+        }
+    }
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port`. Readiness
+/// waits use it instead of "a connection succeeds": a child whose port was
+/// taken in the meantime by another test's server must not pass for ready.
+pub fn listens(pid: u32, port: u16) -> bool {
+    let wanted = format!(":{port:04X}");
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // local_address, st (0A = LISTEN), inode
+                    let listening = fields.get(1)?.ends_with(&wanted) && *fields.get(3)? == "0A";
+                    if !listening {
+                        return None;
+                    }
+                    Some(format!("socket:[{}]", fields.get(9)?))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
 }
 
 /// `n` distinct free loopback ports.
@@ -55,6 +111,13 @@ impl Proc {
             name: name.to_owned(),
             child: Some(child),
         }
+    }
+
+    /// Whether the process ended on its own (e.g. it could not bind its port).
+    pub fn has_exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|child| child.try_wait().ok().flatten().is_some())
     }
 
     /// Whether the process has not been killed or terminated yet.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Proc, free_port, run_bounded, wait_until};
+use super::{Proc, free_port, listens, run_bounded, wait_until};
 
 /// Upper bound of one redis-cli call.
 pub const CLI_LIMIT: Duration = Duration::from_secs(10);
@@ -22,11 +22,17 @@ pub fn spawn_redis(name: &str, port: u16, extra: &[String]) -> Proc {
         command.args(["--appendonly", "no"]);
     }
     command.args(extra);
-    let proc = Proc::spawn(name, &mut command);
+    let mut proc = Proc::spawn(name, &mut command);
     wait_until(
         Duration::from_secs(10),
-        &format!("{name} on port {port} answers PING (is redis-server installed?)"),
-        || cli(port, &["PING"]).trim() == "PONG",
+        &format!("{name} listens on port {port} and answers PING (is redis-server installed?)"),
+        || {
+            assert!(
+                !proc.has_exited(),
+                "{name} exited: port {port} was taken by another server"
+            );
+            listens(proc.pid(), port) && cli(port, &["PING"]).trim() == "PONG"
+        },
     );
     proc
 }
