@@ -14,12 +14,14 @@
 //! * `validate` — `Problems` and the `TryFrom<RawConfig>` that drives the rest;
 //! * `scheme` — `[route.signature]`: HMAC and the named presets;
 //! * `route` — `[[route]]` and its idempotency policy;
+//! * `guard` — `[[route.guard]]`, business-field whitelists;
 //! * `store` — `[store]`;
 //! * `secret`, `selector`, `redact` — secrets, request selectors and
 //!   templates, and URL redaction, shared by the sections above.
 
 mod choice;
 mod effective;
+mod guard;
 pub mod raw;
 mod redact;
 mod route;
@@ -39,6 +41,7 @@ use http::Uri;
 use raw::RawConfig;
 
 pub use choice::Choice;
+pub use guard::Guard;
 pub(crate) use redact::redact_url;
 pub use route::{
     CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,

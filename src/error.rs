@@ -58,6 +58,10 @@ pub enum Rejection {
     /// The body could not be parsed as JSON or form data where a selector needs it.
     #[error("request body could not be parsed as {0}")]
     BadRequestBody(&'static str),
+    /// A guarded business field is absent or holds a value outside the
+    /// route's whitelist (named by its selector).
+    #[error("field {0} missing or not an allowed value")]
+    FieldInvalid(String),
     /// The key was used before for a request with a different fingerprint.
     #[error("idempotency key reused with a different request")]
     FingerprintMismatch,
@@ -113,6 +117,8 @@ pub enum Reason {
     KeyInvalid,
     /// The body could not be parsed where a selector needs it.
     BadRequestBody,
+    /// A guarded business field is absent or outside its whitelist.
+    FieldInvalid,
     /// The key was used before for a different request.
     FingerprintMismatch,
     /// The first delivery of this key is still being processed.
@@ -133,7 +139,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for pre-registering label sets.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::BodyTooLarge,
         Self::BodyTimeout,
         Self::SignatureMissing,
@@ -143,6 +149,7 @@ impl Reason {
         Self::KeyMissing,
         Self::KeyInvalid,
         Self::BadRequestBody,
+        Self::FieldInvalid,
         Self::FingerprintMismatch,
         Self::InFlight,
         Self::OutcomeUnknown,
@@ -165,6 +172,7 @@ impl Reason {
             Self::KeyMissing => "key_missing",
             Self::KeyInvalid => "key_invalid",
             Self::BadRequestBody => "bad_request_body",
+            Self::FieldInvalid => "field_invalid",
             Self::FingerprintMismatch => "fingerprint_mismatch",
             Self::InFlight => "in_flight",
             Self::OutcomeUnknown => "outcome_unknown",
@@ -237,6 +245,11 @@ impl Rejection {
                 StatusCode::BAD_REQUEST,
                 Reason::BadRequestBody,
                 "Request body unparsable",
+            ),
+            Self::FieldInvalid(_) => (
+                StatusCode::BAD_REQUEST,
+                Reason::FieldInvalid,
+                "Field value not allowed",
             ),
             Self::FingerprintMismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -376,6 +389,11 @@ mod tests {
             (Rejection::KeyMissing("k".into()), 400, "key_missing"),
             (Rejection::KeyInvalid("k".into()), 400, "key_invalid"),
             (Rejection::BadRequestBody("json"), 400, "bad_request_body"),
+            (
+                Rejection::FieldInvalid("json:/status".into()),
+                400,
+                "field_invalid",
+            ),
             (Rejection::FingerprintMismatch, 422, "fingerprint_mismatch"),
             (
                 Rejection::InFlight {

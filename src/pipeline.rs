@@ -4,6 +4,7 @@
 //! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
 //! 2 body     pipeline/body.rs           413
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
+//!   guard    pipeline/guard.rs          400 field_invalid (business-field whitelists)
 //! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
@@ -31,6 +32,7 @@ pub(crate) mod backoff;
 pub(crate) mod body;
 pub(crate) mod claim;
 pub(crate) mod forward;
+pub(crate) mod guard;
 pub mod identify;
 pub(crate) mod lease_timing;
 mod outcome;
@@ -371,6 +373,13 @@ impl Pipeline {
                 return (stopped, Labels::default());
             }
         };
+        if let Err(rejection) = guard::check(verified.inbound(), &route.guards) {
+            let stopped = Enforced::Stopped {
+                verdict: Verdict::Refuse(rejection),
+                held: Held::Unclaimed(verified.into_inbound()),
+            };
+            return (stopped, Labels::default());
+        }
         let identity = match identify::identify(
             &verified,
             route,

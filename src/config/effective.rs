@@ -8,8 +8,8 @@
 
 use super::choice::Choice;
 use super::raw::{
-    RawAdmin, RawConfig, RawIdempotency, RawLimits, RawListen, RawRoute, RawSignature, RawStore,
-    RawUpstream, format_duration,
+    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawLimits, RawListen, RawRoute, RawSignature,
+    RawStore, RawUpstream, format_duration,
 };
 use super::{
     Config, HmacScheme, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
@@ -80,6 +80,15 @@ impl Config {
             upstream: own_upstream.then(|| redact_url(&route.upstream.url.to_string())),
             signature: signature(&route.scheme),
             idempotency: idempotency(route),
+            guards: route
+                .guards
+                .iter()
+                .map(|guard| RawGuard {
+                    field: guard.field.to_string(),
+                    one_of: guard.one_of.clone(),
+                    optional: Some(guard.optional),
+                })
+                .collect(),
         }
     }
 }
@@ -253,6 +262,9 @@ mod tests {
             [route.idempotency]
             key = ["json:/id"]
             cache_status = ["2xx", "404"]
+            [[route.guard]]
+            field = "json:/status"
+            one_of = ["PAID", "1"]
             [[route]]
             name = "events"
             path_prefix = "/events"
@@ -276,6 +288,7 @@ mod tests {
             "cache_status = [\"2xx\", \"404\"]",
             "fingerprint = [\"method\", \"path\", \"body\"]",
             "scheme = \"standard-webhooks\"",
+            "[[route.guard]]\nfield = \"json:/status\"\none_of = [\"PAID\", \"1\"]\noptional = false",
         ] {
             assert!(printed.contains(expected), "{expected} in:\n{printed}");
         }

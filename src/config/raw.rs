@@ -187,6 +187,21 @@ pub struct RawRoute {
     /// Key, fingerprint and replay rules.
     #[serde(default)]
     pub idempotency: RawIdempotency,
+    /// Business-field whitelists checked before the claim.
+    #[serde(default, rename = "guard", skip_serializing_if = "Vec::is_empty")]
+    pub guards: Vec<RawGuard>,
+}
+
+/// One `[[route.guard]]`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGuard {
+    /// Selector of the guarded field.
+    pub field: String,
+    /// Its allowed values, compared exactly as text.
+    pub one_of: Vec<String>,
+    /// Whether an absent field passes (default false).
+    pub optional: Option<bool>,
 }
 
 /// `[route.signature]`.

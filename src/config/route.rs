@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::Method;
 
+use super::guard::{Guard, guards};
 use super::raw::{self, RawIdempotency, RawRoute};
 use super::scheme::scheme;
 use super::validate::{Problems, on_unavailable, upstream_url};
@@ -191,6 +192,9 @@ pub struct Route {
     pub scheme: Scheme,
     /// Deduplication rules.
     pub idempotency: Idempotency,
+    /// Business-field whitelists, checked after the signature and before
+    /// the key is read.
+    pub guards: Vec<Guard>,
 }
 
 pub(super) fn route(
@@ -261,7 +265,9 @@ pub(super) fn route(
             );
         }
     }
+    let guards = guards(problems, &format!("{key}.guard"), &raw.guards);
     Some(Route {
+        guards,
         name: raw.name,
         path_prefix: raw.path_prefix,
         case_sensitive: raw.case_sensitive.unwrap_or(false),

@@ -68,7 +68,7 @@ pub(super) enum Held {
     /// Stage 1 could not settle its path: the body is still unread and is
     /// streamed on as it is.
     Unread(Request<Incoming>),
-    /// Refused before the claim (verify, identify): not known to be a
+    /// Refused before the claim (verify, guard, identify): not known to be a
     /// duplicate.
     Unclaimed(Inbound),
     /// The claim found a record: a duplicate.

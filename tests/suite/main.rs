@@ -19,6 +19,7 @@ mod embedded;
 mod eviction;
 mod failures;
 mod fingerprints;
+mod guards;
 mod hardening;
 mod harness;
 mod logging;
