@@ -174,7 +174,11 @@ impl Admin {
             Ok(hash) => hash,
             Err(problem) => return text(StatusCode::BAD_REQUEST, &problem.to_string()),
         };
-        let key = StoreKey::new(&self.config.store.key_prefix, &route.name, &key_hash);
+        let key = StoreKey::new(
+            &self.config.store.key_prefix,
+            &route.idempotency.scope,
+            &key_hash,
+        );
         match *request.method() {
             Method::GET => match self.store.lookup(&key).await {
                 Ok(Some(existing)) => {

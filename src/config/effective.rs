@@ -178,6 +178,7 @@ fn idempotency(route: &Route) -> RawIdempotency {
         on_upstream_timeout: Some(policy.on_upstream_timeout.name().to_owned()),
         unknown_hold: Some(format_duration(policy.unknown_hold)),
         mode: Some(policy.mode.name().to_owned()),
+        scope: Some(policy.scope.clone()),
         on_unavailable: Some(policy.on_unavailable.name().to_owned()),
     }
 }

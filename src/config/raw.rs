@@ -259,6 +259,8 @@ pub struct RawIdempotency {
     pub unknown_hold: Option<String>,
     /// `"enforce"` or `"shadow"`.
     pub mode: Option<String>,
+    /// Key space shared with other routes (default: the route name).
+    pub scope: Option<String>,
     /// Per-route `on_unavailable`.
     pub on_unavailable: Option<String>,
 }

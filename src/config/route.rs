@@ -49,6 +49,10 @@ pub enum FingerprintPart {
     Body,
     /// A header value.
     Header(http::HeaderName),
+    /// A selector's value (`json:/pointer`, `form:FIELD`, `query:NAME`):
+    /// what lets routes of one scope compare one delivery that reaches
+    /// them in different shapes (a JSON callback, a form poller result).
+    Value(Selector),
 }
 
 impl fmt::Display for FingerprintPart {
@@ -60,6 +64,7 @@ impl fmt::Display for FingerprintPart {
             Self::Query => f.write_str("query"),
             Self::Body => f.write_str("body"),
             Self::Header(name) => write!(f, "header:{name}"),
+            Self::Value(selector) => selector.fmt(f),
         }
     }
 }
@@ -168,6 +173,10 @@ pub struct Idempotency {
     pub on_upstream_timeout: OnUpstreamTimeout,
     /// How long an unknown outcome blocks.
     pub unknown_hold: Duration,
+    /// The key space this route's records live in: its name unless
+    /// routes share one (`scope`), so a callback and a reconciliation
+    /// route claim the same record for the same trade.
+    pub scope: String,
     /// Enforce or shadow.
     pub mode: Mode,
     /// Fail closed or open.
@@ -204,19 +213,24 @@ pub(super) fn route(
     default_upstream: &Upstream,
     store_on_unavailable: OnUnavailable,
 ) -> Option<Route> {
-    let name_ok = !raw.name.is_empty()
-        && raw.name.len() <= 64
-        && raw
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if !name_ok {
+    if !is_key_word(&raw.name) {
         problems.push(
             &format!("{key}.name"),
             format!(
                 "{:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is a metric label and part of the store key)",
                 raw.name
             ),
+        );
+    }
+    let scope = raw
+        .idempotency
+        .scope
+        .clone()
+        .unwrap_or_else(|| raw.name.clone());
+    if !is_key_word(&scope) {
+        problems.push(
+            &format!("{key}.idempotency.scope"),
+            format!("{scope:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is part of the store key)"),
         );
     }
     if let Err(problem) = crate::path::check_prefix(&raw.path_prefix) {
@@ -254,6 +268,7 @@ pub(super) fn route(
         &raw.idempotency,
         store_on_unavailable,
         &scheme,
+        scope,
     );
     if let Some(tolerance) = scheme.tolerance() {
         if idempotency.retention <= tolerance {
@@ -278,6 +293,73 @@ pub(super) fn route(
     })
 }
 
+/// Routes of one `scope` claim the same records, so one delivery reaching
+/// two of them must get one fingerprint: every such route fingerprints
+/// values only (selectors and headers, no `method`, `path`, `query` or
+/// `body`, which differ between routes by construction), the same number
+/// of them, compared value by value in order.
+pub(super) fn check_shared_scope(
+    problems: &mut Problems,
+    key: &str,
+    route: &Route,
+    earlier: &[Route],
+) {
+    let scope = &route.idempotency.scope;
+    let Some(other) = earlier.iter().find(|r| r.idempotency.scope == *scope) else {
+        return;
+    };
+    let by_route = |parts: &[FingerprintPart]| {
+        parts
+            .iter()
+            .find(|part| {
+                matches!(
+                    part,
+                    FingerprintPart::Method
+                        | FingerprintPart::Path
+                        | FingerprintPart::Query
+                        | FingerprintPart::Body
+                )
+            })
+            .map(ToString::to_string)
+    };
+    let key = format!("{key}.idempotency.fingerprint");
+    for (name, parts) in [
+        (&route.name, &route.idempotency.fingerprint),
+        (&other.name, &other.idempotency.fingerprint),
+    ] {
+        if let Some(part) = by_route(parts) {
+            problems.push(
+                &key,
+                format!(
+                    "route {name:?} shares scope {scope:?}, so its fingerprint must list values only (json:/…, form:…, query:…, header:…), not {part:?}, which differs between routes"
+                ),
+            );
+        }
+    }
+    let (mine, theirs) = (
+        route.idempotency.fingerprint.len(),
+        other.idempotency.fingerprint.len(),
+    );
+    if mine != theirs {
+        problems.push(
+            &key,
+            format!(
+                "{mine} parts, but route {:?} in scope {scope:?} lists {theirs}: the parts are compared in order",
+                other.name
+            ),
+        );
+    }
+}
+
+/// A route name or scope: it is a metric label and part of the store key.
+fn is_key_word(word: &str) -> bool {
+    !word.is_empty()
+        && word.len() <= 64
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
 fn selectors(problems: &mut Problems, key: &str, items: &[String]) -> Vec<Selector> {
     items
         .iter()
@@ -292,6 +374,7 @@ fn idempotency(
     raw: &RawIdempotency,
     store_on_unavailable: OnUnavailable,
     scheme: &Scheme,
+    scope: String,
 ) -> Idempotency {
     let key_parts = match (&raw.key, scheme) {
         (Some(items), _) => {
@@ -327,8 +410,10 @@ fn idempotency(
                     Some(name) => http::HeaderName::from_bytes(name.as_bytes())
                         .map(FingerprintPart::Header)
                         .map_err(|_| format!("{name:?} is not a valid header name")),
+                    None if other.contains(':') => Selector::parse(other)
+                        .map(FingerprintPart::Value),
                     None => Err(format!(
-                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\" or \"header:NAME\""
+                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\", \"header:NAME\" or a selector (json:/pointer, form:FIELD, query:NAME)"
                     )),
                 },
             };
@@ -420,6 +505,7 @@ fn idempotency(
             OnUpstreamTimeout::Hold,
         ),
         unknown_hold,
+        scope,
         mode: problems.choice(&format!("{key}.mode"), raw.mode.as_deref(), Mode::Enforce),
         on_unavailable: on_unavailable(
             problems,
@@ -441,5 +527,71 @@ mod tests {
         assert!(!classes.contains(300) && !classes.contains(410));
         assert!(CacheStatus::parse(&["6xx".into()]).is_err());
         assert!(CacheStatus::parse(&["20".into()]).is_err());
+    }
+
+    /// A callback route and a reconciliation route sharing `scope`.
+    fn scoped(callback: &str, poller: &str) -> Result<crate::config::Config, String> {
+        crate::config::Config::parse(&format!(
+            r#"
+            [store]
+            kind = "embedded"
+            path = "/tmp/x.redb"
+            [upstream]
+            url = "http://127.0.0.1:3000"
+            [[route]]
+            name = "callback"
+            path_prefix = "/notify"
+            [route.signature]
+            scheme = "none"
+            [route.idempotency]
+            scope = "payments"
+            key = ["json:/trade_no"]
+            fingerprint = {callback}
+            [[route]]
+            name = "poller"
+            path_prefix = "/internal/query-result"
+            [route.signature]
+            scheme = "none"
+            [route.idempotency]
+            scope = "payments"
+            key = ["form:out_trade_no"]
+            fingerprint = {poller}
+            "#
+        ))
+        .map_err(|e| e.0.join("\n"))
+    }
+
+    #[test]
+    fn routes_of_one_scope_fingerprint_the_same_values_in_order() {
+        let config = scoped(
+            r#"["json:/trade_no", "json:/total_amount"]"#,
+            r#"["form:out_trade_no", "form:total_fee"]"#,
+        )
+        .unwrap();
+        assert!(
+            config
+                .routes
+                .iter()
+                .all(|r| r.idempotency.scope == "payments")
+        );
+        assert_eq!(
+            config.routes[1].idempotency.fingerprint[1],
+            FingerprintPart::Value(Selector::Form("total_fee".into()))
+        );
+
+        let by_route = scoped(r#"["json:/trade_no", "body"]"#, r#"["form:a", "form:b"]"#);
+        assert!(by_route.unwrap_err().contains(
+            "route[1].idempotency.fingerprint: route \"callback\" shares scope \"payments\""
+        ));
+        let uneven = scoped(r#"["json:/trade_no"]"#, r#"["form:a", "form:b"]"#).unwrap_err();
+        assert!(
+            uneven.contains("2 parts, but route \"callback\""),
+            "{uneven}"
+        );
+        let defaults = scoped(
+            r#"["json:/a"]"#,
+            r#"["form:a"]"#.replace("form:a", "method").as_str(),
+        );
+        assert!(defaults.unwrap_err().contains("not \"method\""));
     }
 }

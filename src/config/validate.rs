@@ -13,7 +13,7 @@ use http::Uri;
 
 use super::choice::Choice;
 use super::raw::{self, RawConfig, parse_duration};
-use super::route::route;
+use super::route::{check_shared_scope, route};
 use super::store::store_config;
 use super::{
     Config, ConfigError, Limits, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream,
@@ -204,6 +204,7 @@ impl TryFrom<RawConfig> for Config {
                 if routes.iter().any(|r| r.name == route.name) {
                     problems.push(&format!("{key}.name"), "duplicate route name");
                 }
+                check_shared_scope(&mut problems, &key, &route, &routes);
                 let shadowed = routes.iter().find(|r| {
                     let fold = !(r.case_sensitive && route.case_sensitive);
                     canonical_prefix(&r.path_prefix, fold)

@@ -62,7 +62,7 @@ pub fn identify(
         None => lower_hex(&fingerprint.0),
     };
     Ok(Identity {
-        key: StoreKey::new(key_prefix, &route.name, &key_hash),
+        key: StoreKey::new(key_prefix, &route.idempotency.scope, &key_hash),
         key_hash,
         fingerprint,
     })
@@ -182,6 +182,12 @@ fn fingerprint(
                 let digest = body_digest(request, &route.idempotency.fingerprint_ignore)?;
                 put(b'B', &digest);
             }
+            // Tagged by position only, not by selector: routes of one scope
+            // read the same value through different selectors.
+            FingerprintPart::Value(selector) => match request.value(selector)? {
+                Some(value) => put(b'V', &value),
+                None => put(b'A', b""),
+            },
         }
     }
     Ok(Fingerprint(hasher.finalize().into()))

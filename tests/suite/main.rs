@@ -26,6 +26,7 @@ mod logging;
 mod presets;
 mod replay;
 mod routing;
+mod scopes;
 mod secrets;
 mod signatures;
 mod store_contract;

@@ -1,0 +1,136 @@
+//! One scope, two routes (SPEC-level: issue "Shared Apply"): a payment
+//! callback (JSON, the gateway's secret) and a reconciliation poller's
+//! result (form, its own secret) for the same trade claim one record, so
+//! whichever arrives first executes and the other is replayed; a different
+//! amount is a real discrepancy and stays 422. Real Redis, real upstream.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const POLLER_SECRET: &str = "poller-secret";
+
+/// The callback route and the reconciliation route, in scope "payments".
+fn scoped_config(redis: &RedisServer, upstream: &Upstream) -> String {
+    format!(
+        r#"{}
+[[route]]
+name = "callback"
+path_prefix = "/notify"
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:{SECRET}"]
+signature = "header:X-Signature"
+message = "{{timestamp}}.{{body}}"
+timestamp = "header:X-Timestamp"
+[route.idempotency]
+scope = "payments"
+key = ["json:/trade_no"]
+fingerprint = ["json:/trade_no", "json:/total_amount"]
+
+[[route]]
+name = "poller"
+path_prefix = "/internal/query-result"
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:{POLLER_SECRET}"]
+signature = "header:X-Signature"
+message = "{{timestamp}}.{{body}}"
+timestamp = "header:X-Timestamp"
+[route.idempotency]
+scope = "payments"
+key = ["form:out_trade_no"]
+fingerprint = ["form:out_trade_no", "form:total_fee"]
+"#,
+        base_sections(&redis_store(redis), &upstream.url())
+    )
+}
+
+async fn callback(gate: &Gate, trade: &str, amount: &str) -> Answer {
+    let body = format!(r#"{{"trade_no":"{trade}","total_amount":"{amount}"}}"#);
+    let headers = signed_with(SECRET, now_secs(), &body);
+    send("POST", &gate.url("/notify"), &headers, body).await
+}
+
+async fn poller(gate: &Gate, trade: &str, amount: &str) -> Answer {
+    let body = format!("out_trade_no={trade}&total_fee={amount}&trade_status=TRADE_SUCCESS");
+    let mut headers = signed_with(POLLER_SECRET, now_secs(), &body);
+    headers.push((
+        "content-type".to_owned(),
+        "application/x-www-form-urlencoded".to_owned(),
+    ));
+    send("POST", &gate.url("/internal/query-result"), &headers, body).await
+}
+
+/// The trade an upstream call was for, whichever route forwarded it.
+fn trade_of(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let start = text
+        .find("t-")
+        .unwrap_or_else(|| panic!("no trade in {text}"));
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_and_reconciliation_apply_each_trade_once() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(20))).await;
+    let gate = std::sync::Arc::new(Gate::start(&scoped_config(&redis, &upstream)).await);
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let gate = std::sync::Arc::clone(&gate);
+            tokio::spawn(async move {
+                let trade = format!("t-{i}");
+                // Both orders: even trades start with the callback.
+                let (first, second) = if i % 2 == 0 {
+                    tokio::join!(
+                        callback(&gate, &trade, "10.00"),
+                        poller(&gate, &trade, "10.00")
+                    )
+                } else {
+                    let (second, first) = tokio::join!(
+                        poller(&gate, &trade, "10.00"),
+                        callback(&gate, &trade, "10.00")
+                    );
+                    (first, second)
+                };
+                (first.status, second.status)
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), (200, 200));
+    }
+    let mut executions = std::collections::BTreeMap::<String, usize>::new();
+    for body in upstream.bodies() {
+        *executions.entry(trade_of(&body)).or_default() += 1;
+    }
+    assert_eq!(executions.len(), 100, "every trade executed");
+    assert!(
+        executions.values().all(|n| *n == 1),
+        "each trade once: {executions:?}"
+    );
+    assert_eq!(
+        redis.keys("idemgate:payments:*").len(),
+        100,
+        "one record per trade"
+    );
+    assert!(redis.keys("idemgate:callback:*").is_empty());
+
+    // The same trade reported with another amount is a discrepancy.
+    assert_eq!(callback(&gate, "t-x", "10.00").await.status, 200);
+    let mismatch = poller(&gate, "t-x", "9.00").await;
+    assert_eq!(
+        (mismatch.status, mismatch.reason().as_deref()),
+        (422, Some("fingerprint_mismatch"))
+    );
+    let replay = poller(&gate, "t-x", "10.00").await;
+    assert_eq!((replay.status, replay.replayed()), (200, Some("true")));
+    assert_eq!(upstream.calls(), 101);
+    if let Ok(gate) = std::sync::Arc::try_unwrap(gate) {
+        gate.stop().await;
+    }
+}
