@@ -376,15 +376,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_errors() {
-        let text = r#"
-            [store]
-            kind = "embedded"
-            path = "x"
-            colour = "blue"
-            [upstream]
-            url = "http://127.0.0.1:1"
-        "#;
-        let err = toml::from_str::<RawConfig>(text).unwrap_err().to_string();
+        let store = ["kind = \"embedded\"", "path = \"x\"", "colour = \"blue\""].join("\n");
+        let text = format!("[store]\n{store}\n[upstream]\nurl = \"http://127.0.0.1:1\"\n");
+        let err = toml::from_str::<RawConfig>(&text).unwrap_err().to_string();
         assert!(err.contains("colour"), "{err}");
     }
 }

@@ -529,42 +529,22 @@ mod tests {
         assert!(CacheStatus::parse(&["20".into()]).is_err());
     }
 
-    /// A callback route and a reconciliation route sharing `scope`.
-    fn scoped(callback: &str, poller: &str) -> Result<crate::config::Config, String> {
-        crate::config::Config::parse(&format!(
-            r#"
-            [store]
-            kind = "embedded"
-            path = "/tmp/x.redb"
-            [upstream]
-            url = "http://127.0.0.1:3000"
-            [[route]]
-            name = "callback"
-            path_prefix = "/notify"
-            [route.signature]
-            scheme = "none"
-            [route.idempotency]
-            scope = "payments"
-            key = ["json:/trade_no"]
-            fingerprint = {callback}
-            [[route]]
-            name = "poller"
-            path_prefix = "/internal/query-result"
-            [route.signature]
-            scheme = "none"
-            [route.idempotency]
-            scope = "payments"
-            key = ["form:out_trade_no"]
-            fingerprint = {poller}
-            "#
-        ))
-        .map_err(|e| e.0.join("\n"))
+    /// The minimal route "payments" with fingerprint `first`, and a second
+    /// route in its scope with fingerprint `second`.
+    fn scoped(first: &str, second: &str) -> Result<crate::config::Config, String> {
+        let poller = ["name = \"poller\"", "path_prefix = \"/poll\""].join("\n");
+        let text = format!(
+            "{}\nfingerprint = {first}\n[[route]]\n{poller}\n[route.signature]\nscheme = \"none\"\n\
+             [route.idempotency]\nscope = \"payments\"\nkey = [\"form:out_trade_no\"]\nfingerprint = {second}\n",
+            crate::config::tests::MINIMAL
+        );
+        crate::config::Config::parse(&text).map_err(|e| e.0.join("\n"))
     }
 
     #[test]
     fn routes_of_one_scope_fingerprint_the_same_values_in_order() {
         let config = scoped(
-            r#"["json:/trade_no", "json:/total_amount"]"#,
+            r#"["json:/paymentNo", "json:/total_amount"]"#,
             r#"["form:out_trade_no", "form:total_fee"]"#,
         )
         .unwrap();
@@ -579,13 +559,13 @@ mod tests {
             FingerprintPart::Value(Selector::Form("total_fee".into()))
         );
 
-        let by_route = scoped(r#"["json:/trade_no", "body"]"#, r#"["form:a", "form:b"]"#);
+        let by_route = scoped(r#"["json:/paymentNo", "body"]"#, r#"["form:a", "form:b"]"#);
         assert!(by_route.unwrap_err().contains(
-            "route[1].idempotency.fingerprint: route \"callback\" shares scope \"payments\""
+            "route[1].idempotency.fingerprint: route \"payments\" shares scope \"payments\""
         ));
-        let uneven = scoped(r#"["json:/trade_no"]"#, r#"["form:a", "form:b"]"#).unwrap_err();
+        let uneven = scoped(r#"["json:/paymentNo"]"#, r#"["form:a", "form:b"]"#).unwrap_err();
         assert!(
-            uneven.contains("2 parts, but route \"callback\""),
+            uneven.contains("2 parts, but route \"payments\""),
             "{uneven}"
         );
         let defaults = scoped(

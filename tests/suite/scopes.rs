@@ -10,40 +10,41 @@ use crate::support::*;
 
 const POLLER_SECRET: &str = "poller-secret";
 
+/// One `[[route]]` in scope "payments", signed by `secret` over
+/// `{timestamp}.{body}`, keyed and fingerprinted by the selectors given.
+fn payments_route(name: &str, prefix: &str, secret: &str, key: &str, parts: [&str; 2]) -> String {
+    let signature = [
+        "scheme = \"hmac\"",
+        &format!("secrets = [\"literal:{secret}\"]"),
+        "signature = \"header:X-Signature\"",
+        "message = \"{timestamp}.{body}\"",
+        "timestamp = \"header:X-Timestamp\"",
+    ]
+    .join("\n");
+    format!(
+        "[[route]]\nname = {name:?}\npath_prefix = {prefix:?}\n[route.signature]\n{signature}\n\
+         [route.idempotency]\nscope = \"payments\"\nkey = [{key:?}]\nfingerprint = {parts:?}\n"
+    )
+}
+
 /// The callback route and the reconciliation route, in scope "payments".
 fn scoped_config(redis: &RedisServer, upstream: &Upstream) -> String {
-    format!(
-        r#"{}
-[[route]]
-name = "callback"
-path_prefix = "/notify"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:{SECRET}"]
-signature = "header:X-Signature"
-message = "{{timestamp}}.{{body}}"
-timestamp = "header:X-Timestamp"
-[route.idempotency]
-scope = "payments"
-key = ["json:/trade_no"]
-fingerprint = ["json:/trade_no", "json:/total_amount"]
-
-[[route]]
-name = "poller"
-path_prefix = "/internal/query-result"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:{POLLER_SECRET}"]
-signature = "header:X-Signature"
-message = "{{timestamp}}.{{body}}"
-timestamp = "header:X-Timestamp"
-[route.idempotency]
-scope = "payments"
-key = ["form:out_trade_no"]
-fingerprint = ["form:out_trade_no", "form:total_fee"]
-"#,
-        base_sections(&redis_store(redis), &upstream.url())
-    )
+    let callback = payments_route(
+        "callback",
+        "/notify",
+        SECRET,
+        "json:/trade_no",
+        ["json:/trade_no", "json:/total_amount"],
+    );
+    let poller = payments_route(
+        "poller",
+        "/internal/query-result",
+        POLLER_SECRET,
+        "form:out_trade_no",
+        ["form:out_trade_no", "form:total_fee"],
+    );
+    let head = base_sections(&redis_store(redis), &upstream.url());
+    format!("{head}\n{callback}\n{poller}")
 }
 
 async fn callback(gate: &Gate, trade: &str, amount: &str) -> Answer {
