@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::support::*;
 
 const POLLER_SECRET: &str = "poller-secret";
+const ADMIN_TOKEN: &str = "scope-admin-token";
 
 /// One `[[route]]` in scope "payments", signed by `secret` over
 /// `{timestamp}.{body}`, keyed and fingerprinted by the selectors given.
@@ -44,7 +45,7 @@ fn scoped_config(redis: &RedisServer, upstream: &Upstream) -> String {
         ["form:out_trade_no", "form:total_fee"],
     );
     let head = base_sections(&redis_store(redis), &upstream.url());
-    format!("{head}\n{callback}\n{poller}")
+    format!("{head}\n{callback}\n{poller}\n[admin]\ntoken = \"literal:{ADMIN_TOKEN}\"\n")
 }
 
 async fn callback(gate: &Gate, trade: &str, amount: &str) -> Answer {
@@ -131,6 +132,19 @@ async fn callback_and_reconciliation_apply_each_trade_once() {
     let replay = poller(&gate, "t-x", "10.00").await;
     assert_eq!((replay.status, replay.replayed()), (200, Some("true")));
     assert_eq!(upstream.calls(), 101);
+    // The admin API finds the record through either route of the scope.
+    for route in ["callback", "poller"] {
+        let record = send(
+            "GET",
+            &format!("http://{}/admin/records/{route}/t-x", gate.admin),
+            &[("authorization".to_owned(), format!("Bearer {ADMIN_TOKEN}"))],
+            "",
+        )
+        .await;
+        let text = String::from_utf8_lossy(&record.body).into_owned();
+        assert_eq!(record.status, 200, "{route}: {text}");
+        assert!(text.contains("\"completed\""), "{route}: {text}");
+    }
     if let Ok(gate) = std::sync::Arc::try_unwrap(gate) {
         gate.stop().await;
     }
