@@ -6,9 +6,11 @@
 //! `field_invalid` and leaves no trace, so the sender's corrected retry is
 //! a first delivery. Values come from the same selector reads as keys and
 //! fingerprints (`Inbound::value`), so a JSON body naming a key twice or a
-//! repeated form field is 400 `bad_request_body` here too.
+//! repeated form field is 400 `bad_request_body` here too; a guarded header
+//! or query parameter that occurs more than once is `field_invalid`, since
+//! the guard and the handler could each read a different copy.
 
-use crate::config::Guard;
+use crate::config::{Guard, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -16,11 +18,26 @@ use crate::extract::Inbound;
 pub(crate) fn check(request: &Inbound, guards: &[Guard]) -> Result<(), Rejection> {
     for guard in guards {
         let value = request.value(&guard.field)?;
-        if !guard.admits(value.as_deref()) {
+        if occurs_more_than_once(request, &guard.field) || !guard.admits(value.as_deref()) {
             return Err(Rejection::FieldInvalid(guard.field.to_string()));
         }
     }
     Ok(())
+}
+
+/// Whether a header or query parameter is present more than once (JSON
+/// and form reads refuse repeated names themselves).
+fn occurs_more_than_once(request: &Inbound, selector: &Selector) -> bool {
+    match selector {
+        Selector::Header(name) => request.parts.headers.get_all(name).iter().nth(1).is_some(),
+        Selector::Query(name) => request.parts.uri.query().is_some_and(|query| {
+            form_urlencoded::parse(query.as_bytes())
+                .filter(|(key, _)| key == name)
+                .nth(1)
+                .is_some()
+        }),
+        Selector::Json(_) | Selector::Form(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +94,32 @@ mod tests {
             ),
             Err(Rejection::BadRequestBody("json that names each key once")),
         );
+    }
+
+    #[test]
+    fn a_repeated_header_or_query_parameter_fails_its_guard() {
+        let guards = |field: &str| {
+            [Guard {
+                field: Selector::parse(field).unwrap(),
+                one_of: vec!["PAID".into()],
+                optional: false,
+            }]
+        };
+        let build = |target: &str, statuses: &[&str]| {
+            let mut builder = http::Request::post(target);
+            for status in statuses {
+                builder = builder.header("x-status", *status);
+            }
+            let (parts, ()) = builder.body(()).unwrap().into_parts();
+            Inbound::new(parts, bytes::Bytes::new())
+        };
+        let header = guards("header:X-Status");
+        assert_eq!(check(&build("/n", &["PAID"]), &header), Ok(()));
+        assert!(check(&build("/n", &["PAID", "WAIT"]), &header).is_err());
+        assert!(check(&build("/n", &["PAID", "PAID"]), &header).is_err());
+        let query = guards("query:status");
+        assert_eq!(check(&build("/n?status=PAID", &[]), &query), Ok(()));
+        assert!(check(&build("/n?status=PAID&status=WAIT", &[]), &query).is_err());
     }
 
     #[test]
