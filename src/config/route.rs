@@ -305,9 +305,12 @@ pub(super) fn check_shared_scope(
     earlier: &[Route],
 ) {
     let scope = &route.idempotency.scope;
-    let Some(other) = earlier.iter().find(|r| r.idempotency.scope == *scope) else {
+    let mut sharing = earlier.iter().filter(|r| r.idempotency.scope == *scope);
+    let Some(other) = sharing.next() else {
         return;
     };
+    // The first route of the scope is judged once, when the second joins.
+    let first_join = sharing.next().is_none();
     let by_route = |parts: &[FingerprintPart]| {
         parts
             .iter()
@@ -323,10 +326,11 @@ pub(super) fn check_shared_scope(
             .map(ToString::to_string)
     };
     let key = format!("{key}.idempotency.fingerprint");
-    for (name, parts) in [
+    let judged = [
         (&route.name, &route.idempotency.fingerprint),
         (&other.name, &other.idempotency.fingerprint),
-    ] {
+    ];
+    for (name, parts) in &judged[..if first_join { 2 } else { 1 }] {
         if let Some(part) = by_route(parts) {
             problems.push(
                 &key,
