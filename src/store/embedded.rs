@@ -12,6 +12,11 @@
 //!
 //! An expired record is treated as absent by every operation even before
 //! the sweeper removes it.
+//!
+//! [`index`] adds the durable inbox's sorted indexes of key hashes (two more
+//! tables in the same file).
+
+mod index;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -163,6 +168,8 @@ impl EmbeddedStore {
         let txn = db.begin_write().map_err(backend)?;
         txn.open_table(RECORDS).map_err(backend)?;
         txn.open_table(EXPIRIES).map_err(backend)?;
+        txn.open_table(index::SCORES).map_err(backend)?;
+        txn.open_table(index::ORDER).map_err(backend)?;
         txn.commit().map_err(backend)?;
         Ok(Self { db: Arc::new(db) })
     }
@@ -246,6 +253,50 @@ impl EmbeddedStore {
                 &bytes,
             )?;
             Ok((owned, true))
+        })
+        .await
+    }
+
+    /// Owner-fenced compare-and-set: if the live record under `key` has
+    /// owner `expected`, replace it with `record` (encoded bytes) expiring
+    /// `ttl` from now and return true. If the live record's bytes already
+    /// equal `record` exactly (a retried swap whose first attempt landed),
+    /// return true without writing. Otherwise (absent/expired, other owner)
+    /// false. The owner check comes first, so a swap that keeps the owner
+    /// always moves the expiry.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "wired into the Store trait by the inbox work")
+    )]
+    pub(crate) async fn swap(
+        &self,
+        key: &StoreKey,
+        expected: OwnerToken,
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = key.0.clone();
+        self.write(move |records, expiries, now| {
+            let Some(entry) = read_entry(records, &key, now)? else {
+                return Ok((false, false));
+            };
+            if entry.record.owner != expected {
+                let landed = records
+                    .get(key.as_str())
+                    .map_err(backend)?
+                    .is_some_and(|guard| guard.value().get(8..) == Some(record.as_slice()));
+                return Ok((landed, false));
+            }
+            let expires_at_ms = deadline(now, ttl);
+            write_entry(
+                records,
+                expiries,
+                &key,
+                Some(entry.expires_at_ms),
+                expires_at_ms,
+                &record,
+            )?;
+            Ok((true, true))
         })
         .await
     }
@@ -379,5 +430,121 @@ impl Store for EmbeddedStore {
         tokio::task::spawn_blocking(move || db.begin_read().map(|_| ()).map_err(backend))
             .await
             .map_err(backend)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Fingerprint;
+
+    fn key() -> StoreKey {
+        StoreKey::new("idemgate", "payments", &"a".repeat(64))
+    }
+
+    fn record(owner: u8, state: RecordState) -> Record {
+        Record {
+            owner: OwnerToken([owner; 16]),
+            fingerprint: Fingerprint([7; 32]),
+            created_at_ms: 1_000,
+            state,
+        }
+    }
+
+    fn bytes(record: &Record) -> Vec<u8> {
+        record.encode().unwrap().to_vec()
+    }
+
+    async fn stored(store: &EmbeddedStore) -> (Record, Duration) {
+        let existing = store.lookup(&key()).await.unwrap().expect("a live record");
+        (existing.record, existing.ttl.unwrap())
+    }
+
+    #[tokio::test]
+    async fn swap_is_fenced_by_owner_and_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
+        let first = record(1, RecordState::InFlight);
+        let next = record(2, RecordState::Unknown);
+        let ten = Duration::from_secs(10);
+        let hour = Duration::from_secs(3_600);
+        store.claim(&key(), first.clone(), ten).await.unwrap();
+
+        // Expected owner: replaced, with the new TTL.
+        assert!(
+            store
+                .swap(&key(), first.owner, bytes(&next), hour)
+                .await
+                .unwrap()
+        );
+        let (now_stored, ttl) = stored(&store).await;
+        assert_eq!(now_stored, next);
+        assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
+
+        // The same swap retried: true, nothing written (TTL untouched).
+        assert!(
+            store
+                .swap(&key(), first.owner, bytes(&next), ten)
+                .await
+                .unwrap()
+        );
+        let (now_stored, ttl) = stored(&store).await;
+        assert_eq!(now_stored, next);
+        assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
+
+        // Another owner's record with other bytes: untouched.
+        let third = record(3, RecordState::InFlight);
+        assert!(
+            !store
+                .swap(&key(), first.owner, bytes(&third), ten)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .swap(&key(), third.owner, bytes(&third), ten)
+                .await
+                .unwrap()
+        );
+        assert_eq!(stored(&store).await.0, next);
+
+        // The sweeper's index follows the new expiry: nothing to sweep.
+        assert_eq!(store.sweep().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn swap_of_an_absent_or_expired_record_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
+        let first = record(1, RecordState::InFlight);
+        let hour = Duration::from_secs(3_600);
+        assert!(
+            !store
+                .swap(&key(), first.owner, bytes(&first), hour)
+                .await
+                .unwrap()
+        );
+        assert!(store.lookup(&key()).await.unwrap().is_none());
+
+        // Expired (not yet swept) counts as absent, even for equal bytes.
+        store
+            .claim(&key(), first.clone(), Duration::ZERO)
+            .await
+            .unwrap();
+        let next = record(1, RecordState::Unknown);
+        assert!(
+            !store
+                .swap(&key(), first.owner, bytes(&next), hour)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .swap(&key(), first.owner, bytes(&first), hour)
+                .await
+                .unwrap()
+        );
+        assert!(store.lookup(&key()).await.unwrap().is_none());
+        assert_eq!(store.sweep().await.unwrap(), 1);
     }
 }

@@ -1,0 +1,516 @@
+//! Sorted indexes of key hashes in the embedded store: what Redis sorted
+//! sets give the durable inbox (due deliveries ordered by when they are due).
+//!
+//! Two tables hold every index, kept consistent by every operation:
+//! `inbox_scores` maps `(index, member)` to its score (membership and the
+//! old score a move must unindex), and `inbox_order` holds
+//! `(index, score, member)` so the lowest scores of one index are a range
+//! scan away. redb compares tuple keys element by element, so all entries
+//! of one index are contiguous and ordered by `(score, member)`: a scan
+//! starts at `(index, 0, "")` and stops at the first entry of another index,
+//! never loading more of an index than it returns. Indexes never expire.
+//! Each write is one redb write transaction committed before the call
+//! returns, like the record operations.
+
+use std::sync::Arc;
+
+use redb::{ReadableDatabase, ReadableTable, Table, TableDefinition};
+
+use super::{EmbeddedStore, backend};
+use crate::store::StoreError;
+
+/// `(index, member) -> score`: membership and current score.
+pub(super) const SCORES: TableDefinition<'static, (&str, &str), u64> =
+    TableDefinition::new("inbox_scores");
+/// `(index, score, member)`: the order scans walk.
+pub(super) const ORDER: TableDefinition<'static, (&str, u64, &str), ()> =
+    TableDefinition::new("inbox_order");
+
+/// How many members one prune pass collects before deleting them, so a
+/// large prune never holds a whole index in memory.
+const PRUNE_BATCH: usize = 1_000;
+
+/// The key type of [`ORDER`], spelled once.
+type OrderKey = (&'static str, u64, &'static str);
+
+/// Both index tables of one write transaction: every write touches both,
+/// so they travel together.
+struct Tables<'t> {
+    scores: Table<'t, (&'static str, &'static str), u64>,
+    order: Table<'t, OrderKey, ()>,
+}
+
+impl Tables<'_> {
+    /// Sets `member`'s score, unindexing its old one; returns the old one.
+    fn set(&mut self, index: &str, member: &str, score: u64) -> Result<Option<u64>, StoreError> {
+        let previous = self
+            .scores
+            .insert((index, member), score)
+            .map_err(backend)?
+            .map(|guard| guard.value());
+        if let Some(old) = previous {
+            self.order.remove((index, old, member)).map_err(backend)?;
+        }
+        self.order
+            .insert((index, score, member), ())
+            .map_err(backend)?;
+        Ok(previous)
+    }
+
+    /// Removes `member` from both tables; returns its score if it was there.
+    fn unset(&mut self, index: &str, member: &str) -> Result<Option<u64>, StoreError> {
+        let previous = self
+            .scores
+            .remove((index, member))
+            .map_err(backend)?
+            .map(|guard| guard.value());
+        if let Some(old) = previous {
+            self.order.remove((index, old, member)).map_err(backend)?;
+        }
+        Ok(previous)
+    }
+}
+
+/// Visits `index`'s members in `(score, member)` order, lowest first, while
+/// `visit` returns true. Only the visited entries are read.
+fn walk(
+    order: &impl ReadableTable<OrderKey, ()>,
+    index: &str,
+    mut visit: impl FnMut(u64, &str) -> bool,
+) -> Result<(), StoreError> {
+    for item in order.range((index, 0_u64, "")..).map_err(backend)? {
+        let (entry, _) = item.map_err(backend)?;
+        let (owner, score, member) = entry.value();
+        if owner != index || !visit(score, member) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Up to `limit` of `index`'s members with a score `<= up_to`, lowest first.
+fn due(
+    order: &impl ReadableTable<OrderKey, ()>,
+    index: &str,
+    up_to: u64,
+    limit: usize,
+) -> Result<Vec<String>, StoreError> {
+    let mut found = Vec::new();
+    if limit == 0 {
+        return Ok(found);
+    }
+    walk(order, index, |score, member| {
+        if score > up_to {
+            return false;
+        }
+        found.push(member.to_owned());
+        found.len() < limit
+    })?;
+    Ok(found)
+}
+
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "wired into the Store trait by the inbox work")
+)]
+impl EmbeddedStore {
+    /// Runs `op` on both index tables in one write transaction on the
+    /// blocking pool; commits only if it succeeds and reports a change.
+    async fn index_write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().map_err(backend)?;
+            let (value, changed) = {
+                let mut tables = Tables {
+                    scores: txn.open_table(SCORES).map_err(backend)?,
+                    order: txn.open_table(ORDER).map_err(backend)?,
+                };
+                op(&mut tables)?
+            };
+            if changed {
+                txn.commit().map_err(backend)?;
+            } else {
+                txn.abort().map_err(backend)?;
+            }
+            Ok(value)
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    /// Runs `op` on the order table in a read transaction on the blocking
+    /// pool: reads see one committed state and never wait for writers.
+    async fn index_read<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadOnlyTable<OrderKey, ()>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let order = txn.open_table(ORDER).map_err(backend)?;
+            op(&order)
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    /// ZADD: set `member`'s score in index `index` (insert or move).
+    pub(crate) async fn index_add(
+        &self,
+        index: &str,
+        member: &str,
+        score: u64,
+    ) -> Result<(), StoreError> {
+        let (index, member) = (index.to_owned(), member.to_owned());
+        self.index_write(move |tables| {
+            let unchanged = tables
+                .scores
+                .get((index.as_str(), member.as_str()))
+                .map_err(backend)?
+                .is_some_and(|guard| guard.value() == score);
+            if !unchanged {
+                tables.set(&index, &member, score)?;
+            }
+            Ok(((), !unchanged))
+        })
+        .await
+    }
+
+    /// ZREM: returns whether the member was there.
+    pub(crate) async fn index_remove(&self, index: &str, member: &str) -> Result<bool, StoreError> {
+        let (index, member) = (index.to_owned(), member.to_owned());
+        self.index_write(move |tables| {
+            let removed = tables.unset(&index, &member)?.is_some();
+            Ok((removed, removed))
+        })
+        .await
+    }
+
+    /// Atomically take up to `limit` members with score <= `now` (lowest
+    /// scores first) and move each to score `push_to` (so they become due
+    /// again later if the taker vanishes). Returns them.
+    pub(crate) async fn index_take(
+        &self,
+        index: &str,
+        now: u64,
+        limit: usize,
+        push_to: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let index = index.to_owned();
+        self.index_write(move |tables| {
+            let taken = due(&tables.order, &index, now, limit)?;
+            for member in &taken {
+                tables.set(&index, member, push_to)?;
+            }
+            let changed = !taken.is_empty();
+            Ok((taken, changed))
+        })
+        .await
+    }
+
+    /// Members ordered by (score, member) ascending, skipping `offset`, at
+    /// most `limit`, with scores.
+    pub(crate) async fn index_page(
+        &self,
+        index: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let index = index.to_owned();
+        self.index_read(move |order| {
+            let mut page = Vec::new();
+            if limit == 0 {
+                return Ok(page);
+            }
+            let mut skip = offset;
+            walk(order, &index, |score, member| {
+                if skip > 0 {
+                    skip -= 1;
+                    return true;
+                }
+                page.push((member.to_owned(), score));
+                page.len() < limit
+            })?;
+            Ok(page)
+        })
+        .await
+    }
+
+    /// Member count and the lowest score. The count walks the index
+    /// (redb keeps no per-range counts) but holds nothing in memory.
+    pub(crate) async fn index_stats(&self, index: &str) -> Result<(u64, Option<u64>), StoreError> {
+        let index = index.to_owned();
+        self.index_read(move |order| {
+            let (mut count, mut lowest) = (0_u64, None);
+            walk(order, &index, |score, _| {
+                lowest.get_or_insert(score);
+                count += 1;
+                true
+            })?;
+            Ok((count, lowest))
+        })
+        .await
+    }
+
+    /// Remove every member whose score is < `below`; return how many.
+    pub(crate) async fn index_prune(&self, index: &str, below: u64) -> Result<u64, StoreError> {
+        let index = index.to_owned();
+        self.index_write(move |tables| {
+            let mut removed = 0_u64;
+            let Some(up_to) = below.checked_sub(1) else {
+                return Ok((0, false));
+            };
+            loop {
+                let batch = due(&tables.order, &index, up_to, PRUNE_BATCH)?;
+                for member in &batch {
+                    tables.unset(&index, member)?;
+                }
+                removed += batch.len() as u64;
+                if batch.len() < PRUNE_BATCH {
+                    return Ok((removed, removed > 0));
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DUE: &str = "idemgate:payments:inbox:due";
+    const OTHER: &str = "idemgate:orders:inbox:due";
+
+    /// A 64-char hex member like the inbox's key hashes.
+    fn hash(n: u8) -> String {
+        format!("{n:02x}").repeat(32)
+    }
+
+    fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
+        EmbeddedStore::open(&dir.path().join("inbox.redb")).expect("open")
+    }
+
+    async fn members(store: &EmbeddedStore, index: &str) -> Vec<(String, u64)> {
+        store.index_page(index, 0, usize::MAX).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn add_move_remove_and_stats() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (0, None));
+
+        store.index_add(DUE, &hash(1), 30).await.unwrap();
+        store.index_add(DUE, &hash(2), 10).await.unwrap();
+        store.index_add(DUE, &hash(3), 20).await.unwrap();
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(10)));
+
+        // A move leaves one entry, at the new score.
+        store.index_add(DUE, &hash(2), 40).await.unwrap();
+        store.index_add(DUE, &hash(1), 30).await.unwrap();
+        assert_eq!(
+            members(&store, DUE).await,
+            vec![(hash(3), 20), (hash(1), 30), (hash(2), 40)]
+        );
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(20)));
+
+        assert!(store.index_remove(DUE, &hash(3)).await.unwrap());
+        assert!(!store.index_remove(DUE, &hash(3)).await.unwrap());
+        assert!(!store.index_remove(DUE, &hash(9)).await.unwrap());
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (2, Some(30)));
+        assert_eq!(
+            members(&store, DUE).await,
+            vec![(hash(1), 30), (hash(2), 40)]
+        );
+    }
+
+    #[tokio::test]
+    async fn page_orders_by_score_then_member() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        for (n, score) in [(4, 5), (2, 5), (3, 1), (1, 9), (5, 0)] {
+            store.index_add(DUE, &hash(n), score).await.unwrap();
+        }
+        let all = members(&store, DUE).await;
+        assert_eq!(
+            all,
+            vec![
+                (hash(5), 0),
+                (hash(3), 1),
+                (hash(2), 5),
+                (hash(4), 5),
+                (hash(1), 9)
+            ]
+        );
+        assert_eq!(store.index_page(DUE, 1, 2).await.unwrap(), all[1..3]);
+        assert_eq!(store.index_page(DUE, 4, 10).await.unwrap(), all[4..]);
+        assert!(store.index_page(DUE, 5, 10).await.unwrap().is_empty());
+        assert!(store.index_page(DUE, 0, 0).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn indexes_sharing_a_member_are_independent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        // Prefix-related names must not bleed into each other either.
+        let longer = format!("{DUE}:x");
+        store.index_add(DUE, &hash(1), 10).await.unwrap();
+        store.index_add(OTHER, &hash(1), 20).await.unwrap();
+        store.index_add(&longer, &hash(2), 1).await.unwrap();
+
+        assert_eq!(members(&store, DUE).await, vec![(hash(1), 10)]);
+        assert_eq!(members(&store, OTHER).await, vec![(hash(1), 20)]);
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (1, Some(10)));
+
+        assert!(store.index_remove(OTHER, &hash(1)).await.unwrap());
+        assert_eq!(members(&store, DUE).await, vec![(hash(1), 10)]);
+        assert_eq!(
+            store.index_take(OTHER, 100, 10, 500).await.unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            store.index_take(DUE, 100, 10, 500).await.unwrap(),
+            vec![hash(1)]
+        );
+        assert_eq!(members(&store, &longer).await, vec![(hash(2), 1)]);
+    }
+
+    #[tokio::test]
+    async fn take_moves_due_members_lowest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        for (n, score) in [(1, 100), (2, 50), (3, 75), (4, 101), (5, 60)] {
+            store.index_add(DUE, &hash(n), score).await.unwrap();
+        }
+        // Due at 100: 2 (50), 5 (60), 3 (75), 1 (100); limit 3.
+        let taken = store.index_take(DUE, 100, 3, 1_000).await.unwrap();
+        assert_eq!(taken, vec![hash(2), hash(5), hash(3)]);
+        assert_eq!(
+            members(&store, DUE).await,
+            vec![
+                (hash(1), 100),
+                (hash(4), 101),
+                (hash(2), 1_000),
+                (hash(3), 1_000),
+                (hash(5), 1_000)
+            ]
+        );
+        // Only what is still due, then nothing at the same moment.
+        assert_eq!(
+            store.index_take(DUE, 100, 3, 1_000).await.unwrap(),
+            vec![hash(1)]
+        );
+        assert!(
+            store
+                .index_take(DUE, 100, 3, 1_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            store
+                .index_take(DUE, 1_000, 0, 2_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // At push_to the taken members are due again.
+        assert_eq!(
+            store.index_take(DUE, 1_000, 10, 2_000).await.unwrap(),
+            vec![hash(4), hash(1), hash(2), hash(3), hash(5)]
+        );
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (5, Some(2_000)));
+    }
+
+    #[tokio::test]
+    async fn take_at_the_end_of_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        store.index_add(DUE, &hash(1), u64::MAX).await.unwrap();
+        store.index_add(OTHER, &hash(2), 0).await.unwrap();
+        assert_eq!(
+            store.index_take(DUE, u64::MAX, 10, u64::MAX).await.unwrap(),
+            vec![hash(1)]
+        );
+        assert_eq!(members(&store, DUE).await, vec![(hash(1), u64::MAX)]);
+    }
+
+    #[tokio::test]
+    async fn prune_removes_only_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        for (n, score) in [(1, 10), (2, 20), (3, 30), (4, 19)] {
+            store.index_add(DUE, &hash(n), score).await.unwrap();
+        }
+        store.index_add(OTHER, &hash(1), 1).await.unwrap();
+        assert_eq!(store.index_prune(DUE, 0).await.unwrap(), 0);
+        assert_eq!(store.index_prune(DUE, 20).await.unwrap(), 2);
+        assert_eq!(
+            members(&store, DUE).await,
+            vec![(hash(2), 20), (hash(3), 30)]
+        );
+        assert_eq!(store.index_prune(DUE, 20).await.unwrap(), 0);
+        assert_eq!(members(&store, OTHER).await, vec![(hash(1), 1)]);
+        // A pruned member can come back.
+        store.index_add(DUE, &hash(1), 5).await.unwrap();
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(5)));
+    }
+
+    #[tokio::test]
+    async fn prune_spans_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let total = PRUNE_BATCH as u64 * 2 + 7;
+        let db = Arc::clone(&store.db);
+        // One transaction for the setup: thousands of durable commits are slow.
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut tables = Tables {
+                    scores: txn.open_table(SCORES).unwrap(),
+                    order: txn.open_table(ORDER).unwrap(),
+                };
+                for n in 0..total {
+                    tables.set(DUE, &format!("{n:064x}"), n).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        })
+        .await
+        .unwrap();
+        assert_eq!(store.index_prune(DUE, total - 1).await.unwrap(), total - 1);
+        assert_eq!(store.index_stats(DUE).await.unwrap(), (1, Some(total - 1)));
+    }
+
+    #[tokio::test]
+    async fn state_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        store.index_add(DUE, &hash(1), 10).await.unwrap();
+        store.index_add(DUE, &hash(2), 20).await.unwrap();
+        store.index_add(OTHER, &hash(3), 30).await.unwrap();
+        assert_eq!(
+            store.index_take(DUE, 10, 5, 99).await.unwrap(),
+            vec![hash(1)]
+        );
+        assert!(store.index_remove(OTHER, &hash(3)).await.unwrap());
+        drop(store);
+
+        let store = open(&dir);
+        assert_eq!(
+            members(&store, DUE).await,
+            vec![(hash(2), 20), (hash(1), 99)]
+        );
+        assert_eq!(store.index_stats(OTHER).await.unwrap(), (0, None));
+        assert_eq!(
+            store.index_take(DUE, 99, 5, 200).await.unwrap(),
+            vec![hash(2), hash(1)]
+        );
+    }
+}
