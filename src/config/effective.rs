@@ -8,11 +8,11 @@
 
 use super::choice::Choice;
 use super::raw::{
-    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawLimits, RawListen, RawRoute, RawSignature,
-    RawStore, RawUpstream, format_duration,
+    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawInbox, RawLimits, RawListen, RawRoute,
+    RawSignature, RawStore, RawUpstream, format_duration,
 };
 use super::{
-    Config, HmacScheme, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
+    Config, HmacScheme, Inbox, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
     redact_url,
 };
 
@@ -80,6 +80,7 @@ impl Config {
             upstream: own_upstream.then(|| redact_url(&route.upstream.url.to_string())),
             signature: signature(&route.scheme),
             idempotency: idempotency(route),
+            inbox: route.inbox.as_ref().map(inbox),
             guards: route
                 .guards
                 .iter()
@@ -183,6 +184,21 @@ fn idempotency(route: &Route) -> RawIdempotency {
     }
 }
 
+fn inbox(inbox: &Inbox) -> RawInbox {
+    RawInbox {
+        enabled: Some(true),
+        on: Some(inbox.on.names()),
+        ack_status: Some(inbox.ack.status),
+        ack_body: Some(String::from_utf8_lossy(&inbox.ack.body).into_owned()),
+        ack_content_type: inbox.ack.content_type.clone(),
+        max_attempts: Some(inbox.max_attempts),
+        backoff: Some(format_duration(inbox.backoff)),
+        max_backoff: Some(format_duration(inbox.max_backoff)),
+        concurrency: Some(inbox.concurrency),
+        visibility_timeout: Some(format_duration(inbox.visibility_timeout)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +279,9 @@ mod tests {
             [route.idempotency]
             key = ["json:/id"]
             cache_status = ["2xx", "404"]
+            [route.inbox]
+            on = ["5xx", "429", "timeout"]
+            ack_body = "success"
             [[route.guard]]
             field = "json:/status"
             one_of = ["PAID", "1"]
@@ -289,6 +308,7 @@ mod tests {
             "cache_status = [\"2xx\", \"404\"]",
             "fingerprint = [\"method\", \"path\", \"body\"]",
             "scheme = \"standard-webhooks\"",
+            "[route.inbox]\nenabled = true\non = [\"5xx\", \"429\", \"timeout\"]\nack_status = 200\nack_body = \"success\"\nack_content_type = \"text/plain\"\nmax_attempts = 12\nbackoff = \"30s\"\nmax_backoff = \"1h\"\nconcurrency = 4\nvisibility_timeout = \"1m\"",
             "[[route.guard]]\nfield = \"json:/status\"\none_of = [\"PAID\", \"1\"]\noptional = false",
         ] {
             assert!(printed.contains(expected), "{expected} in:\n{printed}");
@@ -297,5 +317,7 @@ mod tests {
         // The standard-webhooks route keeps its signed-id key by leaving
         // `key` out; the hmac route prints its own.
         assert_eq!(printed.matches("key = [").count(), 1, "{printed}");
+        // Only the route that has an inbox prints one.
+        assert_eq!(printed.matches("[route.inbox]").count(), 1, "{printed}");
     }
 }
