@@ -256,6 +256,44 @@ mod tests {
         }
     }
 
+    /// `name = …`: a commented-out setting, not prose.
+    fn is_setting(line: &str) -> bool {
+        line.split_once(" = ").is_some_and(|(name, _)| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+    }
+
+    #[test]
+    fn the_shipped_inbox_example_loads_once_uncommented() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/idemgate.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut inside = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                inside |= line == "# [route.inbox]";
+                let setting = line
+                    .strip_prefix("# ")
+                    .filter(|rest| inside && (rest.starts_with('[') || is_setting(rest)));
+                inside &= !line.starts_with("# visibility_timeout");
+                setting.map_or(line, |rest| rest).to_owned()
+            })
+            .collect();
+        let text = lines.join("\n").replace("env:", "literal:");
+        let err = Config::parse(&text).unwrap_err().0.join("\n");
+        assert_eq!(
+            err,
+            "route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued"
+        );
+        let text = text.replace("on = [\"5xx\", \"429\", \"refused\"]", "on = [\"5xx\"]");
+        let inbox = Config::parse(&text).unwrap().routes[0]
+            .inbox
+            .clone()
+            .unwrap();
+        assert_eq!(&inbox.ack.body[..], b"success");
+        assert_eq!(inbox.on.names(), ["5xx"]);
+    }
+
     #[test]
     fn every_setting_is_printed_with_its_default() {
         let text = r#"
