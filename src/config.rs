@@ -15,6 +15,7 @@
 //! * `scheme` — `[route.signature]`: HMAC and the named presets;
 //! * `route` — `[[route]]` and its idempotency policy;
 //! * `guard` — `[[route.guard]]`, business-field whitelists;
+//! * `inbox` — `[route.inbox]`, failed deliveries acknowledged and redelivered;
 //! * `store` — `[store]`;
 //! * `secret`, `selector`, `redact` — secrets, request selectors and
 //!   templates, and URL redaction, shared by the sections above.
@@ -22,6 +23,7 @@
 mod choice;
 mod effective;
 mod guard;
+mod inbox;
 pub mod raw;
 mod redact;
 mod route;
@@ -42,6 +44,7 @@ use raw::RawConfig;
 
 pub use choice::Choice;
 pub use guard::Guard;
+pub use inbox::{Ack, Inbox, InboxTriggers};
 pub(crate) use redact::redact_url;
 pub use route::{
     CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,

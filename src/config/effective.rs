@@ -8,11 +8,11 @@
 
 use super::choice::Choice;
 use super::raw::{
-    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawLimits, RawListen, RawRoute, RawSignature,
-    RawStore, RawUpstream, format_duration,
+    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawInbox, RawLimits, RawListen, RawRoute,
+    RawSignature, RawStore, RawUpstream, format_duration,
 };
 use super::{
-    Config, HmacScheme, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
+    Config, HmacScheme, Inbox, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
     redact_url,
 };
 
@@ -80,6 +80,7 @@ impl Config {
             upstream: own_upstream.then(|| redact_url(&route.upstream.url.to_string())),
             signature: signature(&route.scheme),
             idempotency: idempotency(route),
+            inbox: route.inbox.as_ref().map(inbox),
             guards: route
                 .guards
                 .iter()
@@ -183,6 +184,21 @@ fn idempotency(route: &Route) -> RawIdempotency {
     }
 }
 
+fn inbox(inbox: &Inbox) -> RawInbox {
+    RawInbox {
+        enabled: Some(true),
+        on: Some(inbox.on.names()),
+        ack_status: Some(inbox.ack.status),
+        ack_body: Some(String::from_utf8_lossy(&inbox.ack.body).into_owned()),
+        ack_content_type: inbox.ack.content_type.clone(),
+        max_attempts: Some(inbox.max_attempts),
+        backoff: Some(format_duration(inbox.backoff)),
+        max_backoff: Some(format_duration(inbox.max_backoff)),
+        concurrency: Some(inbox.concurrency),
+        visibility_timeout: Some(format_duration(inbox.visibility_timeout)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +256,44 @@ mod tests {
         }
     }
 
+    /// `name = …`: a commented-out setting, not prose.
+    fn is_setting(line: &str) -> bool {
+        line.split_once(" = ").is_some_and(|(name, _)| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+    }
+
+    #[test]
+    fn the_shipped_inbox_example_loads_once_uncommented() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/idemgate.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut inside = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                inside |= line == "# [route.inbox]";
+                let setting = line
+                    .strip_prefix("# ")
+                    .filter(|rest| inside && (rest.starts_with('[') || is_setting(rest)));
+                inside &= !line.starts_with("# visibility_timeout");
+                setting.map_or(line, |rest| rest).to_owned()
+            })
+            .collect();
+        let text = lines.join("\n").replace("env:", "literal:");
+        let err = Config::parse(&text).unwrap_err().0.join("\n");
+        assert_eq!(
+            err,
+            "route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued"
+        );
+        let text = text.replace("on = [\"5xx\", \"429\", \"refused\"]", "on = [\"5xx\"]");
+        let inbox = Config::parse(&text).unwrap().routes[0]
+            .inbox
+            .clone()
+            .unwrap();
+        assert_eq!(&inbox.ack.body[..], b"success");
+        assert_eq!(inbox.on.names(), ["5xx"]);
+    }
+
     #[test]
     fn every_setting_is_printed_with_its_default() {
         let text = r#"
@@ -263,6 +317,9 @@ mod tests {
             [route.idempotency]
             key = ["json:/id"]
             cache_status = ["2xx", "404"]
+            [route.inbox]
+            on = ["5xx", "429", "timeout"]
+            ack_body = "success"
             [[route.guard]]
             field = "json:/status"
             one_of = ["PAID", "1"]
@@ -289,6 +346,7 @@ mod tests {
             "cache_status = [\"2xx\", \"404\"]",
             "fingerprint = [\"method\", \"path\", \"body\"]",
             "scheme = \"standard-webhooks\"",
+            "[route.inbox]\nenabled = true\non = [\"5xx\", \"429\", \"timeout\"]\nack_status = 200\nack_body = \"success\"\nack_content_type = \"text/plain\"\nmax_attempts = 12\nbackoff = \"30s\"\nmax_backoff = \"1h\"\nconcurrency = 4\nvisibility_timeout = \"1m\"",
             "[[route.guard]]\nfield = \"json:/status\"\none_of = [\"PAID\", \"1\"]\noptional = false",
         ] {
             assert!(printed.contains(expected), "{expected} in:\n{printed}");
@@ -297,5 +355,7 @@ mod tests {
         // The standard-webhooks route keeps its signed-id key by leaving
         // `key` out; the hmac route prints its own.
         assert_eq!(printed.matches("key = [").count(), 1, "{printed}");
+        // Only the route that has an inbox prints one.
+        assert_eq!(printed.matches("[route.inbox]").count(), 1, "{printed}");
     }
 }

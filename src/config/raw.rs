@@ -64,6 +64,28 @@ pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
 /// Default time an unknown outcome blocks re-forwarding.
 pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
 
+/// Default `on`: server errors, rate limiting and a handler that is down
+/// are worth another try; other 4xx answers will not change on a retry.
+pub const DEFAULT_INBOX_ON: [&str; 3] = ["5xx", "429", "refused"];
+/// Default `ack_status`: every sender reads 200 as delivered.
+pub const DEFAULT_ACK_STATUS: u16 = 200;
+/// Default `ack_content_type`: the acknowledgement bodies senders expect
+/// (`success`, `OK`) are plain text.
+pub const DEFAULT_ACK_CONTENT_TYPE: &str = "text/plain";
+/// Default `max_attempts`: with the default backoff about a day and a half
+/// of redeliveries, longer than most handler outages.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
+/// Default `backoff`: long enough for a restarting handler to come back.
+pub const DEFAULT_BACKOFF: &str = "30s";
+/// Default `max_backoff`: an hour keeps a long outage from being retried
+/// too rarely once it ends.
+pub const DEFAULT_MAX_BACKOFF: &str = "1h";
+/// Default `concurrency`: a recovering handler is not flooded with its
+/// backlog.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+/// Default `visibility_timeout`: above the default upstream timeout (30 s).
+pub const DEFAULT_VISIBILITY_TIMEOUT: &str = "60s";
+
 /// The whole file.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -187,6 +209,8 @@ pub struct RawRoute {
     /// Key, fingerprint and replay rules.
     #[serde(default)]
     pub idempotency: RawIdempotency,
+    /// Failed deliveries acknowledged and redelivered by idemgate.
+    pub inbox: Option<RawInbox>,
     /// Business-field whitelists checked before the claim.
     #[serde(default, rename = "guard", skip_serializing_if = "Vec::is_empty")]
     pub guards: Vec<RawGuard>,
@@ -263,6 +287,32 @@ pub struct RawIdempotency {
     pub scope: Option<String>,
     /// Per-route `on_unavailable`.
     pub on_unavailable: Option<String>,
+}
+
+/// `[route.inbox]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInbox {
+    /// Whether the table takes effect (default true when it is present).
+    pub enabled: Option<bool>,
+    /// Failures queued: status classes, codes, `"refused"`, `"timeout"`.
+    pub on: Option<Vec<String>>,
+    /// Status the sender is told when its delivery is queued.
+    pub ack_status: Option<u16>,
+    /// Body the sender is told when its delivery is queued.
+    pub ack_body: Option<String>,
+    /// `Content-Type` of that body.
+    pub ack_content_type: Option<String>,
+    /// Redeliveries before a delivery is dead.
+    pub max_attempts: Option<u32>,
+    /// First redelivery delay, doubled each attempt.
+    pub backoff: Option<String>,
+    /// Cap on the delay.
+    pub max_backoff: Option<String>,
+    /// Redeliveries in flight per instance.
+    pub concurrency: Option<usize>,
+    /// How long a taken delivery stays invisible to other workers.
+    pub visibility_timeout: Option<String>,
 }
 
 /// Parses `"250ms"`, `"30s"`, `"5m"`, `"24h"`, `"7d"` and sums such as

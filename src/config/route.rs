@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::guard::{Guard, guards};
+use super::inbox::{Inbox, inbox};
 use super::raw::{self, RawIdempotency, RawRoute};
 use super::scheme::scheme;
 use super::validate::{Problems, on_unavailable, upstream_url};
@@ -100,11 +101,12 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheStatus {
     /// `(low, high)` inclusive ranges.
-    ranges: Vec<(u16, u16)>,
+    pub(super) ranges: Vec<(u16, u16)>,
 }
 
 impl CacheStatus {
-    fn parse(items: &[String]) -> Result<Self, String> {
+    /// Reads `cache_status` (and the statuses of `inbox.on`).
+    pub(super) fn parse(items: &[String]) -> Result<Self, String> {
         let mut ranges = Vec::new();
         for item in items {
             let range = match item.as_bytes() {
@@ -126,15 +128,16 @@ impl CacheStatus {
         Ok(Self { ranges })
     }
 
-    /// The classes and codes as they are written in `cache_status`.
+    /// The classes and codes as they are written in `cache_status`; a
+    /// class with codes taken out (by an inbox) is listed code by code.
     pub fn names(&self) -> Vec<String> {
         self.ranges
             .iter()
-            .map(|&(low, high)| {
-                if low == high {
-                    low.to_string()
+            .flat_map(|&(low, high)| {
+                if low % 100 == 0 && high == low + 99 {
+                    vec![format!("{}xx", low / 100)]
                 } else {
-                    format!("{}xx", low / 100)
+                    (low..=high).map(|code| code.to_string()).collect()
                 }
             })
             .collect()
@@ -204,6 +207,9 @@ pub struct Route {
     /// Business-field whitelists, checked after the signature and before
     /// the key is read.
     pub guards: Vec<Guard>,
+    /// Failed deliveries acknowledged and redelivered; `None`: the
+    /// table is absent or disabled, and failures reach the sender.
+    pub inbox: Option<Inbox>,
 }
 
 pub(super) fn route(
@@ -262,7 +268,7 @@ pub(super) fn route(
         None => default_upstream.clone(),
     };
     let scheme = scheme(problems, &format!("{key}.signature"), &raw.signature);
-    let idempotency = idempotency(
+    let mut idempotency = idempotency(
         problems,
         &format!("{key}.idempotency"),
         &raw.idempotency,
@@ -281,8 +287,18 @@ pub(super) fn route(
         }
     }
     let guards = guards(problems, &format!("{key}.guard"), &raw.guards);
+    let cache_status_written = raw.idempotency.cache_status.is_some();
+    let inbox = inbox(
+        problems,
+        key,
+        raw.inbox.as_ref(),
+        cache_status_written,
+        &upstream,
+        &mut idempotency,
+    );
     Some(Route {
         guards,
+        inbox,
         name: raw.name,
         path_prefix: raw.path_prefix,
         case_sensitive: raw.case_sensitive.unwrap_or(false),
