@@ -16,14 +16,15 @@
 -- still be replayed then. Only a free key is written, so a full store fails
 -- new claims alone. One round trip for every outcome: a duplicate learns
 -- the stored answer without a second GET. Byte 2 of a record is its state;
--- "\2" (completed) and "\4" (completed, answer not stored) need no TTL.
+-- "\2" (completed), "\4" (completed, answer not stored) and "\5" (in the
+-- inbox: its ack is replayed) need no TTL.
 local existing = redis.call('GET', KEYS[1])
 if not existing then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return nil
 end
 local state = string.sub(existing, 2, 2)
-if state == '\2' or state == '\4' then
+if state == '\2' or state == '\4' or state == '\5' then
   return { existing }
 end
 return { existing, redis.call('PTTL', KEYS[1]) }

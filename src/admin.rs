@@ -27,6 +27,8 @@
 //! as SHA-256 digests in constant time, so neither its bytes nor its length
 //! leak through timing. Every purge is logged.
 
+mod inbox;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +40,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
+use crate::inbox::Inboxes;
 use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, now_ms};
 use crate::signature::lower_hex;
@@ -54,6 +57,7 @@ pub(crate) struct Admin {
     store: Arc<AnyStore>,
     eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
+    inboxes: Arc<Inboxes>,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
@@ -82,12 +86,14 @@ impl Admin {
         store: Arc<AnyStore>,
         eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
+        inboxes: Arc<Inboxes>,
     ) -> Self {
         Self {
             config,
             store,
             eviction,
             metrics,
+            inboxes,
         }
     }
 
@@ -114,6 +120,12 @@ impl Admin {
         let path = request.uri().path().to_owned();
         if let Some(rest) = path.strip_prefix("/admin/records/") {
             return self.records(&request, rest).await;
+        }
+        if let Some(rest) = path.strip_prefix("/admin/inbox/") {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            return self.inbox(&request, rest).await;
         }
         if request.method() != Method::GET {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
@@ -145,23 +157,29 @@ impl Admin {
         ))
     }
 
-    async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
+    /// The answer to a record or inbox API request without the bearer
+    /// token (or with the API disabled); `None` lets it through.
+    fn refuse_unauthorized(&self, request: &Request<Incoming>) -> Option<Response<ProxyBody>> {
         match self.authorized(request) {
-            None => {
-                return text(
-                    StatusCode::NOT_FOUND,
-                    "record API disabled: set [admin] token",
-                );
-            }
+            None => Some(text(
+                StatusCode::NOT_FOUND,
+                "record API disabled: set [admin] token",
+            )),
             Some(false) => {
                 let mut denied = text(StatusCode::UNAUTHORIZED, "bearer token required");
                 denied.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     header::HeaderValue::from_static("Bearer realm=\"idemgate admin\""),
                 );
-                return denied;
+                Some(denied)
             }
-            Some(true) => {}
+            Some(true) => None,
+        }
+    }
+
+    async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
+        if let Some(refused) = self.refuse_unauthorized(request) {
+            return refused;
         }
         let (route_name, path_key) = match rest.split_once('/') {
             Some((route, key)) => (route, Some(key)),

@@ -9,8 +9,9 @@
 //! and say so (they are unknown outcomes) within a short window.
 //!
 //! Background upkeep under the same tracker and cancellation token: the
-//! embedded store's sweeper, the metrics recorder's upkeep and the Redis
-//! eviction watcher (`store::eviction`).
+//! embedded store's sweeper, the metrics recorder's upkeep, the Redis
+//! eviction watcher (`store::eviction`) and the inbox's redelivery workers
+//! and backlog gauges (`inbox`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::Admin;
 use crate::config::Config;
+use crate::inbox::Inboxes;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
 use crate::server;
@@ -142,9 +144,11 @@ pub async fn start(
     let shutdown = CancellationToken::new();
     let grace_over = CancellationToken::new();
     let tracker = TaskTracker::new();
+    let inboxes = Arc::new(Inboxes::new(Arc::clone(&config), Arc::clone(&store)));
     let pipeline = Arc::new(Pipeline::new(
         Arc::clone(&config),
         Arc::clone(&store),
+        Arc::clone(&inboxes),
         tracker.clone(),
         grace_over.clone(),
     ));
@@ -157,6 +161,7 @@ pub async fn start(
         Arc::clone(&store),
         Arc::clone(&eviction),
         metrics.clone(),
+        Arc::clone(&inboxes),
     ));
     let limits = config.limits.clone();
 
@@ -173,6 +178,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
+    inboxes.start(&tracker, &shutdown);
     tracker.spawn(eviction.run(shutdown.clone()));
 
     let token = shutdown.clone();

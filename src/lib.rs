@@ -63,6 +63,7 @@ pub mod demo;
 pub(crate) mod encoding;
 pub mod error;
 pub mod extract;
+pub(crate) mod inbox;
 pub mod log_writer;
 pub(crate) mod metrics;
 pub mod path;

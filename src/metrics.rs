@@ -6,6 +6,8 @@
 //! exporter and its upkeep) is installed by `app.rs`; without a recorder
 //! every helper is a cheap no-op, which is what unit tests get.
 
+pub(crate) mod inbox;
+
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
@@ -217,6 +219,7 @@ pub(crate) fn register_descriptions() {
         "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries"
     );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
+    inbox::register_descriptions();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 

@@ -12,6 +12,8 @@
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
 //!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
 //!                                       retries until stored (the answer is in hand)
+//!            crate::inbox               or, for a failure `[route.inbox] on` lists:
+//!                                       queued, and the sender gets the ack
 //! ```
 //!
 //! Each stage takes its input and returns the next type or a
@@ -60,8 +62,9 @@ use crate::body::ProxyBody;
 use crate::config::{Config, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
+use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::now_ms;
+use crate::record::{StoredRequest, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Claimer, Decision};
 use forward::{ForwardError, UpstreamClient};
@@ -228,6 +231,8 @@ pub(crate) struct Pipeline {
     grace_over: CancellationToken,
     /// Metric handles per route, in route order, then the unmatched ones.
     meters: Vec<RouteMetrics>,
+    /// Where first deliveries the handler could not take are queued.
+    inboxes: Arc<Inboxes>,
 }
 
 impl Pipeline {
@@ -236,6 +241,7 @@ impl Pipeline {
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
+        inboxes: Arc<Inboxes>,
         tracker: TaskTracker,
         grace_over: CancellationToken,
     ) -> Self {
@@ -259,6 +265,7 @@ impl Pipeline {
             claimer,
             tracker,
             grace_over,
+            inboxes,
         }
     }
 
@@ -491,6 +498,10 @@ impl Pipeline {
         self.meters[index].in_flight(1.0);
         self.tracker.spawn(async move {
             let route = &this.config.routes[index];
+            let kept = route
+                .inbox
+                .as_ref()
+                .map(|_| StoredRequest::capture(&parts, body.clone()));
             let result = lease_timing::while_renewing(
                 &this.store,
                 &lease,
@@ -499,6 +510,15 @@ impl Pipeline {
             )
             .await;
             let meters = &this.meters[index];
+            if let Some(ack) = this.queue(index, &lease, kept, &result).await {
+                meters.in_flight(-1.0);
+                let response = Finished::new(Outcome::Forwarded, settle::acknowledged(&ack))
+                    .labelled(labels)
+                    .record(&route.name, meters, started);
+                let _ = reply.send(response);
+                this.claimer.settled(lease.key());
+                return;
+            }
             let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
             let still_failing = this.settle_once(index, &lease, &settlement).await;
             meters.in_flight(-1.0);
@@ -522,6 +542,34 @@ impl Pipeline {
             },
             Ending::Recorded,
         )
+    }
+}
+
+impl Pipeline {
+    /// Queues a failed first delivery in its route's inbox, if the route
+    /// has one and `on` lists the failure; returns the ack to answer with.
+    /// `None`: settle the claim as usual (also when queueing failed, so a
+    /// sender is never acknowledged for a delivery the store does not hold).
+    async fn queue(
+        &self,
+        index: usize,
+        lease: &Lease,
+        kept: Option<StoredRequest>,
+        result: &Result<forward::UpstreamAnswer, ForwardError>,
+    ) -> Option<crate::record::StoredResponse> {
+        let request = kept.filter(|_| self.inboxes.wants(index, result))?;
+        match self.inboxes.enqueue(index, lease, request, result).await {
+            Ok(ack) => Some(ack),
+            Err(error) => {
+                tracing::error!(
+                    route = self.config.routes[index].name,
+                    key = lease.key().hash(),
+                    %error,
+                    "could not queue the delivery in the inbox; the sender gets the handler's failure"
+                );
+                None
+            }
+        }
     }
 }
 

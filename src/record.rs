@@ -8,7 +8,8 @@
 //! offset  size  field
 //! 0       1     version (= 1)
 //! 1       1     state: 1 in-flight, 2 completed, 3 unknown,
-//!               4 completed, answer not stored (over max_stored_answer_bytes)
+//!               4 completed, answer not stored (over max_stored_answer_bytes),
+//!               5 in the inbox (the ack, then the inbox section: [`inbox`])
 //! 2       16    owner token of the instance that claimed the key
 //! 18      32    request fingerprint (SHA-256)
 //! 50      8     created at, unix milliseconds, big-endian
@@ -19,14 +20,23 @@
 //!         4     body length, then the body bytes
 //! ```
 //!
+//! An inbox record (state 5) carries the acknowledgement its sender got in
+//! the completed layout, then the queued request and its redelivery
+//! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
+//! completed answer.
+//!
 //! A record that fails to decode (unknown version, truncated) is a
 //! [`DecodeError`]; callers treat it as a store error, never as "absent", so
 //! a corrupted record can not let a duplicate through.
+
+pub mod inbox;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+pub use inbox::{InboxEntry, Stage, StoredRequest};
 
 /// The encoding version written by this build.
 pub const VERSION: u8 = 1;
@@ -139,6 +149,10 @@ pub enum RecordState {
     Completed(StoredResponse),
     /// The upstream may or may not have acted; block re-forwarding.
     Unknown,
+    /// The handler could not take the first delivery: the sender was
+    /// acknowledged and the request waits in the inbox for redelivery.
+    /// Boxed: it carries the whole request.
+    Inbox(Box<InboxEntry>),
 }
 
 /// One key's record.
@@ -160,7 +174,7 @@ pub enum DecodeError {
     /// Written by a newer (or foreign) encoder.
     #[error("unknown record version {0}")]
     Version(u8),
-    /// The state byte is not 1, 2, 3 or 4.
+    /// The state byte is not 1 to 5, or an inbox stage byte is unknown.
     #[error("unknown record state {0}")]
     State(u8),
     /// Ends before its declared lengths.
@@ -218,13 +232,8 @@ impl Record {
     /// or a value or body over 4 GiB.
     pub fn encode(&self) -> Result<Bytes, TooLong> {
         let extra = match &self.state {
-            RecordState::Completed(r) => {
-                8 + r.body.stored_len()
-                    + r.headers
-                        .iter()
-                        .map(|(n, v)| 6 + n.len() + v.len())
-                        .sum::<usize>()
-            }
+            RecordState::Completed(r) => response_len(r),
+            RecordState::Inbox(entry) => response_len(&entry.ack) + entry.encoded_len(),
             _ => 0,
         };
         let mut out = BytesMut::with_capacity(HEADER_LEN + extra);
@@ -240,22 +249,18 @@ impl Record {
                 body: StoredBody::TooLarge,
                 ..
             }) => 4,
+            RecordState::Inbox(_) => 5,
         });
         out.put_slice(&self.owner.0);
         out.put_slice(&self.fingerprint.0);
         out.put_u64(self.created_at_ms);
-        if let RecordState::Completed(response) = &self.state {
-            out.put_u16(response.status);
-            out.put_u16(prefix("header count", response.headers.len())?);
-            for (name, value) in &response.headers {
-                out.put_u16(prefix("header name", name.len())?);
-                out.put_slice(name);
-                out.put_u32(prefix("header value", value.len())?);
-                out.put_slice(value);
+        match &self.state {
+            RecordState::Completed(response) => put_response(&mut out, response)?,
+            RecordState::Inbox(entry) => {
+                put_response(&mut out, &entry.ack)?;
+                entry.put(&mut out)?;
             }
-            let body = response.body.bytes();
-            out.put_u32(prefix("body", body.len())?);
-            out.put_slice(body);
+            RecordState::InFlight | RecordState::Unknown => {}
         }
         Ok(out.freeze())
     }
@@ -281,8 +286,18 @@ impl Record {
             1 | 3 if bytes.len() > HEADER_LEN => return Err(DecodeError::Trailing),
             1 => RecordState::InFlight,
             3 => RecordState::Unknown,
-            2 => RecordState::Completed(decode_response(bytes, HEADER_LEN, true)?),
-            4 => RecordState::Completed(decode_response(bytes, HEADER_LEN, false)?),
+            2 => RecordState::Completed(whole_response(bytes, true)?),
+            4 => RecordState::Completed(whole_response(bytes, false)?),
+            5 => {
+                let mut cursor = Cursor {
+                    bytes,
+                    at: HEADER_LEN,
+                };
+                let ack = read_response(&mut cursor, true)?;
+                let entry = InboxEntry::read(&mut cursor, ack)?;
+                cursor.finish()?;
+                RecordState::Inbox(Box::new(entry))
+            }
             other => return Err(DecodeError::State(other)),
         };
         Ok(Self {
@@ -292,6 +307,42 @@ impl Record {
             state,
         })
     }
+}
+
+/// Bytes [`put_response`] writes for `response`.
+fn response_len(response: &StoredResponse) -> usize {
+    8 + response.body.stored_len()
+        + response
+            .headers
+            .iter()
+            .map(|(n, v)| 6 + n.len() + v.len())
+            .sum::<usize>()
+}
+
+/// Writes an answer: status, header count, the headers, the body.
+fn put_response(out: &mut BytesMut, response: &StoredResponse) -> Result<(), TooLong> {
+    out.put_u16(response.status);
+    put_headers(out, &response.headers)?;
+    put_block(out, "body", response.body.bytes())
+}
+
+/// Writes a header list: a u16 count, then per header a u16 name length,
+/// the name, a u32 value length and the value.
+fn put_headers(out: &mut BytesMut, headers: &[(Bytes, Bytes)]) -> Result<(), TooLong> {
+    out.put_u16(prefix("header count", headers.len())?);
+    for (name, value) in headers {
+        out.put_u16(prefix("header name", name.len())?);
+        out.put_slice(name);
+        put_block(out, "header value", value)?;
+    }
+    Ok(())
+}
+
+/// Writes a u32 length, then the bytes.
+fn put_block(out: &mut BytesMut, field: &'static str, bytes: &[u8]) -> Result<(), TooLong> {
+    out.put_u32(prefix(field, bytes.len())?);
+    out.put_slice(bytes);
+    Ok(())
 }
 
 /// A bounds-checked reader over a record's tail.
@@ -311,6 +362,10 @@ impl Cursor<'_> {
         Ok(slice)
     }
 
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
     fn u16(&mut self) -> Result<u16, DecodeError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
@@ -320,29 +375,46 @@ impl Cursor<'_> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let b = self.take(8)?;
+        Ok(u64::from_be_bytes(b[..].try_into().expect("8 bytes")))
+    }
+
+    /// A u32 length, then that many bytes.
+    fn block(&mut self) -> Result<Bytes, DecodeError> {
+        let len = self.u32()?;
+        self.take(len as usize)
+    }
+
+    fn headers(&mut self) -> Result<Vec<(Bytes, Bytes)>, DecodeError> {
+        let count = self.u16()?;
+        let mut headers = Vec::with_capacity(usize::from(count).min(64));
+        for _ in 0..count {
+            let name_len = self.u16()?;
+            let name = self.take(usize::from(name_len))?;
+            headers.push((name, self.block()?));
+        }
+        Ok(headers)
+    }
+
+    /// Fails unless every byte was read.
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(DecodeError::Trailing)
+        }
+    }
 }
 
-/// The answer part of a completed record; `body_kept` is false for state 4,
-/// whose body must be empty.
-fn decode_response(
-    bytes: &Bytes,
-    at: usize,
-    body_kept: bool,
-) -> Result<StoredResponse, DecodeError> {
-    let mut cursor = Cursor { bytes, at };
+/// An answer (layout of [`put_response`]); `body_kept` is false for state
+/// 4, whose body must be empty.
+fn read_response(cursor: &mut Cursor<'_>, body_kept: bool) -> Result<StoredResponse, DecodeError> {
     let status = cursor.u16()?;
-    let count = cursor.u16()?;
-    let mut headers = Vec::with_capacity(usize::from(count).min(64));
-    for _ in 0..count {
-        let name_len = cursor.u16()?;
-        let name = cursor.take(usize::from(name_len))?;
-        let value_len = cursor.u32()?;
-        let value = cursor.take(value_len as usize)?;
-        headers.push((name, value));
-    }
-    let body_len = cursor.u32()?;
-    let body = cursor.take(body_len as usize)?;
-    if cursor.at != bytes.len() || (!body_kept && !body.is_empty()) {
+    let headers = cursor.headers()?;
+    let body = cursor.block()?;
+    if !body_kept && !body.is_empty() {
         return Err(DecodeError::Trailing);
     }
     let body = if body_kept {
@@ -355,6 +427,17 @@ fn decode_response(
         headers,
         body,
     })
+}
+
+/// The answer that is all of a completed record's tail.
+fn whole_response(bytes: &Bytes, body_kept: bool) -> Result<StoredResponse, DecodeError> {
+    let mut cursor = Cursor {
+        bytes,
+        at: HEADER_LEN,
+    };
+    let response = read_response(&mut cursor, body_kept)?;
+    cursor.finish()?;
+    Ok(response)
 }
 
 #[cfg(test)]

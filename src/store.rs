@@ -27,6 +27,7 @@
 
 pub mod embedded;
 pub(crate) mod eviction;
+pub mod inbox;
 pub mod redis;
 
 use std::future::Future;
@@ -127,6 +128,8 @@ impl Existing {
         let remaining = self.ttl.unwrap_or(unknown_hold);
         match &self.record.state {
             RecordState::Completed(response) => Observed::Completed(response),
+            // Every copy of a queued delivery is told what the first was.
+            RecordState::Inbox(entry) => Observed::Completed(&entry.ack),
             RecordState::Unknown => Observed::Unknown { remaining },
             RecordState::InFlight if remaining <= unknown_hold => Observed::Unknown { remaining },
             RecordState::InFlight => Observed::InFlight,

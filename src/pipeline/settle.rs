@@ -99,6 +99,14 @@ pub(crate) fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
     response
 }
 
+/// The acknowledgement of a delivery just queued in the inbox: the ack
+/// its copies will get replayed, marked as not replayed.
+pub(crate) fn acknowledged(ack: &StoredResponse) -> Response<ProxyBody> {
+    let mut response = replay(ack);
+    mark(&mut response, false);
+    response
+}
+
 /// Headers that describe a body: a replay without the stored body drops
 /// them and describes its problem document instead.
 fn describes_body(name: &HeaderName) -> bool {

@@ -264,10 +264,6 @@ impl EmbeddedStore {
     /// return true without writing. Otherwise (absent/expired, other owner)
     /// false. The owner check comes first, so a swap that keeps the owner
     /// always moves the expiry.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "wired into the Store trait by the inbox work")
-    )]
     pub(crate) async fn swap(
         &self,
         key: &StoreKey,

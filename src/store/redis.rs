@@ -16,6 +16,8 @@
 //! because fred leaves Nagle's algorithm on, which would hold a small
 //! command back until the previous one was acknowledged.
 
+mod inbox;
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,6 +40,8 @@ struct Scripts {
     release: Script,
     renew: Script,
     lookup: Script,
+    swap: Script,
+    take: Script,
 }
 
 impl Scripts {
@@ -48,16 +52,20 @@ impl Scripts {
             release: Script::from_lua(include_str!("../../lua/release.lua")),
             renew: Script::from_lua(include_str!("../../lua/renew.lua")),
             lookup: Script::from_lua(include_str!("../../lua/lookup.lua")),
+            swap: Script::from_lua(include_str!("../../lua/swap.lua")),
+            take: Script::from_lua(include_str!("../../lua/take.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 5] {
+    fn all(&self) -> [&Script; 7] {
         [
             &self.claim,
             &self.complete,
             &self.release,
             &self.renew,
             &self.lookup,
+            &self.swap,
+            &self.take,
         ]
     }
 }

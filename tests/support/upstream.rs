@@ -87,6 +87,25 @@ impl Upstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind upstream");
+        Self::serve(listener, script)
+    }
+
+    /// Like [`Upstream::scripted`], on loopback port `port`: a handler that
+    /// comes back where idemgate was told it lives after being down.
+    pub async fn scripted_at(
+        port: u16,
+        script: impl Fn(usize, &Bytes) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind upstream on its port");
+        Self::serve(listener, script)
+    }
+
+    fn serve(
+        listener: TcpListener,
+        script: impl Fn(usize, &Bytes) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let addr = listener.local_addr().expect("upstream addr");
         let calls = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));

@@ -12,4 +12,5 @@
 mod support;
 
 mod fault;
+mod inbox;
 mod prometheus;

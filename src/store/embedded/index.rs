@@ -109,10 +109,6 @@ fn due(
     Ok(found)
 }
 
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "wired into the Store trait by the inbox work")
-)]
 impl EmbeddedStore {
     /// Runs `op` on both index tables in one write transaction on the
     /// blocking pool; commits only if it succeeds and reports a change.

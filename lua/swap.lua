@@ -1,0 +1,29 @@
+-- swap.lua: replace an inbox record if its owner is the one the writer read.
+--
+-- KEYS[1]  the record key
+-- ARGV[1]  the owner token (16 bytes) the writer expects to find
+-- ARGV[2]  the new encoded record (see src/record.rs; its own owner token
+--          is the writer's)
+-- ARGV[3]  TTL in milliseconds (the route's retention)
+--
+-- Reply:   1 the key now holds ARGV[2]: written over the expected owner, or
+--            already there (a retried swap whose first reply was lost; a
+--            whole-record match is proof it was this writer's)
+--          0 the key is free, or someone else wrote it (nothing written)
+--
+-- How redelivery workers claim a queued delivery and settle it: the owner
+-- token sits at bytes 3..18 (1-based) of every record version 1, and every
+-- write puts a fresh owner there, so two workers that read the same record
+-- can not both win.
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return 0
+end
+if string.sub(current, 3, 18) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if current == ARGV[2] then
+  return 1
+end
+return 0

@@ -1,0 +1,249 @@
+//! The inbox API: `/admin/inbox/{route}…`, behind the same bearer token as
+//! the record API, naming a delivery the same unambiguous way (`?hash=` or
+//! `?key=`).
+//!
+//! | request | does |
+//! |---|---|
+//! | `GET /admin/inbox/{route}?state=queued\|dead&limit=&cursor=` | one page of the scope's queued (oldest first) or held deliveries; `next_cursor` is absent on the last page |
+//! | `GET /admin/inbox/{route}/delivery?key=…` | stage, attempts, next due, last error, the handler's last answer |
+//! | `POST /admin/inbox/{route}/retry?key=…` | a dead or unknown delivery: queued for one attempt now |
+//! | `POST /admin/inbox/{route}/drop?key=…` | resolved without sending; the record stays, so copies still get the ack |
+//!
+//! A route without an inbox is a 404; an action on a delivery in the wrong
+//! stage, or one a worker changed meanwhile, is a 409 that says which.
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::{Admin, json, key_hash_of, text};
+use crate::body::ProxyBody;
+use crate::inbox::{Action, Listing};
+use crate::record::{InboxEntry, Record, RecordState, StoredBody, StoredResponse, now_ms};
+use crate::store::StoreKey;
+
+/// Page size when `limit` is absent, and the largest allowed.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+/// The longest text body shown of a handler's answer.
+const ANSWER_PREVIEW: usize = 2_048;
+
+/// A listing's query: `state`, `limit`, `cursor` (an offset).
+fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String> {
+    let mut listing = Listing::Queued;
+    let mut limit = DEFAULT_LIMIT;
+    let mut cursor = 0;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "state" => {
+                listing = match value {
+                    "queued" => Listing::Queued,
+                    "dead" => Listing::Dead,
+                    _ => return Err("state must be queued or dead".into()),
+                };
+            }
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| format!("limit must be 1-{MAX_LIMIT}"))?;
+            }
+            "cursor" => {
+                cursor = value
+                    .parse()
+                    .map_err(|_| "cursor must be the next_cursor of a previous page".to_owned())?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown query parameter {other:?}; expected state=, limit=, cursor="
+                ));
+            }
+        }
+    }
+    Ok((listing, limit, cursor))
+}
+
+fn answer_view(answer: &StoredResponse) -> serde_json::Value {
+    let body = match &answer.body {
+        StoredBody::Kept(bytes) => {
+            let shown = &bytes[..bytes.len().min(ANSWER_PREVIEW)];
+            serde_json::json!({
+                "body_bytes": bytes.len(),
+                "body": String::from_utf8_lossy(shown),
+            })
+        }
+        StoredBody::TooLarge => serde_json::json!({ "body_stored": false }),
+    };
+    let mut view = serde_json::json!({ "status": answer.status });
+    if let (Some(view), Some(body)) = (view.as_object_mut(), body.as_object()) {
+        view.extend(body.clone());
+    }
+    view
+}
+
+/// The JSON view of an inbox delivery: no request body content.
+fn delivery_view(
+    route: &str,
+    hash: &str,
+    record: &Record,
+    entry: &InboxEntry,
+) -> serde_json::Value {
+    let due = |stage_pending: bool| stage_pending.then_some(entry.due_ms);
+    serde_json::json!({
+        "route": route,
+        "arrived_on": entry.route,
+        "key_hash": hash,
+        "state": entry.stage.as_str(),
+        "attempts": entry.attempts,
+        "attempt_limit": entry.limit,
+        "next_due_ms": due(entry.stage == crate::record::Stage::Queued),
+        "visible_again_ms": due(entry.stage == crate::record::Stage::Delivering),
+        "changed_ms": due(!entry.stage.is_pending()),
+        "age_ms": now_ms().saturating_sub(record.created_at_ms),
+        "last_error": (!entry.last_error.is_empty()).then_some(&entry.last_error),
+        "last_answer": entry.last_answer.as_ref().map(answer_view),
+        "ack_status": entry.ack.status,
+        "request": {
+            "method": String::from_utf8_lossy(&entry.request.method),
+            "target": String::from_utf8_lossy(&entry.request.target),
+            "body_bytes": entry.request.body.len(),
+        },
+    })
+}
+
+impl Admin {
+    /// Answers one `/admin/inbox/…` request (already authorized).
+    pub(super) async fn inbox(
+        &self,
+        request: &Request<Incoming>,
+        rest: &str,
+    ) -> Response<ProxyBody> {
+        let (route_name, action) = rest.split_once('/').unwrap_or((rest, ""));
+        let Some(index) = self.config.routes.iter().position(|r| r.name == route_name) else {
+            return text(StatusCode::NOT_FOUND, "no such route");
+        };
+        let route = &self.config.routes[index];
+        if route.inbox.is_none() {
+            return text(StatusCode::NOT_FOUND, "this route has no [route.inbox]");
+        }
+        let query = request.uri().query();
+        if action.is_empty() {
+            if request.method() != Method::GET {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "GET");
+            }
+            return self.inbox_page(index, query).await;
+        }
+        let method = match action {
+            "delivery" => Method::GET,
+            "retry" | "drop" => Method::POST,
+            _ => return text(StatusCode::NOT_FOUND, "expected delivery, retry or drop"),
+        };
+        if *request.method() != method {
+            return text(StatusCode::METHOD_NOT_ALLOWED, method.as_str());
+        }
+        let hash = match key_hash_of(None, query) {
+            Ok(hash) => hash,
+            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem.to_string()),
+        };
+        let key = StoreKey::new(
+            &self.config.store.key_prefix,
+            &route.idempotency.scope,
+            &hash,
+        );
+        let result = match action {
+            "delivery" => self.store.lookup(&key).await.map(|found| match found {
+                Some(existing) => Action::Done(existing.record),
+                None => Action::NotFound,
+            }),
+            "retry" => self.inboxes.retry(index, &key).await,
+            _ => self.inboxes.drop_delivery(index, &key).await,
+        };
+        match result {
+            Ok(Action::Done(record)) => match &record.state {
+                RecordState::Inbox(entry) => json(
+                    StatusCode::OK,
+                    &delivery_view(&route.name, &hash, &record, entry),
+                ),
+                _ => text(StatusCode::NOT_FOUND, "no inbox delivery under that key"),
+            },
+            Ok(Action::NotFound) => text(StatusCode::NOT_FOUND, "no inbox delivery under that key"),
+            Ok(Action::WrongStage(stage)) => text(
+                StatusCode::CONFLICT,
+                &format!(
+                    "the delivery is {}: retry takes dead or unknown ones, drop any not delivering or delivered",
+                    stage.as_str()
+                ),
+            ),
+            Ok(Action::Raced) => text(
+                StatusCode::CONFLICT,
+                "a worker changed the delivery meanwhile; look again",
+            ),
+            Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+        }
+    }
+
+    async fn inbox_page(&self, index: usize, query: Option<&str>) -> Response<ProxyBody> {
+        let (listing, limit, cursor) = match listing_query(query) {
+            Ok(parsed) => parsed,
+            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem),
+        };
+        let route = &self.config.routes[index];
+        let page = match self.inboxes.list(index, listing, cursor, limit).await {
+            Ok(page) => page,
+            Err(error) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+        };
+        let mut items = Vec::with_capacity(page.len());
+        for (hash, at_ms) in &page {
+            let key = StoreKey::new(
+                &self.config.store.key_prefix,
+                &route.idempotency.scope,
+                hash,
+            );
+            let item = match self.store.lookup(&key).await {
+                Ok(Some(existing)) => match &existing.record.state {
+                    RecordState::Inbox(entry) => {
+                        delivery_view(&route.name, hash, &existing.record, entry)
+                    }
+                    _ => serde_json::json!({ "key_hash": hash, "state": "settled" }),
+                },
+                Ok(None) => serde_json::json!({ "key_hash": hash, "state": "expired" }),
+                Err(error) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            };
+            let mut item = item;
+            item["listed_at_ms"] = (*at_ms).into();
+            items.push(item);
+        }
+        let next_cursor = (page.len() == limit).then_some(cursor + limit);
+        json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "route": route.name,
+                "scope": route.idempotency.scope,
+                "state": match listing { Listing::Queued => "queued", Listing::Dead => "dead" },
+                "items": items,
+                "next_cursor": next_cursor,
+            }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listing_queries_are_checked() {
+        assert_eq!(listing_query(None).map(|q| q.1), Ok(DEFAULT_LIMIT));
+        let (listing, limit, cursor) = listing_query(Some("state=dead&limit=7&cursor=14")).unwrap();
+        assert_eq!((listing, limit, cursor), (Listing::Dead, 7, 14));
+        for bad in ["state=gone", "limit=0", "limit=501", "cursor=x", "page=2"] {
+            assert!(listing_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

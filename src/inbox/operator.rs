@@ -1,0 +1,132 @@
+//! What the admin API does to an inbox (`/admin/inbox/{route}…`): list a
+//! scope's queued or held deliveries, retry a held one now (once), drop
+//! one without sending. Both actions are owner-fenced swaps like a
+//! worker's, so an operator and a worker never both act on one delivery,
+//! and both are logged.
+
+use super::{Inboxes, transition};
+use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
+use crate::store::{StoreError, StoreKey};
+
+/// Which deliveries a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// Queued or being redelivered, oldest first.
+    Queued,
+    /// Dead or with an unknown outcome, in the order they got there.
+    Dead,
+}
+
+/// What an operator action did.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Done: the record as it now stands.
+    Done(Record),
+    /// No inbox delivery under that key.
+    NotFound,
+    /// The delivery is in a stage the action does not apply to.
+    WrongStage(Stage),
+    /// A worker changed it meanwhile: look again.
+    Raced,
+}
+
+impl Inboxes {
+    /// One page of a route's scope index: `(hash, unix ms)` pairs, the
+    /// time being when the delivery was queued (`Queued`) or was held
+    /// (`Dead`).
+    pub(crate) async fn list(
+        &self,
+        route: usize,
+        listing: Listing,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let indexes = self.indexes(&self.config.routes[route]);
+        let index = match listing {
+            Listing::Queued => &indexes.since,
+            Listing::Dead => &indexes.dead,
+        };
+        self.store.index_page(index, offset, limit).await
+    }
+
+    /// Retries a dead or unknown delivery now, once: if that attempt fails
+    /// too, it is dead again.
+    pub(crate) async fn retry(&self, route: usize, key: &StoreKey) -> Result<Action, StoreError> {
+        let action = self
+            .act(key, |entry| transition::retry_now(entry, now_ms()))
+            .await?;
+        if let Action::Done(_) = &action {
+            let indexes = self.indexes(&self.config.routes[route]);
+            let hash = key.hash();
+            let now = now_ms();
+            self.store.index_add(&indexes.since, hash, now).await?;
+            self.store.index_add(&indexes.due, hash, now).await?;
+            self.store.index_remove(&indexes.dead, hash).await?;
+            tracing::warn!(
+                route = self.config.routes[route].name,
+                key = hash,
+                "inbox: operator retry: queued for one attempt now"
+            );
+        }
+        Ok(action)
+    }
+
+    /// Resolves a delivery without sending it; its record stays, so copies
+    /// still get the ack.
+    pub(crate) async fn drop_delivery(
+        &self,
+        route: usize,
+        key: &StoreKey,
+    ) -> Result<Action, StoreError> {
+        let action = self
+            .act(key, |entry| transition::drop_now(entry, now_ms()))
+            .await?;
+        if let Action::Done(_) = &action {
+            let indexes = self.indexes(&self.config.routes[route]);
+            let hash = key.hash();
+            for index in [&indexes.due, &indexes.since, &indexes.dead] {
+                self.store.index_remove(index, hash).await?;
+            }
+            tracing::warn!(
+                route = self.config.routes[route].name,
+                key = hash,
+                "inbox: operator drop: resolved without sending"
+            );
+        }
+        Ok(action)
+    }
+
+    /// Reads the delivery under `key`, asks `change` for its next entry
+    /// and swaps it in over the owner it was read with.
+    async fn act(
+        &self,
+        key: &StoreKey,
+        change: impl FnOnce(&InboxEntry) -> Option<InboxEntry>,
+    ) -> Result<Action, StoreError> {
+        let Some(existing) = self.store.lookup(key).await? else {
+            return Ok(Action::NotFound);
+        };
+        let found = existing.record;
+        let RecordState::Inbox(entry) = &found.state else {
+            return Ok(Action::NotFound);
+        };
+        let Some(next) = change(entry) else {
+            return Ok(Action::WrongStage(entry.stage));
+        };
+        let Some((_, route)) = self.route(&next.route) else {
+            return Ok(Action::NotFound);
+        };
+        let mut record = found.with_state(RecordState::Inbox(Box::new(next)));
+        record.owner = self.mint.next();
+        let retention = route.idempotency.retention;
+        if self
+            .store
+            .swap(key, found.owner, &record, retention)
+            .await?
+        {
+            Ok(Action::Done(record))
+        } else {
+            Ok(Action::Raced)
+        }
+    }
+}

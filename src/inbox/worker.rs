@@ -1,0 +1,371 @@
+//! A scope's redelivery workers: one taking loop per instance, and up to
+//! `concurrency` redeliveries in flight (summed over the scope's inbox
+//! routes; with one inbox route per scope, the usual case, exactly that
+//! route's `concurrency`).
+//!
+//! One redelivery, step by step (each store write an owner-fenced swap):
+//!
+//! 1. take the hash from the `due` index; the take itself pushes it one
+//!    visibility timeout ahead, so if this instance dies it is due again;
+//! 2. read the record and decide ([`super::transition::look`]);
+//! 3. claim it: swap to `delivering` under a fresh owner token, retried
+//!    with the same token while the store does not answer (a claim whose
+//!    reply was lost still succeeds for its writer);
+//! 4. send it, only if the upstream timeout fits before the visibility
+//!    deadline the claim wrote;
+//! 5. swap to the next stage and fix the indexes; a store that refuses is
+//!    asked again until the deadline, after which another worker finds the
+//!    claim expired and holds the delivery as unknown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::transition::{self, Attempt, Look};
+use super::{Inboxes, Indexes, millis};
+use crate::config::Route;
+use crate::pipeline::backoff::Backoff;
+use crate::pipeline::forward::{self, ForwardError, UpstreamClient};
+use crate::pipeline::settle;
+use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
+use crate::store::{StoreError, StoreKey};
+
+/// How often an idle loop asks for due deliveries.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+/// A queued delivery this close to its time is sent now.
+const EARLY: Duration = Duration::from_millis(50);
+/// Pauses between store attempts while claiming or settling.
+const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
+/// The workers of one scope on this instance.
+#[derive(Debug)]
+pub(super) struct Workers {
+    inboxes: Arc<Inboxes>,
+    indexes: Indexes,
+    prefix: String,
+    scope: String,
+    client: UpstreamClient,
+    permits: Arc<Semaphore>,
+    /// The longest visibility timeout of the scope's inbox routes: how far
+    /// a take pushes an entry.
+    visibility: Duration,
+    tracker: TaskTracker,
+}
+
+impl Workers {
+    pub(super) fn new(inboxes: Arc<Inboxes>, scope: &str, tracker: TaskTracker) -> Arc<Self> {
+        let routes = || {
+            inboxes
+                .config
+                .routes
+                .iter()
+                .filter(|r| r.idempotency.scope == scope)
+                .filter_map(|r| r.inbox.as_ref())
+        };
+        let concurrency = routes()
+            .map(|inbox| inbox.concurrency)
+            .sum::<usize>()
+            .max(1);
+        let visibility = routes()
+            .map(|inbox| inbox.visibility_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(60));
+        let prefix = inboxes.config.store.key_prefix.clone();
+        Arc::new(Self {
+            indexes: Indexes::of(&prefix, scope),
+            prefix,
+            scope: scope.to_owned(),
+            client: forward::client(),
+            permits: Arc::new(Semaphore::new(concurrency)),
+            visibility,
+            inboxes,
+            tracker,
+        })
+    }
+
+    /// Takes due deliveries and redelivers them until `shutdown`.
+    pub(super) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let free = self.permits.available_permits();
+            let taken = if free == 0 {
+                Vec::new()
+            } else {
+                let now = now_ms();
+                let push_to = now.saturating_add(millis(self.visibility));
+                match self
+                    .inboxes
+                    .store
+                    .index_take(&self.indexes.due, now, free, push_to)
+                    .await
+                {
+                    Ok(taken) => taken,
+                    Err(error) => {
+                        tracing::debug!(scope = self.scope, %error, "inbox: could not take due deliveries");
+                        Vec::new()
+                    }
+                }
+            };
+            let idle = taken.is_empty();
+            for hash in taken {
+                let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+                    break;
+                };
+                let this = Arc::clone(&self);
+                self.tracker.spawn(async move {
+                    this.redeliver(&hash).await;
+                    drop(permit);
+                });
+            }
+            if idle {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(POLL_EVERY) => {}
+                }
+            } else if shutdown.is_cancelled() {
+                break;
+            }
+        }
+    }
+
+    /// Steps 2–5 of the module docs for one taken hash.
+    async fn redeliver(&self, hash: &str) {
+        let key = StoreKey::new(&self.prefix, &self.scope, hash);
+        let store = &self.inboxes.store;
+        let existing = match store.lookup(&key).await {
+            Ok(existing) => existing,
+            Err(error) => {
+                tracing::debug!(key = hash, %error, "inbox: record not read; it is due again later");
+                return;
+            }
+        };
+        let Some(existing) = existing else {
+            tracing::warn!(
+                scope = self.scope,
+                key = hash,
+                "inbox: a queued delivery's record is gone (expired, evicted or purged)"
+            );
+            self.unindex(hash, false).await;
+            return;
+        };
+        let record = existing.record;
+        let entry = match &record.state {
+            RecordState::Inbox(entry) => entry,
+            // A live claim still being queued: look again after the push.
+            RecordState::InFlight => return,
+            // The queueing never landed; the key settled another way.
+            RecordState::Completed(_) | RecordState::Unknown => {
+                self.unindex(hash, false).await;
+                return;
+            }
+        };
+        let Some((index, route)) = self.inboxes.route(&entry.route) else {
+            tracing::error!(
+                key = hash,
+                route = entry.route,
+                "inbox: the delivery's route has no inbox any more; left queued"
+            );
+            return;
+        };
+        let rules = route.inbox.as_ref().expect("route() returns inbox routes");
+        match transition::look(entry, rules, now_ms(), EARLY) {
+            Look::NotYet(at) => {
+                let _ = store.index_add(&self.indexes.due, hash, at).await;
+            }
+            Look::Settled(stage) => self.unindex(hash, stage.is_held()).await,
+            Look::Abandoned => {
+                let attempt =
+                    Attempt::Unknown("the worker redelivering it vanished mid-call".into());
+                let _ = self
+                    .settle(index, route, &key, &record, entry, attempt)
+                    .await;
+            }
+            Look::Send(sending) => {
+                self.claim_and_send(index, route, &key, &record, sending)
+                    .await
+            }
+        }
+    }
+
+    async fn claim_and_send(
+        &self,
+        index: usize,
+        route: &Route,
+        key: &StoreKey,
+        found: &Record,
+        sending: InboxEntry,
+    ) {
+        let deadline = sending.due_ms;
+        let token = self.inboxes.mint.next();
+        let mut claimed = found.with_state(RecordState::Inbox(Box::new(sending)));
+        claimed.owner = token;
+        match self
+            .swap_until(key, found.owner, &claimed, route, deadline)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(key = key.hash(), %error, "inbox: claim not confirmed; not sent");
+                return;
+            }
+        }
+        let RecordState::Inbox(entry) = &claimed.state else {
+            unreachable!("built as an inbox record above")
+        };
+        let fits = now_ms().saturating_add(millis(route.upstream.timeout)) < deadline;
+        let Some(parts) = entry.request.to_parts().filter(|_| fits) else {
+            tracing::warn!(
+                key = key.hash(),
+                "inbox: claimed too late to send within the visibility timeout (or the stored request no longer parses); left for the next worker"
+            );
+            return;
+        };
+        let max_stored = self.inboxes.config.limits.max_stored_answer_bytes;
+        let result = forward::forward(
+            &self.client,
+            &route.upstream,
+            parts,
+            entry.request.body.clone(),
+            None,
+            max_stored,
+        )
+        .await;
+        let attempt = attempt_of(route, result);
+        let _ = self
+            .settle(index, route, key, &claimed, entry, attempt)
+            .await;
+    }
+
+    /// Writes the stage after `attempt` over `current` (whose owner the
+    /// swap expects) and fixes the indexes.
+    async fn settle(
+        &self,
+        index: usize,
+        route: &Route,
+        key: &StoreKey,
+        current: &Record,
+        entry: &InboxEntry,
+        attempt: Attempt,
+    ) -> Result<(), ()> {
+        let rules = route.inbox.as_ref().expect("an inbox route");
+        let on_timeout = route.idempotency.on_upstream_timeout;
+        let now = now_ms();
+        let (next, tally) =
+            transition::after(entry, attempt, rules, on_timeout, now, transition::jitter());
+        let stage = next.stage;
+        let due = next.due_ms;
+        let last_error = next.last_error.clone();
+        let mut record = current.with_state(RecordState::Inbox(Box::new(next)));
+        record.owner = self.inboxes.mint.next();
+        let deadline = now.saturating_add(millis(rules.visibility_timeout));
+        let hash = key.hash();
+        match self
+            .swap_until(key, current.owner, &record, route, deadline)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::error!(
+                    route = route.name,
+                    key = hash,
+                    "inbox: another worker took the delivery over before its outcome was stored (it judged this one vanished)"
+                );
+                return Err(());
+            }
+            Err(error) => {
+                tracing::error!(route = route.name, key = hash, %error, "inbox: outcome not stored; the delivery turns unknown when its claim expires");
+                return Err(());
+            }
+        }
+        if let Some(metrics) = &self.inboxes.metrics[index] {
+            metrics.redelivery(tally);
+        }
+        match stage {
+            Stage::Queued => {
+                let _ = self
+                    .inboxes
+                    .store
+                    .index_add(&self.indexes.due, hash, due)
+                    .await;
+            }
+            _ => self.unindex(hash, stage.is_held()).await,
+        }
+        tracing::info!(
+            route = route.name,
+            key = hash,
+            stage = stage.as_str(),
+            result = tally.as_str(),
+            error = last_error,
+            "inbox redelivery"
+        );
+        Ok(())
+    }
+
+    /// Swaps `record` in over `expected`, asking again while the store is
+    /// out of reach, until `deadline` (unix ms). The same record each time,
+    /// so a swap that landed unseen is confirmed by the next one.
+    async fn swap_until(
+        &self,
+        key: &StoreKey,
+        expected: OwnerToken,
+        record: &Record,
+        route: &Route,
+        deadline: u64,
+    ) -> Result<bool, StoreError> {
+        let retention = route.idempotency.retention;
+        let mut pauses = STORE_RETRY;
+        loop {
+            match self
+                .inboxes
+                .store
+                .swap(key, expected, record, retention)
+                .await
+            {
+                Err(error) if error.is_transient() && now_ms() < deadline => {
+                    tokio::time::sleep(pauses.next_pause()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Takes a settled delivery out of the pending indexes; a held one
+    /// (dead or unknown) goes into the dead index first.
+    async fn unindex(&self, hash: &str, held: bool) {
+        let store = &self.inboxes.store;
+        if held {
+            if let Err(error) = store.index_add(&self.indexes.dead, hash, now_ms()).await {
+                tracing::warn!(key = hash, %error, "inbox: dead index not updated; retried when it is due again");
+                return;
+            }
+        }
+        let _ = store.index_remove(&self.indexes.since, hash).await;
+        let _ = store.index_remove(&self.indexes.due, hash).await;
+    }
+}
+
+/// How a redelivery's upstream result counts.
+fn attempt_of(route: &Route, result: Result<forward::UpstreamAnswer, ForwardError>) -> Attempt {
+    match result {
+        Ok(answer)
+            if route
+                .idempotency
+                .cache_status
+                .contains(answer.status.as_u16()) =>
+        {
+            Attempt::Delivered(settle::stored(&answer))
+        }
+        Ok(answer) => Attempt::Failed {
+            error: format!("handler answered {}", answer.status.as_u16()),
+            answer: Some(settle::stored(&answer)),
+        },
+        Err(ForwardError::Refused) => Attempt::Failed {
+            error: ForwardError::Refused.to_string(),
+            answer: None,
+        },
+        Err(error) => Attempt::Unknown(error.to_string()),
+    }
+}

@@ -1,0 +1,84 @@
+//! The durable inbox's metrics (SPEC-level docs: README, "Durable inbox").
+//!
+//! The three gauges report the **shared** backlog of the route's scope, as
+//! the store holds it: every instance reports the same value, so
+//! dashboards aggregate them with `max`, never `sum`. The counter is this
+//! instance's own redelivery work.
+
+use metrics::{Counter, Gauge, counter, gauge};
+
+use crate::inbox::Tally;
+
+/// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
+pub(crate) const QUEUED: &str = "idemgate_inbox_queued";
+/// `idemgate_inbox_oldest_age_seconds{route}`: age of the oldest of them
+/// (0 when none): how long a payment has waited for its handler.
+pub(crate) const OLDEST_AGE: &str = "idemgate_inbox_oldest_age_seconds";
+/// `idemgate_inbox_dead{route}`: dead and unknown deliveries waiting for an
+/// operator (`/admin/inbox/{route}?state=dead`).
+pub(crate) const DEAD: &str = "idemgate_inbox_dead";
+/// `idemgate_inbox_redeliveries_total{route, result}`: redeliveries this
+/// instance finished, by how they ended.
+pub(crate) const REDELIVERIES_TOTAL: &str = "idemgate_inbox_redeliveries_total";
+
+/// Registers help texts with the installed recorder.
+pub(crate) fn register_descriptions() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_gauge!(
+        QUEUED,
+        "Inbox deliveries queued or being redelivered (shared: aggregate with max)"
+    );
+    describe_gauge!(
+        OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest queued inbox delivery (shared: aggregate with max)"
+    );
+    describe_gauge!(
+        DEAD,
+        "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)"
+    );
+    describe_counter!(
+        REDELIVERIES_TOTAL,
+        "Inbox redeliveries this instance finished, by result"
+    );
+}
+
+/// One inbox route's handles, every series created at zero.
+#[derive(Debug)]
+pub(crate) struct InboxMetrics {
+    queued: Gauge,
+    oldest_age: Gauge,
+    dead: Gauge,
+    redeliveries: [Counter; 4],
+}
+
+impl InboxMetrics {
+    /// Handles for `route`.
+    pub(crate) fn new(route: &str) -> Self {
+        let route = route.to_owned();
+        let this = Self {
+            queued: gauge!(QUEUED, "route" => route.clone()),
+            oldest_age: gauge!(OLDEST_AGE, "route" => route.clone()),
+            dead: gauge!(DEAD, "route" => route.clone()),
+            redeliveries: Tally::ALL.map(|tally| {
+                let counter = counter!(REDELIVERIES_TOTAL, "route" => route.clone(), "result" => tally.as_str());
+                counter.increment(0);
+                counter
+            }),
+        };
+        this.backlog(0, 0.0, 0);
+        this
+    }
+
+    /// Sets the shared backlog gauges.
+    pub(crate) fn backlog(&self, queued: u64, oldest_age_seconds: f64, dead: u64) {
+        self.queued.set(queued as f64);
+        self.oldest_age.set(oldest_age_seconds);
+        self.dead.set(dead as f64);
+    }
+
+    /// Counts one finished redelivery.
+    pub(crate) fn redelivery(&self, tally: Tally) {
+        self.redeliveries[tally as usize].increment(1);
+    }
+}

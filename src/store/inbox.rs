@@ -1,0 +1,217 @@
+//! The store operations of the durable inbox (`crate::inbox`).
+//!
+//! Two kinds, each on one key, each atomic (so every one is Redis Cluster
+//! safe):
+//!
+//! | op | effect |
+//! |----|--------|
+//! | swap | owner-fenced compare-and-set of a whole record: how a worker claims a queued delivery and how it settles it |
+//! | index_add / index_remove | put a key hash into a scope's index at a score, or take it out (Redis `ZADD` / `ZREM`) |
+//! | index_take | hand out up to N due hashes and push each to a later score in one step: taken with a visibility timeout |
+//! | index_page / index_stats / index_prune | list, count and trim an index (admin API, gauges) |
+//!
+//! The record is the truth; the indexes only say where to look. A scope
+//! has three ([`IndexKey`]): `due` (queued or delivering, scored by when a
+//! worker should look next), `since` (the same deliveries, scored by when
+//! they were first queued: the oldest-age gauge and the queued listing)
+//! and `dead` (dead or unknown, scored by when they got there). Because
+//! they are separate keys, they are written one after another; a crash in
+//! between leaves an index entry a worker later finds stale and repairs,
+//! never a queued record without a `due` entry (the entry is written
+//! first).
+//!
+//! `swap` succeeds when the record's owner is the expected one, and also
+//! when the record already is exactly the one being written: a retried
+//! swap whose reply was lost (Redis restarted, connection dropped) then
+//! succeeds for its own writer, so a worker whose claim landed unseen still
+//! sends the delivery once.
+
+use std::time::Duration;
+
+use super::{AnyStore, Backend, Call, StoreError, StoreKey};
+use crate::record::{OwnerToken, Record};
+
+/// One of a scope's three inbox indexes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IndexKey(String);
+
+/// Which of a scope's indexes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// Queued and delivering deliveries, by when a worker looks next.
+    Due,
+    /// The same, by when they were first queued.
+    Since,
+    /// Dead and unknown deliveries, by when they got there.
+    Dead,
+}
+
+impl IndexKey {
+    /// `{prefix}:{scope}:inbox:{due|since|dead}`: never a record key, whose
+    /// last part is a 64-digit hash.
+    pub fn new(prefix: &str, scope: &str, index: Index) -> Self {
+        let name = match index {
+            Index::Due => "due",
+            Index::Since => "since",
+            Index::Dead => "dead",
+        };
+        Self(format!("{prefix}:{scope}:inbox:{name}"))
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The inbox operations, futures boxed (one small allocation next to a
+/// network round trip or a durable commit), implemented by both backends.
+pub(super) trait InboxOps: Send + Sync + std::fmt::Debug {
+    fn swap<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        expected: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, bool>;
+    fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
+    fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool>;
+    fn index_take<'a>(
+        &'a self,
+        index: &'a IndexKey,
+        now: u64,
+        limit: usize,
+        push_to: u64,
+    ) -> Call<'a, Vec<String>>;
+    fn index_page<'a>(
+        &'a self,
+        index: &'a IndexKey,
+        offset: usize,
+        limit: usize,
+    ) -> Call<'a, Vec<(String, u64)>>;
+    fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)>;
+    fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64>;
+}
+
+impl AnyStore {
+    fn inbox(&self) -> Result<&dyn InboxOps, StoreError> {
+        match &self.backend {
+            Backend::Redis(store) => Ok(&**store),
+            Backend::Embedded(store) => Ok(store),
+            #[cfg(test)]
+            Backend::Test(_) => Err(StoreError::Backend(
+                "the scripted test store has no inbox".into(),
+            )),
+        }
+    }
+
+    /// Replaces the record under `key` with `record` for `ttl` if its
+    /// owner is `expected` (or it already is `record`). Returns whether the
+    /// store now holds `record`.
+    pub async fn swap(
+        &self,
+        key: &StoreKey,
+        expected: OwnerToken,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inbox()?.swap(key, expected, record, ttl).await
+    }
+
+    /// Puts `member` into `index` at `score`, or moves it there.
+    pub async fn index_add(
+        &self,
+        index: &IndexKey,
+        member: &str,
+        score: u64,
+    ) -> Result<(), StoreError> {
+        self.inbox()?.index_add(index, member, score).await
+    }
+
+    /// Takes `member` out of `index`. Returns whether it was there.
+    pub async fn index_remove(&self, index: &IndexKey, member: &str) -> Result<bool, StoreError> {
+        self.inbox()?.index_remove(index, member).await
+    }
+
+    /// Hands out up to `limit` members scored at most `now`, lowest first,
+    /// each moved to `push_to` in the same step.
+    pub async fn index_take(
+        &self,
+        index: &IndexKey,
+        now: u64,
+        limit: usize,
+        push_to: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.inbox()?.index_take(index, now, limit, push_to).await
+    }
+
+    /// Members with their scores, lowest first, from `offset`.
+    pub async fn index_page(
+        &self,
+        index: &IndexKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inbox()?.index_page(index, offset, limit).await
+    }
+
+    /// How many members `index` has, and the lowest score.
+    pub async fn index_stats(&self, index: &IndexKey) -> Result<(u64, Option<u64>), StoreError> {
+        self.inbox()?.index_stats(index).await
+    }
+
+    /// Removes the members scored below `below`. Returns how many.
+    pub async fn index_prune(&self, index: &IndexKey, below: u64) -> Result<u64, StoreError> {
+        self.inbox()?.index_prune(index, below).await
+    }
+}
+
+impl InboxOps for super::embedded::EmbeddedStore {
+    fn swap<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        expected: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, bool> {
+        Box::pin(async move {
+            let bytes = record.encode()?.to_vec();
+            Self::swap(self, key, expected, bytes, ttl).await
+        })
+    }
+
+    fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()> {
+        Box::pin(Self::index_add(self, index.as_str(), member, score))
+    }
+
+    fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool> {
+        Box::pin(Self::index_remove(self, index.as_str(), member))
+    }
+
+    fn index_take<'a>(
+        &'a self,
+        index: &'a IndexKey,
+        now: u64,
+        limit: usize,
+        push_to: u64,
+    ) -> Call<'a, Vec<String>> {
+        Box::pin(Self::index_take(self, index.as_str(), now, limit, push_to))
+    }
+
+    fn index_page<'a>(
+        &'a self,
+        index: &'a IndexKey,
+        offset: usize,
+        limit: usize,
+    ) -> Call<'a, Vec<(String, u64)>> {
+        Box::pin(Self::index_page(self, index.as_str(), offset, limit))
+    }
+
+    fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {
+        Box::pin(Self::index_stats(self, index.as_str()))
+    }
+
+    fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64> {
+        Box::pin(Self::index_prune(self, index.as_str(), below))
+    }
+}

@@ -1,0 +1,98 @@
+//! Must hold 1 (and 7 on the embedded store): the handler refuses
+//! connections for 10 s while deliveries arrive, each three times; every
+//! copy is acknowledged, and once the handler is back each delivery
+//! executes exactly once and nothing stays queued.
+
+use super::*;
+
+/// Sends `count` deliveries three times each over `gates` while the
+/// handler is down for `down`, then starts it and waits for the inbox to
+/// drain. Returns the handler.
+async fn down_then_back(
+    gates: &[GateProcess],
+    port: u16,
+    count: usize,
+    down: Duration,
+) -> Upstream {
+    let started = Instant::now();
+    let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();
+    let ids: Vec<String> = (0..count).map(|i| format!("down-{i}")).collect();
+    let answers = deliver_copies(&urls, &ids, 3).await;
+    assert_acknowledged(&answers);
+    let queued = listed(gates[0].admin, "queued").await.len();
+    assert!(
+        queued > 0,
+        "deliveries wait in the inbox while the handler is down"
+    );
+    tokio::time::sleep(down.saturating_sub(started.elapsed())).await;
+
+    let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
+    let drained = Instant::now();
+    let deadline = drained + Duration::from_secs(60);
+    loop {
+        let pending = listed(gates[0].admin, "queued").await.len();
+        if pending == 0 && executions(&handler).len() == count {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "inbox drained within 60 s: {pending} queued, {} executed",
+            executions(&handler).len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "{count} deliveries x3 acknowledged in {:?} while the handler was down; drained {:?} after it came back",
+        started.elapsed().min(down),
+        drained.elapsed()
+    );
+    let counts = executions(&handler);
+    for id in &ids {
+        assert_eq!(counts.get(id), Some(&1), "{id} executed exactly once");
+    }
+    assert_eq!(handler.calls(), count, "no call beyond one per delivery");
+    handler
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_deliver_every_acknowledged_delivery_once_after_the_handler_returns() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let (port, url) = absent_handler();
+    let text = inbox_config(
+        &redis_store(&redis),
+        &url,
+        "backoff = \"500ms\"\nmax_backoff = \"2s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
+    );
+    let gates = [GateProcess::start(&text), GateProcess::start(&text)];
+    let handler = down_then_back(&gates, port, 200, Duration::from_secs(10)).await;
+
+    let view = delivery(gates[1].admin, "down-7").await;
+    assert_eq!(view["state"], "delivered", "{view}");
+    assert_eq!(view["last_answer"]["status"], 200, "{view}");
+    assert!(view["attempts"].as_u64().unwrap() >= 1, "{view}");
+    // A late copy still gets the first ack, and executes nothing.
+    let late = Sender::new()
+        .deliver(&gates[1].url("/notify"), &payment("down-7"))
+        .await
+        .unwrap();
+    assert_eq!((late.status, late.replayed()), (200, Some("true")));
+    assert_eq!(&late.body[..], ACK.as_bytes());
+    assert_eq!(handler.calls(), 200);
+    let dead = listed(gates[0].admin, "dead").await;
+    assert!(dead.is_empty(), "nothing dead: {dead:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_delivers_every_acknowledged_delivery_once() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, url) = absent_handler();
+    let text = inbox_config(
+        &embedded_store(&dir.path().join("idemgate.redb")),
+        &url,
+        "backoff = \"500ms\"\nmax_backoff = \"2s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
+    );
+    let gate = [GateProcess::start(&text)];
+    down_then_back(&gate, port, 60, Duration::from_secs(4)).await;
+}
