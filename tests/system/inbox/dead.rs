@@ -120,7 +120,7 @@ async fn a_dropped_delivery_is_never_sent_and_its_copies_still_get_the_ack() {
     let text = inbox_config(
         &redis_store(&redis),
         &url,
-        "backoff = \"30s\"\nvisibility_timeout = \"10s\"",
+        "backoff = \"30s\"\nmax_backoff = \"1m\"\nvisibility_timeout = \"10s\"",
     );
     let gate = GateProcess::start(&text);
     let first = Sender::new()
