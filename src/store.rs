@@ -252,8 +252,9 @@ pub trait Store: Send + Sync + 'static {
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A boxed store call, so both backends fit behind one `&dyn Dispatch`.
-type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// A boxed store call, so both backends fit behind one `&dyn` trait
+/// object (the private `Dispatch`, and [`inbox::InboxOps`]).
+pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// [`Store`] with its futures boxed: the one way [`AnyStore`] reaches its
 /// backend. Boxing costs one small allocation per store call, nothing next

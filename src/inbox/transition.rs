@@ -20,7 +20,7 @@ use crate::record::{InboxEntry, Stage, StoredResponse};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Look {
     /// Due: claim it as this entry (stage delivering) and send it.
-    Send(InboxEntry),
+    Send(Box<InboxEntry>),
     /// Not due before this time (unix ms): put it back in the index there.
     NotYet(u64),
     /// Its worker vanished mid-call (the visibility timeout passed): the
@@ -111,7 +111,7 @@ pub(crate) fn look(entry: &InboxEntry, rules: &Inbox, now: u64, early: Duration)
             sending.stage = Stage::Delivering;
             sending.attempts = entry.attempts.saturating_add(1);
             sending.due_ms = now.saturating_add(ms(rules.visibility_timeout));
-            Look::Send(sending)
+            Look::Send(Box::new(sending))
         }
         Stage::Delivering if entry.due_ms > now => Look::NotYet(entry.due_ms),
         Stage::Delivering => Look::Abandoned,
@@ -301,7 +301,7 @@ mod tests {
         let (held, counted) = after(&sending, unknown(), &rules, OnUpstreamTimeout::Hold, 7, 1.0);
         assert_eq!((held.stage, counted), (Stage::Unknown, Tally::Unknown));
         assert!(held.last_error.starts_with("outcome unknown"));
-        let mut early = sending.clone();
+        let mut early = sending;
         early.attempts = 1;
         let (released, _) = after(
             &early,

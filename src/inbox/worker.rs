@@ -195,11 +195,11 @@ impl Workers {
         route: &Route,
         key: &StoreKey,
         found: &Record,
-        sending: InboxEntry,
+        sending: Box<InboxEntry>,
     ) {
         let deadline = sending.due_ms;
         let token = self.inboxes.mint.next();
-        let mut claimed = found.with_state(RecordState::Inbox(Box::new(sending)));
+        let mut claimed = found.with_state(RecordState::Inbox(sending));
         claimed.owner = token;
         match self
             .swap_until(key, found.owner, &claimed, route, deadline)

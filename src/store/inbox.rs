@@ -66,7 +66,10 @@ impl IndexKey {
 
 /// The inbox operations, futures boxed (one small allocation next to a
 /// network round trip or a durable commit), implemented by both backends.
-pub(super) trait InboxOps: Send + Sync + std::fmt::Debug {
+/// The pipeline reaches them through [`AnyStore`]; the trait is public so
+/// the store contract tests can hold both backends to it.
+pub trait InboxOps: Send + Sync + std::fmt::Debug {
+    /// See [`AnyStore::swap`].
     fn swap<'a>(
         &'a self,
         key: &'a StoreKey,
@@ -74,8 +77,11 @@ pub(super) trait InboxOps: Send + Sync + std::fmt::Debug {
         record: &'a Record,
         ttl: Duration,
     ) -> Call<'a, bool>;
+    /// See [`AnyStore::index_add`].
     fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
+    /// See [`AnyStore::index_remove`].
     fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool>;
+    /// See [`AnyStore::index_take`].
     fn index_take<'a>(
         &'a self,
         index: &'a IndexKey,
@@ -83,13 +89,16 @@ pub(super) trait InboxOps: Send + Sync + std::fmt::Debug {
         limit: usize,
         push_to: u64,
     ) -> Call<'a, Vec<String>>;
+    /// See [`AnyStore::index_page`].
     fn index_page<'a>(
         &'a self,
         index: &'a IndexKey,
         offset: usize,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>>;
+    /// See [`AnyStore::index_stats`].
     fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)>;
+    /// See [`AnyStore::index_prune`].
     fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64>;
 }
 

@@ -22,6 +22,7 @@ mod fingerprints;
 mod guards;
 mod hardening;
 mod harness;
+mod inbox_store;
 mod logging;
 mod presets;
 mod replay;

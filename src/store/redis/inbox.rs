@@ -36,6 +36,10 @@ fn members(reply: Value) -> Result<Vec<String>, StoreError> {
 }
 
 /// A `WITHSCORES` reply: flat `member, score, …` (RESP2) or pairs (RESP3).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "scores are unix milliseconds idemgate wrote: whole numbers far below 2^53"
+)]
 fn scored(reply: Value) -> Result<Vec<(String, u64)>, StoreError> {
     let mut flat = Vec::new();
     for item in reply.into_array() {
