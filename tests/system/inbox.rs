@@ -19,6 +19,7 @@ mod crash;
 mod dead;
 mod handler_down;
 mod redis_restart;
+mod unknown;
 
 /// One test at a time (see the module docs).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
