@@ -338,6 +338,8 @@ fn hash_value(value: &[u8]) -> String {
 fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::Value {
     let record = &existing.record;
     let state = match existing.observe(route.idempotency.unknown_hold) {
+        // The inbox API shows the rest (`/admin/inbox/{route}/delivery`).
+        Observed::Completed(_) if matches!(record.state, RecordState::Inbox(_)) => "inbox",
         Observed::Completed(_) => "completed",
         Observed::InFlight => "in_flight",
         Observed::Unknown { .. } if record.state == RecordState::InFlight => "unknown_owner_lost",

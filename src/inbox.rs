@@ -67,6 +67,16 @@ impl Indexes {
     }
 }
 
+/// A delivery [`Inboxes::enqueue`] kept.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    /// What the sender is told (and every copy after it).
+    pub(crate) ack: StoredResponse,
+    /// Whether it was held as unknown (the live call timed out under
+    /// `on_upstream_timeout = "hold"`) rather than queued.
+    pub(crate) held: bool,
+}
+
 /// The inboxes of every route that has one, shared by the pipeline (which
 /// queues), the workers (which redeliver) and the admin API.
 #[derive(Debug)]
@@ -132,7 +142,7 @@ impl Inboxes {
         lease: &Lease,
         request: StoredRequest,
         result: &Result<UpstreamAnswer, ForwardError>,
-    ) -> Result<StoredResponse, StoreError> {
+    ) -> Result<Queued, StoreError> {
         let route = &self.config.routes[index];
         let inbox = route
             .inbox
@@ -192,7 +202,10 @@ impl Inboxes {
                     stage = stage.as_str(),
                     "handler could not take the delivery: acknowledged and kept in the inbox"
                 );
-                Ok(ack)
+                Ok(Queued {
+                    ack,
+                    held: stage == Stage::Unknown,
+                })
             }
         }
     }

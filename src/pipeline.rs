@@ -559,7 +559,12 @@ impl Pipeline {
     ) -> Option<crate::record::StoredResponse> {
         let request = kept.filter(|_| self.inboxes.wants(index, result))?;
         match self.inboxes.enqueue(index, lease, request, result).await {
-            Ok(ack) => Some(ack),
+            Ok(queued) => {
+                if queued.held {
+                    self.meters[index].unknown_outcome();
+                }
+                Some(queued.ack)
+            }
             Err(error) => {
                 tracing::error!(
                     route = self.config.routes[index].name,

@@ -43,6 +43,21 @@ async fn a_timed_out_delivery_is_acknowledged_and_held_never_resent() {
         .unwrap();
     assert_eq!((copy.status, copy.replayed()), (200, Some("true")));
 
+    assert_eq!(
+        metric(gate.admin, "idemgate_unknown_outcomes_total{route=\"pay\"}").await,
+        Some(1.0)
+    );
+    poll(
+        "the dead gauge",
+        Duration::from_secs(8),
+        Duration::from_millis(200),
+        async || {
+            (metric(gate.admin, "idemgate_inbox_dead{route=\"pay\"}").await == Some(1.0))
+                .then_some(())
+        },
+    )
+    .await;
+
     let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=slow").await;
     assert_eq!(status, 200);
     let view = poll(
@@ -57,6 +72,18 @@ async fn a_timed_out_delivery_is_acknowledged_and_held_never_resent() {
     .await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(handler.calls(), 2, "the operator's retry sent it once");
+    let delivered = "idemgate_inbox_redeliveries_total{route=\"pay\",result=\"delivered\"}";
+    assert_eq!(metric(gate.admin, delivered).await, Some(1.0));
+    poll(
+        "the dead gauge back at 0",
+        Duration::from_secs(8),
+        Duration::from_millis(200),
+        async || {
+            (metric(gate.admin, "idemgate_inbox_dead{route=\"pay\"}").await == Some(0.0))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
