@@ -36,6 +36,7 @@ pub(crate) mod claim;
 pub(crate) mod forward;
 pub(crate) mod guard;
 pub mod identify;
+mod inbox;
 pub(crate) mod lease_timing;
 mod outcome;
 pub(crate) mod persist;
@@ -542,39 +543,6 @@ impl Pipeline {
             },
             Ending::Recorded,
         )
-    }
-}
-
-impl Pipeline {
-    /// Queues a failed first delivery in its route's inbox, if the route
-    /// has one and `on` lists the failure; returns the ack to answer with.
-    /// `None`: settle the claim as usual (also when queueing failed, so a
-    /// sender is never acknowledged for a delivery the store does not hold).
-    async fn queue(
-        &self,
-        index: usize,
-        lease: &Lease,
-        kept: Option<StoredRequest>,
-        result: &Result<forward::UpstreamAnswer, ForwardError>,
-    ) -> Option<crate::record::StoredResponse> {
-        let request = kept.filter(|_| self.inboxes.wants(index, result))?;
-        match self.inboxes.enqueue(index, lease, request, result).await {
-            Ok(queued) => {
-                if queued.held {
-                    self.meters[index].unknown_outcome();
-                }
-                Some(queued.ack)
-            }
-            Err(error) => {
-                tracing::error!(
-                    route = self.config.routes[index].name,
-                    key = lease.key().hash(),
-                    %error,
-                    "could not queue the delivery in the inbox; the sender gets the handler's failure"
-                );
-                None
-            }
-        }
     }
 }
 
