@@ -1,6 +1,8 @@
 //! The test route's signing scheme (HMAC-SHA256 over `{timestamp}.{body}`)
 //! and payment bodies.
 
+use std::collections::HashMap;
+
 use idemgate::config::Algorithm;
 
 use super::{Headers, SECRET};
@@ -35,4 +37,19 @@ pub fn signed(body: &str) -> Headers {
 /// A delivery body for payment `id`.
 pub fn payment(id: &str) -> String {
     format!(r#"{{"id":"{id}","amount":"10.00","status":"PAID"}}"#)
+}
+
+/// The payment id in a [`payment`] body, as the upstream received it.
+pub fn id_of(body: &[u8]) -> String {
+    let doc: serde_json::Value = serde_json::from_slice(body).expect("delivery body is JSON");
+    doc["id"].as_str().expect("delivery id").to_owned()
+}
+
+/// How many times the upstream executed each payment id.
+pub fn executions(upstream: &super::Upstream) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for body in upstream.bodies() {
+        *counts.entry(id_of(&body)).or_insert(0) += 1;
+    }
+    counts
 }

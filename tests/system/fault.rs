@@ -434,21 +434,6 @@ fn is_live(answer: &Answer) -> bool {
     answer.replayed() == Some("false")
 }
 
-/// The payment id in a delivery body.
-fn id_of(body: &[u8]) -> String {
-    let doc: serde_json::Value = serde_json::from_slice(body).expect("delivery body is JSON");
-    doc["id"].as_str().expect("delivery id").to_owned()
-}
-
-/// How many times the upstream executed each id.
-fn executions(upstream: &Upstream) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for body in upstream.bodies() {
-        *counts.entry(id_of(&body)).or_insert(0) += 1;
-    }
-    counts
-}
-
 /// Delivers every id `copies` times, copy `c` of key `k` to gate
 /// `(k + c) % gates`, at most `in_flight` requests at a time (the
 /// semaphore is fair, so the copies of a key run side by side).

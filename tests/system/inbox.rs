@@ -47,21 +47,6 @@ fn absent_handler() -> (u16, String) {
     (port, format!("http://127.0.0.1:{port}"))
 }
 
-/// The delivery id in a handler call's JSON body.
-fn id_of(body: &[u8]) -> String {
-    let doc: serde_json::Value = serde_json::from_slice(body).expect("delivery body is JSON");
-    doc["id"].as_str().expect("delivery id").to_owned()
-}
-
-/// How many times the handler executed each id.
-fn executions(upstream: &Upstream) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for body in upstream.bodies() {
-        *counts.entry(id_of(&body)).or_insert(0) += 1;
-    }
-    counts
-}
-
 /// Sends one admin API request with the token: (status, JSON or text).
 async fn admin(admin: SocketAddr, method: &str, path: &str) -> (u16, serde_json::Value) {
     let headers = vec![("authorization".to_owned(), format!("Bearer {TOKEN}"))];
@@ -77,6 +62,21 @@ async fn delivery(gate: SocketAddr, id: &str) -> serde_json::Value {
     let (status, view) = admin(gate, "GET", &format!("/admin/inbox/pay/delivery?key={id}")).await;
     assert_eq!(status, 200, "delivery {id}: {view}");
     view
+}
+
+/// Polls the delivery `id` until it reaches `state` (bounded: 30 s).
+async fn until_state(gate: SocketAddr, id: &str, state: &str) -> serde_json::Value {
+    let what = format!("delivery {id} to be {state}");
+    poll(
+        &what,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || {
+            let view = delivery(gate, id).await;
+            (view["state"] == state).then_some(view)
+        },
+    )
+    .await
 }
 
 /// Every key hash of a listing (`queued` or `dead`), all pages.

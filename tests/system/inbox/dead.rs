@@ -37,16 +37,7 @@ async fn dies_then_retries_once(store: &str) {
     assert_eq!((first.status, first.replayed()), (200, Some("false")));
     assert_eq!(&first.body[..], ACK.as_bytes());
 
-    let view = poll(
-        "the delivery to die",
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        async || {
-            let view = delivery(gate.admin, "doomed").await;
-            (view["state"] == "dead").then_some(view)
-        },
-    )
-    .await;
+    let view = until_state(gate.admin, "doomed", "dead").await;
     assert_eq!(view["attempts"], 3, "{view}");
     assert_eq!(view["last_answer"]["status"], 503, "{view}");
     assert_eq!(view["last_error"], "handler answered 503", "{view}");
@@ -76,16 +67,7 @@ async fn dies_then_retries_once(store: &str) {
     // Retry-now: sent once, and delivered this time.
     let (status, retried) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=doomed").await;
     assert_eq!(status, 200, "{retried}");
-    let view = poll(
-        "the retried delivery",
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || {
-            let view = delivery(gate.admin, "doomed").await;
-            (view["state"] == "delivered").then_some(view)
-        },
-    )
-    .await;
+    let view = until_state(gate.admin, "doomed", "delivered").await;
     assert_eq!(view["attempts"], 4, "{view}");
     assert_eq!(view["last_answer"]["status"], 200, "{view}");
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -20,6 +20,18 @@ fn timing_out(store: &str, handler: &str, on_timeout: &str) -> String {
     )
 }
 
+/// Waits (bounded) until the dead gauge, refreshed every 5 s, shows `value`.
+async fn dead_gauge(admin: SocketAddr, value: f64) {
+    let series = "idemgate_inbox_dead{route=\"pay\"}";
+    poll(
+        series,
+        Duration::from_secs(8),
+        Duration::from_millis(200),
+        async || (metric(admin, series).await == Some(value)).then_some(()),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_delivery_is_acknowledged_and_held_never_resent() {
     let _serial = SERIAL.lock().await;
@@ -47,43 +59,16 @@ async fn a_timed_out_delivery_is_acknowledged_and_held_never_resent() {
         metric(gate.admin, "idemgate_unknown_outcomes_total{route=\"pay\"}").await,
         Some(1.0)
     );
-    poll(
-        "the dead gauge",
-        Duration::from_secs(8),
-        Duration::from_millis(200),
-        async || {
-            (metric(gate.admin, "idemgate_inbox_dead{route=\"pay\"}").await == Some(1.0))
-                .then_some(())
-        },
-    )
-    .await;
+    dead_gauge(gate.admin, 1.0).await;
 
     let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=slow").await;
     assert_eq!(status, 200);
-    let view = poll(
-        "the retried delivery",
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || {
-            let view = delivery(gate.admin, "slow").await;
-            (view["state"] == "delivered").then_some(view)
-        },
-    )
-    .await;
+    let view = until_state(gate.admin, "slow", "delivered").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(handler.calls(), 2, "the operator's retry sent it once");
     let delivered = "idemgate_inbox_redeliveries_total{route=\"pay\",result=\"delivered\"}";
     assert_eq!(metric(gate.admin, delivered).await, Some(1.0));
-    poll(
-        "the dead gauge back at 0",
-        Duration::from_secs(8),
-        Duration::from_millis(200),
-        async || {
-            (metric(gate.admin, "idemgate_inbox_dead{route=\"pay\"}").await == Some(0.0))
-                .then_some(())
-        },
-    )
-    .await;
+    dead_gauge(gate.admin, 0.0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,16 +82,7 @@ async fn with_release_a_timed_out_delivery_is_queued_and_sent_again() {
         .await
         .unwrap();
     assert_eq!((first.status, first.replayed()), (200, Some("false")));
-    let view = poll(
-        "the redelivery",
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || {
-            let view = delivery(gate.admin, "again").await;
-            (view["state"] == "delivered").then_some(view)
-        },
-    )
-    .await;
+    let view = until_state(gate.admin, "again", "delivered").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(
         handler.calls(),
