@@ -4,14 +4,15 @@
 //! drops, and every wait is bounded.
 //!
 //! * the alert rules pass `promtool check rules`, and the promtool unit
-//!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down and
-//!   eviction alerts on synthetic series;
+//!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down,
+//!   eviction and inbox alerts on synthetic series;
 //! * every alert's `runbook_url` names a heading of README.md;
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled
 //!   Grafana dashboard and alert rules to a value, and the SPEC hit rate to
-//!   the ratio the traffic implies;
+//!   the ratio the traffic implies; the shared inbox backlog gauges are
+//!   aggregated with `max`, never `sum`;
 //! * `/readyz` follows Redis going away and coming back.
 
 use std::collections::{BTreeMap, BTreeSet};

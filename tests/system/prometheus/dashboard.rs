@@ -4,6 +4,69 @@
 
 use super::*;
 
+/// An inbox on route `pay`, so the inbox series exist (at 0) for the
+/// dashboard and alert expressions. Valid against the test route: the
+/// visibility timeout (default 60 s) exceeds the upstream timeout (5 s)
+/// and the retention (1 h) exceeds max_backoff + visibility_timeout. The
+/// test's handler always answers 200, so nothing is queued.
+const INBOX: &str = "[route.inbox]\nmax_backoff = \"1m\"\n";
+
+/// The inbox gauges report the shared backlog of a scope: every instance
+/// reports the same value, so any `sum` would multiply it by the number of
+/// instances. Every dashboard and alert expression reading them aggregates
+/// with `max`, and the dashboard shows all four inbox metrics.
+#[test]
+fn shared_inbox_gauges_are_aggregated_with_max() {
+    const SHARED: [&str; 3] = [
+        "idemgate_inbox_queued",
+        "idemgate_inbox_oldest_age_seconds",
+        "idemgate_inbox_dead",
+    ];
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
+    )
+    .expect("alerts.yml is YAML");
+    let alerts = rules["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_sequence().expect("rules").iter())
+        .map(|rule| {
+            let name = rule["alert"].as_str().or(rule["record"].as_str());
+            let expr = rule["expr"].as_str().expect("rule expr");
+            (format!("rule {}", name.unwrap_or("?")), expr.to_owned())
+        });
+    let dashboard = dashboard_expressions();
+    for metric in SHARED
+        .iter()
+        .chain(["idemgate_inbox_redeliveries_total"].iter())
+    {
+        assert!(
+            dashboard.iter().any(|(_, expr)| expr.contains(metric)),
+            "no dashboard panel shows {metric}"
+        );
+    }
+    let mut checked = 0;
+    for (what, expr) in dashboard
+        .into_iter()
+        .map(|(panel, expr)| (format!("panel {panel:?}"), expr))
+        .chain(alerts)
+    {
+        if !SHARED.iter().any(|metric| expr.contains(metric)) {
+            continue;
+        }
+        checked += 1;
+        let compact: String = expr.split_whitespace().collect();
+        assert!(
+            compact.starts_with("maxby(")
+                && !compact.contains("sum(")
+                && !compact.contains("sumby("),
+            "{what}: {expr} must aggregate the shared inbox gauges with max, never sum"
+        );
+    }
+    assert!(checked >= 5, "{checked} expressions read the inbox gauges");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs prometheus"]
 async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
@@ -12,7 +75,7 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     const FORGED: usize = 3;
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), ""));
+    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), INBOX));
     let prometheus = Prometheus::start(&prometheus_config(gate.admin));
     let started = Instant::now();
 
@@ -117,7 +180,7 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     // Every dashboard expression yields at least one finite value.
     let dashboard = dashboard_expressions();
     assert!(
-        dashboard.len() >= 12,
+        dashboard.len() >= 20,
         "{} dashboard expressions",
         dashboard.len()
     );
@@ -129,6 +192,23 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
             "panel {panel:?}: {expr} gave no finite value: {values:?}"
         );
     }
+
+    // The inbox series of route pay exist from start-up, at 0: one per
+    // gauge and one per redelivery result.
+    for gauge in [
+        "idemgate_inbox_queued",
+        "idemgate_inbox_oldest_age_seconds",
+        "idemgate_inbox_dead",
+    ] {
+        let value = prometheus
+            .scalar(&format!(r#"{gauge}{{route="pay"}}"#))
+            .await;
+        assert_eq!(value, Some(0.0), "{gauge}");
+    }
+    let results = prometheus
+        .values(r#"idemgate_inbox_redeliveries_total{route="pay"}"#)
+        .await;
+    assert_eq!(results, [0.0; 4], "one zero counter per result");
 
     // SPEC §7 hit rate, verbatim, and the dashboard's own hit-rate panels.
     let spec = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;

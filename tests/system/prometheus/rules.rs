@@ -32,13 +32,15 @@ fn promtool_accepts_the_alert_rules() {
 
 #[test]
 #[ignore = "needs promtool"]
-fn promtool_unit_tests_fire_the_upstream_and_eviction_alerts() {
+fn promtool_unit_tests_fire_the_upstream_eviction_and_inbox_alerts() {
     let tests = repo_path("config/prometheus/alerts_test.yml");
     let text = std::fs::read_to_string(&tests).expect("alerts_test.yml");
     for alert in [
         "IdemgateUpstreamDown",
         "IdemgateStoreEvictionRisk",
         "IdemgateStoreEvictedKeys",
+        "IdemgateInboxBacklogAging",
+        "IdemgateInboxDeadDeliveries",
     ] {
         assert!(
             text.contains(&format!("alertname: {alert}")),
@@ -97,7 +99,7 @@ fn every_alert_has_a_runbook_section_in_the_readme() {
             );
         }
     }
-    assert!(alerts >= 9, "{alerts} alerts");
+    assert!(alerts >= 11, "{alerts} alerts");
     assert_eq!(
         heading_anchor(" Store may evict keys"),
         "store-may-evict-keys"
