@@ -66,3 +66,16 @@ async fn in_shadow_mode_a_failed_guard_is_forwarded() {
     assert_eq!(upstream.calls(), 1);
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_shadow_mode_a_failed_guard_is_counted_as_a_refusal() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let extra = format!("mode = \"shadow\"\n{STATUS_GUARD}");
+    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), &extra));
+    let answer = deliver(&gate.url("/notify"), &callback("g4", "\"pending\"")).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let refused = "idemgate_rejections_total{route=\"pay\",reason=\"field_invalid\"}";
+    assert_eq!(metric(gate.admin, refused).await, Some(1.0));
+    assert_eq!(upstream.calls(), 1, "forwarded all the same");
+}
