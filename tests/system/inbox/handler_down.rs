@@ -96,3 +96,39 @@ async fn the_embedded_store_delivers_every_acknowledged_delivery_once() {
     let gate = [GateProcess::start(&text)];
     down_then_back(&gate, port, 60, Duration::from_secs(4)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_deliveries_survive_an_idemgate_restart_on_the_embedded_store() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, url) = absent_handler();
+    let text = inbox_config(
+        &embedded_store(&dir.path().join("idemgate.redb")),
+        &url,
+        "backoff = \"300ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
+    );
+    let ids: Vec<String> = (0..20).map(|i| format!("restart-{i}")).collect();
+    let mut first = GateProcess::start(&text);
+    assert_acknowledged(&deliver_copies(&[first.url("/notify")], &ids, 1).await);
+    assert!(first.terminate().success(), "a clean stop");
+
+    let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
+    let second = GateProcess::start(&text);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while executions(&handler).len() < ids.len() || !listed(second.admin, "queued").await.is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} delivered after the restart",
+            executions(&handler).len(),
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        executions(&handler).values().all(|n| *n == 1),
+        "{:?}",
+        executions(&handler)
+    );
+    assert_eq!(handler.calls(), ids.len());
+}
