@@ -8,26 +8,30 @@
 //!
 //! * a **legacy handler** (a tiny hyper server) that "ships an order" for
 //!   every payment notification it accepts and counts, per payment, how
-//!   often it was called and how often it shipped; it can be slow or fail
-//!   once for particular payments;
+//!   often it was called and how often it shipped; it can be slow, fail
+//!   once, or be down for maintenance (503) for particular payments;
 //! * **idemgate** itself, started through [`crate::app::start`] with an
-//!   embedded store in a fresh temporary directory and one HMAC-signed
-//!   `payments` route in front of the handler;
+//!   embedded store in a fresh temporary directory and two HMAC-signed
+//!   routes in front of the handler: `payments`, and `orders` with a
+//!   durable inbox that acknowledges deliveries the handler fails and
+//!   redelivers them;
 //! * a **sender** that behaves like a real gateway: every retry is re-signed
 //!   with a fresh timestamp, duplicates arrive in bursts, a connection is
 //!   dropped mid-request, and a forger and a replayer of a stale capture try
 //!   their luck.
 //!
-//! Each scenario uses its own payment number, checks what the sender got
+//! Each scenario uses its own payment numbers, checks what the sender got
 //! and what the handler did against SPEC §1–§4, and becomes one row of the
 //! printed table. [`run`] returns `Ok(true)` only if every row is `ok`.
 //!
 //! Layout: `setup` (the configuration and the temporary directory for the
 //! store), `handler` (the legacy handler), `sender` (the gateway),
-//! `scenarios` (the six scenarios and the handler's quirks for them) and
+//! `scenarios` (the first six scenarios and the handler's quirks for them),
+//! `inbox_scenario` (the seventh: the handler down, on the inbox route) and
 //! `report` (the rows and everything printed). This file wires them up.
 
 mod handler;
+mod inbox_scenario;
 mod report;
 mod scenarios;
 mod sender;
@@ -42,6 +46,10 @@ use crate::config::Config;
 const SECRET: &[u8] = b"demo-secret";
 /// Where the gateway delivers its notifications.
 const NOTIFY_PATH: &str = "/notify/payment";
+/// Where it delivers order notifications: the `orders` route, with an inbox.
+const ORDER_PATH: &str = "/notify/order";
+/// What the `orders` route's inbox answers for a delivery it queued.
+const ACK_BODY: &str = "success";
 
 /// Runs the demonstration and prints its table.
 ///

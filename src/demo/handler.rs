@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub(super) enum Behaviour {
     Slow(Duration),
     /// Answers 500 (nothing shipped) to the first call, then works normally.
     FailFirst,
+    /// Answers 503 (nothing shipped) while the handler is in maintenance,
+    /// then works normally (see [`LegacyHandler::end_maintenance`]).
+    Maintenance,
 }
 
 /// What the handler did, per payment number.
@@ -45,6 +49,8 @@ struct Ledger {
 struct HandlerState {
     behaviours: HashMap<&'static str, Behaviour>,
     ledger: Mutex<Ledger>,
+    /// Set until [`LegacyHandler::end_maintenance`].
+    in_maintenance: AtomicBool,
 }
 
 impl HandlerState {
@@ -91,6 +97,7 @@ impl LegacyHandler {
         let state = Arc::new(HandlerState {
             behaviours,
             ledger: Mutex::default(),
+            in_maintenance: AtomicBool::new(true),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         Ok(Self {
@@ -106,6 +113,12 @@ impl LegacyHandler {
         let calls = ledger.calls.get(id).copied().unwrap_or(0);
         let shipped = ledger.shipped.get(id).copied().unwrap_or(0);
         (calls, shipped)
+    }
+
+    /// Brings the handler back: payments with [`Behaviour::Maintenance`]
+    /// ship from now on.
+    pub(super) fn end_maintenance(&self) {
+        self.state.in_maintenance.store(false, Ordering::SeqCst);
     }
 }
 
@@ -160,7 +173,13 @@ async fn handle_notification(
                 &serde_json::json!({ "error": "database busy, nothing shipped" }),
             ));
         }
-        Some(Behaviour::FailFirst) | None => {}
+        Some(Behaviour::Maintenance) if state.in_maintenance.load(Ordering::SeqCst) => {
+            return Ok(json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({ "error": "maintenance, nothing shipped" }),
+            ));
+        }
+        Some(Behaviour::FailFirst | Behaviour::Maintenance) | None => {}
     }
     let order = state.ship(&id);
     Ok(json_response(

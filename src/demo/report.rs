@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use super::NOTIFY_PATH;
 use super::handler::LegacyHandler;
 use super::sender::Seen;
+use super::{ACK_BODY, NOTIFY_PATH, ORDER_PATH};
 use crate::app::RunningApp;
 
 /// One row of the table: what was sent, what the handler did, what the
@@ -31,7 +31,21 @@ impl Report {
         id: &str,
         seen: Vec<Seen>,
     ) -> Self {
-        let (calls, shipped) = handler.counts(id);
+        Self::for_payments(title, handler, &[id], seen)
+    }
+
+    /// A row for a scenario with several payments: the handler's counts
+    /// are their sums.
+    pub(super) fn for_payments(
+        title: &'static str,
+        handler: &LegacyHandler,
+        ids: &[&str],
+        seen: Vec<Seen>,
+    ) -> Self {
+        let (calls, shipped) = ids
+            .iter()
+            .map(|id| handler.counts(id))
+            .fold((0, 0), |(c, s), (calls, shipped)| (c + calls, s + shipped));
         Self {
             title,
             sent: seen.len(),
@@ -130,6 +144,7 @@ pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &P
         handler.addr
     );
     println!("  idemgate proxy   http://{}{NOTIFY_PATH}", app.proxy_addr);
+    println!("                   http://{}{ORDER_PATH}", app.proxy_addr);
     println!("  idemgate admin   http://{}/metrics", app.admin_addr);
     println!(
         "  embedded store   {}",
@@ -137,6 +152,10 @@ pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &P
     );
     println!(
         "  route payments   hex HMAC-SHA256 of the body, 5 min window, key = paymentNo + status"
+    );
+    println!(
+        "  route orders     signed the same way, with an inbox: acknowledges {ACK_BODY:?} \
+         when the handler fails, redelivers every 300ms-1s"
     );
     println!();
 }
@@ -214,9 +233,15 @@ pub(super) fn print_table(reports: &[Report]) {
         line(row);
     }
     println!();
-    println!("forwarded: the handler's live answer (Idempotent-Replayed: false)");
-    println!("replayed:  idemgate's stored copy of it, byte for byte (Idempotent-Replayed: true)");
-    println!("401 …:     idemgate's problem+json rejection; the handler never saw the request");
+    println!("forwarded:     the handler's live answer (Idempotent-Replayed: false)");
+    println!(
+        "replayed:      idemgate's stored copy of it, byte for byte (Idempotent-Replayed: true)"
+    );
+    println!(
+        "acknowledged:  idemgate's {ACK_BODY:?} for a delivery it queued and redelivers itself"
+    );
+    println!("ack replayed:  the same acknowledgement for a copy (Idempotent-Replayed: true)");
+    println!("401 …:         idemgate's problem+json rejection; the handler never saw the request");
     for (i, report) in reports.iter().enumerate() {
         for problem in &report.problems {
             println!("  scenario {}: {problem}", i + 1);

@@ -1,6 +1,7 @@
-//! The six scenarios, each an at-least-once misbehaviour of a real gateway,
-//! with the payment number and timings it uses and what SPEC §1–§4 says
-//! must come of it.
+//! The first six scenarios, each an at-least-once misbehaviour of a real
+//! gateway, with the payment number and timings it uses and what SPEC
+//! §1–§4 says must come of it; the seventh (the handler down, on the
+//! `orders` route's inbox) lives in [`super::inbox_scenario`].
 //!
 //! Each scenario drives the [`Sender`], reads the [`LegacyHandler`]'s counts
 //! and returns a [`Report`]; adding or changing a scenario touches only this
@@ -9,10 +10,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::SECRET;
 use super::handler::{Behaviour, LegacyHandler};
 use super::report::Report;
 use super::sender::{Answer, Delivery, Seen, Sender};
+use super::{SECRET, inbox_scenario};
 
 /// What the forger signs with.
 const FORGED_SECRET: &[u8] = b"guessed-secret";
@@ -40,11 +41,13 @@ const STALE_AGE: Duration = Duration::from_secs(600);
 
 /// The per-payment quirks of the legacy handler.
 pub(super) fn behaviours() -> HashMap<&'static str, Behaviour> {
-    HashMap::from([
+    let mut behaviours = HashMap::from([
         (BURST_ID, Behaviour::Slow(BURST_WORK)),
         (HANGUP_ID, Behaviour::Slow(HANGUP_WORK)),
         (FLAKY_ID, Behaviour::FailFirst),
-    ])
+    ]);
+    behaviours.extend(inbox_scenario::behaviours());
+    behaviours
 }
 
 /// The scenarios, in order; each one's report, or the first
@@ -60,6 +63,7 @@ pub(super) async fn run_scenarios(
         failure_then_success(sender, handler).await?,
         forged_delivery(sender, handler).await?,
         stale_delivery(sender, handler).await?,
+        inbox_scenario::handler_down(sender, handler).await?,
     ])
 }
 

@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use super::{NOTIFY_PATH, SECRET};
+use super::{ACK_BODY, NOTIFY_PATH, SECRET};
 use crate::config::Algorithm;
 use crate::pipeline::settle::REPLAYED_HEADER;
 use crate::record::now_ms;
@@ -30,6 +30,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// One signed notification, as a gateway would send it.
 #[derive(Debug, Clone)]
 pub(super) struct Delivery {
+    /// Where it is delivered: [`NOTIFY_PATH`] unless [`Delivery::to`] says otherwise.
+    path: &'static str,
     body: String,
     signature: String,
 }
@@ -49,12 +51,21 @@ impl Delivery {
         })
         .to_string();
         let signature = hex::encode(mac(Algorithm::Sha256, secret, &[body.as_bytes()]));
-        Self { body, signature }
+        Self {
+            path: NOTIFY_PATH,
+            body,
+            signature,
+        }
     }
 
     /// A fresh, correctly signed notification.
     pub(super) fn fresh(id: &str) -> Self {
         Self::new(id, SECRET, Duration::ZERO)
+    }
+
+    /// The same delivery, sent to `path` instead.
+    pub(super) fn to(self, path: &'static str) -> Self {
+        Self { path, ..self }
     }
 }
 
@@ -78,6 +89,14 @@ pub(super) struct Answer {
     pub(super) body: Bytes,
 }
 
+impl Answer {
+    /// Whether this is the inbox route's acknowledgement (`ACK_BODY`; the
+    /// handler itself only ever answers JSON).
+    pub(super) fn is_ack(&self) -> bool {
+        self.body == ACK_BODY.as_bytes()
+    }
+}
+
 impl Seen {
     /// Short text for the table, e.g. `200 replayed`.
     pub(super) fn label(&self) -> String {
@@ -85,6 +104,8 @@ impl Seen {
             Self::HungUp => "hung up".to_owned(),
             Self::Answer(answer) => match (&answer.reason, answer.replayed) {
                 (Some(reason), _) => format!("{} {reason}", answer.status),
+                (None, Some(false)) if answer.is_ack() => format!("{} acknowledged", answer.status),
+                (None, Some(true)) if answer.is_ack() => format!("{} ack replayed", answer.status),
                 (None, Some(true)) => format!("{} replayed", answer.status),
                 (None, Some(false)) => format!("{} forwarded", answer.status),
                 (None, None) => format!("{} unmarked", answer.status),
@@ -116,7 +137,7 @@ impl Sender {
 
     /// Sends one delivery and reads the whole answer.
     pub(super) async fn send(&self, delivery: &Delivery) -> Result<Seen, String> {
-        let request = Request::post(format!("http://{}{NOTIFY_PATH}", self.proxy))
+        let request = Request::post(format!("http://{}{}", self.proxy, delivery.path))
             .header(header::CONTENT_TYPE, "application/json")
             .header("X-Signature", &delivery.signature)
             .body(Full::new(Bytes::from(delivery.body.clone())))
@@ -175,8 +196,9 @@ impl Sender {
             .await
             .map_err(|error| format!("connecting to idemgate: {error}"))?;
         let request = format!(
-            "POST {NOTIFY_PATH} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              X-Signature: {}\r\nContent-Length: {}\r\n\r\n{}",
+            delivery.path,
             self.proxy,
             delivery.signature,
             delivery.body.len(),

@@ -10,10 +10,20 @@ use std::path::Path;
 
 use tempfile::TempDir;
 
+use super::{ACK_BODY, ORDER_PATH};
+
 /// A payment-gateway style route: hex HMAC-SHA256 of the body in
 /// `X-Signature`, a millisecond timestamp in the body checked against a
 /// five-minute window, the payment number and status as the key, and the
 /// timestamp left out of the fingerprint because every retry is re-signed.
+///
+/// A second route, `orders` on [`ORDER_PATH`] (the longer prefix wins), is
+/// signed the same way, keeps its own scope and has an inbox: a delivery
+/// the handler fails (503) is acknowledged with [`ACK_BODY`] and
+/// redelivered quickly (the demo cannot wait the default 30 s). Its
+/// `visibility_timeout` exceeds the upstream timeout, as it must. The
+/// payments route has no inbox: scenario 4 relies on a failed first
+/// attempt being released so the sender's retry is forwarded.
 pub(super) fn config_text(workdir: &Path, upstream: SocketAddr) -> Result<String, String> {
     let store = workdir.join("idemgate.redb");
     let store = store
@@ -63,6 +73,39 @@ retention = "24h"
 on_in_flight = "wait"
 wait_timeout = "5s"
 cache_status = ["2xx", "4xx"]
+
+[[route]]
+name = "orders"
+path_prefix = "{ORDER_PATH}"
+methods = ["POST"]
+
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:demo-secret"]
+algorithm = "sha256"
+signature = "header:X-Signature"
+encoding = "hex"
+message = "{{body}}"
+timestamp = "json:/timestamp"
+timestamp_unit = "ms"
+tolerance = "5m"
+
+[route.idempotency]
+key = ["json:/paymentNo", "json:/status"]
+fingerprint = ["method", "path", "body"]
+fingerprint_ignore = ["json:/timestamp"]
+lease = "30s"
+retention = "24h"
+on_in_flight = "wait"
+wait_timeout = "5s"
+
+[route.inbox]
+on = ["5xx", "429", "refused"]
+ack_status = 200
+ack_body = "{ACK_BODY}"
+backoff = "300ms"
+max_backoff = "1s"
+visibility_timeout = "10s"
 "#
     ))
 }
