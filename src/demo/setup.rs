@@ -31,6 +31,8 @@ pub(super) fn config_text(workdir: &Path, upstream: SocketAddr) -> Result<String
         .ok_or_else(|| format!("temporary path {} is not UTF-8", store.display()))?;
     // A JSON string is a valid TOML basic string.
     let store = serde_json::Value::from(store).to_string();
+    let payments = signed_route("payments", "/notify");
+    let orders = signed_route("orders", ORDER_PATH);
     Ok(format!(
         r#"
 [listen]
@@ -47,58 +49,8 @@ path = {store}
 [upstream]
 url = "http://{upstream}"
 timeout = "5s"
-
-[[route]]
-name = "payments"
-path_prefix = "/notify"
-methods = ["POST"]
-
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:demo-secret"]
-algorithm = "sha256"
-signature = "header:X-Signature"
-encoding = "hex"
-message = "{{body}}"
-timestamp = "json:/timestamp"
-timestamp_unit = "ms"
-tolerance = "5m"
-
-[route.idempotency]
-key = ["json:/paymentNo", "json:/status"]
-fingerprint = ["method", "path", "body"]
-fingerprint_ignore = ["json:/timestamp"]
-lease = "30s"
-retention = "24h"
-on_in_flight = "wait"
-wait_timeout = "5s"
-cache_status = ["2xx", "4xx"]
-
-[[route]]
-name = "orders"
-path_prefix = "{ORDER_PATH}"
-methods = ["POST"]
-
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:demo-secret"]
-algorithm = "sha256"
-signature = "header:X-Signature"
-encoding = "hex"
-message = "{{body}}"
-timestamp = "json:/timestamp"
-timestamp_unit = "ms"
-tolerance = "5m"
-
-[route.idempotency]
-key = ["json:/paymentNo", "json:/status"]
-fingerprint = ["method", "path", "body"]
-fingerprint_ignore = ["json:/timestamp"]
-lease = "30s"
-retention = "24h"
-on_in_flight = "wait"
-wait_timeout = "5s"
-
+{payments}cache_status = ["2xx", "4xx"]
+{orders}
 [route.inbox]
 on = ["5xx", "429", "refused"]
 ack_status = 200
@@ -108,6 +60,39 @@ max_backoff = "1s"
 visibility_timeout = "10s"
 "#
     ))
+}
+
+/// One gateway-signed route (see [`config_text`]), its
+/// `[route.idempotency]` table left open for more keys.
+fn signed_route(name: &str, path_prefix: &str) -> String {
+    format!(
+        r#"
+[[route]]
+name = "{name}"
+path_prefix = "{path_prefix}"
+methods = ["POST"]
+
+[route.signature]
+scheme = "hmac"
+secrets = ["literal:demo-secret"]
+algorithm = "sha256"
+signature = "header:X-Signature"
+encoding = "hex"
+message = "{{body}}"
+timestamp = "json:/timestamp"
+timestamp_unit = "ms"
+tolerance = "5m"
+
+[route.idempotency]
+key = ["json:/paymentNo", "json:/status"]
+fingerprint = ["method", "path", "body"]
+fingerprint_ignore = ["json:/timestamp"]
+lease = "30s"
+retention = "24h"
+on_in_flight = "wait"
+wait_timeout = "5s"
+"#
+    )
 }
 
 /// A fresh directory under the system temp dir for the embedded store,
