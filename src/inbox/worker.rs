@@ -257,6 +257,7 @@ impl Workers {
             transition::after(entry, attempt, rules, on_timeout, now, transition::jitter());
         let stage = next.stage;
         let due = next.due_ms;
+        let attempts = next.attempts;
         let last_error = next.last_error.clone();
         let mut record = current.with_state(RecordState::Inbox(Box::new(next)));
         record.owner = self.inboxes.mint.next();
@@ -298,6 +299,8 @@ impl Workers {
             key = hash,
             stage = stage.as_str(),
             result = tally.as_str(),
+            attempts,
+            next_due_in_ms = due.saturating_sub(now),
             error = last_error,
             "inbox redelivery"
         );

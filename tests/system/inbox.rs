@@ -79,6 +79,35 @@ async fn until_state(gate: SocketAddr, id: &str, state: &str) -> serde_json::Val
     .await
 }
 
+/// Waits (bounded by `limit`) until the inbox behind `admin` is empty and
+/// every one of `ids` reached `handler`, then checks each executed exactly
+/// once and nothing else was called.
+async fn drained_once(admin: SocketAddr, handler: &Upstream, ids: &[String], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let pending = listed(admin, "queued").await.len();
+        let executed = executions(handler).len();
+        if pending == 0 && executed == ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "inbox drained within {limit:?}: {pending} queued, {executed} of {} executed",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let counts = executions(handler);
+    for id in ids {
+        assert_eq!(counts.get(id), Some(&1), "{id} executed exactly once");
+    }
+    assert_eq!(
+        handler.calls(),
+        ids.len(),
+        "no call beyond one per delivery"
+    );
+}
+
 /// Every key hash of a listing (`queued` or `dead`), all pages.
 async fn listed(gate: SocketAddr, state: &str) -> Vec<serde_json::Value> {
     let mut items = Vec::new();

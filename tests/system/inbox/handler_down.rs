@@ -29,28 +29,11 @@ async fn down_then_back(
 
     let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
     let drained = Instant::now();
-    let deadline = drained + Duration::from_secs(60);
-    loop {
-        let pending = listed(gates[0].admin, "queued").await.len();
-        if pending == 0 && executions(&handler).len() == count {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "inbox drained within 60 s: {pending} queued, {} executed",
-            executions(&handler).len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    drained_once(gates[0].admin, &handler, &ids, Duration::from_secs(60)).await;
     println!(
         "{count} deliveries x3 acknowledged in {acknowledged:?} while the handler was down; drained {:?} after it came back",
         drained.elapsed()
     );
-    let counts = executions(&handler);
-    for id in &ids {
-        assert_eq!(counts.get(id), Some(&1), "{id} executed exactly once");
-    }
-    assert_eq!(handler.calls(), count, "no call beyond one per delivery");
     handler
 }
 
@@ -114,21 +97,5 @@ async fn queued_deliveries_survive_an_idemgate_restart_on_the_embedded_store() {
 
     let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
     let second = GateProcess::start(&text);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while executions(&handler).len() < ids.len() || !listed(second.admin, "queued").await.is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} delivered after the restart",
-            executions(&handler).len(),
-            ids.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        executions(&handler).values().all(|n| *n == 1),
-        "{:?}",
-        executions(&handler)
-    );
-    assert_eq!(handler.calls(), ids.len());
+    drained_once(second.admin, &handler, &ids, Duration::from_secs(30)).await;
 }
