@@ -174,23 +174,18 @@ impl EmbeddedStore {
         Ok(Self { db: Arc::new(db) })
     }
 
-    /// Runs `op` in one write transaction on the blocking pool; commits
-    /// only if it succeeds.
-    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    /// Runs `op` in one write transaction on the blocking pool; commits if
+    /// it succeeds and reports a change, aborts otherwise. The one place
+    /// both the record operations and the inbox indexes open a write.
+    pub(super) async fn transact<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Records<'_>, &mut Expiries<'_>, u64) -> Result<(T, bool), StoreError>
-            + Send
-            + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         let db = Arc::clone(&self.db);
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_write().map_err(backend)?;
-            let (value, changed) = {
-                let mut records = txn.open_table(RECORDS).map_err(backend)?;
-                let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
-                op(&mut records, &mut expiries, now_ms())?
-            };
+            let (value, changed) = op(&txn)?;
             if changed {
                 txn.commit().map_err(backend)?;
             } else {
@@ -200,6 +195,23 @@ impl EmbeddedStore {
         })
         .await
         .map_err(backend)?
+    }
+
+    /// Runs `op` on the record tables in one write transaction (see
+    /// [`EmbeddedStore::transact`]).
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Records<'_>, &mut Expiries<'_>, u64) -> Result<(T, bool), StoreError>
+            + Send
+            + 'static,
+    {
+        self.transact(move |txn| {
+            let mut records = txn.open_table(RECORDS).map_err(backend)?;
+            let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
+            op(&mut records, &mut expiries, now_ms())
+        })
+        .await
     }
 
     /// Applies `change` to `key` if `owner` still owns it (see

@@ -27,6 +27,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The admin token of every inbox test configuration.
 const TOKEN: &str = "inbox-admin-token";
 
+/// Inbox settings that redeliver quickly and never give up within a test:
+/// for tests that wait for a handler to come back.
+const PATIENT: &str =
+    "backoff = \"500ms\"\nmax_backoff = \"2s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"";
+
 /// What the sender is told when its delivery is queued.
 const ACK: &str = "success";
 

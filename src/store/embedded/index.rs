@@ -117,25 +117,14 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(backend)?;
-            let (value, changed) = {
-                let mut tables = Tables {
-                    scores: txn.open_table(SCORES).map_err(backend)?,
-                    order: txn.open_table(ORDER).map_err(backend)?,
-                };
-                op(&mut tables)?
+        self.transact(move |txn| {
+            let mut tables = Tables {
+                scores: txn.open_table(SCORES).map_err(backend)?,
+                order: txn.open_table(ORDER).map_err(backend)?,
             };
-            if changed {
-                txn.commit().map_err(backend)?;
-            } else {
-                txn.abort().map_err(backend)?;
-            }
-            Ok(value)
+            op(&mut tables)
         })
         .await
-        .map_err(backend)?
     }
 
     /// Runs `op` on the order table in a read transaction on the blocking

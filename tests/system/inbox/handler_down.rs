@@ -42,11 +42,7 @@ async fn two_instances_deliver_every_acknowledged_delivery_once_after_the_handle
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let (port, url) = absent_handler();
-    let text = inbox_config(
-        &redis_store(&redis),
-        &url,
-        "backoff = \"500ms\"\nmax_backoff = \"2s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
-    );
+    let text = inbox_config(&redis_store(&redis), &url, PATIENT);
     let gates = [GateProcess::start(&text), GateProcess::start(&text)];
     let handler = down_then_back(&gates, port, 200, Duration::from_secs(10)).await;
 
@@ -74,7 +70,7 @@ async fn the_embedded_store_delivers_every_acknowledged_delivery_once() {
     let text = inbox_config(
         &embedded_store(&dir.path().join("idemgate.redb")),
         &url,
-        "backoff = \"500ms\"\nmax_backoff = \"2s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
+        PATIENT,
     );
     let gate = [GateProcess::start(&text)];
     down_then_back(&gate, port, 60, Duration::from_secs(4)).await;
@@ -88,7 +84,7 @@ async fn queued_deliveries_survive_an_idemgate_restart_on_the_embedded_store() {
     let text = inbox_config(
         &embedded_store(&dir.path().join("idemgate.redb")),
         &url,
-        "backoff = \"300ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
+        PATIENT,
     );
     let ids: Vec<String> = (0..20).map(|i| format!("restart-{i}")).collect();
     let mut first = GateProcess::start(&text);

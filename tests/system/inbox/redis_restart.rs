@@ -8,11 +8,7 @@ async fn queued_deliveries_survive_a_redis_restart() {
     let _serial = SERIAL.lock().await;
     let mut redis = RedisServer::start_persistent();
     let (port, url) = absent_handler();
-    let text = inbox_config(
-        &redis_store(&redis),
-        &url,
-        "backoff = \"500ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nvisibility_timeout = \"10s\"",
-    );
+    let text = inbox_config(&redis_store(&redis), &url, PATIENT);
     let gate = GateProcess::start(&text);
     let ids: Vec<String> = (0..50).map(|i| format!("aof-{i}")).collect();
     let answers = deliver_copies(&[gate.url("/notify")], &ids, 2).await;
