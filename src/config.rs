@@ -12,7 +12,8 @@
 //!
 //! * `raw` — the serde structs, as written in the file, and the defaults;
 //! * `validate` — `Problems` and the `TryFrom<RawConfig>` that drives the rest;
-//! * `scheme` — `[route.signature]`: HMAC and the named presets;
+//! * `scheme` — `[route.signature]`: HMAC, and `preset` the named senders
+//!   (with `public_key` for the RSA ones);
 //! * `route` — `[[route]]` and its idempotency policy;
 //! * `guard` — `[[route.guard]]`, business-field whitelists;
 //! * `inbox` — `[route.inbox]`, failed deliveries acknowledged and redelivered;
@@ -24,6 +25,8 @@ mod choice;
 mod effective;
 mod guard;
 mod inbox;
+mod preset;
+pub mod public_key;
 pub mod raw;
 mod redact;
 mod route;
@@ -45,13 +48,15 @@ use raw::RawConfig;
 pub use choice::Choice;
 pub use guard::Guard;
 pub use inbox::{Ack, Inbox, InboxTriggers};
+pub use preset::{Credential, Preset, PresetKind, decode_hex_key};
+pub use public_key::{PublicKeys, RawPublicKey, RsaDigest};
 pub(crate) use redact::redact_url;
 pub use route::{
     CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,
 };
 pub use scheme::{
-    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Preset, PresetKind, Scheme, TimestampRule,
-    TimestampUnit, decode_whsec,
+    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Scheme, TimestampRule, TimestampUnit,
+    decode_whsec,
 };
 pub use secret::Secret;
 pub use selector::{Segment, Selector, Template};
@@ -158,7 +163,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Re-reads every `file:` secret (SIGHUP). Returns how many changed,
+    /// Re-reads every `file:` secret and public key (SIGHUP). Returns how many changed,
     /// or the errors of those that could not be read (they keep their old
     /// value; the others are still updated).
     pub fn reload_secrets(&self) -> Result<usize, Vec<String>> {
@@ -167,10 +172,18 @@ impl Config {
             Scheme::Hmac(hmac) => &hmac.secrets[..],
             Scheme::Preset(preset) => &preset.keys[..],
         });
+        let public_keys = self.routes.iter().filter_map(|route| match &route.scheme {
+            Scheme::Preset(preset) => Some(&preset.public_keys),
+            _ => None,
+        });
         let mut changed = 0;
         let mut errors = Vec::new();
-        for secret in route_secrets.chain(self.admin_token.iter()) {
-            match secret.reload() {
+        let reloads = route_secrets
+            .chain(self.admin_token.iter())
+            .map(Secret::reload)
+            .chain(public_keys.map(PublicKeys::reload));
+        for reload in reloads {
+            match reload {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
                 Err(error) => errors.push(error),

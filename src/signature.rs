@@ -10,17 +10,30 @@
 //!
 //! * [`hmac`] — `scheme = "hmac"`, everything configurable.
 //! * [`standard_webhooks`], [`stripe`], [`github`], [`slack`], [`shopify`]
-//!   — the published schemes, accepting exactly what the sender's official
-//!   verifier library accepts (`tests/vectors/ALGORITHMS.md`).
+//!   — the published webhook schemes, accepting exactly what the sender's
+//!   official verifier library accepts (`tests/vectors/ALGORITHMS.md`).
+//! * [`alipay`], [`wechatpay_v2`], [`wechatpay_v3`], [`adyen`], [`twilio`]
+//!   — the payment channels' own schemes, RSA ones through
+//!   [`crate::config::PublicKeys`] (`tests/vectors/payments/ALGORITHMS.md`);
+//!   each file lists where idemgate is deliberately stricter than the SDK.
+//!
+//! A preset whose channel names no single event id in a header derives one
+//! from signed fields ([`Authenticity::signed_id`], [`signed_id`]), so its
+//! default key can never come from an unsigned part of the request.
 //!
 //! Nothing here touches the store or logs a secret, a signature or a body.
 
+pub mod adyen;
+pub mod alipay;
 pub mod github;
 pub mod hmac;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
 pub mod stripe;
+pub mod twilio;
+// TEMP pub mod wechatpay_v2;
+pub mod wechatpay_v3;
 
 use std::time::Duration;
 
@@ -43,18 +56,22 @@ pub const MAX_SIGNATURE_HEADER: usize = 4096;
 
 /// HMAC of the concatenation of `message` under `key`.
 pub fn mac(algorithm: Algorithm, key: &[u8], message: &[&[u8]]) -> Vec<u8> {
-    use ::hmac::{Hmac, KeyInit, Mac};
-    fn run<M: Mac + KeyInit>(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
-        let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
-        for piece in message {
-            mac.update(piece);
-        }
-        mac.finalize().into_bytes().to_vec()
-    }
+    use ::hmac::Hmac;
     match algorithm {
-        Algorithm::Sha256 => run::<Hmac<Sha256>>(key, message),
-        Algorithm::Sha512 => run::<Hmac<Sha512>>(key, message),
+        Algorithm::Sha256 => keyed::<Hmac<Sha256>>(key, message),
+        Algorithm::Sha512 => keyed::<Hmac<Sha512>>(key, message),
     }
+}
+
+/// `M` (an HMAC) of the concatenation of `message` under `key`: also for
+/// the presets whose digest is no [`Algorithm`] (Twilio's HMAC-SHA1).
+pub fn keyed<M: ::hmac::Mac + ::hmac::KeyInit>(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
+    let mut mac =
+        <M as ::hmac::KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
+    for piece in message {
+        mac.update(piece);
+    }
+    mac.finalize().into_bytes().to_vec()
 }
 
 /// Lowercase hex of `bytes` in one pass over a buffer of the right size:
@@ -103,12 +120,31 @@ pub fn matching_secret(
     presented: &[&[u8]],
     encoding: SignatureEncoding,
 ) -> Option<usize> {
+    matching_key(secrets, presented, |key| {
+        [encoding.encode(mac(algorithm, key, message))]
+    })
+}
+
+/// The core of [`matching_secret`] for schemes whose expected signature is
+/// not one HMAC (WeChat Pay v2's keyed MD5, Twilio's URL variants):
+/// `expected` gives every signature text a key accepts, and each is
+/// compared with each presented one, in constant time and without early
+/// exit. Returns the index of the first key that matched.
+pub fn matching_key<E>(
+    secrets: &[Secret],
+    presented: &[&[u8]],
+    expected: impl Fn(&[u8]) -> E,
+) -> Option<usize>
+where
+    E: IntoIterator<Item = Vec<u8>>,
+{
     let mut found = None;
     for (index, secret) in secrets.iter().enumerate() {
-        let expected = encoding.encode(mac(algorithm, &secret.expose(), message));
         let mut hit = subtle::Choice::from(0);
-        for candidate in presented {
-            hit |= expected.as_slice().ct_eq(candidate);
+        for accepted in expected(&secret.expose()) {
+            for candidate in presented {
+                hit |= accepted.as_slice().ct_eq(candidate);
+            }
         }
         if bool::from(hit) && found.is_none() {
             found = Some(index);
@@ -184,8 +220,9 @@ pub struct Authenticity {
     /// Index into the route's `secrets` of the secret that verified
     /// (`None` for `scheme = "none"`). Logged and counted, never the secret.
     pub secret_index: Option<usize>,
-    /// The message id the signature covers, where the scheme signs one
-    /// (standard-webhooks); usable as the idempotency key.
+    /// The event id the signature covers, where the scheme signs one
+    /// (standard-webhooks) or the preset derives one from signed fields
+    /// ([`signed_id`]); the preset's default idempotency key.
     pub signed_id: Option<Bytes>,
 }
 
@@ -197,6 +234,40 @@ impl Authenticity {
             signed_id: None,
         }
     }
+
+    /// Verified by the key at `index`, with the event id derived from the
+    /// signed fields.
+    pub fn with_signed_id(index: usize, signed_id: Option<Bytes>) -> Self {
+        Self {
+            secret_index: Some(index),
+            signed_id,
+        }
+    }
+}
+
+/// An event id built from signed fields: lowercase hex SHA-256 over each
+/// present `(name, value)`, both length-prefixed, so no two field sets
+/// read alike and the id fits a key part whatever the values' length.
+/// `None` when no field is present (a missing key, as the route decides).
+pub fn signed_id<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Option<Bytes> {
+    use sha2::Digest;
+    let mut hasher = Sha256::new();
+    let mut any = false;
+    for (name, value) in fields {
+        for piece in [name.as_bytes(), value] {
+            let length = u32::try_from(piece.len()).unwrap_or(u32::MAX);
+            hasher.update(length.to_be_bytes());
+            hasher.update(piece);
+        }
+        any = true;
+    }
+    any.then(|| Bytes::from(lower_hex(&hasher.finalize())))
+}
+
+/// Decodes a standard-base64 signature (padding optional, whitespace not
+/// allowed); an undecodable one is `signature_invalid`.
+pub fn decode_base64_signature(text: &[u8]) -> Result<Vec<u8>, Rejection> {
+    BASE64.decode(text).map_err(|_| Rejection::SignatureInvalid)
 }
 
 /// Verifies a request under a route's scheme at time `now_ms`.
@@ -210,6 +281,11 @@ pub fn verify(scheme: &Scheme, request: &Inbound, now_ms: u64) -> Result<Authent
             PresetKind::Github => github::verify(preset, request),
             PresetKind::Slack => slack::verify(preset, request, now_ms),
             PresetKind::Shopify => shopify::verify(preset, request),
+            PresetKind::Alipay => alipay::verify(preset, request),
+            PresetKind::WechatpayV2 => Err(Rejection::SignatureInvalid), // TEMP
+            PresetKind::WechatpayV3 => wechatpay_v3::verify(preset, request, now_ms),
+            PresetKind::Adyen => adyen::verify(preset, request),
+            PresetKind::Twilio => twilio::verify(preset, request),
         },
     }
 }

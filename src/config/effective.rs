@@ -110,6 +110,9 @@ fn signature(scheme: &Scheme) -> RawSignature {
         timestamp: None,
         timestamp_unit: None,
         tolerance: None,
+        public_keys: Vec::new(),
+        public_url: None,
+        allow_rsa1: None,
     };
     match scheme {
         Scheme::None => raw.scheme = "none".to_owned(),
@@ -135,16 +138,12 @@ fn hmac_signature(raw: &mut RawSignature, hmac: &HmacScheme) {
 }
 
 fn preset_signature(raw: &mut RawSignature, preset: &Preset) {
-    raw.scheme = preset_name(preset.kind).to_owned();
+    raw.scheme = preset.kind.name().to_owned();
     raw.secrets = sources(&preset.keys);
+    raw.public_keys = preset.public_keys.sources();
+    raw.public_url.clone_from(&preset.public_url);
+    raw.allow_rsa1 = (preset.kind == PresetKind::Alipay).then_some(preset.allow_rsa1);
     raw.tolerance = preset.tolerance.map(format_duration);
-}
-
-fn preset_name(kind: PresetKind) -> &'static str {
-    PresetKind::ALL
-        .iter()
-        .find(|(_, each)| *each == kind)
-        .map_or("?", |(name, _)| name)
 }
 
 fn idempotency(route: &Route) -> RawIdempotency {

@@ -253,6 +253,13 @@ pub struct RawSignature {
     pub timestamp_unit: Option<String>,
     /// Allowed clock difference.
     pub tolerance: Option<String>,
+    /// RSA public keys (alipay, wechatpay-v3); any one may verify.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_keys: Vec<super::public_key::RawPublicKey>,
+    /// The scheme and host the sender called (twilio signs the full URL).
+    pub public_url: Option<String>,
+    /// Accept Alipay's legacy SHA1withRSA (`sign_type=RSA`).
+    pub allow_rsa1: Option<bool>,
 }
 
 /// `[route.idempotency]`.

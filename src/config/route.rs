@@ -456,6 +456,14 @@ fn idempotency(
             );
         }
     }
+    // A preset's volatile fields, unless the operator chose the ignore list
+    // or left the body out of the fingerprint.
+    let fingerprint_ignore = match (&raw.fingerprint_ignore, scheme) {
+        (None, Scheme::Preset(preset)) if fingerprint.contains(&FingerprintPart::Body) => {
+            preset.kind.default_fingerprint_ignore()
+        }
+        _ => fingerprint_ignore,
+    };
     let lease = problems.duration(
         &format!("{key}.lease"),
         raw.lease.as_deref(),

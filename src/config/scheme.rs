@@ -12,7 +12,8 @@ use super::raw::RawSignature;
 use super::validate::Problems;
 use base64::Engine;
 
-use super::{KeyPart, Secret, Selector, Template};
+use super::preset::{Preset, PresetKind, preset, preset_only_keys};
+use super::{Secret, Selector, Template};
 use crate::encoding::BASE64;
 
 /// The default signature tolerance: five minutes either side of now.
@@ -89,66 +90,6 @@ pub struct HmacScheme {
     pub timestamp: Option<TimestampRule>,
 }
 
-/// A published sender's signature scheme (SPEC §2 "Presets").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PresetKind {
-    /// Standard Webhooks / Svix: `webhook-*` or `svix-*` headers.
-    StandardWebhooks,
-    /// Stripe: `Stripe-Signature: t=…,v1=…`.
-    Stripe,
-    /// GitHub: `X-Hub-Signature-256: sha256=…`.
-    Github,
-    /// Slack: `X-Slack-Signature: v0=…`.
-    Slack,
-    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>`.
-    Shopify,
-}
-
-impl PresetKind {
-    /// Every preset with its `scheme` name.
-    pub const ALL: [(&'static str, Self); 5] = [
-        ("standard-webhooks", Self::StandardWebhooks),
-        ("stripe", Self::Stripe),
-        ("github", Self::Github),
-        ("slack", Self::Slack),
-        ("shopify", Self::Shopify),
-    ];
-
-    /// The sender's own replay window, if its scheme signs a timestamp.
-    pub fn default_tolerance(self) -> Option<Duration> {
-        match self {
-            Self::StandardWebhooks | Self::Stripe | Self::Slack => Some(DEFAULT_TOLERANCE),
-            Self::Github | Self::Shopify => None,
-        }
-    }
-
-    /// The idempotency key the sender's documentation recommends.
-    pub fn default_key(self) -> KeyPart {
-        let header = |name: &'static str| {
-            KeyPart::Value(Selector::Header(http::HeaderName::from_static(name)))
-        };
-        match self {
-            Self::StandardWebhooks => KeyPart::SignedId,
-            Self::Stripe => KeyPart::Value(Selector::Json("/id".into())),
-            Self::Github => header("x-github-delivery"),
-            Self::Slack => KeyPart::Value(Selector::Json("/event_id".into())),
-            Self::Shopify => header("x-shopify-webhook-id"),
-        }
-    }
-}
-
-/// A preset route's parameters: everything else is fixed by the sender.
-#[derive(Debug, Clone)]
-pub struct Preset {
-    /// Which sender.
-    pub kind: PresetKind,
-    /// MAC keys, in configured order (rotation: any may match). For
-    /// standard-webhooks these are the decoded `whsec_` keys.
-    pub keys: Vec<Secret>,
-    /// Replay window (`None` for senders that sign no timestamp).
-    pub tolerance: Option<Duration>,
-}
-
 /// How a route authenticates deliveries.
 #[derive(Debug, Clone)]
 pub enum Scheme {
@@ -166,7 +107,7 @@ impl Scheme {
         match self {
             Self::None => 0,
             Self::Hmac(h) => h.secrets.len(),
-            Self::Preset(problems) => problems.keys.len(),
+            Self::Preset(preset) => preset.credential_count(),
         }
     }
 
@@ -175,7 +116,7 @@ impl Scheme {
         match self {
             Self::None => None,
             Self::Hmac(h) => h.timestamp.as_ref().map(|t| t.tolerance),
-            Self::Preset(problems) => problems.tolerance,
+            Self::Preset(preset) => preset.tolerance,
         }
     }
 }
@@ -195,7 +136,8 @@ pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> 
                 ("secrets", !raw.secrets.is_empty()),
                 ("tolerance", raw.tolerance.is_some()),
             ];
-            for (field, set) in all.into_iter().chain(hmac_only_keys(raw)) {
+            let others = hmac_only_keys(raw).into_iter().chain(preset_only_keys(raw));
+            for (field, set) in all.into_iter().chain(others) {
                 if set {
                     problems.push(
                         &format!("{key}.{field}"),
@@ -225,7 +167,7 @@ pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> 
 
 /// The `[route.signature]` keys only `scheme = "hmac"` reads, and whether
 /// each is set (an error with any other scheme).
-fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
+pub(super) fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
     [
         ("algorithm", raw.algorithm.is_some()),
         ("signature", raw.signature.is_some()),
@@ -237,80 +179,20 @@ fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
     ]
 }
 
-fn preset(
-    problems: &mut Problems,
-    key: &str,
-    raw: &RawSignature,
-    kind: PresetKind,
-    secrets: &[Secret],
-) -> Preset {
-    for (field, set) in hmac_only_keys(raw) {
-        if set {
-            problems.push(
-                &format!("{key}.{field}"),
-                format!(
-                    "only for scheme = \"hmac\"; scheme = {:?} fixes it itself",
-                    raw.scheme
-                ),
-            );
-        }
-    }
-    if raw.secrets.is_empty() {
-        problems.push(
-            &format!("{key}.secrets"),
-            "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
-        );
-    }
-    let tolerance = match (kind.default_tolerance(), raw.tolerance.as_deref()) {
-        (None, Some(_)) => {
-            problems.push(
-                &format!("{key}.tolerance"),
-                format!(
-                    "scheme = {:?} signs no timestamp, so there is no window to set",
-                    raw.scheme
-                ),
-            );
-            None
-        }
-        (None, None) => None,
-        (Some(default), None) => Some(default),
-        (Some(_), Some(text)) => {
-            let tolerance =
-                problems.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
-            if tolerance.is_zero() {
-                problems.push(&format!("{key}.tolerance"), "must be greater than zero");
-            }
-            Some(tolerance)
-        }
-    };
-    let keys = match kind {
-        PresetKind::StandardWebhooks => secrets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, secret)| {
-                problems.take(
-                    &format!("{key}.secrets[{i}]"),
-                    secret.derived(decode_whsec).map_err(|_| {
-                        "a standard-webhooks secret is \"whsec_\" followed by base64".to_owned()
-                    }),
-                )
-            })
-            .collect(),
-        _ => secrets.to_vec(),
-    };
-    Preset {
-        kind,
-        keys,
-        tolerance,
-    }
-}
-
 fn hmac_scheme(
     problems: &mut Problems,
     key: &str,
     raw: &RawSignature,
     secrets: Vec<Secret>,
 ) -> HmacScheme {
+    for (field, set) in preset_only_keys(raw) {
+        if set {
+            problems.push(
+                &format!("{key}.{field}"),
+                "only for the presets that read it; scheme = \"hmac\" does not",
+            );
+        }
+    }
     if raw.secrets.is_empty() {
         problems.push(
             &format!("{key}.secrets"),
@@ -387,114 +269,5 @@ fn hmac_scheme(
         prefix: raw.prefix.clone().unwrap_or_default(),
         message,
         timestamp,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Config, ConfigError};
-
-    fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigError> {
-        Config::parse(&format!(
-            "[store]\nkind = \"embedded\"\npath = \"/tmp/x.redb\"\n[upstream]\nurl = \"http://127.0.0.1:1\"\n\
-             [[route]]\nname = \"hook\"\npath_prefix = \"/hook\"\n[route.signature]\n{signature}\n[route.idempotency]\n{idempotency}\n"
-        ))
-    }
-
-    #[test]
-    fn presets_fix_their_own_parameters() {
-        let config =
-            preset_route("scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]", "").unwrap();
-        let route = &config.routes[0];
-        assert_eq!(
-            route.idempotency.key,
-            Some(vec![KeyPart::Value(Selector::Json("/id".into()))])
-        );
-        assert_eq!(route.scheme.tolerance(), Some(Duration::from_secs(300)));
-
-        let err = preset_route(
-            "scheme = \"github\"\nsecrets = [\"literal:x\"]\nalgorithm = \"sha512\"\nmessage = \"{body}\"\ntolerance = \"1m\"",
-            "",
-        )
-        .unwrap_err()
-        .0
-        .join("\n");
-        assert!(
-            err.contains("route[0].signature.algorithm: only for scheme = \"hmac\""),
-            "{err}"
-        );
-        assert!(
-            err.contains("route[0].signature.message: only for scheme = \"hmac\""),
-            "{err}"
-        );
-        assert!(
-            err.contains("route[0].signature.tolerance: scheme = \"github\" signs no timestamp"),
-            "{err}"
-        );
-
-        let err = preset_route(
-            "scheme = \"standard-webhooks\"\nsecrets = [\"literal:whsec_***\"]",
-            "",
-        )
-        .unwrap_err();
-        assert!(
-            err.0[0].starts_with("route[0].signature.secrets[0]"),
-            "{err}"
-        );
-        let err = preset_route("scheme = \"paypal\"\nsecrets = [\"literal:x\"]", "").unwrap_err();
-        assert!(
-            err.0[0].contains("stripe"),
-            "the error lists the presets: {err}"
-        );
-    }
-
-    #[test]
-    fn preset_default_keys_can_be_overridden() {
-        let config = preset_route(
-            "scheme = \"shopify\"\nsecrets = [\"literal:x\"]",
-            "key = [\"header:X-Shopify-Event-Id\"]",
-        )
-        .unwrap();
-        assert_eq!(
-            config.routes[0].idempotency.key,
-            Some(vec![KeyPart::Value(
-                Selector::parse("header:x-shopify-event-id").unwrap()
-            )])
-        );
-        let sw = preset_route(
-            "scheme = \"standard-webhooks\"\nsecrets = [\"literal:whsec_AAAA\"]",
-            "",
-        )
-        .unwrap();
-        assert_eq!(sw.routes[0].idempotency.key, Some(vec![KeyPart::SignedId]));
-    }
-
-    #[test]
-    fn presets_without_a_window_warn() {
-        for scheme in ["github", "shopify"] {
-            let config = preset_route(
-                &format!("scheme = \"{scheme}\"\nsecrets = [\"literal:x\"]"),
-                "",
-            )
-            .unwrap();
-            let warnings = config.warnings().join("\n");
-            assert!(
-                warnings.contains("rests on retention"),
-                "{scheme}: {warnings}"
-            );
-        }
-        let slack = preset_route("scheme = \"slack\"\nsecrets = [\"literal:x\"]", "").unwrap();
-        assert!(slack.warnings().is_empty());
-    }
-
-    #[test]
-    fn secrets_with_and_without_prefix_are_the_same_key() {
-        assert_eq!(
-            decode_whsec(b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            decode_whsec(b"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-        );
-        assert_eq!(decode_whsec(b"whsec_!!!"), None);
-        assert_eq!(decode_whsec(b"whsec_"), None);
     }
 }

@@ -16,6 +16,8 @@
 //!   raw HTTP/1.1 exchanges.
 //! * [`signing`] — the test route's signing scheme and payment bodies.
 //! * [`presets`] — configurations, headers and bodies per preset scheme.
+//! * [`payments`] — the payment channels' SDK vectors, their routes and
+//!   fresh WeChat Pay v3 signatures.
 //! * [`exposition`] — the admin `/metrics` text: [`sample`] and the
 //!   [`Exposition`] parser.
 // Each binary uses a part of the harness.
@@ -24,6 +26,7 @@
 mod client;
 mod exposition;
 mod gate;
+mod payments;
 mod presets;
 mod process;
 mod redis;
@@ -34,6 +37,7 @@ mod wait;
 pub use client::*;
 pub use exposition::*;
 pub use gate::*;
+pub use payments::*;
 pub use presets::*;
 pub use process::*;
 pub use redis::*;
