@@ -12,9 +12,14 @@
 //! refused ([`json`]), and so is a form field a selector reads that occurs
 //! more than once: backends disagree on which value counts, so idemgate
 //! must not key, fingerprint or verify one while the backend acts on the
-//! other.
+//! other. For the same reason an XML body ([`xml`]) is refused when it has
+//! a DTD, an undeclared entity or mixed content, and an `xml:/path`
+//! selector whose path names two leaves is refused too; an XML value is the
+//! leaf's text exactly as sent (CDATA verbatim, references decoded, not
+//! trimmed), an empty element reads as the empty value.
 
 pub mod json;
+pub mod xml;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -34,6 +39,7 @@ pub struct Inbound {
     pub body: Bytes,
     json: OnceLock<Result<serde_json::Value, json::JsonError>>,
     form: OnceLock<Vec<(String, String)>>,
+    xml: OnceLock<Result<xml::XmlDocument, xml::XmlError>>,
 }
 
 impl Inbound {
@@ -44,6 +50,7 @@ impl Inbound {
             body,
             json: OnceLock::new(),
             form: OnceLock::new(),
+            xml: OnceLock::new(),
         }
     }
 
@@ -77,6 +84,16 @@ impl Inbound {
         }))
     }
 
+    /// The body parsed as XML leaves (at most once per request), or
+    /// `bad_request_body` for any body [`xml::parse`] refuses: a DTD, an
+    /// undeclared entity, mixed content, malformed markup, …
+    pub fn xml(&self) -> Result<&xml::XmlDocument, Rejection> {
+        self.xml
+            .get_or_init(|| xml::parse(&self.body))
+            .as_ref()
+            .map_err(|_| Rejection::BadRequestBody("xml"))
+    }
+
     /// Reads a selector. `Ok(None)`: the value is absent. `Err`: the body
     /// could not be parsed as the selector requires.
     pub fn value(&self, selector: &Selector) -> Result<Option<Cow<'_, [u8]>>, Rejection> {
@@ -100,6 +117,11 @@ impl Inbound {
                 }
                 first.map(|(_, v)| Cow::Borrowed(v.as_bytes()))
             }
+            Selector::Xml(path) => self
+                .xml()?
+                .get(path)
+                .map_err(|_| Rejection::BadRequestBody("xml with the element once"))?
+                .map(|text| Cow::Borrowed(text.as_bytes())),
         })
     }
 }
@@ -183,5 +205,40 @@ mod tests {
             binary.value(&Selector::Form("a".into())).map(|_| ()),
             Err(Rejection::BadRequestBody("form"))
         );
+    }
+
+    #[test]
+    fn xml_bodies() {
+        let req = inbound(
+            "/n",
+            &[],
+            "<xml><out_trade_no><![CDATA[T-1]]></out_trade_no><fee>1</fee><e/><d>1</d><d>2</d></xml>",
+        );
+        assert_eq!(
+            read(&req, "xml:/xml/out_trade_no").unwrap(),
+            Some(b"T-1".to_vec())
+        );
+        assert_eq!(read(&req, "xml:/xml/fee").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(read(&req, "xml:/xml/e").unwrap(), Some(Vec::new()));
+        assert_eq!(read(&req, "xml:/xml/nope").unwrap(), None);
+        assert_eq!(
+            read(&req, "xml:/xml/d"),
+            Err(Rejection::BadRequestBody("xml with the element once"))
+        );
+        assert!(
+            std::ptr::eq(req.xml().unwrap(), req.xml().unwrap()),
+            "parsed once"
+        );
+        let xxe = inbound(
+            "/n",
+            &[],
+            "<!DOCTYPE x [<!ENTITY e SYSTEM \"file:///etc/passwd\">]><xml><a>&e;</a></xml>",
+        );
+        assert_eq!(
+            read(&xxe, "xml:/xml/a"),
+            Err(Rejection::BadRequestBody("xml"))
+        );
+        let json = inbound("/n", &[], r#"{"a":1}"#);
+        assert_eq!(read(&json, "xml:/a"), Err(Rejection::BadRequestBody("xml")));
     }
 }

@@ -32,7 +32,7 @@ pub mod slack;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod twilio;
-// TEMP pub mod wechatpay_v2;
+pub mod wechatpay_v2;
 pub mod wechatpay_v3;
 
 use std::time::Duration;
@@ -282,7 +282,7 @@ pub fn verify(scheme: &Scheme, request: &Inbound, now_ms: u64) -> Result<Authent
             PresetKind::Slack => slack::verify(preset, request, now_ms),
             PresetKind::Shopify => shopify::verify(preset, request),
             PresetKind::Alipay => alipay::verify(preset, request),
-            PresetKind::WechatpayV2 => Err(Rejection::SignatureInvalid), // TEMP
+            PresetKind::WechatpayV2 => wechatpay_v2::verify(preset, request),
             PresetKind::WechatpayV3 => wechatpay_v3::verify(preset, request, now_ms),
             PresetKind::Adyen => adyen::verify(preset, request),
             PresetKind::Twilio => twilio::verify(preset, request),

@@ -123,8 +123,15 @@ impl PresetKind {
     /// default fingerprint so a genuine retry is a replay, never a 422.
     pub fn default_fingerprint_ignore(self) -> Vec<Selector> {
         let form = |names: &[&str]| names.iter().map(|n| Selector::Form((*n).into())).collect();
+        let xml = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| Selector::Xml(format!("/xml/{n}")))
+                .collect()
+        };
         match self {
             Self::Alipay => form(&["notify_id", "notify_time", "sign"]),
+            Self::WechatpayV2 => xml(&["nonce_str", "sign"]),
             _ => Vec::new(),
         }
     }

@@ -433,7 +433,7 @@ fn idempotency(
                     None if other.contains(':') => Selector::parse(other)
                         .map(FingerprintPart::Value),
                     None => Err(format!(
-                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\", \"header:NAME\" or a selector (json:/pointer, form:FIELD, query:NAME)"
+                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\", \"header:NAME\" or a selector (json:/pointer, form:FIELD, xml:/path, query:NAME)"
                     )),
                 },
             };
@@ -452,9 +452,23 @@ fn idempotency(
         if !selector.needs_body() {
             problems.push(
                 &format!("{key}.fingerprint_ignore[{i}]"),
-                "only json:/pointer and form:FIELD selectors name body fields",
+                "only json:/pointer, form:FIELD and xml:/path selectors name body fields",
             );
         }
+    }
+    // The canonical body is built for one format (identify.rs): a list that
+    // names fields of two could only ever ignore one format's half.
+    let body_kinds = |kind: fn(&Selector) -> bool| fingerprint_ignore.iter().any(kind);
+    let kinds = [
+        body_kinds(|s| matches!(s, Selector::Json(_))),
+        body_kinds(|s| matches!(s, Selector::Form(_))),
+        body_kinds(|s| matches!(s, Selector::Xml(_))),
+    ];
+    if kinds.iter().filter(|&&used| used).count() > 1 {
+        problems.push(
+            &format!("{key}.fingerprint_ignore"),
+            "mixes body formats; list only json:/pointer, only form:FIELD or only xml:/path selectors",
+        );
     }
     // A preset's volatile fields, unless the operator chose the ignore list
     // or left the body out of the fingerprint.
@@ -601,5 +615,31 @@ mod tests {
             r#"["form:a"]"#.replace("form:a", "method").as_str(),
         );
         assert!(defaults.unwrap_err().contains("not \"method\""));
+    }
+
+    /// The minimal config with `lines` added to its route's idempotency.
+    fn idempotency(lines: &str) -> Result<crate::config::Config, String> {
+        let text = format!("{}\n{lines}\n", crate::config::tests::MINIMAL);
+        crate::config::Config::parse(&text).map_err(|e| e.0.join("\n"))
+    }
+
+    #[test]
+    fn fingerprint_ignore_names_fields_of_one_body_format() {
+        let xml = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]"#);
+        assert_eq!(
+            xml.unwrap().routes[0].idempotency.fingerprint_ignore[0],
+            Selector::Xml("/xml/nonce_str".into())
+        );
+        let mixed = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "form:nonce_str"]"#)
+            .unwrap_err();
+        assert!(
+            mixed.contains("fingerprint_ignore: mixes body formats"),
+            "{mixed}"
+        );
+        let header = idempotency(r#"fingerprint_ignore = ["header:x-a"]"#).unwrap_err();
+        assert!(
+            header.contains("xml:/path selectors name body fields"),
+            "{header}"
+        );
     }
 }

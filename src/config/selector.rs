@@ -1,5 +1,5 @@
-//! Selectors (`header:NAME`, `query:NAME`, `json:/pointer`, `form:FIELD`)
-//! and the `{…}` message template, parsed once at start-up.
+//! Selectors (`header:NAME`, `query:NAME`, `json:/pointer`, `form:FIELD`,
+//! `xml:/path`) and the `{…}` message template, parsed once at start-up.
 //!
 //! Parsing here only checks syntax; reading a selector's value out of a
 //! request is `crate::extract`'s job. Keeping the two apart means the hot
@@ -20,12 +20,17 @@ pub enum Selector {
     Json(String),
     /// A field of an `application/x-www-form-urlencoded` body (first occurrence).
     Form(String),
+    /// The text of one leaf element of an XML body, named by its element
+    /// path from the root (`/xml/out_trade_no`). Bodies with a DTD or an
+    /// undeclared entity are refused (`crate::extract::xml`).
+    Xml(String),
 }
 
 impl Selector {
     /// Parses `kind:argument`. The error says which kinds exist.
     pub fn parse(text: &str) -> Result<Self, String> {
-        const HINT: &str = "expected header:NAME, query:NAME, json:/pointer or form:FIELD";
+        const HINT: &str =
+            "expected header:NAME, query:NAME, json:/pointer, form:FIELD or xml:/path";
         let Some((kind, argument)) = text.split_once(':') else {
             return Err(format!("{text:?} is not a selector; {HINT}"));
         };
@@ -42,6 +47,7 @@ impl Selector {
                 "{text:?}: a JSON pointer starts with '/', e.g. json:/id"
             )),
             "form" => Ok(Self::Form(argument.to_owned())),
+            "xml" => parse_xml_path(text, argument).map(Self::Xml),
             _ => Err(format!(
                 "unknown selector kind {kind:?} in {text:?}; {HINT}"
             )),
@@ -50,8 +56,41 @@ impl Selector {
 
     /// Whether reading this selector needs the body parsed.
     pub fn needs_body(&self) -> bool {
-        matches!(self, Self::Json(_) | Self::Form(_))
+        matches!(self, Self::Json(_) | Self::Form(_) | Self::Xml(_))
     }
+}
+
+/// Checks an `xml:` element path: `/` then one or more XML names separated
+/// by `/` (`/xml/out_trade_no`). A path that could never match a parsed
+/// element is a start-up error rather than a key that is always missing.
+fn parse_xml_path(text: &str, path: &str) -> Result<String, String> {
+    let Some(names) = path.strip_prefix('/') else {
+        return Err(format!(
+            "{text:?}: an XML element path starts with '/', e.g. xml:/xml/out_trade_no"
+        ));
+    };
+    for name in names.split('/') {
+        if name.is_empty() {
+            return Err(format!(
+                "{text:?}: an XML element path has no empty steps ('//' or a trailing '/')"
+            ));
+        }
+        if !is_xml_name(name) {
+            return Err(format!(
+                "{text:?}: {name:?} is not a valid XML element name"
+            ));
+        }
+    }
+    Ok(path.to_owned())
+}
+
+/// XML 1.0's `Name` production, simplified to: a letter, `_`, `:` or any
+/// non-ASCII character first, then also digits, `-` and `.`.
+fn is_xml_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let start = |c: char| c.is_ascii_alphabetic() || c == '_' || c == ':' || !c.is_ascii();
+    chars.next().is_some_and(start)
+        && chars.all(|c| start(c) || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 impl fmt::Display for Selector {
@@ -61,6 +100,7 @@ impl fmt::Display for Selector {
             Self::Query(name) => write!(f, "query:{name}"),
             Self::Json(pointer) => write!(f, "json:{pointer}"),
             Self::Form(field) => write!(f, "form:{field}"),
+            Self::Xml(path) => write!(f, "xml:{path}"),
         }
     }
 }
@@ -205,6 +245,38 @@ mod tests {
         ] {
             assert!(Selector::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn xml_selectors() {
+        let selector = Selector::parse("xml:/xml/out_trade_no").unwrap();
+        assert_eq!(selector, Selector::Xml("/xml/out_trade_no".into()));
+        assert_eq!(selector.to_string(), "xml:/xml/out_trade_no");
+        assert!(selector.needs_body());
+        assert_eq!(
+            Selector::parse("xml:/a:b/c-d.e/_f/\u{e9}").unwrap(),
+            Selector::Xml("/a:b/c-d.e/_f/\u{e9}".into())
+        );
+        for (bad, says) in [
+            ("xml:xml/a", "starts with '/'"),
+            ("xml:/", "no empty steps"),
+            ("xml:/xml//a", "no empty steps"),
+            ("xml:/xml/a/", "no empty steps"),
+            ("xml:/xml/1a", "not a valid XML element name"),
+            ("xml:/xml/a b", "not a valid XML element name"),
+            ("xml:/xml/a[1]", "not a valid XML element name"),
+        ] {
+            let error = Selector::parse(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+        assert!(
+            Selector::parse("cookie:x")
+                .unwrap_err()
+                .contains("xml:/path")
+        );
+        let template = Template::parse("{xml:/xml/a}.{body}").unwrap();
+        assert!(template.needs_body());
+        assert_eq!(template.to_string(), "{xml:/xml/a}.{body}");
     }
 
     #[test]

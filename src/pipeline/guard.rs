@@ -5,8 +5,9 @@
 //! is optional) or outside its whitelist is refused with 400
 //! `field_invalid` and leaves no trace, so the sender's corrected retry is
 //! a first delivery. Values come from the same selector reads as keys and
-//! fingerprints (`Inbound::value`), so a JSON body naming a key twice or a
-//! repeated form field is 400 `bad_request_body` here too; a guarded header
+//! fingerprints (`Inbound::value`), so a JSON body naming a key twice, a
+//! repeated form field or a repeated XML element is 400 `bad_request_body`
+//! here too; a guarded header
 //! or query parameter that occurs more than once is `field_invalid`, since
 //! the guard and the handler could each read a different copy.
 
@@ -25,8 +26,8 @@ pub(crate) fn check(request: &Inbound, guards: &[Guard]) -> Result<(), Rejection
     Ok(())
 }
 
-/// Whether a header or query parameter is present more than once (JSON
-/// and form reads refuse repeated names themselves).
+/// Whether a header or query parameter is present more than once (JSON,
+/// form and XML reads refuse repeated names themselves).
 fn occurs_more_than_once(request: &Inbound, selector: &Selector) -> bool {
     match selector {
         Selector::Header(name) => request.parts.headers.get_all(name).iter().nth(1).is_some(),
@@ -36,7 +37,7 @@ fn occurs_more_than_once(request: &Inbound, selector: &Selector) -> bool {
                 .nth(1)
                 .is_some()
         }),
-        Selector::Json(_) | Selector::Form(_) => false,
+        Selector::Json(_) | Selector::Form(_) | Selector::Xml(_) => false,
     }
 }
 

@@ -17,8 +17,13 @@
 //! fields (JSON: keys sorted, compact, numbers exactly as written, so
 //! `10.5` and `10.50` differ; form: pairs sorted by name with a stable
 //! sort, so the values of a repeated name keep the order they were sent
-//! in and `a=1&a=2` differs from `a=2&a=1`). A JSON body that names a key
-//! twice never gets this far (`crate::extract::json`).
+//! in and `a=1&a=2` differs from `a=2&a=1`; XML: the leaf elements as
+//! `(path, text)` pairs sorted by path with a stable sort, each path and
+//! text preceded by its 4-byte length, so repeated elements keep their
+//! order and no two documents' leaves join alike). A route's
+//! `fingerprint_ignore` names fields of one body format only (checked at
+//! start-up). A JSON body that names a key twice, and an XML body with a
+//! DTD or an undeclared entity, never get this far (`crate::extract`).
 
 use std::borrow::Cow;
 
@@ -197,8 +202,11 @@ fn body_digest(request: &Inbound, ignore: &[Selector]) -> Result<[u8; 32], Rejec
     if ignore.is_empty() {
         return Ok(Sha256::digest(&request.body).into());
     }
+    // Start-up validation keeps the list to one body format.
     let canonical = if ignore.iter().any(|s| matches!(s, Selector::Json(_))) {
         canonical_json(request, ignore)?
+    } else if ignore.iter().any(|s| matches!(s, Selector::Xml(_))) {
+        canonical_xml(request, ignore)?
     } else {
         canonical_form(request, ignore)?
     };
@@ -256,6 +264,31 @@ fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rej
         out.append_pair(k, v);
     }
     Ok(out.finish().into_bytes())
+}
+
+/// The XML leaves without the ignored paths, sorted by path only (a
+/// stable sort: repeated elements keep the order sent), each path and
+/// text written after its 4-byte length so the join is unambiguous.
+fn canonical_xml(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
+    let mut leaves: Vec<&(String, String)> = request
+        .xml()?
+        .leaves()
+        .iter()
+        .filter(|(path, _)| {
+            !ignore
+                .iter()
+                .any(|s| matches!(s, Selector::Xml(p) if p == path))
+        })
+        .collect();
+    leaves.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::new();
+    for (path, text) in leaves {
+        for part in [path.as_bytes(), text.as_bytes()] {
+            out.extend_from_slice(&length_prefix(part).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -376,6 +409,57 @@ mod tests {
             "repeated values keep their order"
         );
         assert_eq!(first.fingerprint, moved.fingerprint, "names still sort");
+    }
+
+    #[test]
+    fn fingerprint_ignore_on_xml_bodies() {
+        let r = route(
+            "key = [\"xml:/xml/out_trade_no\"]\nfingerprint_ignore = [\"xml:/xml/nonce_str\"]",
+        );
+        let body = |nonce: &str, fee: &str| {
+            format!(
+                "<xml><out_trade_no><![CDATA[T1]]></out_trade_no>\
+                 <nonce_str><![CDATA[{nonce}]]></nonce_str><total_fee>{fee}</total_fee></xml>"
+            )
+        };
+        let a = identity(&r, &[], &body("n1", "1")).unwrap();
+        let b = identity(&r, &[], &body("n2", "1")).unwrap();
+        let c = identity(&r, &[], &body("n1", "2")).unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint, "only the nonce changed");
+        assert_ne!(a.fingerprint, c.fingerprint, "the amount changed");
+        assert_eq!(a.key, c.key);
+        let reordered = identity(
+            &r,
+            &[],
+            "<xml>\n<total_fee>1</total_fee><nonce_str>n3</nonce_str><out_trade_no>T1</out_trade_no></xml>",
+        )
+        .unwrap();
+        assert_eq!(a.fingerprint, reordered.fingerprint, "paths sort");
+        let shifted = identity(
+            &r,
+            &[],
+            "<xml><out_trade_no>T1</out_trade_no><total_fee></total_fee><total_fee>1</total_fee></xml>",
+        )
+        .unwrap();
+        let other = identity(
+            &r,
+            &[],
+            "<xml><out_trade_no>T1</out_trade_no><total_fee>1</total_fee><total_fee></total_fee></xml>",
+        )
+        .unwrap();
+        assert_ne!(
+            shifted.fingerprint, other.fingerprint,
+            "repeats keep their order"
+        );
+        assert_eq!(
+            identity(
+                &r,
+                &[],
+                "<!DOCTYPE x><xml><out_trade_no>T1</out_trade_no></xml>"
+            )
+            .unwrap_err(),
+            Rejection::BadRequestBody("xml")
+        );
     }
 
     #[test]

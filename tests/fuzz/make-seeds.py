@@ -164,6 +164,7 @@ def selector_template_seeds():
         "json": "json:/data/items/0/id",
         "json-escapes": "json:/a~1b/~0c",
         "form": "form:sign",
+        "xml": "xml:/xml/out_trade_no",
         "template-json": "{json:/id}\n{timestamp}.{body}{{x}}",
         "template-all": "{method} {path}?{query:a}&{header:x-a}{form:b}{timestamp}{body}",
         "template-unicode": "caf\u00e9 {json:/\u00e9}}}{{\U0001F600",
@@ -248,6 +249,9 @@ def key_seeds():
         "header-sf": request("PUT /header", [("Idempotency-Key", '"abc"')], "same"),
         "json-and-form": request("POST /json", [("Idempotency-Key", "k")],
                                  '{"&b=1&":"","a":"x"}'),
+        "xml-key": request("POST /xml", [("content-type", "text/xml")],
+                           "<xml><out_trade_no><![CDATA[T1]]></out_trade_no>"
+                           "<nonce_str>n1</nonce_str><total_fee>1</total_fee></xml>"),
         "no-key-numbers": request("POST /no-key?x", [],
                                   '{"ts":1e400,"n":-0.0,"big":123456789012345678901234567890}'),
     }
@@ -280,17 +284,45 @@ def record_seeds():
         2, status=0xFFFF, created=2**64 - 1, headers=[(b"", b"\x00\xff")], body=bytes(range(256))))
 
 
+# --- xml_body -----------------------------------------------------------------
+
+def xml_seeds():
+    laughs = "".join(
+        f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">\n' for i in range(1, 10))
+    seeds = {
+        "wechat-notify": "<xml><appid><![CDATA[wx2421b1c4370ec43b]]></appid>"
+                         "<mch_id><![CDATA[10000100]]></mch_id>"
+                         "<nonce_str><![CDATA[5d2b6c2a8db53831f7eda20af46e531c]]></nonce_str>"
+                         "<out_trade_no><![CDATA[1409811653]]></out_trade_no>"
+                         "<result_code><![CDATA[SUCCESS]]></result_code>"
+                         "<sign><![CDATA[B552ED6B279343CB493C5DD0D78AB241]]></sign>"
+                         "<total_fee>1</total_fee></xml>",
+        "declaration-bom-comments": "\ufeff<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                                    "<!-- c --><xml a=\"1\">\n  <b c='&amp;'> 2 </b>\n  <e/>\n</xml>\n",
+        "references-nested": "<r><a><b>&lt;&gt;&amp;&quot;&apos;&#49;&#x4E2D;</b></a>"
+                             "<a><b>dup</b></a></r>",
+        "xxe": "<?xml version=\"1.0\"?>\n<!DOCTYPE xml [<!ENTITY xxe SYSTEM "
+               "\"file:///etc/passwd\">]>\n<xml><out_trade_no>&xxe;</out_trade_no></xml>",
+        "billion-laughs": "<?xml version=\"1.0\"?>\n<!DOCTYPE xml [\n<!ENTITY l0 \"lol\">\n"
+                          + laughs + "]>\n<xml><a>&l9;</a></xml>",
+        "mixed-content": "<xml>text<a>1</a><?pi x?></xml>",
+    }
+    for name, text in seeds.items():
+        write("xml_body", name, text)
+
+
 def main():
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
     for target in ["config", "selector_template", "signature_headers", "key_fingerprint",
-                   "record_decode"]:
+                   "record_decode", "xml_body"]:
         (CORPUS / target).mkdir(parents=True)
     config_seeds()
     selector_template_seeds()
     signature_seeds()
     key_seeds()
     record_seeds()
+    xml_seeds()
     for target in sorted(CORPUS.iterdir()):
         print(f"{target.name}: {len(list(target.iterdir()))} seeds")
 

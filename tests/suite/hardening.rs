@@ -476,3 +476,76 @@ async fn a_corrupted_record_is_an_unknown_outcome_not_a_free_key() {
     assert_eq!(upstream.calls(), 1, "not re-executed");
     gate.stop().await;
 }
+
+/// A WeChat Pay v2 style route: unsigned, keyed on an XML element.
+fn xml_route(store: &str, upstream: &str) -> String {
+    format!(
+        r#"{}
+[[route]]
+name = "wechat"
+path_prefix = "/notify"
+
+[route.signature]
+scheme = "none"
+
+[route.idempotency]
+key = ["xml:/xml/out_trade_no"]
+retention = "1h"
+"#,
+        base_sections(store, upstream)
+    )
+}
+
+#[tokio::test]
+async fn xml_bodies_are_keyed_by_element_and_dtds_never_reach_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let gate = Gate::start(&xml_route(
+        &embedded_store(&dir.path().join("xml.redb")),
+        &upstream.url(),
+    ))
+    .await;
+    let url = gate.url("/notify");
+    let xml = [("content-type".to_owned(), "text/xml".to_owned())];
+    let body = "<xml><appid><![CDATA[wx2421b1c4370ec43b]]></appid>\
+                <out_trade_no><![CDATA[1409811653]]></out_trade_no>\
+                <total_fee>1</total_fee></xml>";
+
+    let first = send("POST", &url, &xml, body).await;
+    assert_eq!((first.status, first.replayed()), (200, Some("false")));
+    let again = send("POST", &url, &xml, body).await;
+    assert_eq!((again.status, again.replayed()), (200, Some("true")));
+    assert_eq!(upstream.calls(), 1);
+
+    let xxe = r#"<?xml version="1.0"?>
+<!DOCTYPE xml [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<xml><out_trade_no>&xxe;</out_trade_no><total_fee>1</total_fee></xml>"#;
+    let mut laughs =
+        String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE xml [\n<!ENTITY l0 \"lol\">\n");
+    for i in 1..10 {
+        let refs = format!("&l{};", i - 1).repeat(10);
+        laughs.push_str(&format!("<!ENTITY l{i} \"{refs}\">\n"));
+    }
+    laughs.push_str("]>\n<xml><out_trade_no>&l9;</out_trade_no></xml>");
+    let undeclared = "<xml><out_trade_no>&xxe;</out_trade_no></xml>".to_owned();
+    for (name, hostile) in [
+        ("XXE", xxe.to_owned()),
+        ("billion laughs", laughs),
+        ("entity", undeclared),
+    ] {
+        let refused = send("POST", &url, &xml, hostile).await;
+        assert_eq!(
+            (refused.status, refused.reason().as_deref()),
+            (400, Some("bad_request_body")),
+            "{name}: {refused:?}"
+        );
+        assert_eq!(
+            refused.header("content-type"),
+            Some("application/problem+json"),
+            "{name}"
+        );
+        assert_eq!(refused.replayed(), None, "{name}");
+    }
+    assert_eq!(upstream.calls(), 1, "no hostile body reached the upstream");
+    gate.stop().await;
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::{Config, ConfigError, decode_whsec};
+use crate::config::{Config, ConfigError, Scheme, decode_whsec};
 
 fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigError> {
     Config::parse(&format!(
@@ -10,8 +10,7 @@ fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigErro
 
 #[test]
 fn presets_fix_their_own_parameters() {
-    let config =
-        preset_route("scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]", "").unwrap();
+    let config = preset_route("scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]", "").unwrap();
     let route = &config.routes[0];
     assert_eq!(
         route.idempotency.key,
@@ -102,4 +101,176 @@ fn secrets_with_and_without_prefix_are_the_same_key() {
     );
     assert_eq!(decode_whsec(b"whsec_!!!"), None);
     assert_eq!(decode_whsec(b"whsec_"), None);
+}
+
+fn keys_file(name: &str) -> String {
+    format!(
+        "file:{}/tests/vectors/keys/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn each_payment_preset_takes_only_its_own_credential() {
+    let cert = keys_file("wechatpay-1.cert.pem");
+    let ok = [
+        format!("scheme = \"alipay\"\npublic_keys = [\"{}\"]\nallow_rsa1 = true", keys_file("alipay-1.pub.b64")),
+        format!("scheme = \"wechatpay-v3\"\npublic_keys = [\"{cert}\"]\ntolerance = \"2m\""),
+        "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]".to_owned(),
+        "scheme = \"adyen\"\nsecrets = [\"literal:0A1B\"]".to_owned(),
+        "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://hooks.example.com/\"".to_owned(),
+    ];
+    for text in &ok {
+        let config = preset_route(text, "").unwrap_or_else(|e| panic!("{text}: {e}"));
+        let Scheme::Preset(preset) = &config.routes[0].scheme else {
+            panic!("a preset");
+        };
+        assert_eq!(preset.credential_count(), 1, "{text}");
+    }
+    let twilio = preset_route(&ok[4], "").unwrap();
+    let Scheme::Preset(preset) = &twilio.routes[0].scheme else {
+        panic!("a preset");
+    };
+    assert_eq!(
+        preset.public_url.as_deref(),
+        Some("https://hooks.example.com"),
+        "the request path is appended after one slash"
+    );
+
+    for (text, expected) in [
+        (
+            "scheme = \"alipay\"\nsecrets = [\"literal:x\"]".to_owned(),
+            vec![
+                "route[0].signature.secrets: scheme = \"alipay\" verifies RSA signatures with public_keys",
+                "route[0].signature.public_keys: at least one public key is required",
+            ],
+        ),
+        (
+            format!("scheme = \"adyen\"\nsecrets = [\"literal:zz\"]\npublic_keys = [\"{cert}\"]"),
+            vec![
+                "route[0].signature.public_keys: scheme = \"adyen\" verifies with secrets",
+                "route[0].signature.secrets[0]: an adyen HMAC key is hex",
+            ],
+        ),
+        (
+            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]".to_owned(),
+            vec!["route[0].signature.public_url: required with scheme = \"twilio\""],
+        ),
+        (
+            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"ftp://x/?a=1\"".to_owned(),
+            vec!["route[0].signature.public_url: \"ftp://x/?a=1\" must be an http(s) URL"],
+        ),
+        (
+            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]\nallow_rsa1 = true\npublic_url = \"https://h\"\ntolerance = \"1m\"".to_owned(),
+            vec![
+                "route[0].signature.allow_rsa1: only for scheme = \"alipay\"",
+                "route[0].signature.public_url: only for scheme = \"twilio\"",
+                "route[0].signature.tolerance: scheme = \"wechatpay-v2\" signs no timestamp",
+            ],
+        ),
+        (
+            "scheme = \"wechatpay-v3\"\npublic_keys = [\"literal:AAAA\", { id = \"PUB_KEY_ID_1\", key = \"env:IDEMGATE_SURELY_UNSET\" }]".to_owned(),
+            vec![
+                "route[0].signature.public_keys[0]: literal: ",
+                "route[0].signature.public_keys[1]: env:IDEMGATE_SURELY_UNSET: environment variable",
+            ],
+        ),
+        (
+            format!("scheme = \"hmac\"\nsecrets = [\"literal:x\"]\nsignature = \"header:x\"\npublic_keys = [\"{cert}\"]"),
+            vec!["route[0].signature.public_keys: only for the presets that read it"],
+        ),
+        (
+            "scheme = \"none\"\npublic_url = \"https://h\"".to_owned(),
+            vec!["route[0].signature.public_url: has no effect with scheme = \"none\""],
+        ),
+    ] {
+        let err = preset_route(&text, "").unwrap_err().0;
+        for line in &expected {
+            assert!(
+                err.iter().any(|e| e.starts_with(line)),
+                "{text}\nexpected {line:?} in {err:#?}"
+            );
+        }
+        assert_eq!(err.len(), expected.len(), "{text}: {err:#?}");
+    }
+}
+
+#[test]
+fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
+    let alipay = preset_route(
+        &format!(
+            "scheme = \"alipay\"\npublic_keys = [\"{}\"]",
+            keys_file("alipay-1.pub.pem")
+        ),
+        "",
+    )
+    .unwrap();
+    let policy = &alipay.routes[0].idempotency;
+    assert_eq!(policy.key, Some(vec![KeyPart::SignedId]));
+    assert_eq!(
+        policy.fingerprint_ignore,
+        ["notify_id", "notify_time", "sign"].map(|f| Selector::Form(f.into()))
+    );
+    let chosen = preset_route(
+        &format!(
+            "scheme = \"alipay\"\npublic_keys = [\"{}\"]",
+            keys_file("alipay-1.pub.pem")
+        ),
+        "key = [\"form:out_trade_no\"]\nfingerprint_ignore = [\"form:notify_id\"]",
+    )
+    .unwrap();
+    let policy = &chosen.routes[0].idempotency;
+    assert_eq!(
+        policy.key,
+        Some(vec![KeyPart::Value(Selector::Form("out_trade_no".into()))])
+    );
+    assert_eq!(
+        policy.fingerprint_ignore,
+        [Selector::Form("notify_id".into())]
+    );
+    let no_body = preset_route(
+        &format!(
+            "scheme = \"alipay\"\npublic_keys = [\"{}\"]",
+            keys_file("alipay-1.pub.pem")
+        ),
+        "fingerprint = [\"method\", \"path\"]",
+    )
+    .unwrap();
+    assert!(no_body.routes[0].idempotency.fingerprint_ignore.is_empty());
+
+    let v3 = preset_route(
+        &format!(
+            "scheme = \"wechatpay-v3\"\npublic_keys = [\"{}\"]",
+            keys_file("wechatpay-1.cert.pem")
+        ),
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        v3.routes[0].idempotency.key,
+        Some(vec![KeyPart::Value(Selector::Json("/id".into()))])
+    );
+    assert_eq!(
+        v3.routes[0].scheme.tolerance(),
+        Some(Duration::from_secs(300))
+    );
+    assert!(v3.warnings().is_empty(), "v3 signs a timestamp");
+    for scheme in ["wechatpay-v2", "adyen", "twilio"] {
+        let url = if scheme == "twilio" {
+            "\npublic_url = \"https://h\""
+        } else {
+            ""
+        };
+        let text = format!("scheme = \"{scheme}\"\nsecrets = [\"literal:0A\"]{url}");
+        let config = preset_route(&text, "").unwrap_or_else(|e| panic!("{scheme}: {e}"));
+        assert_eq!(
+            config.routes[0].idempotency.key,
+            Some(vec![KeyPart::SignedId]),
+            "{scheme}"
+        );
+        assert!(
+            config.warnings().join("\n").contains("rests on retention"),
+            "{scheme} signs no timestamp"
+        );
+    }
 }

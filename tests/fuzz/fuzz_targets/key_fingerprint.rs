@@ -6,7 +6,8 @@
 //! below: composite keys from JSON pointers, headers (plain or RFC 8941
 //! sf-string), form fields and the query; `fingerprint_ignore` over JSON
 //! (canonical JSON with pointers removed, including `~0`/`~1` escapes and
-//! array indexes) and over form bodies (sorted, re-encoded pairs); and a
+//! array indexes), over form bodies (sorted, re-encoded pairs) and over
+//! XML bodies (leaves sorted by path, length-prefixed); and a
 //! route without a key, whose fingerprint is the key. Every header value
 //! and the raw body also go through `identify::parse_sf_string`.
 //!
@@ -68,6 +69,16 @@ scheme = "none"
 [route.idempotency]
 key = ["header:Idempotency-Key"]
 fingerprint = ["method", "path", "body", "header:idempotency-key"]
+
+[[route]]
+name = "xml-key"
+path_prefix = "/xml"
+[route.signature]
+scheme = "none"
+[route.idempotency]
+key = ["xml:/xml/out_trade_no"]
+require_key = false
+fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]
 
 [[route]]
 name = "no-key"
