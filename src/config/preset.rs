@@ -111,11 +111,10 @@ impl PresetKind {
             | Self::WechatpayV2
             | Self::Adyen
             | Self::Twilio => KeyPart::SignedId,
-            Self::Stripe => KeyPart::Value(Selector::Json("/id".into())),
+            Self::Stripe | Self::WechatpayV3 => KeyPart::Value(Selector::Json("/id".into())),
             Self::Github => header("x-github-delivery"),
             Self::Slack => KeyPart::Value(Selector::Json("/event_id".into())),
             Self::Shopify => header("x-shopify-webhook-id"),
-            Self::WechatpayV3 => KeyPart::Value(Selector::Json("/id".into())),
         }
     }
 

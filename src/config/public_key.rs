@@ -304,8 +304,12 @@ fn normalize_id(id: &str) -> String {
     }
 }
 
-/// The keys in one entry's text: `(certificate serial, PKCS#1 DER)`.
-fn parse_keys(text: &str) -> Result<Vec<(Option<String>, Vec<u8>)>, String> {
+/// One key found in an entry's text: its certificate serial, if it came
+/// in a certificate, and its PKCS#1 DER.
+type Found = (Option<String>, Vec<u8>);
+
+/// The keys in one entry's text.
+fn parse_keys(text: &str) -> Result<Vec<Found>, String> {
     let text = text.trim();
     if text.contains("-----BEGIN CERTIFICATE-----") {
         let certificates = Certificate::load_pem_chain(text.as_bytes())

@@ -191,7 +191,7 @@ fn tampered(vector: &PaymentVector) -> Vec<(String, Delivery)> {
                     original.with_body(form_body(&changed)),
                 ));
             }
-            let mut added = pairs.clone();
+            let mut added = pairs;
             added.push(("extra".into(), "1".into()));
             out.push(("added param".into(), original.with_body(form_body(&added))));
         }
@@ -426,7 +426,7 @@ fn wechatpay_v3_window_and_serial() {
             "{header}"
         );
     }
-    let mut unsigned = delivery.clone();
+    let mut unsigned = delivery;
     unsigned.headers.retain(|(k, _)| k != "wechatpay-signature");
     assert_eq!(
         check(&scheme, &unsigned, stamped),
