@@ -136,6 +136,64 @@ impl PresetKind {
     }
 }
 
+impl PresetKind {
+    /// Whether the channel's signature covers what `selector` reads, for
+    /// the payment channels (`None`: a webhook platform, whose documented
+    /// keys include unsigned delivery headers, left to the operator).
+    pub fn signs(self, selector: &Selector) -> Option<bool> {
+        const ADYEN_SIGNED: [&str; 8] = [
+            "pspReference",
+            "originalReference",
+            "merchantAccountCode",
+            "merchantReference",
+            "amount/value",
+            "amount/currency",
+            "eventCode",
+            "success",
+        ];
+        Some(match (self, selector) {
+            (Self::Alipay, Selector::Form(name)) => name != "sign" && name != "sign_type",
+            (Self::WechatpayV2, Selector::Xml(path)) => path
+                .strip_prefix("/xml/")
+                .is_some_and(|name| !name.contains('/') && name != "sign"),
+            (Self::WechatpayV3, Selector::Json(_)) => true,
+            (Self::Adyen, Selector::Json(pointer)) => {
+                let mut steps = pointer.splitn(4, '/').skip(1);
+                steps.next() == Some("notificationItems")
+                    && steps.next().is_some_and(|i| i.parse::<usize>().is_ok())
+                    && steps
+                        .next()
+                        .and_then(|rest| rest.strip_prefix("NotificationRequestItem/"))
+                        .is_some_and(|field| ADYEN_SIGNED.contains(&field))
+            }
+            (Self::Twilio, Selector::Form(_) | Selector::Query(_) | Selector::Json(_)) => true,
+            (
+                Self::Alipay | Self::WechatpayV2 | Self::WechatpayV3 | Self::Adyen | Self::Twilio,
+                _,
+            ) => false,
+            _ => return None,
+        })
+    }
+
+    /// Refuses a chosen key part a payment channel does not sign: a key an
+    /// attacker can vary lets a captured delivery run again (Twilio's
+    /// `I-Twilio-Idempotency-Token` header is unsigned; Adyen signs eight
+    /// fields of an item, not the rest).
+    pub(super) fn check_key(self, problems: &mut Problems, key: &str, parts: &[Selector]) {
+        for (index, part) in parts.iter().enumerate() {
+            if self.signs(part) == Some(false) {
+                problems.push(
+                    &format!("{key}[{index}]"),
+                    format!(
+                        "scheme = {:?} does not sign {part}, so a key with it is not authenticated: a captured delivery with another value would run again; use a signed field, or omit key for the preset's own",
+                        self.name()
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// A preset route's parameters: everything else is fixed by the sender.
 #[derive(Debug, Clone)]
 pub struct Preset {

@@ -404,12 +404,13 @@ fn idempotency(
                     "must list at least one part, or be omitted",
                 );
             }
-            Some(
-                selectors(problems, &format!("{key}.key"), items)
-                    .into_iter()
-                    .map(KeyPart::Value)
-                    .collect(),
-            )
+            let parts = selectors(problems, &format!("{key}.key"), items);
+            if let Scheme::Preset(preset) = scheme {
+                preset
+                    .kind
+                    .check_key(problems, &format!("{key}.key"), &parts);
+            }
+            Some(parts.into_iter().map(KeyPart::Value).collect())
         }
         (None, Scheme::Preset(preset)) => Some(vec![preset.kind.default_key()]),
         (None, _) => None,
@@ -559,87 +560,4 @@ fn idempotency(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_classes() {
-        let classes = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
-        assert!(classes.contains(200) && classes.contains(299) && classes.contains(409));
-        assert!(!classes.contains(300) && !classes.contains(410));
-        assert!(CacheStatus::parse(&["6xx".into()]).is_err());
-        assert!(CacheStatus::parse(&["20".into()]).is_err());
-    }
-
-    /// The minimal route "payments" with fingerprint `first`, and a second
-    /// route in its scope with fingerprint `second`.
-    fn scoped(first: &str, second: &str) -> Result<crate::config::Config, String> {
-        let poller = ["name = \"poller\"", "path_prefix = \"/poll\""].join("\n");
-        let text = format!(
-            "{}\nfingerprint = {first}\n[[route]]\n{poller}\n[route.signature]\nscheme = \"none\"\n\
-             [route.idempotency]\nscope = \"payments\"\nkey = [\"form:out_trade_no\"]\nfingerprint = {second}\n",
-            crate::config::tests::MINIMAL
-        );
-        crate::config::Config::parse(&text).map_err(|e| e.0.join("\n"))
-    }
-
-    #[test]
-    fn routes_of_one_scope_fingerprint_the_same_values_in_order() {
-        let config = scoped(
-            r#"["json:/paymentNo", "json:/total_amount"]"#,
-            r#"["form:out_trade_no", "form:total_fee"]"#,
-        )
-        .unwrap();
-        assert!(
-            config
-                .routes
-                .iter()
-                .all(|r| r.idempotency.scope == "payments")
-        );
-        assert_eq!(
-            config.routes[1].idempotency.fingerprint[1],
-            FingerprintPart::Value(Selector::Form("total_fee".into()))
-        );
-
-        let by_route = scoped(r#"["json:/paymentNo", "body"]"#, r#"["form:a", "form:b"]"#);
-        assert!(by_route.unwrap_err().contains(
-            "route[1].idempotency.fingerprint: route \"payments\" shares scope \"payments\""
-        ));
-        let uneven = scoped(r#"["json:/paymentNo"]"#, r#"["form:a", "form:b"]"#).unwrap_err();
-        assert!(
-            uneven.contains("2 parts, but route \"payments\""),
-            "{uneven}"
-        );
-        let defaults = scoped(
-            r#"["json:/a"]"#,
-            r#"["form:a"]"#.replace("form:a", "method").as_str(),
-        );
-        assert!(defaults.unwrap_err().contains("not \"method\""));
-    }
-
-    /// The minimal config with `lines` added to its route's idempotency.
-    fn idempotency(lines: &str) -> Result<crate::config::Config, String> {
-        let text = format!("{}\n{lines}\n", crate::config::tests::MINIMAL);
-        crate::config::Config::parse(&text).map_err(|e| e.0.join("\n"))
-    }
-
-    #[test]
-    fn fingerprint_ignore_names_fields_of_one_body_format() {
-        let xml = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]"#);
-        assert_eq!(
-            xml.unwrap().routes[0].idempotency.fingerprint_ignore[0],
-            Selector::Xml("/xml/nonce_str".into())
-        );
-        let mixed = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "form:nonce_str"]"#)
-            .unwrap_err();
-        assert!(
-            mixed.contains("fingerprint_ignore: mixes body formats"),
-            "{mixed}"
-        );
-        let header = idempotency(r#"fingerprint_ignore = ["header:x-a"]"#).unwrap_err();
-        assert!(
-            header.contains("xml:/path selectors name body fields"),
-            "{header}"
-        );
-    }
-}
+mod tests;

@@ -274,3 +274,57 @@ fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
         );
     }
 }
+
+#[test]
+fn payment_keys_read_signed_fields_only() {
+    let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"";
+    let err = preset_route(
+        twilio,
+        "key = [\"form:MessageSid\", \"header:I-Twilio-Idempotency-Token\"]",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("route[0].idempotency.key[1]: scheme = \"twilio\" does not sign header:i-twilio-idempotency-token"),
+        "{err}"
+    );
+    preset_route(twilio, "key = [\"form:MessageSid\", \"query:tenant\"]")
+        .expect("Twilio signs the URL and the parameters");
+    let adyen = "scheme = \"adyen\"\nsecrets = [\"literal:0A\"]";
+    preset_route(
+        adyen,
+        "key = [\"json:/notificationItems/0/NotificationRequestItem/pspReference\", \"json:/notificationItems/0/NotificationRequestItem/amount/value\"]",
+    )
+    .expect("signed item fields");
+    for unsigned in [
+        "json:/notificationItems/0/NotificationRequestItem/eventDate",
+        "json:/notificationItems/0/NotificationRequestItem/additionalData/hmacSignature",
+        "json:/live",
+        "query:id",
+    ] {
+        let err = preset_route(adyen, &format!("key = [\"{unsigned}\"]")).unwrap_err();
+        assert!(
+            err.to_string().contains("does not sign"),
+            "{unsigned}: {err}"
+        );
+    }
+    let alipay = format!(
+        "scheme = \"alipay\"\npublic_keys = [\"{}\"]",
+        keys_file("alipay-1.pub.pem")
+    );
+    preset_route(
+        &alipay,
+        "key = [\"form:out_trade_no\", \"form:out_biz_no\"]",
+    )
+    .unwrap();
+    assert!(preset_route(&alipay, "key = [\"form:sign\"]").is_err());
+    let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]";
+    preset_route(v2, "key = [\"xml:/xml/transaction_id\"]").unwrap();
+    assert!(preset_route(v2, "key = [\"xml:/xml/a/b\"]").is_err());
+    assert!(preset_route(v2, "key = [\"form:transaction_id\"]").is_err());
+    preset_route(
+        "scheme = \"github\"\nsecrets = [\"literal:x\"]",
+        "key = [\"header:X-GitHub-Delivery\"]",
+    )
+    .expect("webhook platforms key on their delivery header, as before");
+}
