@@ -156,7 +156,6 @@ impl PresetKind {
             (Self::WechatpayV2, Selector::Xml(path)) => path
                 .strip_prefix("/xml/")
                 .is_some_and(|name| !name.contains('/') && name != "sign"),
-            (Self::WechatpayV3, Selector::Json(_)) => true,
             (Self::Adyen, Selector::Json(pointer)) => {
                 let mut steps = pointer.splitn(4, '/').skip(1);
                 steps.next() == Some("notificationItems")
@@ -166,7 +165,10 @@ impl PresetKind {
                         .and_then(|rest| rest.strip_prefix("NotificationRequestItem/"))
                         .is_some_and(|field| ADYEN_SIGNED.contains(&field))
             }
-            (Self::Twilio, Selector::Form(_) | Selector::Query(_) | Selector::Json(_)) => true,
+            // WeChat Pay v3 signs the whole body; Twilio the URL and the
+            // parameters (or, for a JSON body, the body's hash).
+            (Self::WechatpayV3, Selector::Json(_))
+            | (Self::Twilio, Selector::Form(_) | Selector::Query(_) | Selector::Json(_)) => true,
             (
                 Self::Alipay | Self::WechatpayV2 | Self::WechatpayV3 | Self::Adyen | Self::Twilio,
                 _,
