@@ -4,6 +4,10 @@
 //! * `verify/<scheme>` — signature verification of a 1 KiB body under every
 //!   preset (and the generic `hmac` scheme), one configured secret, through
 //!   `idemgate::signature::verify` with the scheme built by `Config::parse`.
+//! * `verify_payment/<scheme>` — the payment presets on their first SDK
+//!   vector (`tests/vectors/payments.json`), a fresh request each
+//!   iteration, so the form, XML or JSON parse is measured too (the RSA
+//!   ones verify SHA256withRSA with a 2048-bit key).
 //! * `identify/<body>` — `pipeline::verify::verify` under `scheme = "none"`
 //!   followed by `pipeline::identify::identify` (key extraction and the
 //!   request fingerprint) for a JSON and a form body, with the raw-bytes body
@@ -216,6 +220,66 @@ fn bench_verify(c: &mut Criterion) {
     group.finish();
 }
 
+/// The route and request of a payment scheme's first vector.
+fn payment_case(scheme: &str) -> (Route, http::request::Parts, Bytes, u64) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/vectors/payments.json"
+    ))
+    .expect("payment vectors");
+    let vectors: Vec<serde_json::Value> = serde_json::from_str(&text).expect("vectors JSON");
+    let vector = vectors
+        .iter()
+        .find(|v| v["scheme"] == scheme)
+        .expect("a vector per scheme");
+    let keys = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/keys");
+    let signature = match (scheme, vector["key"].as_str()) {
+        ("alipay", Some(key)) => {
+            format!("scheme = \"alipay\"\npublic_keys = [\"file:{keys}/{key}.pub.pem\"]")
+        }
+        ("wechatpay-v3", Some(key)) => {
+            format!("scheme = \"wechatpay-v3\"\npublic_keys = [\"file:{keys}/{key}.cert.pem\"]")
+        }
+        _ => {
+            let url = if scheme == "twilio" {
+                "\npublic_url = \"https://hooks.example.com\""
+            } else {
+                ""
+            };
+            let secret = vector["secret"].as_str().expect("a secret");
+            format!("scheme = \"{scheme}\"\nsecrets = [\"literal:{secret}\"]{url}")
+        }
+    };
+    let text =
+        config_text(&signature, "").replace("path_prefix = \"/hook\"", "path_prefix = \"/\"");
+    let mut builder = Request::post(vector["path"].as_str().expect("a path"));
+    for (name, value) in vector["headers"].as_object().expect("headers") {
+        builder = builder.header(name.as_str(), value.as_str().expect("a header value"));
+    }
+    let parts = builder.body(()).expect("request").into_parts().0;
+    let body = Bytes::from(vector["body"].as_str().expect("a body").to_owned());
+    let now_ms = vector["now"].as_u64().unwrap_or(TIMESTAMP_S) * 1000;
+    (route(&text), parts, body, now_ms)
+}
+
+fn bench_verify_payment(c: &mut Criterion) {
+    let mut group = c.benchmark_group("verify_payment");
+    for scheme in ["alipay", "wechatpay-v2", "wechatpay-v3", "adyen", "twilio"] {
+        let (route, parts, body, now_ms) = payment_case(scheme);
+        let fresh = || Inbound::new(parts.clone(), body.clone());
+        let verified = idemgate::signature::verify(&route.scheme, &fresh(), now_ms);
+        assert!(verified.is_ok(), "{scheme} does not verify: {verified:?}");
+        group.bench_function(scheme, |b| {
+            b.iter_batched(
+                fresh,
+                |inbound| idemgate::signature::verify(&route.scheme, black_box(&inbound), now_ms),
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    group.finish();
+}
+
 fn bench_identify(c: &mut Criterion) {
     let json = json_body(1024);
     let form = form_body(1024);
@@ -348,6 +412,7 @@ fn config() -> Criterion {
 fn main() {
     let mut criterion = config().configure_from_args();
     bench_verify(&mut criterion);
+    bench_verify_payment(&mut criterion);
     bench_identify(&mut criterion);
     bench_record(&mut criterion);
     criterion.final_summary();

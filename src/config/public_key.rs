@@ -7,9 +7,11 @@
 //! shows. A certificate names its key by its serial number (what WeChat
 //! Pay sends in `Wechatpay-Serial`); a bare key can be bound to an id with
 //! `{ id = "PUB_KEY_ID_…", key = "file:…" }`, since nothing inside it says
-//! which id the sender will present. Keys shorter than 2048 bits are
-//! refused at start-up: `ring` verifies 2048–8192-bit RSA only, and a
-//! shorter key would otherwise fail every delivery at run time.
+//! which id the sender will present. Keys outside 2048–8192 bits are
+//! refused at start-up: `ring` verifies those sizes only, and another key
+//! would otherwise fail every delivery at run time. Certificates are
+//! trusted as configured: neither their chain nor their validity dates
+//! are checked (the operator pins the sender's key, as the SDKs do).
 //!
 //! [`PublicKeys`] is a shared cell like [`super::Secret`]: clones of a
 //! configuration see a reload. A reload that fails keeps every old key.
@@ -28,6 +30,9 @@ use crate::error::Rejection;
 
 /// Shortest accepted modulus, in bits (`ring`'s lower bound).
 pub const MIN_RSA_BITS: usize = 2048;
+
+/// Longest accepted modulus, in bits (`ring`'s upper bound).
+pub const MAX_RSA_BITS: usize = 8192;
 
 /// The OID of `rsaEncryption`, the only SPKI algorithm these channels use.
 const RSA_ENCRYPTION: &str = "1.2.840.113549.1.1.1";
@@ -373,9 +378,9 @@ fn checked_pkcs1(der: &[u8]) -> Result<Vec<u8>, String> {
     let bits = modulus.iter().position(|b| *b != 0).map_or(0, |first| {
         (modulus.len() - first) * 8 - modulus[first].leading_zeros() as usize
     });
-    if bits < MIN_RSA_BITS {
+    if !(MIN_RSA_BITS..=MAX_RSA_BITS).contains(&bits) {
         return Err(format!(
-            "the RSA key has {bits} bits; at least {MIN_RSA_BITS} are required"
+            "the RSA key has {bits} bits; {MIN_RSA_BITS} to {MAX_RSA_BITS} are supported"
         ));
     }
     Ok(der.to_vec())

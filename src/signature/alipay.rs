@@ -10,6 +10,8 @@
 //!   `allow_rsa1 = true`; any other `sign_type` is refused.
 //! * A parameter named twice is refused (the SDKs keep one of the two, and
 //!   the backend may act on the other).
+//! * Only UTF-8 notifications are read: a `charset` other than `utf-8` is
+//!   refused as `bad_request_body` (the values would be decoded wrongly).
 //! * The SDK, when a signature fails, tries again with `sign_type` inside
 //!   the signed content; Alipay's documentation signs without it, and so
 //!   is the only content idemgate accepts.
@@ -49,6 +51,9 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     };
+    if field("charset").is_some_and(|c| !c.eq_ignore_ascii_case("utf-8")) {
+        return Err(Rejection::BadRequestBody("form in utf-8 (charset=utf-8)"));
+    }
     let sign = field("sign")
         .filter(|s| !s.is_empty())
         .ok_or(Rejection::SignatureMissing)?;

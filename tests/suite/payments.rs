@@ -372,6 +372,11 @@ fn alipay_rsa1_only_when_allowed() {
         check(&allowed, &unknown, 0),
         Err(Rejection::SignatureInvalid)
     );
+    let gbk = Delivery::of(paid).with_body(paid.body.replacen("charset=utf-8", "charset=GBK", 1));
+    assert_eq!(
+        check(&allowed, &gbk, 0),
+        Err(Rejection::BadRequestBody("form in utf-8 (charset=utf-8)"))
+    );
     let twice = Delivery::of(paid).with_body(format!("{}&trade_status=TRADE_CLOSED", paid.body));
     assert_eq!(
         check(&allowed, &twice, 0),
@@ -622,6 +627,23 @@ async fn genuine_retries_are_replays_and_each_event_executes_once() {
                 vector.name
             );
         }
+    }
+    // A WeChat Pay v2 route parses XML with no DTD and no entities: an
+    // XXE or billion-laughs body is 400 before any signature check.
+    let doctype =
+        "<!DOCTYPE xml [<!ENTITY a \"aaaaaaaaaa\"><!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;\">]>";
+    for body in [
+        format!("<?xml version=\"1.0\"?>{doctype}<xml><sign>&b;</sign></xml>"),
+        "<!DOCTYPE xml [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><xml><sign>&x;</sign></xml>"
+            .to_owned(),
+    ] {
+        let xml = [("content-type".to_owned(), "text/xml".to_owned())];
+        let answer = send("POST", &gate.url("/hooks/wechatpay/v2"), &xml, body).await;
+        assert_eq!(
+            (answer.status, answer.reason().as_deref()),
+            (400, Some("bad_request_body")),
+            "{answer:?}"
+        );
     }
     assert_eq!(upstream.calls(), seen.len());
     gate.stop().await;
