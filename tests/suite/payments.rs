@@ -351,11 +351,7 @@ fn every_payment_vector_verifies_with_its_key_and_nothing_else() {
 
 #[test]
 fn alipay_rsa1_only_when_allowed() {
-    let vectors = payment_vectors();
-    let rsa1 = vectors
-        .iter()
-        .find(|v| v.name == "alipay-paid-rsa1")
-        .unwrap();
+    let rsa1 = &payment_vector("alipay-paid-rsa1");
     let key = [right_credential(rsa1)];
     let strict = scheme_with(rsa1, &key, "");
     assert_eq!(
@@ -365,7 +361,7 @@ fn alipay_rsa1_only_when_allowed() {
     );
     let allowed = scheme_with(rsa1, &key, "allow_rsa1 = true\n");
     assert!(check(&allowed, &Delivery::of(rsa1), 0).is_ok());
-    let paid = vectors.iter().find(|v| v.name == "alipay-paid").unwrap();
+    let paid = &payment_vector("alipay-paid");
     let unknown =
         Delivery::of(paid).with_body(paid.body.replacen("sign_type=RSA2", "sign_type=RSA3", 1));
     assert_eq!(
@@ -387,8 +383,7 @@ fn alipay_rsa1_only_when_allowed() {
 
 #[test]
 fn wechatpay_v2_refund_notifications_are_out_of_scope() {
-    let vectors = payment_vectors();
-    let refund = vectors.iter().find(|v| v.name == "wxv2-refund").unwrap();
+    let refund = &payment_vector("wxv2-refund");
     let scheme = scheme_with(refund, &[right_credential(refund)], "");
     assert_eq!(
         check(&scheme, &Delivery::of(refund), 0),
@@ -399,8 +394,7 @@ fn wechatpay_v2_refund_notifications_are_out_of_scope() {
 
 #[test]
 fn wechatpay_v3_window_and_serial() {
-    let vectors = payment_vectors();
-    let paid = vectors.iter().find(|v| v.name == "wxv3-paid").unwrap();
+    let paid = &payment_vector("wxv3-paid");
     let scheme = scheme_with(paid, &[right_credential(paid)], "");
     let delivery = Delivery::of(paid);
     let stamped: u64 = delivery.header("wechatpay-timestamp").parse().unwrap();
@@ -441,8 +435,7 @@ fn wechatpay_v3_window_and_serial() {
 
 #[test]
 fn adyen_unsigned_fields_are_not_authenticated() {
-    let vectors = payment_vectors();
-    let auth = vectors.iter().find(|v| v.name == "adyen-auth").unwrap();
+    let auth = &payment_vector("adyen-auth");
     let scheme = scheme_with(auth, &[right_credential(auth)], "");
     let mut body: Value = serde_json::from_str(&auth.body).unwrap();
     body["notificationItems"][0]["NotificationRequestItem"]["reason"] = "edited".into();
@@ -457,18 +450,14 @@ fn adyen_unsigned_fields_are_not_authenticated() {
 
 #[test]
 fn twilio_accepts_the_port_forms_the_sdk_accepts() {
-    let vectors = payment_vectors();
-    let port = vectors
-        .iter()
-        .find(|v| v.name == "twilio-port-443")
-        .unwrap();
+    let port = &payment_vector("twilio-port-443");
     let key = [right_credential(port)];
     let plain = scheme_with(port, &key, "");
     assert!(
         check(&plain, &Delivery::of(port), 0).is_ok(),
         "signed with :443"
     );
-    let sent = vectors.iter().find(|v| v.name == "twilio-sent").unwrap();
+    let sent = &payment_vector("twilio-sent");
     let text = format!(
         "{}{}",
         base_sections(
@@ -594,7 +583,7 @@ async fn genuine_retries_are_replays_and_each_event_executes_once() {
     // A captured Twilio callback with its parameters reordered and one
     // repeated still verifies (the signature sorts them): it is the same
     // delivery, never a second execution.
-    let sent = vectors.iter().find(|v| v.name == "twilio-sent").unwrap();
+    let sent = &payment_vector("twilio-sent");
     let mut pairs = form_pairs(&sent.body);
     pairs.reverse();
     pairs.push(pairs[0].clone());

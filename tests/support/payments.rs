@@ -52,6 +52,14 @@ pub fn payment_vectors() -> Vec<PaymentVector> {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The vector called `name`.
+pub fn payment_vector(name: &str) -> PaymentVector {
+    payment_vectors()
+        .into_iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no payment vector {name}"))
+}
+
 /// A test key file, as a `file:` source.
 pub fn key_source(file: &str) -> String {
     format!(
