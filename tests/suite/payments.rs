@@ -64,23 +64,26 @@ fn route_text(prefix: &str, signature: &str) -> String {
     )
 }
 
-fn scheme_with(vector: &PaymentVector, credentials: &[String], extra: &str) -> Scheme {
+/// The scheme of a one-route configuration with `signature` on `prefix`.
+fn scheme_of_route(prefix: &str, signature: &str) -> Scheme {
+    let store = "kind = \"embedded\"\npath = \"/tmp/unused.redb\"";
     let text = format!(
         "{}{}",
-        base_sections(
-            "kind = \"embedded\"\npath = \"/tmp/unused.redb\"",
-            "http://127.0.0.1:1"
-        ),
-        route_text(
-            vector.prefix(),
-            &payment_signature(&vector.scheme, credentials, extra)
-        )
+        base_sections(store, "http://127.0.0.1:1"),
+        route_text(prefix, signature)
     );
     Config::parse(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", vector.name))
+        .unwrap_or_else(|e| panic!("{prefix}: {e}"))
         .routes
         .remove(0)
         .scheme
+}
+
+fn scheme_with(vector: &PaymentVector, credentials: &[String], extra: &str) -> Scheme {
+    scheme_of_route(
+        vector.prefix(),
+        &payment_signature(&vector.scheme, credentials, extra),
+    )
 }
 
 fn options(vector: &PaymentVector) -> String {
@@ -181,10 +184,12 @@ fn tampered(vector: &PaymentVector) -> Vec<(String, Delivery)> {
                     continue;
                 }
                 let mut changed = pairs.clone();
-                changed[index].1 = if name == "sign" {
-                    flip(value, 10)
-                } else {
-                    format!("{value}x")
+                changed[index].1 = match name.as_str() {
+                    "sign" => flip(value, 10),
+                    // Another spelling of UTF-8 passes the charset check
+                    // and must still break the signature.
+                    "charset" => value.to_uppercase(),
+                    _ => format!("{value}x"),
                 };
                 out.push((
                     format!("param {name}"),
@@ -458,19 +463,11 @@ fn twilio_accepts_the_port_forms_the_sdk_accepts() {
         "signed with :443"
     );
     let sent = &payment_vector("twilio-sent");
-    let text = format!(
-        "{}{}",
-        base_sections(
-            "kind = \"embedded\"\npath = \"/tmp/unused.redb\"",
-            "http://127.0.0.1:1"
-        ),
-        route_text(
-            sent.prefix(),
-            &payment_signature("twilio", &key, "")
-                .replace("https://hooks.example.com", "https://hooks.example.com:443")
-        )
+    let with_port = scheme_of_route(
+        sent.prefix(),
+        &payment_signature("twilio", &key, "")
+            .replace("https://hooks.example.com", "https://hooks.example.com:443"),
     );
-    let with_port = Config::parse(&text).unwrap().routes.remove(0).scheme;
     assert!(
         check(&with_port, &Delivery::of(sent), 0).is_ok(),
         "signed without the port, configured with it"
