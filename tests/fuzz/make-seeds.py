@@ -2,7 +2,7 @@
 """Regenerates the seed corpora in tests/fuzz/corpus/<target>/.
 
 The seeds are committed; run this only after changing it, or when the
-example configurations or tests/vectors/vectors.json change:
+example configurations or tests/vectors/{vectors,payments}.json change:
 
     python3 tests/fuzz/make-seeds.py
 
@@ -236,6 +236,41 @@ def signature_seeds():
          ("shopify-webhook-id", "w")], "body"))
 
 
+# --- payment_signatures -------------------------------------------------------
+
+def payment_seeds():
+    """Every payment vector, verifying at the vector's time (WeChat Pay v3)
+    on the route of its preset, and malformed variants of each kind."""
+    vectors = json.loads((ROOT / "tests" / "vectors" / "payments.json").read_text())
+    for v in vectors:
+        now_ms = (v["now"] or 1_700_000_000) * 1000
+        line = f"{v['method']} {v['path']} {now_ms}"
+        write("payment_signatures", f"vector-{v['name']}",
+              request(line, list(v["headers"].items()), v["body"]))
+    form = [("content-type", "application/x-www-form-urlencoded")]
+    write("payment_signatures", "alipay-sign-twice", request(
+        "POST /hooks/alipay", form, "sign=AAAA&sign=BBBB&sign_type=RSA2&trade_no=1"))
+    write("payment_signatures", "alipay-rsa-unknown-type", request(
+        "POST /hooks/alipay", form, "sign=%2B%2F%3D&sign_type=DSA&a=&b=%ZZ"))
+    write("payment_signatures", "wechatpay-v2-nested-dtd", request(
+        "POST /hooks/wechatpay/v2", [("content-type", "text/xml")],
+        "<!DOCTYPE xml [<!ENTITY e \"x\">]><xml><a><b>&e;</b></a>"
+        "<sign><![CDATA[00]]></sign><sign>1</sign></xml>"))
+    write("payment_signatures", "wechatpay-v3-duplicates", request(
+        "POST /hooks/wechatpay/v3 1700000000000",
+        [("wechatpay-signature", "AAAA"), ("wechatpay-signature", "BBBB"),
+         ("wechatpay-serial", "00005157f09efdc096de15ebe81a47057a7232f1b8e1"),
+         ("wechatpay-timestamp", "1700000000"), ("wechatpay-nonce", "n")], "{}"))
+    write("payment_signatures", "adyen-items-shapes", request(
+        "POST /hooks/adyen", [("content-type", "application/json")],
+        '{"notificationItems":[{"NotificationRequestItem":{"amount":{"value":1e3},'
+        '"success":true,"additionalData":{"hmacSignature":"=="}}},{},null]}'))
+    write("payment_signatures", "twilio-json-hash", request(
+        "POST /hooks/twilio/json?bodySHA256=00&bodySHA256=11",
+        [("x-twilio-signature", "AAAA"),
+         ("x-twilio-webhooks-signature-settings", " algorithm=HMAC_SHA256 ,x")], "{}"))
+
+
 # --- key_fingerprint ----------------------------------------------------------
 
 def key_seeds():
@@ -315,11 +350,12 @@ def main():
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
     for target in ["config", "selector_template", "signature_headers", "key_fingerprint",
-                   "record_decode", "xml_body"]:
+                   "record_decode", "xml_body", "payment_signatures"]:
         (CORPUS / target).mkdir(parents=True)
     config_seeds()
     selector_template_seeds()
     signature_seeds()
+    payment_seeds()
     key_seeds()
     record_seeds()
     xml_seeds()

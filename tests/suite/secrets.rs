@@ -1,5 +1,6 @@
-//! Secrets: a `file:` secret is re-read on SIGHUP (rotation without a
-//! restart), and `check-config` prints no credential of any URL.
+//! Secrets: a `file:` secret or public key is re-read on SIGHUP (rotation
+//! without a restart; an unreadable new key keeps the old one), and
+//! `check-config` prints no credential of any URL.
 
 use std::time::Duration;
 
@@ -46,6 +47,93 @@ async fn sighup_rereads_file_secrets() {
         401,
         "the old one no longer does"
     );
+}
+
+/// WeChat Pay v3 certificate rotation end to end: the route trusts the
+/// certificate in a `file:` public key; a notification signed by the next
+/// platform key is refused until the file holds the next certificate and
+/// the process got SIGHUP, then accepted; a SIGHUP after the file became
+/// garbage keeps the key loaded before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rereads_file_public_keys() {
+    const SERIAL_2: &str = "7E4B2C19A0D3F5E6B7C8D9E0F1A2B3C4D5E6F708";
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("platform.pem");
+    let cert =
+        |name: &str| std::fs::read(repo_path(&format!("tests/vectors/keys/{name}"))).unwrap();
+    std::fs::write(&pem, cert("wechatpay-1.cert.pem")).unwrap();
+    let routes = format!(
+        "[[route]]\nname = \"wechatpay\"\npath_prefix = \"/hooks/wechatpay/v3\"\n\
+         [route.signature]\nscheme = \"wechatpay-v3\"\npublic_keys = [{}]\n",
+        serde_json::to_string(&format!("file:{}", pem.display())).unwrap()
+    );
+    let text = format!(
+        "{}{routes}",
+        base_sections(
+            &embedded_store(&dir.path().join("store.redb")),
+            &upstream.url()
+        )
+    );
+    let log = dir.path().join("idemgate.log");
+    let gate = GateProcess::launch(&text, &[], Some(&log));
+    let url = gate.url("/hooks/wechatpay/v3?tenant=acme");
+    let sequence = std::sync::atomic::AtomicU32::new(0);
+    let delivery = || {
+        let n = sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = format!("{{\"id\":\"EV-rotation-{n}\",\"event_type\":\"TRANSACTION.SUCCESS\"}}");
+        let headers = wechatpay_v3_headers(
+            "wechatpay-2",
+            SERIAL_2,
+            now_secs(),
+            &format!("nonce-{n}"),
+            &body,
+        );
+        let url = url.clone();
+        async move { send("POST", &url, &headers, body).await }
+    };
+    let hup = || {
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &gate.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+
+    let refused = delivery().await;
+    assert_eq!(
+        (refused.status, refused.reason().as_deref()),
+        (401, Some("signature_invalid")),
+        "{refused:?}"
+    );
+
+    std::fs::write(&pem, cert("wechatpay-2.cert.pem")).unwrap();
+    hup();
+    poll(
+        "the new certificate to verify after SIGHUP",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        async || (delivery().await.status == 200).then_some(()),
+    )
+    .await;
+    assert_eq!(delivery().await.status, 200);
+
+    std::fs::write(&pem, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
+    hup();
+    poll(
+        "the failed reload to be logged",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        async || {
+            std::fs::read_to_string(&log)
+                .is_ok_and(|text| text.contains("keeping the previous value"))
+                .then_some(())
+        },
+    )
+    .await;
+    let kept = delivery().await;
+    assert_eq!(kept.status, 200, "the old key still verifies: {kept:?}");
+    assert_eq!(upstream.calls(), 3, "every accepted event once");
 }
 
 /// `idemgate check-config` on `text`: (exit code, stdout + stderr).
