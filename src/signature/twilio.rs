@@ -15,6 +15,13 @@
 //! the SDK. `X-Twilio-Webhooks-Signature-Settings: …algorithm=HMAC_SHA256`
 //! selects HMAC-SHA256, as the SDK does.
 //!
+//! Twilio's signed content joins names and values with no separator, so a
+//! parameter boundary can move without breaking the signature: `A=bc`
+//! re-sent as `Ab=c` (or `Ab=` + `c`) verifies, in the SDK as here. The
+//! event id is that same joined content, so such a copy is the same
+//! delivery (a replay or a 422), never a second execution; but a copy sent
+//! before Twilio's own reaches the handler with the altered parameters.
+//!
 //! Twilio signs no timestamp: deduplication for `retention` is the replay
 //! protection (warned about at start-up). The unsigned
 //! `I-Twilio-Idempotency-Token` header is never a default key: the event
