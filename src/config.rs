@@ -264,6 +264,16 @@ impl Config {
                     route.path_prefix
                 ));
             }
+            if let Scheme::Preset(preset) = &route.scheme
+                && let Some(horizon) = preset.kind.retry_horizon()
+                && route.idempotency.retention < horizon
+            {
+                warnings.push(format!(
+                    "{key}.idempotency.retention: {:?} is shorter than how long {} retries an unacknowledged delivery ({horizon:?}); a late retry of a delivery the handler already executed finds no record and runs again",
+                    route.idempotency.retention,
+                    preset.kind.name()
+                ));
+            }
             if let Some(tolerance) = route.scheme.tolerance() {
                 if route.idempotency.retention <= tolerance * 2 {
                     warnings.push(format!(

@@ -89,6 +89,35 @@ impl PresetKind {
         }
     }
 
+    /// How long the sender keeps retrying a delivery it saw no
+    /// acknowledgement for, as its documentation gives it: a record must
+    /// outlive this, or a late retry of a delivery the handler already
+    /// executed runs again. Stripe: up to three days (live mode); Alipay:
+    /// 4m, 10m, 10m, 1h, 2h, 6h, 15h, about 25 hours; WeChat Pay (v2 and
+    /// v3): 15s … 6h, 24h4m in all; Adyen's retry queue: up to 30 days.
+    /// `None`: no documented retries beyond a few minutes, or none known.
+    pub fn retry_horizon(self) -> Option<Duration> {
+        const HOUR: u64 = 3600;
+        let hours = |h: u64| Some(Duration::from_secs(h * HOUR));
+        match self {
+            Self::Stripe => hours(72),
+            Self::Alipay => hours(25),
+            Self::WechatpayV2 | Self::WechatpayV3 => Some(Duration::from_secs(24 * HOUR + 4 * 60)),
+            Self::Adyen => hours(30 * 24),
+            Self::StandardWebhooks | Self::Github | Self::Slack | Self::Shopify | Self::Twilio => {
+                None
+            }
+        }
+    }
+
+    /// The retention a route gets when it sets none: a day past the
+    /// sender's retry horizon, so every documented retry finds its record.
+    /// `None`: the global default (`24h`).
+    pub fn default_retention(self) -> Option<Duration> {
+        self.retry_horizon()
+            .map(|horizon| horizon + Duration::from_secs(24 * 3600))
+    }
+
     /// What the preset verifies with.
     pub fn credential(self) -> Credential {
         match self {

@@ -484,11 +484,12 @@ fn idempotency(
         raw.lease.as_deref(),
         raw::DEFAULT_LEASE,
     );
-    let retention = problems.duration(
-        &format!("{key}.retention"),
-        raw.retention.as_deref(),
-        raw::DEFAULT_RETENTION,
-    );
+    let retention = match (raw.retention.as_deref(), scheme) {
+        (None, Scheme::Preset(preset)) if preset.kind.default_retention().is_some() => {
+            preset.kind.default_retention().unwrap_or_default()
+        }
+        (text, _) => problems.duration(&format!("{key}.retention"), text, raw::DEFAULT_RETENTION),
+    };
     let wait_timeout = problems.duration(
         &format!("{key}.wait_timeout"),
         raw.wait_timeout.as_deref(),

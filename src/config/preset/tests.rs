@@ -328,3 +328,50 @@ fn payment_keys_read_signed_fields_only() {
     )
     .expect("webhook platforms key on their delivery header, as before");
 }
+
+#[test]
+fn retention_outlives_the_senders_retries() {
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    let alipay = format!(
+        "scheme = \"alipay\"\npublic_keys = [\"{}\"]",
+        keys_file("alipay-1.pub.pem")
+    );
+    for (signature, retention) in [
+        (alipay.clone(), hours(49)),
+        (
+            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]".to_owned(),
+            hours(48) + Duration::from_secs(240),
+        ),
+        (
+            "scheme = \"adyen\"\nsecrets = [\"literal:0A\"]".to_owned(),
+            hours(31 * 24),
+        ),
+        (
+            "scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]".to_owned(),
+            hours(96),
+        ),
+        (
+            "scheme = \"github\"\nsecrets = [\"literal:x\"]".to_owned(),
+            hours(24),
+        ),
+        (
+            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"".to_owned(),
+            hours(24),
+        ),
+    ] {
+        let config = preset_route(&signature, "").unwrap();
+        assert_eq!(config.routes[0].idempotency.retention, retention, "{signature}");
+        assert!(
+            !config.warnings().join("\n").contains("shorter than how long"),
+            "{signature}: the default covers the retries"
+        );
+    }
+    let short = preset_route(&alipay, "retention = \"24h\"").unwrap();
+    let warnings = short.warnings().join("\n");
+    assert!(
+        warnings.contains("route[0].idempotency.retention: 86400s is shorter than how long alipay retries"),
+        "{warnings}"
+    );
+    let enough = preset_route(&alipay, "retention = \"25h\"").unwrap();
+    assert!(!enough.warnings().join("\n").contains("shorter than how long"));
+}
