@@ -360,18 +360,31 @@ fn retention_outlives_the_senders_retries() {
         ),
     ] {
         let config = preset_route(&signature, "").unwrap();
-        assert_eq!(config.routes[0].idempotency.retention, retention, "{signature}");
+        assert_eq!(
+            config.routes[0].idempotency.retention, retention,
+            "{signature}"
+        );
         assert!(
-            !config.warnings().join("\n").contains("shorter than how long"),
+            !config
+                .warnings()
+                .join("\n")
+                .contains("shorter than how long"),
             "{signature}: the default covers the retries"
         );
     }
     let short = preset_route(&alipay, "retention = \"24h\"").unwrap();
     let warnings = short.warnings().join("\n");
     assert!(
-        warnings.contains("route[0].idempotency.retention: 86400s is shorter than how long alipay retries"),
+        warnings.contains(
+            "route[0].idempotency.retention: 86400s is shorter than how long alipay retries"
+        ),
         "{warnings}"
     );
     let enough = preset_route(&alipay, "retention = \"25h\"").unwrap();
-    assert!(!enough.warnings().join("\n").contains("shorter than how long"));
+    assert!(
+        !enough
+            .warnings()
+            .join("\n")
+            .contains("shorter than how long")
+    );
 }
