@@ -1,4 +1,4 @@
-//! Adyen notifications (JSON standard webhooks): every item of
+//! Adyen notifications (JSON standard webhooks): the item of
 //! `notificationItems` carries `additionalData.hmacSignature`, the base64
 //! HMAC-SHA256, keyed by the hex-decoded HMAC key, of eight of its fields
 //! joined by `:` — `pspReference`, `originalReference`,
@@ -12,13 +12,17 @@
 //! without checking it against Adyen's API.
 //!
 //! Deliberately stricter than the library (which checks one item at a
-//! time, as the caller loops): every item must verify, and a body without
-//! items is `signature_missing`.
+//! time, as the caller loops): a body must carry exactly one item, as
+//! Adyen's JSON and HTTP POST webhooks always do (only SOAP batches up to
+//! six). Items are signed one by one, so a batch could splice items of
+//! several captured notifications into a body no key has seen: a new
+//! delivery that runs them all again. A body without items is
+//! `signature_missing`, one with several `bad_request_body`.
 //!
-//! The event id ([`super::signed_id`]) is each item's signed
-//! `pspReference`, `eventCode` and `success`, the combination Adyen
-//! documents for recognising a duplicate: the same across retries, and a
-//! refund (its own `pspReference`) never collides with its payment.
+//! The event id ([`super::signed_id`]) is the item's signed
+//! `pspReference`, `eventCode` and `success`: the same across Adyen's
+//! retries of one notification, and a refund (its own `pspReference`)
+//! never collides with its payment.
 
 use serde_json::Value;
 
@@ -39,40 +43,36 @@ const SIGNED: [&str; 8] = [
     "/success",
 ];
 
-/// Verifies an Adyen notification: every item, each with any key.
+/// Verifies an Adyen notification: its one item, with any key.
 pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Rejection> {
-    let items = match request.json()?.pointer("/notificationItems") {
-        Some(Value::Array(items)) if !items.is_empty() => items,
+    let item = match request.json()?.pointer("/notificationItems") {
+        Some(Value::Array(items)) if items.len() == 1 => &items[0],
+        Some(Value::Array(items)) if items.len() > 1 => {
+            return Err(Rejection::BadRequestBody(
+                "an adyen notification with one item",
+            ));
+        }
         _ => return Err(Rejection::SignatureMissing),
     };
-    let mut first_key = None;
-    let mut event = Vec::with_capacity(items.len() * 3);
-    for item in items {
-        let item = item
-            .get("NotificationRequestItem")
-            .ok_or(Rejection::SignatureMissing)?;
-        let presented = match item.pointer("/additionalData/hmacSignature") {
-            Some(Value::String(text)) if !text.is_empty() => text,
-            _ => return Err(Rejection::SignatureMissing),
-        };
-        let fields: Vec<String> = SIGNED.iter().map(|p| field(item, p)).collect();
-        let content = fields.join(":");
-        let key = matching_secret(
-            Algorithm::Sha256,
-            &preset.keys,
-            &[content.as_bytes()],
-            &[presented.as_bytes()],
-            SignatureEncoding::Base64,
-        )
-        .ok_or(Rejection::SignatureInvalid)?;
-        first_key.get_or_insert(key);
-        event.extend([0, 6, 7].map(|i| (SIGNED[i], fields[i].clone())));
-    }
-    let id = signed_id(event.iter().map(|(name, value)| (*name, value.as_bytes())));
-    Ok(Authenticity::with_signed_id(
-        first_key.expect("at least one item verified"),
-        id,
-    ))
+    let item = item
+        .get("NotificationRequestItem")
+        .ok_or(Rejection::SignatureMissing)?;
+    let presented = match item.pointer("/additionalData/hmacSignature") {
+        Some(Value::String(text)) if !text.is_empty() => text,
+        _ => return Err(Rejection::SignatureMissing),
+    };
+    let fields: Vec<String> = SIGNED.iter().map(|p| field(item, p)).collect();
+    let content = fields.join(":");
+    let key = matching_secret(
+        Algorithm::Sha256,
+        &preset.keys,
+        &[content.as_bytes()],
+        &[presented.as_bytes()],
+        SignatureEncoding::Base64,
+    )
+    .ok_or(Rejection::SignatureInvalid)?;
+    let event = [0, 6, 7].map(|i| (SIGNED[i], fields[i].as_bytes()));
+    Ok(Authenticity::with_signed_id(key, signed_id(event)))
 }
 
 /// A signed field as the library writes it: strings as they are, numbers

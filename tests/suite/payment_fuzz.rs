@@ -73,15 +73,10 @@ fn cases() -> u32 {
         .unwrap_or(256)
 }
 
-/// The vectors that verify (the refund one carries no signature).
+/// The vectors that verify (`REFUSED_PAYMENT_VECTORS` says which do not).
 fn valid_vectors() -> &'static [PaymentVector] {
     static VECTORS: std::sync::OnceLock<Vec<PaymentVector>> = std::sync::OnceLock::new();
-    VECTORS.get_or_init(|| {
-        payment_vectors()
-            .into_iter()
-            .filter(|v| v.name != "wxv2-refund")
-            .collect()
-    })
+    VECTORS.get_or_init(verifiable_payment_vectors)
 }
 
 /// One scheme per preset, with every credential of its vectors (Alipay
