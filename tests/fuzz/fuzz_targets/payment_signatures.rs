@@ -26,7 +26,7 @@
 use std::sync::OnceLock;
 
 use idemgate::config::Config;
-use idemgate::signature::{self, alipay, twilio};
+use idemgate::signature::{alipay, twilio};
 use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;
 
@@ -144,18 +144,7 @@ fuzz_target!(|data: &[u8]| {
         .to_owned();
     check_helpers(&req.inbound.body, &uri);
 
-    for route in &config.routes {
-        let result = signature::verify(&route.scheme, &req.inbound, req.now_ms);
-        if idemgate_fuzz::debug() {
-            eprintln!("{}: {result:?}", route.name);
-        }
-        let Ok(authenticity) = result else {
-            continue;
-        };
-        let index = authenticity
-            .secret_index
-            .expect("every payment route has keys");
-        assert!(index < route.scheme.secret_count(), "{}", route.name);
+    for (route, authenticity) in idemgate_fuzz::verified(config, &req) {
         if route.name == "adyen" || route.name == "twilio" {
             assert!(authenticity.signed_id.is_some(), "{}", route.name);
         }

@@ -170,18 +170,7 @@ fuzz_target!(|data: &[u8]| {
     }
     check_raw_parsers(&req.inbound.body);
 
-    for route in &config.routes {
-        let result = signature::verify(&route.scheme, &req.inbound, req.now_ms);
-        if idemgate_fuzz::debug() {
-            eprintln!("{}: {result:?}", route.name);
-        }
-        let Ok(authenticity) = result else {
-            continue;
-        };
-        let index = authenticity
-            .secret_index
-            .expect("every fuzzed scheme has secrets");
-        assert!(index < route.scheme.secret_count(), "{}", route.name);
+    for (route, authenticity) in idemgate_fuzz::verified(config, &req) {
         if route.name == "standard-webhooks" {
             let id = authenticity
                 .signed_id

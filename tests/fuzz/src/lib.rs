@@ -126,3 +126,32 @@ pub fn debug() -> bool {
     static DEBUG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DEBUG.get_or_init(|| std::env::var_os("IDEMGATE_FUZZ_DEBUG").is_some())
 }
+
+/// Verifies `req` under every route of `config`, printing each result when
+/// [`debug`] is on, and returns the routes that verified with what they
+/// proved. Checks the property every scheme shares: the key index names a
+/// configured key.
+pub fn verified<'a>(
+    config: &'a idemgate::config::Config,
+    req: &FuzzRequest,
+) -> Vec<(
+    &'a idemgate::config::Route,
+    idemgate::signature::Authenticity,
+)> {
+    let mut verified = Vec::new();
+    for route in &config.routes {
+        let result = idemgate::signature::verify(&route.scheme, &req.inbound, req.now_ms);
+        if debug() {
+            eprintln!("{}: {result:?}", route.name);
+        }
+        let Ok(authenticity) = result else {
+            continue;
+        };
+        let index = authenticity
+            .secret_index
+            .expect("every fuzzed scheme has keys");
+        assert!(index < route.scheme.secret_count(), "{}", route.name);
+        verified.push((route, authenticity));
+    }
+    verified
+}
