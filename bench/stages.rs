@@ -358,6 +358,8 @@ fn completed(body_len: usize) -> Record {
         owner: OwnerToken([7; 16]),
         fingerprint: Fingerprint([9; 32]),
         created_at_ms: NOW_MS,
+        answered_at_ms: NOW_MS,
+        trace: None,
         state: RecordState::Completed(StoredResponse {
             status: 200,
             headers: vec![
@@ -381,7 +383,7 @@ fn completed(body_len: usize) -> Record {
 
 fn bench_record(c: &mut Criterion) {
     let mut group = c.benchmark_group("record");
-    let in_flight = Record::in_flight(OwnerToken([7; 16]), Fingerprint([9; 32]));
+    let in_flight = Record::in_flight(OwnerToken([7; 16]), Fingerprint([9; 32]), None);
     let records = [
         ("in_flight", in_flight),
         ("completed_7B", completed(7)),

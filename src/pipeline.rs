@@ -65,7 +65,7 @@ use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{StoredRequest, now_ms};
+use crate::record::{StoredRequest, TraceContext, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Claimer, Decision};
 use forward::{ForwardError, UpstreamClient};
@@ -106,6 +106,8 @@ struct Labels {
     key_hash: Option<String>,
     /// Index of the secret that verified the delivery.
     secret_index: Option<usize>,
+    /// A duplicate's first delivery's trace context, from its record.
+    first_trace: Option<TraceContext>,
 }
 
 /// How one request ended, not yet counted and logged. [`Finished::record`]
@@ -208,6 +210,7 @@ impl Finished {
             reason = self.reason.map_or("", Note::as_str),
             key = self.labels.key_hash.as_deref().unwrap_or(""),
             secret_index = self.labels.secret_index,
+            first_trace = self.labels.first_trace.map(tracing::field::display),
             status = self.response.status().as_u16(),
             latency_ms = elapsed.as_secs_f64() * 1e3,
             "request"
@@ -405,9 +408,10 @@ impl Pipeline {
         };
         let secret_index = verified.authenticity().secret_index;
         let rules = &route.idempotency;
+        let mut first_trace = None;
         let decision = self
             .claimer
-            .claim(&identity, rules, shadow::patience(rules))
+            .claim(&identity, rules, shadow::patience(rules), None)
             .await;
         let enforced = match decision {
             Ok(Decision::Forward(lease)) => Enforced::Ended(
@@ -415,14 +419,27 @@ impl Pipeline {
                     .first_delivery(index, verified, &identity, lease, peer, started)
                     .await,
             ),
-            Ok(Decision::Replay(stored)) => Enforced::Stopped {
-                verdict: Verdict::Replay(stored),
-                held: Held::Duplicate(verified.into_inbound()),
-            },
-            Ok(Decision::Refuse(rejection)) => Enforced::Stopped {
-                verdict: Verdict::Refuse(rejection),
-                held: Held::Duplicate(verified.into_inbound()),
-            },
+            Ok(Decision::Replay {
+                answer,
+                answered_at_ms,
+                first,
+            }) => {
+                first_trace = first;
+                Enforced::Stopped {
+                    verdict: Verdict::Replay {
+                        answer,
+                        answered_at_ms,
+                    },
+                    held: Held::Duplicate(verified.into_inbound()),
+                }
+            }
+            Ok(Decision::Refuse(rejection, first)) => {
+                first_trace = first;
+                Enforced::Stopped {
+                    verdict: Verdict::Refuse(rejection),
+                    held: Held::Duplicate(verified.into_inbound()),
+                }
+            }
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
@@ -440,6 +457,7 @@ impl Pipeline {
         let labels = Labels {
             key_hash: Some(identity.key_hash),
             secret_index,
+            first_trace,
         };
         (enforced, labels)
     }
@@ -494,6 +512,7 @@ impl Pipeline {
         let labels = Labels {
             key_hash: Some(identity.key_hash.clone()),
             secret_index: verified.authenticity().secret_index,
+            first_trace: None,
         };
         let (parts, body) = verified.into_inbound().into_parts();
         self.meters[index].in_flight(1.0);

@@ -13,8 +13,13 @@
 //! 2       16    owner token of the instance that claimed the key
 //! 18      32    request fingerprint (SHA-256)
 //! 50      8     created at, unix milliseconds, big-endian
+//! 58      8     answered at: when the answer a duplicate gets was stored
+//!               (states 2, 4, 5; the `Age` of a replay), else created at
+//! 66      1     trace flags: bit 0 a trace context follows, bit 1 sampled
+//! 67      16    trace id of the first delivery (zero when absent)
+//! 83      8     span id of the first delivery (zero when absent)
 //! -- completed records only (states 2 and 4; state 4 has body length 0) --
-//! 58      2     status code, big-endian
+//! 91      2     status code, big-endian
 //! 60      2     header count N
 //!         N ×   (u16 name length, name bytes, u32 value length, value bytes)
 //!         4     body length, then the body bytes
@@ -25,11 +30,18 @@
 //! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
 //! completed answer.
 //!
+//! Version 1 records (this layout without bytes 58–90) are still read, so
+//! a rolling upgrade replays what the old build stored: they decode with
+//! "answered at" = "created at" and no trace. A version 1 build reads a
+//! version 2 record as corrupt, which it answers as an unknown outcome —
+//! never as a free key.
+//!
 //! A record that fails to decode (unknown version, truncated) is a
 //! [`DecodeError`]; callers treat it as a store error, never as "absent", so
 //! a corrupted record can not let a duplicate through.
 
 pub mod inbox;
+mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -37,13 +49,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use inbox::{InboxEntry, Stage, StoredRequest};
+pub use trace::TraceContext;
 
 /// The encoding version written by this build.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// The previous encoding, still decoded (module docs).
+const VERSION_1: u8 = 1;
 /// Byte range of the owner token, as the Lua scripts read it (1-based 3..18).
 pub const OWNER_RANGE: std::ops::Range<usize> = 2..18;
 const FINGERPRINT_RANGE: std::ops::Range<usize> = 18..50;
-const HEADER_LEN: usize = 58;
+const HEADER_LEN: usize = 66 + trace::ENCODED_LEN;
+/// Header length of a version 1 record.
+const V1_HEADER_LEN: usize = 58;
 
 /// Identifies the instance and request that holds a claim, so only it can
 /// complete, release or renew it.
@@ -164,6 +181,11 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// When the key was first claimed (unix ms).
     pub created_at_ms: u64,
+    /// When the answer a duplicate gets was stored (unix ms): the `Age`
+    /// of a replay. Equal to `created_at_ms` until there is one.
+    pub answered_at_ms: u64,
+    /// The first delivery's trace context, which duplicates' spans link to.
+    pub trace: Option<TraceContext>,
     /// State and, when completed, the answer.
     pub state: RecordState,
 }
@@ -183,6 +205,9 @@ pub enum DecodeError {
     /// Bytes after the body.
     #[error("record has trailing bytes")]
     Trailing,
+    /// The trace flags byte has unknown bits, or names all-zero ids.
+    #[error("invalid trace context flags {0:#04x}")]
+    TraceFlags(u8),
 }
 
 /// A field of an answer too long for its length prefix in the record
@@ -210,21 +235,46 @@ pub fn now_ms() -> u64 {
 
 impl Record {
     /// A fresh in-flight record for a claim.
-    pub fn in_flight(owner: OwnerToken, fingerprint: Fingerprint) -> Self {
+    pub fn in_flight(
+        owner: OwnerToken,
+        fingerprint: Fingerprint,
+        trace: Option<TraceContext>,
+    ) -> Self {
+        let now = now_ms();
         Self {
             owner,
             fingerprint,
-            created_at_ms: now_ms(),
+            created_at_ms: now,
+            answered_at_ms: now,
+            trace,
             state: RecordState::InFlight,
         }
     }
 
-    /// The same record in another state (keeps owner, fingerprint, age).
+    /// The same record in another state (keeps owner, fingerprint, age and
+    /// trace). Entering a state that holds a new answer — completed, or
+    /// the inbox from outside it (its ack) — stamps `answered_at_ms`.
     pub fn with_state(&self, state: RecordState) -> Self {
+        let new_answer = match &state {
+            RecordState::Completed(_) => true,
+            RecordState::Inbox(_) => !matches!(self.state, RecordState::Inbox(_)),
+            RecordState::InFlight | RecordState::Unknown => false,
+        };
         Self {
+            answered_at_ms: if new_answer {
+                now_ms()
+            } else {
+                self.answered_at_ms
+            },
             state,
             ..self.clone()
         }
+    }
+
+    /// Whole seconds since the answer was stored, for a replay's `Age`
+    /// header (RFC 9111 §5.1); zero if the clock went back.
+    pub fn answer_age_secs(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.answered_at_ms) / 1000
     }
 
     /// Serialises the record (layout in the module docs). Fails only for
@@ -254,6 +304,8 @@ impl Record {
         out.put_slice(&self.owner.0);
         out.put_slice(&self.fingerprint.0);
         out.put_u64(self.created_at_ms);
+        out.put_u64(self.answered_at_ms);
+        TraceContext::put(self.trace.as_ref(), &mut out);
         match &self.state {
             RecordState::Completed(response) => put_response(&mut out, response)?,
             RecordState::Inbox(entry) => {
@@ -271,10 +323,12 @@ impl Record {
         if bytes.is_empty() {
             return Err(DecodeError::Truncated);
         }
-        if bytes[0] != VERSION {
-            return Err(DecodeError::Version(bytes[0]));
-        }
-        if bytes.len() < HEADER_LEN {
+        let header_len = match bytes[0] {
+            VERSION => HEADER_LEN,
+            VERSION_1 => V1_HEADER_LEN,
+            other => return Err(DecodeError::Version(other)),
+        };
+        if bytes.len() < header_len {
             return Err(DecodeError::Truncated);
         }
         let mut owner = [0u8; 16];
@@ -282,16 +336,22 @@ impl Record {
         let mut fingerprint = [0u8; 32];
         fingerprint.copy_from_slice(&bytes[FINGERPRINT_RANGE]);
         let created_at_ms = u64::from_be_bytes(bytes[50..58].try_into().expect("8 bytes"));
+        let (answered_at_ms, trace) = if header_len == HEADER_LEN {
+            let answered_at_ms = u64::from_be_bytes(bytes[58..66].try_into().expect("8 bytes"));
+            (answered_at_ms, TraceContext::read(&bytes[66..HEADER_LEN])?)
+        } else {
+            (created_at_ms, None)
+        };
         let state = match bytes[1] {
-            1 | 3 if bytes.len() > HEADER_LEN => return Err(DecodeError::Trailing),
+            1 | 3 if bytes.len() > header_len => return Err(DecodeError::Trailing),
             1 => RecordState::InFlight,
             3 => RecordState::Unknown,
-            2 => RecordState::Completed(whole_response(bytes, true)?),
-            4 => RecordState::Completed(whole_response(bytes, false)?),
+            2 => RecordState::Completed(whole_response(bytes, header_len, true)?),
+            4 => RecordState::Completed(whole_response(bytes, header_len, false)?),
             5 => {
                 let mut cursor = Cursor {
                     bytes,
-                    at: HEADER_LEN,
+                    at: header_len,
                 };
                 let ack = read_response(&mut cursor, true)?;
                 let entry = InboxEntry::read(&mut cursor, ack)?;
@@ -304,6 +364,8 @@ impl Record {
             owner: OwnerToken(owner),
             fingerprint: Fingerprint(fingerprint),
             created_at_ms,
+            answered_at_ms,
+            trace,
             state,
         })
     }
@@ -429,11 +491,16 @@ fn read_response(cursor: &mut Cursor<'_>, body_kept: bool) -> Result<StoredRespo
     })
 }
 
-/// The answer that is all of a completed record's tail.
-fn whole_response(bytes: &Bytes, body_kept: bool) -> Result<StoredResponse, DecodeError> {
+/// The answer that is all of a completed record's tail, which starts at
+/// `header_len`.
+fn whole_response(
+    bytes: &Bytes,
+    header_len: usize,
+    body_kept: bool,
+) -> Result<StoredResponse, DecodeError> {
     let mut cursor = Cursor {
         bytes,
-        at: HEADER_LEN,
+        at: header_len,
     };
     let response = read_response(&mut cursor, body_kept)?;
     cursor.finish()?;
@@ -441,145 +508,4 @@ fn whole_response(bytes: &Bytes, body_kept: bool) -> Result<StoredResponse, Deco
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn sample(state: RecordState) -> Record {
-        Record {
-            owner: OwnerToken([7; 16]),
-            fingerprint: Fingerprint([9; 32]),
-            created_at_ms: 1_700_000_000_000,
-            state,
-        }
-    }
-
-    #[test]
-    fn fields_too_long_for_their_prefix_are_refused_not_truncated() {
-        let answer = |headers: Vec<(Bytes, Bytes)>| {
-            sample(RecordState::Completed(StoredResponse {
-                status: 200,
-                headers,
-                body: StoredBody::Kept(Bytes::new()),
-            }))
-        };
-        let long_name = Bytes::from(vec![b'x'; usize::from(u16::MAX) + 1]);
-        assert_eq!(
-            answer(vec![(long_name, Bytes::new())]).encode(),
-            Err(TooLong {
-                field: "header name",
-                len: 65_536
-            })
-        );
-        let many = vec![(Bytes::from_static(b"x-a"), Bytes::new()); usize::from(u16::MAX) + 1];
-        assert_eq!(answer(many).encode().unwrap_err().field, "header count");
-        let longest_name = Bytes::from(vec![b'x'; usize::from(u16::MAX)]);
-        let fits = answer(vec![(longest_name, Bytes::new())]);
-        assert_eq!(Record::decode(&fits.encode().unwrap()), Ok(fits));
-    }
-
-    #[test]
-    fn round_trips_every_state() {
-        let completed = RecordState::Completed(StoredResponse {
-            status: 201,
-            headers: vec![
-                (
-                    Bytes::from_static(b"content-type"),
-                    Bytes::from_static(b"text/plain"),
-                ),
-                (Bytes::from_static(b"x-a"), Bytes::new()),
-            ],
-            body: StoredBody::Kept(Bytes::from_static(b"success")),
-        });
-        let not_stored = RecordState::Completed(StoredResponse {
-            status: 200,
-            headers: vec![(
-                Bytes::from_static(b"content-type"),
-                Bytes::from_static(b"application/pdf"),
-            )],
-            body: StoredBody::TooLarge,
-        });
-        for state in [
-            RecordState::InFlight,
-            RecordState::Unknown,
-            completed,
-            not_stored,
-        ] {
-            let record = sample(state);
-            assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
-        }
-    }
-
-    #[test]
-    fn owner_sits_where_the_scripts_read_it() {
-        let encoded = sample(RecordState::InFlight).encode().unwrap();
-        assert_eq!(&encoded[OWNER_RANGE], &[7u8; 16]);
-    }
-
-    #[test]
-    fn rejects_foreign_and_truncated_values() {
-        let encoded = sample(RecordState::InFlight).encode().unwrap();
-        let mut foreign = encoded.to_vec();
-        foreign[0] = 9;
-        assert_eq!(
-            Record::decode(&Bytes::from(foreign)),
-            Err(DecodeError::Version(9))
-        );
-        assert_eq!(
-            Record::decode(&encoded.slice(..20)),
-            Err(DecodeError::Truncated)
-        );
-        assert_eq!(Record::decode(&Bytes::new()), Err(DecodeError::Truncated));
-    }
-
-    #[test]
-    fn a_not_stored_answer_carries_no_body() {
-        let kept = sample(RecordState::Completed(StoredResponse {
-            status: 200,
-            headers: Vec::new(),
-            body: StoredBody::Kept(Bytes::from_static(b"x")),
-        }));
-        let mut encoded = kept.encode().unwrap().to_vec();
-        assert_eq!(encoded[1], 2);
-        encoded[1] = 4;
-        assert_eq!(
-            Record::decode(&Bytes::from(encoded)),
-            Err(DecodeError::Trailing)
-        );
-    }
-
-    #[test]
-    fn tokens_are_unique() {
-        let mint = OwnerMint::new();
-        assert_ne!(mint.next(), mint.next());
-        assert_ne!(OwnerMint::new().next(), OwnerMint::new().next());
-    }
-
-    proptest! {
-        #[test]
-        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = Record::decode(&Bytes::from(bytes));
-        }
-
-        #[test]
-        fn decode_never_panics_on_valid_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..64)) {
-            for state in [2, 4] {
-                let mut bytes = sample(RecordState::InFlight).encode().unwrap().to_vec();
-                bytes[1] = state;
-                bytes.extend(&tail);
-                let _ = Record::decode(&Bytes::from(bytes));
-            }
-        }
-
-        #[test]
-        fn completed_round_trip(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..300),
-                                value in proptest::collection::vec(any::<u8>(), 0..40)) {
-            let record = sample(RecordState::Completed(StoredResponse {
-                status,
-                headers: vec![(Bytes::from_static(b"x-v"), Bytes::from(value))],
-                body: StoredBody::Kept(Bytes::from(body)),
-            }));
-            prop_assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
-        }
-    }
-}
+mod tests;

@@ -512,6 +512,8 @@ mod tests {
                 owner: OwnerToken([1; 16]),
                 fingerprint: Fingerprint([2; 32]),
                 created_at_ms: 0,
+                answered_at_ms: 0,
+                trace: None,
                 state,
             },
             ttl: Some(Duration::from_millis(ttl_ms)),

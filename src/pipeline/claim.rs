@@ -44,7 +44,7 @@ use super::lease_timing::LeaseTiming;
 use super::single_flight::{Flight, SingleFlight};
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
-use crate::record::{OwnerMint, OwnerToken, Record, StoredResponse};
+use crate::record::{OwnerMint, OwnerToken, Record, StoredResponse, TraceContext};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 
 /// First and largest pause between store re-checks while waiting: a local
@@ -58,10 +58,19 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 pub(crate) enum Decision {
     /// First delivery: forward it and settle the lease.
     Forward(Lease),
-    /// Replay this stored answer.
-    Replay(StoredResponse),
-    /// Answer with this rejection.
-    Refuse(Rejection),
+    /// Replay this stored answer, stored at `answered_at_ms` (unix ms)
+    /// by the first delivery, whose trace is `first`.
+    Replay {
+        /// The answer.
+        answer: StoredResponse,
+        /// When it was stored: the replay's `Age`.
+        answered_at_ms: u64,
+        /// The first delivery's trace, for a span link.
+        first: Option<TraceContext>,
+    },
+    /// Answer with this rejection; the trace is the first delivery's, when
+    /// the key has a readable record.
+    Refuse(Rejection, Option<TraceContext>),
 }
 
 /// Claims keys for the pipeline. Holds what every claim needs — the
@@ -168,6 +177,7 @@ impl Claimer {
         identity: &Identity,
         rules: &Idempotency,
         patience: Duration,
+        trace: Option<TraceContext>,
     ) -> Result<Decision, StoreError> {
         let owner = self.owners.next();
         let timing = LeaseTiming::of(rules);
@@ -176,7 +186,7 @@ impl Claimer {
         let mut backoff = Backoff::new(POLL_FIRST, POLL_MAX);
         loop {
             let attempt = async {
-                let record = Record::in_flight(owner, identity.fingerprint);
+                let record = Record::in_flight(owner, identity.fingerprint, trace);
                 let mut pending = PendingClaim {
                     store: &self.store,
                     tracker: &self.tracker,
@@ -215,27 +225,43 @@ impl Claimer {
                         %error,
                         "unreadable record: answering outcome_unknown until it expires or is purged"
                     );
-                    return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
-                        retry_after: rules.unknown_hold,
-                    }));
+                    return Ok(Decision::Refuse(
+                        Rejection::OutcomeUnknown {
+                            retry_after: rules.unknown_hold,
+                        },
+                        None,
+                    ));
                 }
                 Err(error) => return Err(error),
             };
+            let first = existing.record.trace;
             if existing.record.fingerprint != identity.fingerprint {
-                return Ok(Decision::Refuse(Rejection::FingerprintMismatch));
+                return Ok(Decision::Refuse(Rejection::FingerprintMismatch, first));
             }
             match existing.observe(rules.unknown_hold) {
-                Observed::Completed(answer) => return Ok(Decision::Replay(answer.clone())),
+                Observed::Completed(answer) => {
+                    return Ok(Decision::Replay {
+                        answer: answer.clone(),
+                        answered_at_ms: existing.record.answered_at_ms,
+                        first,
+                    });
+                }
                 Observed::Unknown { remaining } => {
-                    return Ok(Decision::Refuse(Rejection::OutcomeUnknown {
-                        retry_after: remaining,
-                    }));
+                    return Ok(Decision::Refuse(
+                        Rejection::OutcomeUnknown {
+                            retry_after: remaining,
+                        },
+                        first,
+                    ));
                 }
                 Observed::InFlight => {}
             }
-            let in_flight = Decision::Refuse(Rejection::InFlight {
-                retry_after: timing.retry_after_in_flight(existing.ttl),
-            });
+            let in_flight = Decision::Refuse(
+                Rejection::InFlight {
+                    retry_after: timing.retry_after_in_flight(existing.ttl),
+                },
+                first,
+            );
             let now = Instant::now();
             if rules.on_in_flight == OnInFlight::Conflict || now >= deadline {
                 return Ok(in_flight);
@@ -293,14 +319,20 @@ mod tests {
 
     /// Claims the key as a first delivery would.
     async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
-        match claimer.claim(&identity(), rules, rules.wait_timeout).await {
+        match claimer
+            .claim(&identity(), rules, rules.wait_timeout, None)
+            .await
+        {
             Ok(Decision::Forward(lease)) => lease,
             other => panic!("expected a first delivery, got {other:?}"),
         }
     }
 
     fn in_flight(decision: &Result<Decision, StoreError>) -> bool {
-        matches!(decision, Ok(Decision::Refuse(Rejection::InFlight { .. })))
+        matches!(
+            decision,
+            Ok(Decision::Refuse(Rejection::InFlight { .. }, _))
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -309,12 +341,16 @@ mod tests {
         let (claimer, rules) = setup(&dir).await;
         let _lease = first(&claimer, &rules).await;
         let started = Instant::now();
-        let decision = claimer.claim(&identity(), &rules, rules.wait_timeout).await;
+        let decision = claimer
+            .claim(&identity(), &rules, rules.wait_timeout, None)
+            .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), rules.wait_timeout);
 
         let started = Instant::now();
-        let decision = claimer.claim(&identity(), &rules, Duration::ZERO).await;
+        let decision = claimer
+            .claim(&identity(), &rules, Duration::ZERO, None)
+            .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
     }
@@ -336,7 +372,7 @@ mod tests {
         };
         let duplicate = identity();
         let (decision, ()) = tokio::join!(
-            claimer.claim(&duplicate, &rules, rules.wait_timeout),
+            claimer.claim(&duplicate, &rules, rules.wait_timeout, None),
             settle
         );
         assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");

@@ -100,6 +100,6 @@ impl Store for Scripted {
 pub(crate) fn lease() -> Lease {
     Lease::for_tests(
         StoreKey::new("idemgate", "r", &"a".repeat(64)),
-        Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32])),
+        Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32]), None),
     )
 }

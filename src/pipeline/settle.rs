@@ -102,7 +102,7 @@ pub(crate) fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
 /// The acknowledgement of a delivery just queued in the inbox: the ack
 /// its copies will get replayed, marked as not replayed.
 pub(crate) fn acknowledged(ack: &StoredResponse) -> Response<ProxyBody> {
-    let mut response = replay(ack);
+    let mut response = replay(ack, None);
     mark(&mut response, false);
     response
 }
@@ -120,8 +120,10 @@ fn describes_body(name: &HeaderName) -> bool {
     .contains(name)
 }
 
-/// A stored answer, marked as replayed.
-pub(crate) fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
+/// A stored answer, marked as replayed. `age_secs`, the seconds since it
+/// was stored, becomes its `Age` header (RFC 9111 §5.1), added to any
+/// `Age` the upstream itself sent.
+pub(crate) fn replay(stored: &StoredResponse, age_secs: Option<u64>) -> Response<ProxyBody> {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = match &stored.body {
         StoredBody::Kept(bytes) => bytes.clone(),
@@ -145,8 +147,25 @@ pub(crate) fn replay(stored: &StoredResponse) -> Response<ProxyBody> {
             HeaderValue::from_static("application/problem+json"),
         );
     }
+    if let Some(age_secs) = age_secs {
+        set_age(response.headers_mut(), age_secs);
+    }
     mark(&mut response, true);
     response
+}
+
+/// Sets `Age` to `age_secs` plus the upstream's own `Age`, if it sent a
+/// valid one (an invalid one is replaced: it told the sender nothing).
+fn set_age(headers: &mut http::HeaderMap, age_secs: u64) {
+    let upstream = headers
+        .get(header::AGE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(0);
+    headers.insert(
+        header::AGE,
+        HeaderValue::from(upstream.saturating_add(age_secs)),
+    );
 }
 
 #[cfg(test)]
@@ -174,7 +193,7 @@ mod tests {
     }
 
     fn claimed() -> Record {
-        Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32]))
+        Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32]), None)
     }
 
     #[test]
@@ -214,7 +233,7 @@ mod tests {
     async fn replay_is_exact() {
         let original = answer(201);
         let stored = stored(&original);
-        let response = replay(&stored);
+        let response = replay(&stored, None);
         assert_eq!(response.status(), 201);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
         let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().collect();
@@ -235,7 +254,7 @@ mod tests {
             matches!(settlement(&Ok(original), &claimed(), &rules), Settlement::Keep(r, _)
             if matches!(&r.state, RecordState::Completed(s) if s.body == StoredBody::TooLarge))
         );
-        let response = replay(&stored);
+        let response = replay(&stored, None);
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
         assert_eq!(

@@ -23,6 +23,7 @@ use crate::config::{Idempotency, Mode};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::Outcome;
+use crate::record::now_ms;
 use crate::record::{StoredBody, StoredResponse};
 
 /// What enforce mode makes of a request to a protected route.
@@ -48,8 +49,13 @@ impl From<Finished> for Enforced {
 pub(super) enum Verdict {
     /// This rejection.
     Refuse(Rejection),
-    /// The first delivery's stored answer.
-    Replay(StoredResponse),
+    /// The first delivery's stored answer, stored at `answered_at_ms`.
+    Replay {
+        /// The answer.
+        answer: StoredResponse,
+        /// When it was stored (unix ms): the replay's `Age`.
+        answered_at_ms: u64,
+    },
 }
 
 impl Verdict {
@@ -58,7 +64,7 @@ impl Verdict {
     fn noted(&self) -> Option<Reason> {
         match self {
             Self::Refuse(rejection) => Some(rejection.reason()),
-            Self::Replay(_) => None,
+            Self::Replay { .. } => None,
         }
     }
 }
@@ -107,9 +113,13 @@ impl Pipeline {
     fn answer(&self, index: usize, verdict: Verdict) -> Finished {
         match verdict {
             Verdict::Refuse(rejection) => Finished::rejected(rejection),
-            Verdict::Replay(stored) => {
-                let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
-                if stored.body == StoredBody::TooLarge {
+            Verdict::Replay {
+                answer,
+                answered_at_ms,
+            } => {
+                let age = now_ms().saturating_sub(answered_at_ms) / 1000;
+                let replayed = Finished::new(Outcome::Replayed, settle::replay(&answer, Some(age)));
+                if answer.body == StoredBody::TooLarge {
                     self.meters[index].answer_not_stored(true);
                     replayed.answer_not_stored()
                 } else {

@@ -320,6 +320,8 @@ pub(crate) mod tests {
             owner: OwnerToken([7; 16]),
             fingerprint: Fingerprint([9; 32]),
             created_at_ms: 5,
+            answered_at_ms: 5,
+            trace: None,
             state: RecordState::Inbox(Box::new(entry)),
         }
     }
@@ -382,7 +384,7 @@ pub(crate) mod tests {
 
         #[test]
         fn arbitrary_tails_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..120)) {
-            let mut bytes = record(entry(Stage::Queued)).encode().unwrap()[..58].to_vec();
+            let mut bytes = record(entry(Stage::Queued)).encode().unwrap()[..crate::record::HEADER_LEN].to_vec();
             bytes.extend(&tail);
             let _ = Record::decode(&Bytes::from(bytes));
         }

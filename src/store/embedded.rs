@@ -455,6 +455,8 @@ mod tests {
             owner: OwnerToken([owner; 16]),
             fingerprint: Fingerprint([7; 32]),
             created_at_ms: 1_000,
+            answered_at_ms: 1_000,
+            trace: None,
             state,
         }
     }

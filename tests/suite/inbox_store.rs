@@ -16,7 +16,7 @@ const LONG: Duration = Duration::from_secs(60);
 async fn contract<S: Store + InboxOps>(store: &S) {
     let mint = OwnerMint::new();
     let key = StoreKey::new("contract", "inbox", "swap");
-    let first = Record::in_flight(mint.next(), Fingerprint([1; 32]));
+    let first = Record::in_flight(mint.next(), Fingerprint([1; 32]), None);
     let ClaimOutcome::Claimed(lease) = store.claim(&key, first, LONG).await.unwrap() else {
         panic!("a free key");
     };

@@ -23,6 +23,14 @@ async fn first_delivery_forwarded_then_replayed_exactly() {
     for header in ["content-type", "x-upstream-call", "date"] {
         assert_eq!(retry.header(header), first.header(header), "{header}");
     }
+    // A replay says how old its answer is (RFC 9111 Age); a live one not.
+    assert_eq!(first.header("age"), None);
+    let age: u64 = retry
+        .header("age")
+        .expect("Age on a replay")
+        .parse()
+        .unwrap();
+    assert!((1..=10).contains(&age), "Age {age}");
     assert_eq!(upstream.calls(), 1);
     assert_eq!(upstream.bodies()[0], body.as_bytes());
     gate.stop().await;

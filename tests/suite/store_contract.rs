@@ -28,7 +28,7 @@ async fn claimed<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey, ttl: Dur
     match store
         .claim(
             key,
-            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             ttl,
         )
         .await
@@ -48,7 +48,7 @@ async fn contract<S: Store>(store: &S) {
     match store
         .claim(
             &k,
-            Record::in_flight(mint.next(), Fingerprint([2; 32])),
+            Record::in_flight(mint.next(), Fingerprint([2; 32]), None),
             LONG,
         )
         .await
@@ -219,7 +219,7 @@ async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
     let outcome = store
         .claim(
             &k,
-            Record::in_flight(OwnerMint::new().next(), Fingerprint([0; 32])),
+            Record::in_flight(OwnerMint::new().next(), Fingerprint([0; 32]), None),
             LONG,
         )
         .await;
@@ -252,7 +252,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     let duplicate = store
         .claim(
             &k,
-            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
         )
         .await;
@@ -263,7 +263,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     let fresh = store
         .claim(
             &key("fresh"),
-            Record::in_flight(mint.next(), Fingerprint([1; 32])),
+            Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
         )
         .await;
@@ -296,7 +296,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
         store
             .claim(
                 &key("fresh"),
-                Record::in_flight(mint.next(), Fingerprint([1; 32])),
+                Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
                 LONG
             )
             .await,

@@ -183,7 +183,7 @@ async fn an_answer_that_finds_its_key_taken_is_an_unknown_outcome() {
     let [key] = keys.as_slice() else {
         panic!("one claim expected: {keys:?}")
     };
-    let foreign = Record::in_flight(OwnerToken([9; 16]), Fingerprint([0; 32]));
+    let foreign = Record::in_flight(OwnerToken([9; 16]), Fingerprint([0; 32]), None);
     redis.set_bytes(key, &foreign.encode().unwrap());
     assert_eq!(first.await.unwrap().status, 200);
 
