@@ -106,9 +106,12 @@ impl Pipeline {
     /// Enforce mode: the verdict is the answer.
     fn answer(&self, index: usize, verdict: Verdict) -> Finished {
         match verdict {
-            Verdict::Refuse(rejection) => Finished::rejected(rejection),
+            Verdict::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
             Verdict::Replay(stored) => {
-                let replayed = Finished::new(Outcome::Replayed, settle::replay(&stored));
+                let replayed = Finished::new(
+                    Outcome::Replayed,
+                    settle::replay(&stored, &self.config.problem_types),
+                );
                 if stored.body == StoredBody::TooLarge {
                     self.meters[index].answer_not_stored(true);
                     replayed.answer_not_stored()
@@ -140,7 +143,7 @@ impl Pipeline {
                     Ok(response) => Finished::new(Outcome::Passthrough, response),
                     Err(error) => {
                         self.meters[index].upstream_error(error.kind());
-                        return Finished::rejected(error.rejection());
+                        return Finished::rejected(error.rejection(), &self.config.problem_types);
                     }
                 }
             }
