@@ -204,7 +204,7 @@ mod tests {
             ("ftp://example.com/", E::Scheme),
             ("example.com/", E::Scheme),
             ("https:///problems/", E::Url),
-            ("https://example.com/?type=", E::Url),
+            ("https://example.com/?type=/", E::Url),
             ("https://example.com/a b/", E::Characters),
         ];
         for (base, expected) in cases {
