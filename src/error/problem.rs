@@ -195,7 +195,8 @@ mod tests {
     #[test]
     fn bad_bases_are_refused_with_the_reason() {
         use ProblemBaseError as E;
-        let cases: [(&str, fn(String) -> E); 10] = [
+        type Expected = fn(String) -> E;
+        let cases: [(&str, Expected); 10] = [
             ("https://docs.example.com/problems", E::Ending),
             ("urn:example:problem", E::Ending),
             ("urn:example:problem/", E::Urn),

@@ -492,7 +492,8 @@ async fn admin_errors_and_rejections_are_problems_under_the_configured_base() {
         );
     }
 
-    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), &payment("p-1")).await;
+    let body = payment("p-1");
+    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), body).await;
     assert_problem(&unsigned, 401, "signature_missing", BASE);
     gate.stop().await;
 }
@@ -505,7 +506,8 @@ async fn problem_types_default_to_a_urn() {
     let (_redis, _upstream, gate) = redis_gate("").await;
     let disabled = admin(&gate, "GET", "/admin/records/pay/x", Some("t")).await;
     assert_problem(&disabled, 404, "admin_api_disabled", BASE);
-    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), &payment("p-1")).await;
+    let body = payment("p-1");
+    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), body).await;
     assert_problem(&unsigned, 401, "signature_missing", BASE);
     gate.stop().await;
 }
