@@ -26,6 +26,12 @@
 //! is matched case-insensitively (RFC 9110 §11.1) and the token is compared
 //! as SHA-256 digests in constant time, so neither its bytes nor its length
 //! leak through timing. Every purge is logged.
+//!
+//! Every refusal of an `/admin/*` request (and of an unknown path) is an
+//! `application/problem+json` document whose reason is an
+//! [`AdminReason`], typed under `problem_type_base` like the proxy's.
+//! `/healthz`, `/readyz` and `/metrics` answer plain text in every case:
+//! probes and scrapers read that.
 
 mod inbox;
 
@@ -40,6 +46,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
+use crate::error::AdminReason;
 use crate::inbox::Inboxes;
 use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, now_ms};
@@ -74,11 +81,20 @@ fn text(status: StatusCode, body: &str) -> Response<ProxyBody> {
     reply(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
 
+/// The probe and scrape paths: plain text whatever they answer.
+const PLAIN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
 fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     reply(status, "application/json", body.to_string())
 }
 
 impl Admin {
+    /// The problem document refusing an admin request: status, reason
+    /// word and title from the [`AdminReason`] row, `detail` for this case.
+    pub(crate) fn problem(&self, reason: AdminReason, detail: &str) -> Response<ProxyBody> {
+        reason.response(&self.config.problem_types, detail)
+    }
+
     /// An admin handler over the shared config, store, eviction watcher
     /// and metrics handle.
     pub(crate) fn new(
@@ -128,7 +144,10 @@ impl Admin {
             return self.inbox(&request, rest).await;
         }
         if request.method() != Method::GET {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            if PLAIN_PATHS.contains(&path.as_str()) {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            }
+            return self.problem(AdminReason::MethodNotAllowed, "only GET is served here");
         }
         match path.as_str() {
             "/healthz" => text(StatusCode::OK, "ok"),
@@ -137,7 +156,7 @@ impl Admin {
                 Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
             },
-            _ => text(StatusCode::NOT_FOUND, "not found"),
+            _ => self.problem(AdminReason::NotFound, "no admin endpoint at this path"),
         }
     }
 
@@ -161,12 +180,15 @@ impl Admin {
     /// token (or with the API disabled); `None` lets it through.
     fn refuse_unauthorized(&self, request: &Request<Incoming>) -> Option<Response<ProxyBody>> {
         match self.authorized(request) {
-            None => Some(text(
-                StatusCode::NOT_FOUND,
-                "record API disabled: set [admin] token",
+            None => Some(self.problem(
+                AdminReason::AdminApiDisabled,
+                "the record and inbox APIs are disabled: set [admin] token",
             )),
             Some(false) => {
-                let mut denied = text(StatusCode::UNAUTHORIZED, "bearer token required");
+                let mut denied = self.problem(
+                    AdminReason::Unauthorized,
+                    "send Authorization: Bearer <[admin] token>",
+                );
                 denied.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     header::HeaderValue::from_static("Bearer realm=\"idemgate admin\""),
@@ -186,11 +208,11 @@ impl Admin {
             None => (rest, None),
         };
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
-            return text(StatusCode::NOT_FOUND, "no such route");
+            return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
         let key_hash = match key_hash_of(path_key, request.uri().query()) {
             Ok(hash) => hash,
-            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem.to_string()),
+            Err(problem) => return self.problem(AdminReason::BadRequest, &problem.to_string()),
         };
         let key = StoreKey::new(
             &self.config.store.key_prefix,
@@ -202,8 +224,8 @@ impl Admin {
                 Ok(Some(existing)) => {
                     json(StatusCode::OK, &record_view(route, &key_hash, &existing))
                 }
-                Ok(None) => text(StatusCode::NOT_FOUND, "no record"),
-                Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+                Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
+                Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
             },
             Method::DELETE => match self.store.purge(&key).await {
                 Ok(true) => {
@@ -214,10 +236,10 @@ impl Admin {
                     );
                     reply(StatusCode::NO_CONTENT, "text/plain", String::new())
                 }
-                Ok(false) => text(StatusCode::NOT_FOUND, "no record"),
-                Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+                Ok(false) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
+                Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
             },
-            _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET or DELETE"),
+            _ => self.problem(AdminReason::MethodNotAllowed, "GET or DELETE"),
         }
     }
 }

@@ -41,6 +41,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::error::ProblemTypes;
 use http::Uri;
 
 use raw::RawConfig;
@@ -158,6 +159,8 @@ pub struct Config {
     pub on_unavailable: OnUnavailable,
     /// Bearer token of `/admin/records`; `None` disables it.
     pub admin_token: Option<Secret>,
+    /// The `type` URIs of problem documents (`problem_type_base`).
+    pub problem_types: ProblemTypes,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -349,6 +352,28 @@ mod tests {
         };
         assert_eq!(h.secrets.len(), 2);
         assert_eq!(h.message, Template::body_only());
+    }
+
+    #[test]
+    fn problem_type_base_is_checked_and_printed() {
+        let default = Config::parse(MINIMAL).unwrap();
+        assert_eq!(default.problem_types.base(), "urn:idemgate:problem:");
+        let hosted = format!("problem_type_base = \"https://docs.example.com/p/\"\n{MINIMAL}");
+        let config = Config::parse(&hosted).unwrap();
+        assert_eq!(
+            config.problem_types.uri("key_missing"),
+            "https://docs.example.com/p/key_missing"
+        );
+        assert!(
+            config
+                .to_toml()
+                .contains("problem_type_base = \"https://docs.example.com/p/\""),
+            "check-config prints the base"
+        );
+        let bad = format!("problem_type_base = \"https://docs.example.com/p\"\n{MINIMAL}");
+        let err = Config::parse(&bad).unwrap_err().0.join("\n");
+        assert!(err.starts_with("problem_type_base: "), "{err}");
+        assert!(err.contains("must end with"), "{err}");
     }
 
     #[test]

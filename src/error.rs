@@ -6,13 +6,24 @@
 //! RFC 9457 `application/problem+json` body. Nothing here ever echoes a
 //! secret, a signature or request body content: the `detail` texts are fixed
 //! strings chosen per variant, plus at most a configured key name.
+//!
+//! The admin API's refusals are rows of the same table ([`AdminReason`]),
+//! and every document's `type` is the operator's `problem_type_base`
+//! followed by the reason word ([`ProblemTypes`]). docs/problems.md lists
+//! every row; a test keeps it complete.
+
+mod admin;
+mod problem;
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::body::{ProxyBody, full};
+use crate::body::ProxyBody;
+
+pub use admin::AdminReason;
+pub use problem::{PROBLEM_JSON, ProblemBaseError, ProblemTypes};
 
 /// Why idemgate itself answered instead of the upstream.
 ///
@@ -309,21 +320,15 @@ impl Rejection {
         }
     }
 
-    /// Renders the RFC 9457 problem document, with `Retry-After` where the
-    /// sender is expected to come back.
-    pub fn into_response(self) -> Response<ProxyBody> {
+    /// Renders the RFC 9457 problem document, its `type` under `types`,
+    /// with `Retry-After` where the sender is expected to come back.
+    pub fn into_response(self, types: &ProblemTypes) -> Response<ProxyBody> {
         let row = self.row();
-        let body = problem_document(
+        let mut response = types.response(
             row.status,
             row.reason.as_str(),
             row.title,
             &self.to_string(),
-        );
-        let mut response = Response::new(full(body));
-        *response.status_mut() = row.status;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
         );
         if let Some(wait) = self.retry_after() {
             let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
@@ -340,27 +345,18 @@ impl Rejection {
 /// of the body (not a rejection: the delivery was processed).
 pub const ANSWER_NOT_STORED: &str = "answer_not_stored";
 
-/// The problem+json body of a replay whose answer was not stored.
-pub fn answer_not_stored(status: StatusCode) -> Bytes {
-    problem_document(
+/// The title of the `answer_not_stored` problem.
+const ANSWER_NOT_STORED_TITLE: &str = "Answer not stored";
+
+/// The problem+json body of a replay whose answer was not stored, its
+/// `type` under `types`.
+pub fn answer_not_stored(status: StatusCode, types: &ProblemTypes) -> Bytes {
+    types.document(
         status,
         ANSWER_NOT_STORED,
-        "Answer not stored",
+        ANSWER_NOT_STORED_TITLE,
         "the first delivery was processed; its answer exceeded max_stored_answer_bytes and was not kept",
     )
-}
-
-/// An RFC 9457 problem document: the one shape of every answer idemgate
-/// writes itself.
-fn problem_document(status: StatusCode, reason: &str, title: &str, detail: &str) -> Bytes {
-    let body = serde_json::json!({
-        "type": format!("https://idemgate.dev/problems/{reason}"),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-        "reason": reason,
-    });
-    Bytes::from(body.to_string())
 }
 
 #[cfg(test)]
@@ -372,10 +368,9 @@ mod tests {
         Duration::from_secs(1)
     }
 
-    /// SPEC §3, row by row: status and reason word.
-    #[test]
-    fn every_row_of_the_spec_table() {
-        let table: Vec<(Rejection, u16, &str)> = vec![
+    /// SPEC §3, row by row: a rejection of each reason, its status and word.
+    fn spec_table() -> Vec<(Rejection, u16, &'static str)> {
+        vec![
             (Rejection::BodyTooLarge, 413, "body_too_large"),
             (Rejection::BodyTimeout, 408, "body_timeout"),
             (Rejection::SignatureMissing, 401, "signature_missing"),
@@ -420,9 +415,14 @@ mod tests {
             (Rejection::UpstreamTimeout, 504, "upstream_timeout"),
             (Rejection::RouteNotFound, 404, "route_not_found"),
             (Rejection::PathAmbiguous, 400, "path_ambiguous"),
-        ];
+        ]
+    }
+
+    /// SPEC §3, row by row: status and reason word.
+    #[test]
+    fn every_row_of_the_spec_table() {
         let mut reasons = Vec::new();
-        for (rejection, status, reason) in table {
+        for (rejection, status, reason) in spec_table() {
             assert_eq!(rejection.status().as_u16(), status, "{rejection:?}");
             assert_eq!(rejection.reason().as_str(), reason, "{rejection:?}");
             reasons.push(rejection.reason());
@@ -452,7 +452,7 @@ mod tests {
         let response = Rejection::StoreUnavailable {
             retry_after: Duration::from_millis(1500),
         }
-        .into_response();
+        .into_response(&ProblemTypes::default());
         assert_eq!(response.status(), 503);
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
@@ -461,6 +461,7 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
         let body = response.into_body().collect().await.unwrap().to_bytes();
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["type"], "urn:idemgate:problem:store_unavailable");
         for member in ["type", "title", "status", "detail", "reason"] {
             assert!(doc.get(member).is_some(), "missing {member}");
         }
@@ -470,7 +471,90 @@ mod tests {
 
     #[test]
     fn only_waiting_rejections_carry_retry_after() {
-        let response = Rejection::SignatureInvalid.into_response();
+        let response = Rejection::SignatureInvalid.into_response(&ProblemTypes::default());
         assert!(response.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_configured_base_types_every_document() {
+        let types = ProblemTypes::new("https://docs.example.com/problems/").unwrap();
+        let response = Rejection::SignatureInvalid.into_response(&types);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["type"],
+            "https://docs.example.com/problems/signature_invalid"
+        );
+        let body = answer_not_stored(StatusCode::OK, &types);
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["type"],
+            "https://docs.example.com/problems/answer_not_stored"
+        );
+        let response = AdminReason::Unauthorized.response(&types, "d");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["type"],
+            "https://docs.example.com/problems/unauthorized"
+        );
+        assert_eq!(doc["status"], 401);
+    }
+
+    /// The document operators read, kept complete by this test.
+    const PROBLEMS_DOC: &str = include_str!("../docs/problems.md");
+
+    /// The row of `docs/problems.md` for one problem: word, status, title.
+    fn doc_row(word: &str, status: StatusCode, title: &str) -> String {
+        format!("| `{word}` | {} | {title} |", status.as_u16())
+    }
+
+    /// Every proxy reason, `answer_not_stored` and every admin reason has
+    /// its row in docs/problems.md, with the status and title it is sent
+    /// with.
+    #[test]
+    fn every_problem_is_documented() {
+        let mut rows: Vec<String> = spec_table()
+            .into_iter()
+            .map(|(rejection, _, _)| {
+                let row = rejection.row();
+                doc_row(row.reason.as_str(), row.status, row.title)
+            })
+            .collect();
+        // Sent with the status the first answer had.
+        rows.push(format!(
+            "| `{ANSWER_NOT_STORED}` | stored | {ANSWER_NOT_STORED_TITLE} |"
+        ));
+        rows.extend(
+            AdminReason::ALL
+                .iter()
+                .map(|r| doc_row(r.as_str(), r.status(), r.title())),
+        );
+        for row in rows {
+            assert!(PROBLEMS_DOC.contains(&row), "docs/problems.md lacks {row}");
+        }
+    }
+
+    /// Admin words are unique, and one shared with a proxy reason names
+    /// the same problem: same status, same title.
+    #[test]
+    fn admin_words_are_unique_and_agree_with_proxy_words() {
+        let words: std::collections::BTreeSet<&str> =
+            AdminReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(words.len(), AdminReason::ALL.len());
+        for (i, reason) in AdminReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{reason:?}");
+        }
+        for (rejection, _, _) in spec_table() {
+            let row = rejection.row();
+            if let Some(admin) = AdminReason::ALL
+                .iter()
+                .find(|a| a.as_str() == row.reason.as_str())
+            {
+                assert_eq!((admin.status(), admin.title()), (row.status, row.title));
+            }
+        }
+        assert!(!words.contains(ANSWER_NOT_STORED));
     }
 }

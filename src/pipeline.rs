@@ -61,7 +61,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::body::ProxyBody;
 use crate::config::{Config, OnUnavailable, Route, Unmatched};
-use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
+use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
 use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
@@ -155,9 +155,9 @@ impl Finished {
         }
     }
 
-    fn rejected(rejection: Rejection) -> Self {
+    fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
         let reason = rejection.reason();
-        let response = rejection.into_response();
+        let response = rejection.into_response(types);
         Self {
             outcome: Outcome::Rejected,
             response,
@@ -168,13 +168,17 @@ impl Finished {
 
     /// The answer to a forwarded request: the upstream's, or idemgate's
     /// 502/504 when the upstream failed (outcome unchanged: it was sent).
-    fn upstream(outcome: Outcome, result: Result<forward::UpstreamAnswer, ForwardError>) -> Self {
+    fn upstream(
+        outcome: Outcome,
+        result: Result<forward::UpstreamAnswer, ForwardError>,
+        types: &ProblemTypes,
+    ) -> Self {
         match result {
             Ok(answer) => Self::new(outcome, settle::live(answer)),
             Err(error) => {
                 let rejection = error.rejection();
                 let reason = rejection.reason();
-                Self::new(outcome, rejection.into_response()).with_reason(reason)
+                Self::new(outcome, rejection.into_response(types)).with_reason(reason)
             }
         }
     }
@@ -315,7 +319,7 @@ impl Pipeline {
 
     async fn unmatched(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Finished {
         if self.config.unmatched == Unmatched::Reject {
-            return Finished::rejected(Rejection::RouteNotFound);
+            return Finished::rejected(Rejection::RouteNotFound, &self.config.problem_types);
         }
         let started = Instant::now();
         let result =
@@ -326,7 +330,7 @@ impl Pipeline {
             Ok(response) => Finished::new(Outcome::Passthrough, response),
             Err(error) => {
                 meters.upstream_error(error.kind());
-                Finished::rejected(error.rejection())
+                Finished::rejected(error.rejection(), &self.config.problem_types)
             }
         }
     }
@@ -366,7 +370,12 @@ impl Pipeline {
         let inbound =
             match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
                 Ok(inbound) => inbound,
-                Err(rejection) => return (Finished::rejected(rejection).into(), Labels::default()),
+                Err(rejection) => {
+                    return (
+                        Finished::rejected(rejection, &self.config.problem_types).into(),
+                        Labels::default(),
+                    );
+                }
             };
         let verified = match verify::verify(inbound, route, now_ms()) {
             Ok(verified) => {
@@ -447,9 +456,12 @@ impl Pipeline {
                         .unprotected(index, verified.inbound(), peer, Outcome::Unprotected)
                         .await
                         .into(),
-                    OnUnavailable::Reject => Finished::rejected(Rejection::StoreUnavailable {
-                        retry_after: STORE_RETRY_AFTER,
-                    })
+                    OnUnavailable::Reject => Finished::rejected(
+                        Rejection::StoreUnavailable {
+                            retry_after: STORE_RETRY_AFTER,
+                        },
+                        &self.config.problem_types,
+                    )
                     .into(),
                 }
             }
@@ -473,7 +485,7 @@ impl Pipeline {
         let result = self
             .forward_metered(index, inbound.parts.clone(), inbound.body.clone(), peer)
             .await;
-        Finished::upstream(outcome, result)
+        Finished::upstream(outcome, result, &self.config.problem_types)
     }
 
     /// Sends a buffered request to the route's upstream and records the
@@ -532,9 +544,12 @@ impl Pipeline {
             let meters = &this.meters[index];
             if let Some(ack) = this.queue(index, &lease, kept, &result).await {
                 meters.in_flight(-1.0);
-                let response = Finished::new(Outcome::Forwarded, settle::acknowledged(&ack))
-                    .labelled(labels)
-                    .record(&route.name, meters, started);
+                let response = Finished::new(
+                    Outcome::Forwarded,
+                    settle::acknowledged(&ack, &this.config.problem_types),
+                )
+                .labelled(labels)
+                .record(&route.name, meters, started);
                 let _ = reply.send(response);
                 this.claimer.settled(lease.key());
                 return;
@@ -542,9 +557,10 @@ impl Pipeline {
             let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
             let still_failing = this.settle_once(index, &lease, &settlement).await;
             meters.in_flight(-1.0);
-            let response = Finished::upstream(Outcome::Forwarded, result)
-                .labelled(labels)
-                .record(&route.name, meters, started);
+            let response =
+                Finished::upstream(Outcome::Forwarded, result, &this.config.problem_types)
+                    .labelled(labels)
+                    .record(&route.name, meters, started);
             let _ = reply.send(response);
             if let (Some(failure), Settlement::Keep(record, ttl)) = (still_failing, &settlement) {
                 this.keep_storing(index, &lease, record, *ttl, failure)
@@ -558,7 +574,7 @@ impl Pipeline {
                     key = identity.key_hash,
                     "upstream task ended without an answer"
                 );
-                Finished::rejected(Rejection::UpstreamError).into()
+                Finished::rejected(Rejection::UpstreamError, &self.config.problem_types).into()
             },
             Ending::Recorded,
         )

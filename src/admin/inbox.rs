@@ -15,8 +15,9 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{Admin, json, key_hash_of, text};
+use super::{Admin, json, key_hash_of};
 use crate::body::ProxyBody;
+use crate::error::AdminReason;
 use crate::inbox::{Action, Listing};
 use crate::record::{InboxEntry, Record, RecordState, StoredBody, StoredResponse, now_ms};
 use crate::store::StoreKey;
@@ -126,30 +127,35 @@ impl Admin {
     ) -> Response<ProxyBody> {
         let (route_name, action) = rest.split_once('/').unwrap_or((rest, ""));
         let Some(index) = self.config.routes.iter().position(|r| r.name == route_name) else {
-            return text(StatusCode::NOT_FOUND, "no such route");
+            return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
         let route = &self.config.routes[index];
         if route.inbox.is_none() {
-            return text(StatusCode::NOT_FOUND, "this route has no [route.inbox]");
+            return self.problem(
+                AdminReason::InboxNotConfigured,
+                "this route has no [route.inbox]",
+            );
         }
         let query = request.uri().query();
         if action.is_empty() {
             if request.method() != Method::GET {
-                return text(StatusCode::METHOD_NOT_ALLOWED, "GET");
+                return self.problem(AdminReason::MethodNotAllowed, "GET");
             }
             return self.inbox_page(index, query).await;
         }
         let method = match action {
             "delivery" => Method::GET,
             "retry" | "drop" => Method::POST,
-            _ => return text(StatusCode::NOT_FOUND, "expected delivery, retry or drop"),
+            _ => {
+                return self.problem(AdminReason::NotFound, "expected delivery, retry or drop");
+            }
         };
         if *request.method() != method {
-            return text(StatusCode::METHOD_NOT_ALLOWED, method.as_str());
+            return self.problem(AdminReason::MethodNotAllowed, method.as_str());
         }
         let hash = match key_hash_of(None, query) {
             Ok(hash) => hash,
-            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem.to_string()),
+            Err(problem) => return self.problem(AdminReason::BadRequest, &problem.to_string()),
         };
         let key = StoreKey::new(
             &self.config.store.key_prefix,
@@ -170,33 +176,41 @@ impl Admin {
                     StatusCode::OK,
                     &delivery_view(&route.name, &hash, &record, entry),
                 ),
-                _ => text(StatusCode::NOT_FOUND, "no inbox delivery under that key"),
+                _ => self.problem(
+                    AdminReason::DeliveryNotFound,
+                    "no inbox delivery under that key",
+                ),
             },
-            Ok(Action::NotFound) => text(StatusCode::NOT_FOUND, "no inbox delivery under that key"),
-            Ok(Action::WrongStage(stage)) => text(
-                StatusCode::CONFLICT,
+            Ok(Action::NotFound) => self.problem(
+                AdminReason::DeliveryNotFound,
+                "no inbox delivery under that key",
+            ),
+            Ok(Action::WrongStage(stage)) => self.problem(
+                AdminReason::WrongStage,
                 &format!(
                     "the delivery is {}: retry takes dead or unknown ones, drop any not delivering or delivered",
                     stage.as_str()
                 ),
             ),
-            Ok(Action::Raced) => text(
-                StatusCode::CONFLICT,
+            Ok(Action::Raced) => self.problem(
+                AdminReason::DeliveryChanged,
                 "a worker changed the delivery meanwhile; look again",
             ),
-            Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
     }
 
     async fn inbox_page(&self, index: usize, query: Option<&str>) -> Response<ProxyBody> {
         let (listing, limit, cursor) = match listing_query(query) {
             Ok(parsed) => parsed,
-            Err(problem) => return text(StatusCode::BAD_REQUEST, &problem),
+            Err(problem) => return self.problem(AdminReason::BadRequest, &problem),
         };
         let route = &self.config.routes[index];
         let page = match self.inboxes.list(index, listing, cursor, limit).await {
             Ok(page) => page,
-            Err(error) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+            Err(error) => {
+                return self.problem(AdminReason::StoreUnavailable, &error.to_string());
+            }
         };
         let mut items = Vec::with_capacity(page.len());
         for (hash, at_ms) in &page {
@@ -213,7 +227,9 @@ impl Admin {
                     _ => serde_json::json!({ "key_hash": hash, "state": "settled" }),
                 },
                 Ok(None) => serde_json::json!({ "key_hash": hash, "state": "expired" }),
-                Err(error) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+                Err(error) => {
+                    return self.problem(AdminReason::StoreUnavailable, &error.to_string());
+                }
             };
             let mut item = item;
             item["listed_at_ms"] = (*at_ms).into();

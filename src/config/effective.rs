@@ -32,6 +32,7 @@ impl Config {
         };
         RawConfig {
             unmatched: Some(self.unmatched.name().to_owned()),
+            problem_type_base: Some(self.problem_types.base().to_owned()),
             listen: RawListen {
                 proxy: Some(self.listen.proxy.to_string()),
                 admin: Some(self.listen.admin.to_string()),

@@ -93,6 +93,10 @@ pub struct RawConfig {
     /// `"forward"` or `"reject"`.
     #[serde(default)]
     pub unmatched: Option<String>,
+    /// Base of the `type` URI of every problem document idemgate writes:
+    /// a URN ending in `:` or an http(s) URL ending in `/`, `:` or `#`.
+    #[serde(default)]
+    pub problem_type_base: Option<String>,
     /// Listener addresses.
     #[serde(default)]
     pub listen: RawListen,

@@ -19,6 +19,7 @@ use super::{
     Config, ConfigError, Limits, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream,
     redact_url,
 };
+use crate::error::ProblemTypes;
 use crate::path::canonical_prefix;
 
 /// More worker threads than this is a typo, not a machine.
@@ -80,6 +81,15 @@ impl TryFrom<RawConfig> for Config {
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
+        let problem_types = match raw.problem_type_base.as_deref() {
+            None => ProblemTypes::default(),
+            Some(base) => problems
+                .take(
+                    "problem_type_base",
+                    ProblemTypes::new(base).map_err(|e| e.to_string()),
+                )
+                .unwrap_or_default(),
+        };
         let listen = Listen {
             proxy: socket(
                 &mut problems,
@@ -232,6 +242,7 @@ impl TryFrom<RawConfig> for Config {
                 upstream,
                 on_unavailable,
                 admin_token,
+                problem_types,
                 routes,
             })
         } else {

@@ -22,7 +22,7 @@ use http::{HeaderName, HeaderValue, Response, StatusCode, header};
 use super::forward::{AnswerBody, ForwardError, UpstreamAnswer};
 use crate::body::{ProxyBody, full};
 use crate::config::{Idempotency, OnUpstreamTimeout};
-use crate::error::answer_not_stored;
+use crate::error::{ProblemTypes, answer_not_stored};
 use crate::record::{Record, RecordState, StoredBody, StoredResponse};
 
 /// Header telling the sender whether it got a replay.
@@ -101,8 +101,8 @@ pub(crate) fn live(answer: UpstreamAnswer) -> Response<ProxyBody> {
 
 /// The acknowledgement of a delivery just queued in the inbox: the ack
 /// its copies will get replayed, marked as not replayed.
-pub(crate) fn acknowledged(ack: &StoredResponse) -> Response<ProxyBody> {
-    let mut response = replay(ack, None);
+pub(crate) fn acknowledged(ack: &StoredResponse, types: &ProblemTypes) -> Response<ProxyBody> {
+    let mut response = replay(ack, types, None);
     mark(&mut response, false);
     response
 }
@@ -120,14 +120,19 @@ fn describes_body(name: &HeaderName) -> bool {
     .contains(name)
 }
 
-/// A stored answer, marked as replayed. `age_secs`, the seconds since it
+/// A stored answer, marked as replayed; one not stored is described by a
+/// problem document typed under `types`. `age_secs`, the seconds since it
 /// was stored, becomes its `Age` header (RFC 9111 §5.1), added to any
 /// `Age` the upstream itself sent.
-pub(crate) fn replay(stored: &StoredResponse, age_secs: Option<u64>) -> Response<ProxyBody> {
+pub(crate) fn replay(
+    stored: &StoredResponse,
+    types: &ProblemTypes,
+    age_secs: Option<u64>,
+) -> Response<ProxyBody> {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = match &stored.body {
         StoredBody::Kept(bytes) => bytes.clone(),
-        StoredBody::TooLarge => answer_not_stored(status),
+        StoredBody::TooLarge => answer_not_stored(status, types),
     };
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
@@ -233,7 +238,7 @@ mod tests {
     async fn replay_is_exact() {
         let original = answer(201);
         let stored = stored(&original);
-        let response = replay(&stored, None);
+        let response = replay(&stored, &ProblemTypes::default(), None);
         assert_eq!(response.status(), 201);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
         let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().collect();
@@ -254,7 +259,7 @@ mod tests {
             matches!(settlement(&Ok(original), &claimed(), &rules), Settlement::Keep(r, _)
             if matches!(&r.state, RecordState::Completed(s) if s.body == StoredBody::TooLarge))
         );
-        let response = replay(&stored, None);
+        let response = replay(&stored, &ProblemTypes::default(), None);
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
         assert_eq!(

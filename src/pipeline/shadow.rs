@@ -112,13 +112,16 @@ impl Pipeline {
     /// Enforce mode: the verdict is the answer.
     fn answer(&self, index: usize, verdict: Verdict) -> Finished {
         match verdict {
-            Verdict::Refuse(rejection) => Finished::rejected(rejection),
+            Verdict::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
             Verdict::Replay {
                 answer,
                 answered_at_ms,
             } => {
                 let age = now_ms().saturating_sub(answered_at_ms) / 1000;
-                let replayed = Finished::new(Outcome::Replayed, settle::replay(&answer, Some(age)));
+                let replayed = Finished::new(
+                    Outcome::Replayed,
+                    settle::replay(&answer, &self.config.problem_types, Some(age)),
+                );
                 if answer.body == StoredBody::TooLarge {
                     self.meters[index].answer_not_stored(true);
                     replayed.answer_not_stored()
@@ -150,7 +153,7 @@ impl Pipeline {
                     Ok(response) => Finished::new(Outcome::Passthrough, response),
                     Err(error) => {
                         self.meters[index].upstream_error(error.kind());
-                        return Finished::rejected(error.rejection());
+                        return Finished::rejected(error.rejection(), &self.config.problem_types);
                     }
                 }
             }

@@ -427,3 +427,87 @@ async fn readme_unknown_outcome_runbook_works_copy_paste() {
     assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
     assert_eq!(upstream.calls(), 2, "the purged key was forwarded again");
 }
+
+/// Asserts `answer` is a problem document of `reason` typed under `base`,
+/// with `status` in the status line and the body.
+fn assert_problem(answer: &Answer, status: u16, reason: &str, base: &str) {
+    let body = String::from_utf8_lossy(&answer.body);
+    assert_eq!(answer.status, status, "{body}");
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/problem+json"),
+        "{body}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(doc["reason"], reason, "{body}");
+    assert_eq!(doc["type"], format!("{base}{reason}"), "{body}");
+    assert_eq!(doc["status"], status, "{body}");
+    assert!(
+        doc["title"].is_string() && doc["detail"].is_string(),
+        "{body}"
+    );
+}
+
+/// Admin refusals are problem documents, and every problem document (the
+/// proxy's too) is typed under the configured `problem_type_base`; the
+/// probes stay plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_errors_and_rejections_are_problems_under_the_configured_base() {
+    const BASE: &str = "https://docs.example.com/problems/";
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "");
+    let gate = Gate::start(&format!(
+        "problem_type_base = \"{BASE}\"\n{}",
+        with_admin(&text)
+    ))
+    .await;
+
+    let denied = admin(&gate, "GET", "/admin/records/pay/x", Some("wrong")).await;
+    assert_problem(&denied, 401, "unauthorized", BASE);
+    assert!(denied.header("www-authenticate").is_some());
+    let missing = admin(&gate, "GET", "/admin/records/pay/x", Some(TOKEN)).await;
+    assert_problem(&missing, 404, "record_not_found", BASE);
+    let no_route = admin(&gate, "GET", "/admin/records/nope/x", Some(TOKEN)).await;
+    assert_problem(&no_route, 404, "unknown_route", BASE);
+    let nowhere = admin(&gate, "GET", "/admin/nowhere", None).await;
+    assert_problem(&nowhere, 404, "not_found", BASE);
+    let wrong_method = admin(&gate, "PUT", "/admin/records/pay/x", Some(TOKEN)).await;
+    assert_problem(&wrong_method, 405, "method_not_allowed", BASE);
+    let unnamed = admin(&gate, "GET", "/admin/records/pay", Some(TOKEN)).await;
+    assert_problem(&unnamed, 400, "bad_request", BASE);
+
+    // Probes and scrapes read plain text, errors included.
+    for (method, path, status) in [
+        ("GET", "/healthz", 200),
+        ("POST", "/healthz", 405),
+        ("GET", "/readyz", 200),
+    ] {
+        let answer = admin(&gate, method, path, None).await;
+        assert_eq!(answer.status, status, "{method} {path}");
+        let content_type = answer.header("content-type").unwrap_or_default();
+        assert!(
+            content_type.starts_with("text/plain"),
+            "{path}: {content_type}"
+        );
+    }
+
+    let body = payment("p-1");
+    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), body).await;
+    assert_problem(&unsigned, 401, "signature_missing", BASE);
+    gate.stop().await;
+}
+
+/// Without `problem_type_base` the types are URNs under
+/// `urn:idemgate:problem:`, on both listeners.
+#[tokio::test]
+async fn problem_types_default_to_a_urn() {
+    const BASE: &str = "urn:idemgate:problem:";
+    let (_redis, _upstream, gate) = redis_gate("").await;
+    let disabled = admin(&gate, "GET", "/admin/records/pay/x", Some("t")).await;
+    assert_problem(&disabled, 404, "admin_api_disabled", BASE);
+    let body = payment("p-1");
+    let unsigned = send("POST", &gate.url("/notify"), &Vec::new(), body).await;
+    assert_problem(&unsigned, 401, "signature_missing", BASE);
+    gate.stop().await;
+}

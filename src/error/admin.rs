@@ -1,0 +1,136 @@
+//! The admin API's rows of the error table: why the admin listener refused
+//! an `/admin/*` request, with the status, reason word and title of its
+//! problem document.
+//!
+//! Beside [`super::Reason`] so one module still decides every problem
+//! idemgate writes. `/healthz`, `/readyz` and `/metrics` are not here:
+//! probes and scrapers read plain text.
+
+use http::{Response, StatusCode};
+
+use super::ProblemTypes;
+use crate::body::ProxyBody;
+
+/// Why the admin API refused a request. Each variant fixes its status,
+/// reason word and title; the `detail` says what to do instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminReason {
+    /// The bearer token is missing or wrong (401, with `WWW-Authenticate`).
+    Unauthorized,
+    /// `[admin] token` is not set, so the record and inbox APIs do not exist.
+    AdminApiDisabled,
+    /// No admin endpoint at this path.
+    NotFound,
+    /// The endpoint exists but not for this method.
+    MethodNotAllowed,
+    /// The request does not name its target correctly (record forms,
+    /// listing parameters).
+    BadRequest,
+    /// No route has this name.
+    UnknownRoute,
+    /// The route has no `[route.inbox]`.
+    InboxNotConfigured,
+    /// No record under this key.
+    RecordNotFound,
+    /// No inbox delivery under this key.
+    DeliveryNotFound,
+    /// The inbox delivery is in a stage the action does not take.
+    WrongStage,
+    /// An inbox worker changed the delivery while the action ran.
+    DeliveryChanged,
+    /// The store did not answer.
+    StoreUnavailable,
+}
+
+impl AdminReason {
+    /// Every admin reason, in declaration order.
+    pub const ALL: [Self; 12] = [
+        Self::Unauthorized,
+        Self::AdminApiDisabled,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::BadRequest,
+        Self::UnknownRoute,
+        Self::InboxNotConfigured,
+        Self::RecordNotFound,
+        Self::DeliveryNotFound,
+        Self::WrongStage,
+        Self::DeliveryChanged,
+        Self::StoreUnavailable,
+    ];
+
+    /// Status, reason word and title: the one row of each variant.
+    fn row(self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Bearer token required",
+            ),
+            Self::AdminApiDisabled => (
+                StatusCode::NOT_FOUND,
+                "admin_api_disabled",
+                "Admin API disabled",
+            ),
+            Self::NotFound => (StatusCode::NOT_FOUND, "not_found", "No such endpoint"),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
+            Self::BadRequest => (StatusCode::BAD_REQUEST, "bad_request", "Bad request"),
+            Self::UnknownRoute => (
+                StatusCode::NOT_FOUND,
+                "unknown_route",
+                "No route of that name",
+            ),
+            Self::InboxNotConfigured => (
+                StatusCode::NOT_FOUND,
+                "inbox_not_configured",
+                "Route has no inbox",
+            ),
+            Self::RecordNotFound => (StatusCode::NOT_FOUND, "record_not_found", "No record"),
+            Self::DeliveryNotFound => (
+                StatusCode::NOT_FOUND,
+                "delivery_not_found",
+                "No inbox delivery",
+            ),
+            Self::WrongStage => (
+                StatusCode::CONFLICT,
+                "wrong_stage",
+                "Delivery in another stage",
+            ),
+            Self::DeliveryChanged => (
+                StatusCode::CONFLICT,
+                "delivery_changed",
+                "Delivery changed meanwhile",
+            ),
+            Self::StoreUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "Idempotency store unavailable",
+            ),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(self) -> StatusCode {
+        self.row().0
+    }
+
+    /// The reason word: the `reason` member and the end of the `type` URI.
+    pub fn as_str(self) -> &'static str {
+        self.row().1
+    }
+
+    /// The problem's short, fixed summary.
+    pub fn title(self) -> &'static str {
+        self.row().2
+    }
+
+    /// The problem document answering an admin request, `detail` saying
+    /// what went wrong in this case.
+    pub fn response(self, types: &ProblemTypes, detail: &str) -> Response<ProxyBody> {
+        types.response(self.status(), self.as_str(), self.title(), detail)
+    }
+}
