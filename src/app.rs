@@ -10,8 +10,9 @@
 //!
 //! Background upkeep under the same tracker and cancellation token: the
 //! embedded store's sweeper, the metrics recorder's upkeep, the Redis
-//! eviction watcher (`store::eviction`) and the inbox's redelivery workers
-//! and backlog gauges (`inbox`).
+//! eviction watcher (`store::eviction`), the inbox's redelivery workers
+//! and backlog gauges (`inbox`), and the `file:` secret watcher
+//! (`rotation`, every `[secrets] watch_interval`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -180,6 +181,13 @@ pub async fn start(
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
     inboxes.start(&tracker, &shutdown);
     tracker.spawn(eviction.run(shutdown.clone()));
+    if let Some(interval) = config.secrets_watch {
+        tracker.spawn(crate::rotation::watch(
+            Arc::clone(&config),
+            interval,
+            shutdown.clone(),
+        ));
+    }
 
     let token = shutdown.clone();
     let finished = tokio::spawn(async move {

@@ -161,11 +161,38 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// The `type` URIs of problem documents (`problem_type_base`).
     pub problem_types: ProblemTypes,
+    /// How often `file:` secrets and public keys are checked for a change
+    /// (`[secrets] watch_interval`); `None`: only on SIGHUP.
+    pub secrets_watch: Option<Duration>,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
 
 impl Config {
+    /// The path of every `file:` secret and public key that
+    /// [`Config::reload_secrets`] re-reads, each once, in file order.
+    pub fn secret_files(&self) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        let secrets = self.routes.iter().flat_map(|route| match &route.scheme {
+            Scheme::None => &[][..],
+            Scheme::Hmac(hmac) => &hmac.secrets[..],
+            Scheme::Preset(preset) => &preset.keys[..],
+        });
+        let secret_files = secrets
+            .chain(self.admin_token.iter())
+            .filter_map(Secret::file);
+        let key_files = self.routes.iter().flat_map(|route| match &route.scheme {
+            Scheme::Preset(preset) => preset.public_keys.files().collect(),
+            _ => Vec::new(),
+        });
+        for file in secret_files.chain(key_files) {
+            if !files.iter().any(|known| known == file) {
+                files.push(file.to_owned());
+            }
+        }
+        files
+    }
+
     /// Re-reads every `file:` secret and public key (SIGHUP). Returns how many changed,
     /// or the errors of those that could not be read (they keep their old
     /// value; the others are still updated).

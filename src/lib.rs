@@ -53,6 +53,7 @@
 //! * [`metrics`] — metric names, labels and recording helpers.
 //! * [`log_writer`] — log lines to stderr in timed batches.
 //! * [`admin`] — the admin listener.
+//! * [`rotation`] — `file:` secrets re-read on SIGHUP or when they change.
 //! * [`demo`] — `idemgate demo`, a self-contained demonstration.
 
 pub mod admin;
@@ -69,6 +70,7 @@ pub(crate) mod metrics;
 pub mod path;
 pub mod pipeline;
 pub mod record;
+pub mod rotation;
 pub(crate) mod server;
 pub mod signature;
 pub mod store;

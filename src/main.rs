@@ -100,23 +100,26 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// SIGHUP re-reads every `file:` secret (rotation without a restart).
+/// SIGHUP re-reads every `file:` secret (rotation without a restart; the
+/// same reload the file watcher runs, `idemgate::rotation`).
 fn reload_secrets_on_sighup(config: Config) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match config.reload_secrets() {
-                Ok(changed) => tracing::info!(changed, "SIGHUP: file secrets re-read"),
-                Err(errors) => {
-                    for error in errors {
-                        tracing::error!("SIGHUP: {error}; keeping the previous value");
-                    }
-                }
-            }
+            idemgate::rotation::reload(&config, "SIGHUP");
         }
     });
     Ok(())
+}
+
+/// Tells systemd (`Type=notify`) about a state change; nothing happens
+/// when `NOTIFY_SOCKET` is unset, and a failure is only logged (the
+/// service manager then times the start out, which says enough).
+fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(error) = sd_notify::notify(state) {
+        tracing::warn!(%error, "could not notify the service manager");
+    }
 }
 
 /// The runtime `serve` runs on: tokio's current-thread scheduler for one
@@ -145,7 +148,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         started = idemgate::app::start(config, Some(metrics)) => started.context("starting idemgate")?,
         () = &mut stop => return Ok(()),
     };
+    // Both listeners are bound and the store is open (Redis: connected, or
+    // the first connect wait is over and /readyz reports it): ready.
+    notify_systemd(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status("serving"),
+    ]);
     stop.await;
+    notify_systemd(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status("draining connections"),
+    ]);
     app.stop().await;
     Ok(())
 }

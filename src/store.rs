@@ -346,13 +346,22 @@ enum Backend {
 const RELEASE_ATTEMPTS: u32 = 5;
 const RELEASE_FIRST_PAUSE: Duration = Duration::from_millis(100);
 
+/// A credential's text (checked to be UTF-8 when the configuration loaded).
+fn text(secret: &crate::config::Secret) -> String {
+    String::from_utf8_lossy(&secret.expose()).into_owned()
+}
+
 impl AnyStore {
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let backend = match &config.backend {
             StoreBackend::Redis { url } => Backend::Redis(Box::new(
-                redis::RedisStore::connect(
+                redis::RedisStore::connect_authenticated(
                     url,
+                    redis::RedisAuth {
+                        username: config.username.as_ref().map(text),
+                        password: config.password.as_ref().map(text),
+                    },
                     config.command_timeout,
                     config.replica_ack,
                     config.connections,

@@ -6,10 +6,12 @@
 //! is printed: secrets appear as their source (`env:NAME`, `file:PATH`,
 //! `literal:<redacted>`) and URLs go through [`redact_url`].
 
+use std::time::Duration;
+
 use super::choice::Choice;
 use super::raw::{
     RawAdmin, RawConfig, RawGuard, RawIdempotency, RawInbox, RawLimits, RawListen, RawRoute,
-    RawSignature, RawStore, RawUpstream, format_duration,
+    RawSecrets, RawSignature, RawStore, RawUpstream, format_duration,
 };
 use super::{
     Config, HmacScheme, Inbox, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
@@ -59,6 +61,8 @@ impl Config {
                 min_replicas_ack: redis.then(|| store.replica_ack.map_or(0, |ack| ack.replicas)),
                 replica_ack_timeout: store.replica_ack.map(|ack| format_duration(ack.timeout)),
                 allow_eviction: redis.then_some(store.allow_eviction),
+                username: store.username.as_ref().map(|s| s.source().to_owned()),
+                password: store.password.as_ref().map(|s| s.source().to_owned()),
             },
             upstream: RawUpstream {
                 url: redact_url(&self.upstream.url.to_string()),
@@ -66,6 +70,11 @@ impl Config {
             },
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
+            },
+            secrets: RawSecrets {
+                watch_interval: Some(format_duration(
+                    self.secrets_watch.unwrap_or(Duration::ZERO),
+                )),
             },
             routes: self.routes.iter().map(|route| self.route(route)).collect(),
         }
@@ -337,6 +346,7 @@ mod tests {
             "upstream = \"http://user:<redacted>@127.0.0.1:3001/\"",
             "token = \"literal:<redacted>\"",
             "worker_threads = 1",
+            "[secrets]\nwatch_interval = \"10s\"",
             "command_timeout = \"250ms\"",
             "timeout = \"30s\"",
             "message = \"{timestamp}.{json:/id}.{{literal}}\"",

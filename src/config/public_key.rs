@@ -200,6 +200,11 @@ impl PublicKeys {
             .ok_or(Rejection::SignatureInvalid)
     }
 
+    /// The paths of the `file:` entries (what the secret watcher polls).
+    pub fn files(&self) -> impl Iterator<Item = &std::path::Path> {
+        self.sources.iter().filter_map(|s| s.file.as_deref())
+    }
+
     /// Re-reads every entry if any is a `file:` key (SIGHUP). `Ok(true)`:
     /// the keys changed. `Err`: nothing changed, every old key stays.
     pub fn reload(&self) -> Result<bool, String> {

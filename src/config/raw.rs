@@ -41,6 +41,10 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
+/// Default `[secrets] watch_interval`: a Kubernetes Secret volume is
+/// refreshed about once a minute, so 10 s adds little to the rotation delay
+/// while costing one small read per `file:` source.
+pub const DEFAULT_WATCH_INTERVAL: &str = "10s";
 /// Default `[limits] worker_threads`: one thread, the cheapest per request
 /// (the crate docs, "Runtime").
 pub const DEFAULT_WORKER_THREADS: usize = 1;
@@ -110,6 +114,9 @@ pub struct RawConfig {
     /// The admin API.
     #[serde(default)]
     pub admin: RawAdmin,
+    /// How `file:` secrets and public keys are watched.
+    #[serde(default)]
+    pub secrets: RawSecrets,
     /// Protected routes.
     #[serde(default, rename = "route")]
     pub routes: Vec<RawRoute>,
@@ -173,6 +180,18 @@ pub struct RawStore {
     pub replica_ack_timeout: Option<String>,
     /// Stay ready on a Redis that may evict keys (default false).
     pub allow_eviction: Option<bool>,
+    /// Redis ACL user, as a secret source (kind = "redis").
+    pub username: Option<String>,
+    /// Redis password, as a secret source (kind = "redis").
+    pub password: Option<String>,
+}
+
+/// `[secrets]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecrets {
+    /// How often `file:` sources are checked for a change (`"0s"`: never).
+    pub watch_interval: Option<String>,
 }
 
 /// `[upstream]`.

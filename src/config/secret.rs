@@ -158,6 +158,11 @@ impl Secret {
 }
 
 impl Secret {
+    /// The path of a `file:` secret (what the secret watcher polls).
+    pub fn file(&self) -> Option<&std::path::Path> {
+        self.cell.file.as_deref()
+    }
+
     /// Where the value comes from (`env:NAME`, `file:PATH`, or
     /// `literal:<redacted>`): what `check-config` prints in its place.
     pub fn source(&self) -> &str {

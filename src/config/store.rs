@@ -2,6 +2,16 @@
 //!
 //! Owns the store settings and their validation. The Redis URL may carry a
 //! password, so the types here print it redacted (see `redact`).
+//!
+//! `username` and `password` give the Redis credentials apart from the URL,
+//! as secret sources (`env:`, `file:`, `literal:`), so the URL can sit in a
+//! plain ConfigMap. They are read once at start-up and sent to every node
+//! the URL names: the standalone server, every cluster node, and with
+//! `redis-sentinel://` both the sentinels and the primary they point to
+//! (fred is built without `sentinel-auth`, so sentinels that need other
+//! credentials than the data nodes are not supported). A password both in
+//! the URL and in `password` is an error, as is either key with the
+//! embedded store (it has no credentials to apply them to).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,6 +19,7 @@ use std::time::Duration;
 
 use super::raw;
 use super::redact_url;
+use super::secret::Secret;
 use super::validate::Problems;
 
 /// Which store backs the claims.
@@ -69,6 +80,66 @@ pub struct StoreConfig {
     /// commands never wait for another thread's connection task, and fred
     /// reads the replies of all queued commands in one go.
     pub connections: usize,
+    /// Redis ACL user (`[store] username`), overriding none in the URL.
+    pub username: Option<Secret>,
+    /// Redis password (`[store] password`); the URL then has none.
+    pub password: Option<Secret>,
+}
+
+/// The userinfo of `url` split into (user, password), each `None` when
+/// absent or empty: `redis://app:pw@host` → `(Some("app"), Some("pw"))`.
+fn url_credentials(url: &str) -> (Option<&str>, Option<&str>) {
+    let Some((_, rest)) = url.split_once("://") else {
+        return (None, None);
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return (None, None);
+    };
+    let (user, password) = match userinfo.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (userinfo, None),
+    };
+    (
+        Some(user).filter(|u| !u.is_empty()),
+        password.filter(|p| !p.is_empty()),
+    )
+}
+
+/// `[store] username` or `password`: resolved, UTF-8 (Redis `AUTH` takes
+/// text), and not also given in the URL.
+fn credential(
+    problems: &mut Problems,
+    name: &str,
+    spec: Option<&str>,
+    redis_url: Option<&str>,
+    in_url: Option<&str>,
+) -> Option<Secret> {
+    let spec = spec?;
+    let key = format!("store.{name}");
+    let Some(url) = redis_url else {
+        problems.push(
+            &key,
+            "only valid with kind = \"redis\" (the embedded store has no credentials)",
+        );
+        return None;
+    };
+    if in_url.is_some() {
+        problems.push(
+            &key,
+            format!(
+                "store.url {:?} already has a {name}; give it in store.url or in store.{name}, not both",
+                redact_url(url)
+            ),
+        );
+        return None;
+    }
+    let secret = problems.take(&key, Secret::resolve(spec))?;
+    if std::str::from_utf8(&secret.expose()).is_err() {
+        problems.push(&key, format!("{} is not UTF-8 text", secret.source()));
+        return None;
+    }
+    Some(secret)
 }
 
 pub(super) fn store_config(
@@ -174,9 +245,30 @@ pub(super) fn store_config(
             "has no effect without min_replicas_ack",
         );
     }
+    let redis_url = match &backend {
+        StoreBackend::Redis { url } => Some(url.as_str()),
+        StoreBackend::Embedded { .. } => None,
+    };
+    let (url_user, url_password) = redis_url.map_or((None, None), url_credentials);
+    let username = credential(
+        problems,
+        "username",
+        raw.username.as_deref(),
+        redis_url,
+        url_user,
+    );
+    let password = credential(
+        problems,
+        "password",
+        raw.password.as_deref(),
+        redis_url,
+        url_password,
+    );
     StoreConfig {
         backend,
         replica_ack,
+        username,
+        password,
         allow_eviction,
         key_prefix,
         connections,
@@ -204,6 +296,47 @@ mod tests {
         assert!(
             printed.contains("redis://app:<redacted>@127.0.0.1:6379/0"),
             "{printed}"
+        );
+    }
+
+    #[test]
+    fn credentials_apart_from_the_url() {
+        let redis = |url: &str, extra: &str| {
+            MINIMAL.replace(
+                "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+                &format!("kind = \"redis\"\nurl = \"{url}\"\n{extra}"),
+            )
+        };
+        let both = "username = \"literal:app\"\npassword = \"literal:hunter2\"";
+        let config = Config::parse(&redis("redis://127.0.0.1:6379/0", both)).unwrap();
+        assert_eq!(&*config.store.username.unwrap().expose(), b"app");
+        let password = config.store.password.unwrap();
+        assert_eq!(&*password.expose(), b"hunter2");
+        assert!(!format!("{password:?}").contains("hunter2"));
+
+        let err = Config::parse(&redis("redis://:pw@127.0.0.1:6379/0", both))
+            .unwrap_err()
+            .0
+            .join("\n");
+        assert!(
+            err.contains("store.password: store.url \"redis://:<redacted>@127.0.0.1:6379/0\" already has a password"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("store.username"),
+            "no user in that URL: {err}"
+        );
+        let err = Config::parse(&redis("redis://app@127.0.0.1:6379/0", both))
+            .unwrap_err()
+            .0
+            .join("\n");
+        assert!(err.contains("store.username: store.url"), "{err}");
+
+        let embedded = MINIMAL.replace("[upstream]", "password = \"literal:x\"\n[upstream]");
+        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        assert!(
+            err.contains("store.password: only valid with kind = \"redis\""),
+            "{err}"
         );
     }
 

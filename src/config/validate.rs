@@ -206,6 +206,12 @@ impl TryFrom<RawConfig> for Config {
             .token
             .as_deref()
             .and_then(|spec| problems.take("admin.token", Secret::resolve(spec)));
+        let secrets_watch = Some(problems.duration(
+            "secrets.watch_interval",
+            raw.secrets.watch_interval.as_deref(),
+            raw::DEFAULT_WATCH_INTERVAL,
+        ))
+        .filter(|interval| !interval.is_zero());
 
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
@@ -243,6 +249,7 @@ impl TryFrom<RawConfig> for Config {
                 on_unavailable,
                 admin_token,
                 problem_types,
+                secrets_watch,
                 routes,
             })
         } else {

@@ -134,7 +134,43 @@ fn millis(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
+/// Redis credentials given apart from the URL (`[store] username` and
+/// `password`); `Debug` never prints the password.
+#[derive(Clone, Default)]
+pub struct RedisAuth {
+    /// ACL user; `None`: the URL's, or Redis' `default` user.
+    pub username: Option<String>,
+    /// Password; `None`: the URL's, if any.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
 impl RedisStore {
+    /// [`RedisStore::connect_authenticated`] with only the URL's credentials.
+    pub async fn connect(
+        url: &str,
+        command_timeout: Duration,
+        replica_ack: Option<ReplicaAck>,
+        connections: usize,
+    ) -> Result<Self, StoreError> {
+        Self::connect_authenticated(
+            url,
+            RedisAuth::default(),
+            command_timeout,
+            replica_ack,
+            connections,
+        )
+        .await
+    }
+
     /// Connects a small pool to `url` (fred URL syntax: `redis://`,
     /// `rediss://`, `redis-cluster://`, `redis-sentinel://`) and loads the
     /// scripts. An unreachable server is not fatal: the pool keeps
@@ -144,8 +180,12 @@ impl RedisStore {
     /// by `WAIT replicas timeout` on the same connection; a claim that too
     /// few replicas acknowledged is released again and reported as
     /// unavailable, so a primary crash right after it can not lose it.
-    pub async fn connect(
+    ///
+    /// `auth` overrides the URL's user and password where set; fred sends
+    /// them to every node (cluster nodes, sentinels and their primary).
+    pub async fn connect_authenticated(
         url: &str,
+        auth: RedisAuth,
         command_timeout: Duration,
         replica_ack: Option<ReplicaAck>,
         connections: usize,
@@ -153,6 +193,12 @@ impl RedisStore {
         let mut config =
             FredConfig::from_url(url).map_err(|e| StoreError::Backend(e.to_string()))?;
         config.fail_fast = false;
+        if let Some(username) = auth.username {
+            config.username = Some(username);
+        }
+        if let Some(password) = auth.password {
+            config.password = Some(password);
+        }
         let pool = Builder::from_config(config)
             .with_performance_config(|perf| perf.default_command_timeout = command_timeout)
             .with_connection_config(|conn| {

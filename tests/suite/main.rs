@@ -32,5 +32,7 @@ mod routing;
 mod scopes;
 mod secrets;
 mod signatures;
+mod store_auth;
 mod store_contract;
 mod store_pressure;
+mod systemd;

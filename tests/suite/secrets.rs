@@ -1,6 +1,7 @@
 //! Secrets: a `file:` secret or public key is re-read on SIGHUP (rotation
-//! without a restart; an unreadable new key keeps the old one), and
-//! `check-config` prints no credential of any URL.
+//! without a restart; an unreadable new key keeps the old one) and, with
+//! no signal at all, when a Kubernetes-style `..data` symlink swap changes
+//! it; `check-config` prints no credential of any URL.
 
 use std::time::Duration;
 
@@ -46,6 +47,61 @@ async fn sighup_rereads_file_secrets() {
         delivery("first-secret", "p-r4".into()).await,
         401,
         "the old one no longer does"
+    );
+}
+
+/// Swaps `dir/..data` to a new directory holding `secret`, as the kubelet
+/// updates a Secret volume: new directory, new symlink, rename over.
+fn kubelet_swap(dir: &std::path::Path, generation: u32, secret: &str) {
+    let target = dir.join(format!("..2026_12_01_{generation}"));
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("webhook-secret"), secret).unwrap();
+    let staged = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(&target, &staged).unwrap();
+    std::fs::rename(&staged, dir.join("..data")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_secret_swap_is_seen_without_sighup() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    kubelet_swap(dir.path(), 1, "first-secret\n");
+    let secret_file = dir.path().join("webhook-secret");
+    std::os::unix::fs::symlink("..data/webhook-secret", &secret_file).unwrap();
+    let text = format!(
+        "[secrets]\nwatch_interval = \"200ms\"\n{}",
+        config_text(&redis_store(&redis), &upstream.url(), "").replace(
+            &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret\"]"),
+            &format!("secrets = [\"file:{}\"]", secret_file.display()),
+        )
+    );
+    let gate = GateProcess::start(&text);
+    let url = gate.url("/notify");
+    let sequence = std::sync::atomic::AtomicU32::new(0);
+    let delivery = |secret: &str| {
+        let n = sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (url, body) = (url.clone(), payment(&format!("p-k8s-{n}")));
+        let headers = signed_with(secret, now_secs(), &body);
+        async move { send("POST", &url, &headers, body).await.status }
+    };
+    assert_eq!(delivery("first-secret").await, 200);
+    assert_eq!(delivery("second-secret").await, 401);
+
+    kubelet_swap(dir.path(), 2, "second-secret\n");
+    let swapped = std::time::Instant::now();
+    poll(
+        "the swapped secret to verify without SIGHUP",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        async || (delivery("second-secret").await == 200).then_some(()),
+    )
+    .await;
+    eprintln!("rotation seen after {:?}", swapped.elapsed());
+    assert_eq!(
+        delivery("first-secret").await,
+        401,
+        "the old one is refused"
     );
 }
 

@@ -107,6 +107,9 @@ fn systemd_unit_runs_serve_and_outwaits_the_drain() {
         "{exec}"
     );
     assert_eq!(argv[1..], ["serve", "--config", CONFIG_PATH], "{exec}");
+    // idemgate sends READY=1 / STOPPING=1 itself (tests/suite/systemd.rs).
+    assert_eq!(service_value("Type"), "notify");
+    assert_eq!(service_value("NotifyAccess"), "main");
     // SIGHUP reloads neither the file nor env: secrets (only file: secrets):
     // no ExecReload that would suggest `systemctl reload` applies a change.
     assert!(service_values("ExecReload").is_empty(), "no ExecReload");

@@ -1,0 +1,215 @@
+//! Secret rotation without a restart: the one reload path, run on SIGHUP
+//! (`main.rs`) and by the file watcher here.
+//!
+//! Kubernetes mounts a Secret as a directory whose files are symlinks into
+//! a `..data` directory; an update writes a new directory and swaps the
+//! `..data` symlink, so the file's path never changes and inotify on it
+//! sees nothing reliable. The watcher therefore polls: every
+//! `[secrets] watch_interval` it hashes (SHA-256) the bytes read through
+//! each `file:` secret's and public key's path, and when any hash differs
+//! from the last poll it runs [`reload`], exactly what SIGHUP runs. A
+//! reload that fails keeps every old value and logs a warning; the new
+//! hash is remembered all the same, so a broken file is reported once, and
+//! the next change to it is tried again.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// Re-reads every `file:` secret and public key of `config` and logs the
+/// outcome, naming what triggered it (`"SIGHUP"`, `"file change"`).
+/// Returns whether every source could be read.
+pub fn reload(config: &Config, trigger: &str) -> bool {
+    match config.reload_secrets() {
+        Ok(changed) => {
+            tracing::info!(changed, "{trigger}: file secrets re-read");
+            true
+        }
+        Err(errors) => {
+            for error in errors {
+                tracing::warn!("{trigger}: {error}; keeping the previous value");
+            }
+            false
+        }
+    }
+}
+
+/// SHA-256 of a file's bytes; `None` if it can not be read (a missing
+/// file differs from every readable one, so its return is seen).
+fn fingerprint(path: &std::path::Path) -> Option<[u8; 32]> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(bytes).into())
+}
+
+/// The last seen fingerprint of every `file:` source.
+#[derive(Debug)]
+struct Fingerprints {
+    files: Vec<(PathBuf, Option<[u8; 32]>)>,
+}
+
+impl Fingerprints {
+    fn of(files: Vec<PathBuf>) -> Self {
+        Self {
+            files: files
+                .into_iter()
+                .map(|path| {
+                    let print = fingerprint(&path);
+                    (path, print)
+                })
+                .collect(),
+        }
+    }
+
+    /// Hashes every file again; true if any differs from the last time.
+    fn changed(&mut self) -> bool {
+        let mut changed = false;
+        for (path, last) in &mut self.files {
+            let now = fingerprint(path);
+            if now != *last {
+                *last = now;
+                changed = true;
+            }
+        }
+        changed
+    }
+}
+
+/// Polls `config`'s `file:` sources every `interval` until `shutdown`, and
+/// runs [`reload`] when any changed. Returns at once when there is none.
+pub async fn watch(
+    config: std::sync::Arc<Config>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let files = config.secret_files();
+    if files.is_empty() {
+        return;
+    }
+    tracing::debug!(files = files.len(), ?interval, "watching file secrets");
+    let mut prints = Fingerprints::of(files);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {
+                if prints.changed() {
+                    reload(&config, "file change");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::{Scheme, Secret};
+
+    fn config(secret: &std::path::Path, interval: &str) -> Config {
+        Config::parse(&format!(
+            r#"
+            [secrets]
+            watch_interval = "{interval}"
+            [store]
+            kind = "embedded"
+            path = "/tmp/x.redb"
+            [upstream]
+            url = "http://127.0.0.1:3000"
+            [[route]]
+            name = "pay"
+            path_prefix = "/notify"
+            [route.signature]
+            scheme = "hmac"
+            secrets = ["file:{}", "literal:other"]
+            signature = "header:X-Signature"
+            "#,
+            secret.display()
+        ))
+        .unwrap()
+    }
+
+    fn first_secret(config: &Config) -> Secret {
+        let Scheme::Hmac(hmac) = &config.routes[0].scheme else {
+            panic!("an hmac route");
+        };
+        hmac.secrets[0].clone()
+    }
+
+    /// Swaps `link` to a fresh directory holding `value`, the way the
+    /// kubelet swaps `..data`: new directory, new symlink, rename over.
+    fn swap(dir: &std::path::Path, generation: u32, value: &str) {
+        let target = dir.join(format!("gen-{generation}"));
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("secret"), value).unwrap();
+        let staged = dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&target, &staged).unwrap();
+        std::fs::rename(&staged, dir.join("..data")).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_symlink_swap_is_reloaded_within_one_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        swap(dir.path(), 1, "first");
+        let path = dir.path().join("secret");
+        std::os::unix::fs::symlink(dir.path().join("..data/secret"), &path).unwrap();
+        let config = Arc::new(config(&path, "10s"));
+        assert_eq!(config.secrets_watch, Some(Duration::from_secs(10)));
+        let secret = first_secret(&config);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(watch(
+            Arc::clone(&config),
+            Duration::from_secs(10),
+            shutdown.clone(),
+        ));
+        tokio::task::yield_now().await;
+
+        swap(dir.path(), 2, "second");
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(&*secret.expose(), b"first", "not before the interval");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(&*secret.expose(), b"second", "within one interval");
+
+        // A broken file keeps the old value; fixing it is seen again.
+        swap(dir.path(), 3, "");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(&*secret.expose(), b"second", "a failed reload keeps it");
+        swap(dir.path(), 4, "fourth");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(&*secret.expose(), b"fourth");
+
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn unchanged_files_are_not_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "first").unwrap();
+        let mut prints = Fingerprints::of(vec![path.clone()]);
+        assert!(!prints.changed());
+        std::fs::write(&path, "second").unwrap();
+        assert!(prints.changed());
+        assert!(!prints.changed(), "remembered");
+        std::fs::remove_file(&path).unwrap();
+        assert!(prints.changed(), "a vanished file is a change");
+    }
+
+    #[test]
+    fn zero_turns_the_watcher_off_and_sources_are_listed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "s").unwrap();
+        let config = config(&path, "0s");
+        assert_eq!(config.secrets_watch, None);
+        assert_eq!(config.secret_files(), vec![path]);
+    }
+}
