@@ -259,7 +259,7 @@ impl Config {
 
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string()]))?;
+        let raw: RawConfig = raw::strict::parse(text).map_err(ConfigError)?;
         Self::try_from(raw)
     }
 

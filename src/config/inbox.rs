@@ -160,8 +160,9 @@ pub(super) fn inbox(
         DEFAULT_MAX_BACKOFF,
     );
     if max_backoff < backoff {
-        problems.push(
+        problems.push_derived(
             &format!("{key}.max_backoff"),
+            &[&format!("{key}.backoff")],
             format!(
                 "must be at least backoff ({})",
                 raw::format_duration(backoff)
@@ -174,8 +175,9 @@ pub(super) fn inbox(
         DEFAULT_VISIBILITY_TIMEOUT,
     );
     if visibility_timeout <= upstream.timeout {
-        problems.push(
+        problems.push_derived(
             &format!("{key}.visibility_timeout"),
+            &["upstream.timeout"],
             format!(
                 "must exceed the upstream timeout ({}), or a worker still waiting for the handler would see its delivery taken by another and delivered twice",
                 raw::format_duration(upstream.timeout)
@@ -184,8 +186,12 @@ pub(super) fn inbox(
     }
     let schedule = max_backoff.saturating_add(visibility_timeout);
     if idempotency.retention <= schedule {
-        problems.push(
+        problems.push_derived(
             &format!("{route_key}.idempotency.retention"),
+            &[
+                &format!("{key}.max_backoff"),
+                &format!("{key}.visibility_timeout"),
+            ],
             format!(
                 "must exceed inbox.max_backoff + inbox.visibility_timeout ({}): a queued record is rewritten at each attempt and must not expire between two",
                 raw::format_duration(schedule)

@@ -278,8 +278,9 @@ pub(super) fn route(
     );
     if let Some(tolerance) = scheme.tolerance() {
         if idempotency.retention <= tolerance {
-            problems.push(
+            problems.push_derived(
                 &format!("{key}.idempotency.retention"),
+                &[&format!("{key}.signature.tolerance")],
                 format!(
                     "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
                 ),

@@ -34,13 +34,36 @@ impl Problems {
         self.0.push(format!("{key}: {message}"));
     }
 
+    /// Whether `key` already has a problem, e.g. its value did not parse
+    /// and a stand-in is in its place.
+    pub(super) fn failed(&self, key: &str) -> bool {
+        self.0.iter().any(|problem| {
+            problem
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.starts_with(": "))
+        })
+    }
+
+    /// Pushes a problem found by comparing `key` with other settings,
+    /// unless `key` or one of `inputs` already failed: the stand-in value
+    /// of a key that did not parse would make the comparison a second,
+    /// bogus error.
+    pub(super) fn push_derived(&mut self, key: &str, inputs: &[&str], message: impl fmt::Display) {
+        if !self.failed(key) && !inputs.iter().any(|input| self.failed(input)) {
+            self.push(key, message);
+        }
+    }
+
     pub(super) fn take<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.push(key, e)).ok()
     }
 
     pub(super) fn duration(&mut self, key: &str, text: Option<&str>, default: &str) -> Duration {
-        self.take(key, parse_duration(text.unwrap_or(default)))
-            .unwrap_or(Duration::from_secs(1))
+        self.take(
+            key,
+            parse_duration(text.unwrap_or(default)).map_err(|e| e.to_string()),
+        )
+        .unwrap_or(Duration::from_secs(1))
     }
 
     /// Like [`Self::duration`], with the default already a `Duration`.
@@ -376,5 +399,42 @@ mod tests {
         assert!(Config::parse(&zero).unwrap_err().0[0].starts_with("upstream.timeout"));
         let empty = MINIMAL.replace("lease = \"30s\"", "cache_status = []");
         assert!(Config::parse(&empty).unwrap_err().0[0].contains("cache_status"));
+    }
+
+    #[test]
+    fn a_setting_that_failed_to_parse_causes_no_second_error() {
+        // Before: the stand-in value of the bad setting (1s) was compared
+        // with the others, adding a bogus "retention: must exceed the
+        // signature tolerance (1s)" or "(300s)".
+        for (from, to, only) in [
+            (
+                "tolerance = \"5m\"",
+                "tolerance = \"1.5h\"",
+                "route[0].signature.tolerance: \"1.5h\": fractions are not supported, write 90m",
+            ),
+            (
+                "lease = \"30s\"",
+                "lease = \"30s\"\nretention = \"1.5h\"",
+                "route[0].idempotency.retention: \"1.5h\": fractions are not supported, write 90m",
+            ),
+        ] {
+            let text = MINIMAL
+                .replace(from, to)
+                .replace(
+                    "lease = \"30s\"",
+                    "lease = \"200ms\"\nwait_timeout = \"100ms\"",
+                )
+                .replace(
+                    "[route.idempotency]",
+                    "[route.idempotency]\nretention = \"500ms\"",
+                );
+            let text = if to.contains("retention") {
+                text.replace("retention = \"500ms\"\n", "")
+            } else {
+                text
+            };
+            let err = Config::parse(&text).unwrap_err().0;
+            assert_eq!(err, vec![only.to_owned()], "{to}");
+        }
     }
 }

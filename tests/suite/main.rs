@@ -12,6 +12,7 @@ mod support;
 
 mod admin;
 mod bounded_answers;
+mod check_config;
 mod concurrency;
 mod demo;
 mod deploy;
