@@ -10,9 +10,12 @@
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled
-//!   Grafana dashboard and alert rules to a value, and the SPEC hit rate to
-//!   the ratio the traffic implies; the shared inbox backlog gauges are
-//!   aggregated with `max`, never `sum`;
+//!   Grafana dashboard (its job/namespace/instance/route variables
+//!   substituted) and alert rules to a value, the SPEC hit rate to the ratio
+//!   the traffic implies and the hit-rate stat to 0 without traffic; the
+//!   shared inbox backlog gauges are aggregated with `max`, never `sum`;
+//! * the PrometheusRule generated for the Prometheus Operator passes
+//!   `promtool check rules` and the same unit tests as alerts.yml;
 //! * `/readyz` follows Redis going away and coming back.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +35,7 @@ const PREVIOUS_SECRET: &str = "previous-secret";
 
 mod dashboard;
 mod exact;
+mod grafana;
 mod readyz;
 mod rules;
 
@@ -293,53 +297,6 @@ fn run_promtool(args: &[&str]) -> std::process::Output {
 // ---------------------------------------------------------------------------
 // PromQL expressions of the dashboard and the rules
 // ---------------------------------------------------------------------------
-
-/// Every `targets[].expr` of every panel (rows included), with Grafana's
-/// variables replaced by values Prometheus can evaluate.
-fn dashboard_expressions() -> Vec<(String, String)> {
-    fn walk(panels: &[Value], out: &mut Vec<(String, String)>) {
-        for panel in panels {
-            let title = panel["title"].as_str().unwrap_or("?").to_owned();
-            assert!(
-                panel["description"].as_str().is_some_and(|d| !d.is_empty()),
-                "panel {title:?} has no description"
-            );
-            for target in panel["targets"].as_array().into_iter().flatten() {
-                assert_eq!(
-                    target["datasource"]["uid"], "${datasource}",
-                    "panel {title:?}: targets use the datasource variable"
-                );
-                let expr = target["expr"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("panel {title:?}: target without expr"));
-                let expr = expr
-                    .replace("$__rate_interval", "1m")
-                    .replace("${route}", ".*")
-                    .replace("$route", ".*");
-                assert!(!expr.contains('$'), "unsubstituted variable in {expr}");
-                out.push((title.clone(), expr));
-            }
-            if panel["type"] != "row" {
-                assert_eq!(
-                    panel["datasource"]["uid"], "${datasource}",
-                    "panel {title:?} uses the datasource variable"
-                );
-            }
-            if let Some(children) = panel["panels"].as_array() {
-                walk(children, out);
-            }
-        }
-    }
-    let path = repo_path("config/grafana/idemgate.json");
-    let text = std::fs::read_to_string(&path).expect("read the dashboard");
-    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
-    let mut out = Vec::new();
-    walk(
-        dashboard["panels"].as_array().expect("dashboard panels"),
-        &mut out,
-    );
-    out
-}
 
 /// Splits an alert expression `<lhs> <cmp> <number>` at its final top-level
 /// comparison and returns the left-hand side. Panics when the rule does not

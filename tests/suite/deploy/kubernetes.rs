@@ -1,7 +1,10 @@
 //! `config/deploy/kubernetes.yaml`: ConfigMap, Secret and a Deployment with
-//! idemgate as a locked-down sidecar probed on its admin listener.
+//! idemgate as a locked-down sidecar probed on its admin listener; the
+//! Prometheus Operator resources beside it are in `kubernetes/monitoring.rs`.
 
 use super::*;
+
+mod monitoring;
 
 const KUBERNETES: &str = "config/deploy/kubernetes.yaml";
 

@@ -1,8 +1,22 @@
 //! A real Prometheus scraping idemgate evaluates every dashboard and alert
-//! expression to a value, and the SPEC hit rate to the ratio the traffic
-//! implies.
+//! expression to a value (the dashboard's variables substituted, and
+//! nothing at all for a job that does not exist), the SPEC hit rate to the
+//! ratio the traffic implies, and the hit-rate stat to 0 before any
+//! traffic.
 
+use super::grafana::{Vars, dashboard_expressions, dashboard_variables};
 use super::*;
+
+/// SPEC §7 hit rate, verbatim.
+const SPEC_HIT_RATE: &str = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;
+
+/// The hot-key gauges (`idemgate_hot_key_*`) come with the hot-key
+/// tracker; a binary without them yields no value for the queries that
+/// read them, which Prometheus must still accept.
+const HOT_KEY_METRICS: &str = "idemgate_hot_key_";
+
+/// The dashboard's hit-rate stat panel.
+const HIT_RATE_STAT: &str = "Hit rate (5m)";
 
 /// An inbox on route `pay`, so the inbox series exist (at 0) for the
 /// dashboard and alert expressions. Valid against the test route: the
@@ -36,7 +50,7 @@ fn shared_inbox_gauges_are_aggregated_with_max() {
             let expr = rule["expr"].as_str().expect("rule expr");
             (format!("rule {}", name.unwrap_or("?")), expr.to_owned())
         });
-    let dashboard = dashboard_expressions();
+    let dashboard = dashboard_expressions(&Vars::all());
     for metric in SHARED
         .iter()
         .chain(["idemgate_inbox_redeliveries_total"].iter())
@@ -107,6 +121,32 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     until_scraped_replays(&prometheus, 0.0, "a scrape of the idle gate").await;
     println!("prometheus up and scraping after {:?}", started.elapsed());
 
+    // No traffic yet. Two scrapes, so that rate() has a value (0): the
+    // SPEC ratio is then 0 / 0 = NaN, and the dashboard's hit-rate stat
+    // must read 0 instead.
+    let scrapes = r#"count_over_time(up{job="idemgate"}[1h])"#;
+    poll(
+        "two scrapes of the idle gate",
+        WAIT,
+        Duration::from_millis(100),
+        async || (prometheus.scalar(scrapes).await? >= 2.0).then_some(()),
+    )
+    .await;
+    let vars = Vars::one("idemgate", gate.admin);
+    let stat = dashboard_expressions(&vars)
+        .into_iter()
+        .find(|(panel, _)| panel == HIT_RATE_STAT)
+        .map(|(_, expr)| expr)
+        .expect("the hit-rate stat panel");
+    let idle = prometheus.values(&stat).await;
+    println!("idle hit-rate stat: {stat} => {idle:?}");
+    assert_eq!(idle, [0.0], "{HIT_RATE_STAT} without traffic: {stat}");
+    let spec_idle = prometheus.values(SPEC_HIT_RATE).await;
+    assert!(
+        spec_idle.iter().all(|v| v.is_nan()),
+        "the bare SPEC ratio is NaN (or nothing) without traffic: {spec_idle:?}"
+    );
+
     // Traffic: 20 first deliveries, 3 replays of each (half signed with the
     // previous secret), some forged and stale deliveries, one unmatched
     // request. Histograms and the secret-index counter are created by their
@@ -149,7 +189,6 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
 
     // Wait until Prometheus has the final counts, then three more scrapes.
     until_scraped_replays(&prometheus, replays, "a scrape after the traffic").await;
-    let scrapes = r#"count_over_time(up{job="idemgate"}[1h])"#;
     let before = prometheus.scalar(scrapes).await.expect("scrape count");
     poll(
         "three more scrapes",
@@ -162,35 +201,66 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     )
     .await;
 
-    // The route variable's query.
-    let doc = prometheus
-        .api("/api/v1/label/route/values?match[]=idemgate_requests_total")
-        .await;
-    let routes: Vec<&str> = doc["data"]
-        .as_array()
-        .expect("label values")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        routes.contains(&"pay") && routes.contains(&"_unmatched"),
-        "{routes:?}"
-    );
+    // The variables' queries, each narrowed by the ones before it. This
+    // Prometheus adds no `namespace` label: that variable has no values,
+    // and "All" (`.*`) matches the series without the label.
+    let admin = gate.admin.to_string();
+    for variable in dashboard_variables() {
+        let doc = prometheus.api(&variable.api_path(&vars)).await;
+        assert_eq!(
+            doc["status"], "success",
+            "variable {}: {doc}",
+            variable.name
+        );
+        let values: Vec<&str> = doc["data"]
+            .as_array()
+            .expect("label values")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        println!("variable {}: {values:?}", variable.name);
+        let expected: &[&str] = match variable.name.as_str() {
+            "job" => &["idemgate"],
+            "namespace" => &[],
+            "instance" => &[admin.as_str()],
+            "route" => &["_unmatched", "pay"],
+            other => panic!("unexpected variable {other}"),
+        };
+        assert_eq!(values, expected, "variable {}", variable.name);
+    }
 
-    // Every dashboard expression yields at least one finite value.
-    let dashboard = dashboard_expressions();
+    // Does this binary export the hot-key gauges?
+    let hot_keys = !prometheus
+        .query(&format!("{{__name__=~\"{HOT_KEY_METRICS}.*\"}}"))
+        .await
+        .is_empty();
+    println!("hot-key gauges exported: {hot_keys}");
+
+    // Every dashboard expression, with this job and instance selected,
+    // yields at least one finite value.
+    let dashboard = dashboard_expressions(&vars);
     assert!(
-        dashboard.len() >= 20,
+        dashboard.len() >= 22,
         "{} dashboard expressions",
         dashboard.len()
     );
     for (panel, expr) in &dashboard {
         let values = prometheus.values(expr).await;
         println!("dashboard {panel:?}: {expr} => {values:?}");
+        if !hot_keys && expr.contains(HOT_KEY_METRICS) {
+            continue;
+        }
         assert!(
             values.iter().any(|v| v.is_finite()),
             "panel {panel:?}: {expr} gave no finite value: {values:?}"
         );
+    }
+    // With a job that does not exist selected, every panel is empty (the
+    // filter is applied), except the hit-rate stat, which reads 0.
+    for (panel, expr) in dashboard_expressions(&Vars::one("no-such-job", gate.admin)) {
+        let values = prometheus.values(&expr).await;
+        let expected: &[f64] = if panel == HIT_RATE_STAT { &[0.0] } else { &[] };
+        assert_eq!(values, expected, "panel {panel:?} for another job: {expr}");
     }
 
     // The inbox series of route pay exist from start-up, at 0: one per
@@ -211,8 +281,10 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     assert_eq!(results, [0.0; 4], "one zero counter per result");
 
     // SPEC §7 hit rate, verbatim, and the dashboard's own hit-rate panels.
-    let spec = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;
-    let measured = prometheus.scalar(spec).await.expect("one hit-rate value");
+    let measured = prometheus
+        .scalar(SPEC_HIT_RATE)
+        .await
+        .expect("one hit-rate value");
     println!("hit rate: Prometheus {measured}, expected {expected_hit_rate}");
     assert!(
         (measured - expected_hit_rate).abs() <= 0.01 * expected_hit_rate,
@@ -274,6 +346,9 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
             let lhs = threshold_lhs(query);
             let values = prometheus.values(&lhs).await;
             println!("alert {name}: {lhs} => {values:?} (firing part: {full:?})");
+            if !hot_keys && lhs.contains(HOT_KEY_METRICS) {
+                continue;
+            }
             assert!(
                 values.iter().any(|v| v.is_finite()),
                 "alert {name}: {lhs} gave no finite value: {values:?}"

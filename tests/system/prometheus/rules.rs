@@ -1,5 +1,6 @@
-//! The alert rules and their runbooks: promtool checks and unit tests, a
-//! README section per `runbook_url`, and the parser checks behind them.
+//! The alert rules and their runbooks: promtool checks and unit tests (of
+//! alerts.yml and of the PrometheusRule generated from it), a README
+//! section per `runbook_url`, and the parser checks behind them.
 
 use super::*;
 
@@ -30,9 +31,59 @@ fn promtool_accepts_the_alert_rules() {
     run_promtool(&["check", "config", generated.to_str().expect("utf-8 path")]);
 }
 
+/// The PrometheusRule for the Prometheus Operator: its `spec` is a rule
+/// file. promtool accepts it, finds as many rules as in alerts.yml, and the
+/// unit tests of alerts_test.yml pass against it.
 #[test]
 #[ignore = "needs promtool"]
-fn promtool_unit_tests_fire_the_upstream_eviction_and_inbox_alerts() {
+fn promtool_accepts_the_generated_prometheus_rule() {
+    let read_yaml = |relative: &str| -> serde_yaml::Value {
+        let text = std::fs::read_to_string(repo_path(relative))
+            .unwrap_or_else(|e| panic!("{relative}: {e}"));
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+    };
+    let resource = read_yaml("config/deploy/kubernetes-prometheusrule.yaml");
+    assert_eq!(resource["kind"], "PrometheusRule");
+    let spec = &resource["spec"];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("prometheus-rule-spec.yml");
+    std::fs::write(&rules, serde_yaml::to_string(spec).expect("spec as YAML")).expect("write");
+    let output = run_promtool(&["check", "rules", rules.to_str().expect("utf-8 path")]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let count = |groups: &serde_yaml::Value| -> usize {
+        groups
+            .as_sequence()
+            .expect("groups")
+            .iter()
+            .map(|group| group["rules"].as_sequence().map_or(0, Vec::len))
+            .sum()
+    };
+    let expected = count(&read_yaml("config/prometheus/alerts.yml")["groups"]);
+    assert_eq!(count(&spec["groups"]), expected);
+    assert!(
+        printed.contains(&format!("SUCCESS: {expected} rules found")),
+        "{printed}"
+    );
+
+    // The unit tests of alerts.yml, run against the extracted spec.
+    let tests = std::fs::read_to_string(repo_path("config/prometheus/alerts_test.yml"))
+        .expect("alerts_test.yml");
+    let retargeted = tests.replacen(
+        "rule_files:\n  - alerts.yml\n",
+        "rule_files:\n  - prometheus-rule-spec.yml\n",
+        1,
+    );
+    assert_ne!(retargeted, tests, "alerts_test.yml loads alerts.yml");
+    let tests_path = dir.path().join("alerts_test.yml");
+    std::fs::write(&tests_path, retargeted).expect("write");
+    let output = run_promtool(&["test", "rules", tests_path.to_str().expect("utf-8 path")]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("SUCCESS"), "{printed}");
+}
+
+#[test]
+#[ignore = "needs promtool"]
+fn promtool_unit_tests_fire_the_upstream_eviction_inbox_and_hot_key_alerts() {
     let tests = repo_path("config/prometheus/alerts_test.yml");
     let text = std::fs::read_to_string(&tests).expect("alerts_test.yml");
     for alert in [
@@ -41,6 +92,8 @@ fn promtool_unit_tests_fire_the_upstream_eviction_and_inbox_alerts() {
         "IdemgateStoreEvictedKeys",
         "IdemgateInboxBacklogAging",
         "IdemgateInboxDeadDeliveries",
+        "IdemgateHitRateHigh",
+        "IdemgateKeyRetryLoop",
     ] {
         assert!(
             text.contains(&format!("alertname: {alert}")),
@@ -99,7 +152,7 @@ fn every_alert_has_a_runbook_section_in_the_readme() {
             );
         }
     }
-    assert!(alerts >= 11, "{alerts} alerts");
+    assert!(alerts >= 12, "{alerts} alerts");
     assert_eq!(
         heading_anchor(" Store may evict keys"),
         "store-may-evict-keys"
