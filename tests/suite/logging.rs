@@ -26,7 +26,7 @@ struct Run {
 fn text_requests(output: &str) -> Vec<Fields> {
     output
         .lines()
-        .filter_map(|line| line.split_once(" request "))
+        .filter_map(|line| line.split_once(" idemgate::pipeline: request "))
         .map(|(_, fields)| {
             fields
                 .split(' ')
