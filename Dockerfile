@@ -55,8 +55,11 @@ COPY src ./src
 COPY lua ./lua
 # build.rs sets IDEMGATE_VERSION, which src/main.rs reads with env!: without
 # it the crate does not compile. .git/ is not in the build context
-# (.dockerignore), so `idemgate --version` shows the crate version alone.
+# (.dockerignore), so `idemgate --version` shows the crate version alone, and
+# idemgate_build_info's revision label is this build argument, or "unknown":
+#   docker build --build-arg IDEMGATE_GIT_REVISION="$(git rev-parse --short=12 HEAD)" .
 COPY build.rs ./
+ARG IDEMGATE_GIT_REVISION=""
 # COPY keeps the files' original mtimes, which can be older than the
 # placeholder build; touch them so cargo rebuilds the crate itself.
 RUN touch src/lib.rs src/main.rs \

@@ -153,7 +153,10 @@ impl Admin {
             "/healthz" => text(StatusCode::OK, "ok"),
             "/readyz" => self.ready().await,
             "/metrics" => match &self.metrics {
-                Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
+                Some(handle) => {
+                    crate::metrics::process::collect();
+                    reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render())
+                }
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
             },
             _ => self.problem(AdminReason::NotFound, "no admin endpoint at this path"),

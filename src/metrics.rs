@@ -7,6 +7,7 @@
 //! every helper is a cheap no-op, which is what unit tests get.
 
 pub(crate) mod inbox;
+pub(crate) mod process;
 
 use std::time::Duration;
 
@@ -53,8 +54,13 @@ pub(crate) const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
 /// counters, so it drops when a server restarts; `increase()` reads such a
 /// drop as a counter reset.
 pub(crate) const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
-/// `idemgate_build_info{version}`.
+/// `idemgate_build_info{version,revision}`: `revision` is the git commit
+/// the binary was built from (`build.rs`).
 pub(crate) const BUILD_INFO: &str = "idemgate_build_info";
+/// The git revision this binary was built from: a 12-digit short hash,
+/// `-dirty` appended when tracked files differed from it, or what
+/// `IDEMGATE_GIT_REVISION` said outside a checkout, else `unknown`.
+pub(crate) const REVISION: &str = env!("IDEMGATE_REVISION");
 
 /// Histogram buckets for every `_duration_seconds` metric: from 100 µs
 /// (store round trips, replays) to 30 s (slow legacy upstreams).
@@ -218,9 +224,18 @@ pub(crate) fn register_descriptions() {
         STORE_EVICTED_KEYS,
         "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries"
     );
-    describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the version and revision (git commit) labels name the build"
+    );
     inbox::register_descriptions();
-    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    process::register_descriptions();
+    gauge!(
+        BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "revision" => REVISION
+    )
+    .set(1.0);
 }
 
 /// One route's metric handles, resolved once at start-up so the request

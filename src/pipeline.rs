@@ -41,6 +41,7 @@ pub(crate) mod lease_timing;
 mod outcome;
 pub(crate) mod persist;
 pub(crate) mod quick_ack;
+mod report;
 pub mod route;
 #[cfg(test)]
 mod scripted;
@@ -61,16 +62,17 @@ use tokio_util::task::TaskTracker;
 
 use crate::body::ProxyBody;
 use crate::config::{Config, OnUnavailable, Route, Unmatched};
-use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
+use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
-use crate::record::{StoredRequest, TraceContext, now_ms};
+use crate::record::{StoredRequest, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Claimer, Decision};
 use forward::{ForwardError, UpstreamClient};
 use identify::Identity;
 use lease_timing::LeaseTiming;
+use report::{Ending, Finished, Labels, Origin, Settled};
 use route::{Router, Selection, Target};
 use settle::Settlement;
 use shadow::{Enforced, Held, Verdict};
@@ -78,150 +80,6 @@ use verify::{Unverified, Verified};
 
 /// How long a sender is told to wait when the store is down.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// The `reason=` of a request's log line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Note {
-    /// A rejection, enforced or (in shadow mode) the one enforce would
-    /// have made: counted in `idemgate_rejections_total`.
-    Rejection(Reason),
-    /// A replay whose first answer was not stored: logged, but not counted
-    /// as a rejection (the delivery was processed).
-    AnswerNotStored,
-}
-
-impl Note {
-    /// The word the log line shows.
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Rejection(reason) => reason.as_str(),
-            Self::AnswerNotStored => ANSWER_NOT_STORED,
-        }
-    }
-}
-
-/// What a request's log line says about the delivery, once it is known.
-#[derive(Debug, Clone, Default)]
-struct Labels {
-    key_hash: Option<String>,
-    /// Index of the secret that verified the delivery.
-    secret_index: Option<usize>,
-    /// A duplicate's first delivery's trace context, from its record.
-    first_trace: Option<TraceContext>,
-}
-
-/// How one request ended, not yet counted and logged. [`Finished::record`]
-/// consumes it, so no request is counted twice.
-struct Finished {
-    outcome: Outcome,
-    response: Response<ProxyBody>,
-    reason: Option<Note>,
-    labels: Labels,
-}
-
-/// A request's end as `handle` receives it.
-enum Ending {
-    /// Still to be counted and logged.
-    Pending(Finished),
-    /// Counted and logged already, by a detached first delivery (so a
-    /// sender's hang-up can not lose the count): only the answer is left.
-    Recorded(Response<ProxyBody>),
-}
-
-impl Ending {
-    /// Labels a pending end with what is known about the delivery; a
-    /// recorded one was logged with the same labels already.
-    fn labelled(self, labels: Labels) -> Self {
-        match self {
-            Self::Pending(finished) => Self::Pending(finished.labelled(labels)),
-            recorded @ Self::Recorded(_) => recorded,
-        }
-    }
-}
-
-impl From<Finished> for Ending {
-    fn from(finished: Finished) -> Self {
-        Self::Pending(finished)
-    }
-}
-
-impl Finished {
-    fn new(outcome: Outcome, response: Response<ProxyBody>) -> Self {
-        Self {
-            outcome,
-            response,
-            reason: None,
-            labels: Labels::default(),
-        }
-    }
-
-    fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
-        let reason = rejection.reason();
-        let response = rejection.into_response(types);
-        Self {
-            outcome: Outcome::Rejected,
-            response,
-            reason: Some(Note::Rejection(reason)),
-            labels: Labels::default(),
-        }
-    }
-
-    /// The answer to a forwarded request: the upstream's, or idemgate's
-    /// 502/504 when the upstream failed (outcome unchanged: it was sent).
-    fn upstream(
-        outcome: Outcome,
-        result: Result<forward::UpstreamAnswer, ForwardError>,
-        types: &ProblemTypes,
-    ) -> Self {
-        match result {
-            Ok(answer) => Self::new(outcome, settle::live(answer)),
-            Err(error) => {
-                let rejection = error.rejection();
-                let reason = rejection.reason();
-                Self::new(outcome, rejection.into_response(types)).with_reason(reason)
-            }
-        }
-    }
-
-    /// Notes the rejection this request was answered with (or, in shadow
-    /// mode, would have been): logged and counted.
-    fn with_reason(mut self, reason: Reason) -> Self {
-        self.reason = Some(Note::Rejection(reason));
-        self
-    }
-
-    /// Notes a replay whose answer was not stored: logged only.
-    fn answer_not_stored(mut self) -> Self {
-        self.reason = Some(Note::AnswerNotStored);
-        self
-    }
-
-    fn labelled(mut self, labels: Labels) -> Self {
-        self.labels = labels;
-        self
-    }
-
-    /// Counts and logs the request, and hands back its answer.
-    fn record(self, route: &str, meters: &RouteMetrics, started: Instant) -> Response<ProxyBody> {
-        let elapsed = started.elapsed();
-        meters.request(self.outcome, elapsed);
-        if let Some(Note::Rejection(reason)) = self.reason {
-            meters.rejection(reason);
-        }
-        tracing::info!(
-            route,
-            outcome = self.outcome.as_str(),
-            reason = self.reason.map_or("", Note::as_str),
-            key = self.labels.key_hash.as_deref().unwrap_or(""),
-            secret_index = self.labels.secret_index,
-            first_trace = self.labels.first_trace.map(tracing::field::display),
-            status = self.response.status().as_u16(),
-            latency_ms = elapsed.as_secs_f64() * 1e3,
-            "request"
-        );
-        self.response
-    }
-}
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -288,6 +146,21 @@ impl Pipeline {
         let selection =
             self.router
                 .select(request.method(), request.uri().path(), request.headers());
+        let (method, path) = match &selection {
+            Selection::Route(target) => (
+                target.canonical.method.clone(),
+                target.canonical.path.clone(),
+            ),
+            Selection::Unmatched | Selection::Ambiguous { .. } => {
+                (request.method().clone(), request.uri().path().to_owned())
+            }
+        };
+        let origin = Origin {
+            method,
+            path,
+            peer,
+            started,
+        };
         let (route_index, ending) = match selection {
             Selection::Unmatched => (None, self.unmatched(request, peer).await.into()),
             Selection::Ambiguous { index } => {
@@ -301,9 +174,7 @@ impl Pipeline {
             }
             Selection::Route(target) => (
                 Some(target.index),
-                Arc::clone(&self)
-                    .protected(target, request, peer, started)
-                    .await,
+                Arc::clone(&self).protected(target, request, &origin).await,
             ),
         };
         match ending {
@@ -311,7 +182,7 @@ impl Pipeline {
                 let route_name =
                     route_index.map_or(metrics::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
                 let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
-                finished.record(route_name, meters, started)
+                finished.record(route_name, meters, &origin)
             }
             Ending::Recorded(response) => response,
         }
@@ -327,7 +198,7 @@ impl Pipeline {
         let meters = &self.meters[self.config.routes.len()];
         meters.upstream(started.elapsed());
         match result {
-            Ok(response) => Finished::new(Outcome::Passthrough, response),
+            Ok(response) => Finished::passed_through(response),
             Err(error) => {
                 meters.upstream_error(error.kind());
                 Finished::rejected(error.rejection(), &self.config.problem_types)
@@ -342,14 +213,11 @@ impl Pipeline {
         self: Arc<Self>,
         target: Target,
         request: Request<Incoming>,
-        peer: Option<SocketAddr>,
-        started: Instant,
+        origin: &Origin,
     ) -> Ending {
         let index = target.index;
-        let (enforced, labels) = Arc::clone(&self)
-            .enforce(target, request, peer, started)
-            .await;
-        self.apply_mode(index, enforced, peer)
+        let (enforced, labels) = Arc::clone(&self).enforce(target, request, origin).await;
+        self.apply_mode(index, enforced, origin.peer)
             .await
             .labelled(labels)
     }
@@ -361,9 +229,9 @@ impl Pipeline {
         self: Arc<Self>,
         target: Target,
         request: Request<Incoming>,
-        peer: Option<SocketAddr>,
-        started: Instant,
+        origin: &Origin,
     ) -> (Enforced, Labels) {
+        let peer = origin.peer;
         let index = target.index;
         let route = &self.config.routes[index];
         let limits = &self.config.limits;
@@ -425,7 +293,7 @@ impl Pipeline {
         let enforced = match decision {
             Ok(Decision::Forward(lease)) => Enforced::Ended(
                 Arc::clone(&self)
-                    .first_delivery(index, verified, &identity, lease, peer, started)
+                    .first_delivery(index, verified, &identity, lease, origin)
                     .await,
             ),
             Ok(Decision::Replay {
@@ -516,11 +384,12 @@ impl Pipeline {
         verified: Verified,
         identity: &Identity,
         lease: Lease,
-        peer: Option<SocketAddr>,
-        started: Instant,
+        origin: &Origin,
     ) -> Ending {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
+        let origin = origin.clone();
+        let peer = origin.peer;
         let labels = Labels {
             key_hash: Some(identity.key_hash.clone()),
             secret_index: verified.authenticity().secret_index,
@@ -548,19 +417,22 @@ impl Pipeline {
                     Outcome::Forwarded,
                     settle::acknowledged(&ack, &this.config.problem_types),
                 )
+                .with_upstream_status(report::upstream_status(&result))
+                .settled(Settled::Queued)
                 .labelled(labels)
-                .record(&route.name, meters, started);
+                .record(&route.name, meters, &origin);
                 let _ = reply.send(response);
                 this.claimer.settled(lease.key());
                 return;
             }
             let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
-            let still_failing = this.settle_once(index, &lease, &settlement).await;
+            let (settled, still_failing) = this.settle_once(index, &lease, &settlement).await;
             meters.in_flight(-1.0);
             let response =
                 Finished::upstream(Outcome::Forwarded, result, &this.config.problem_types)
+                    .settled(settled)
                     .labelled(labels)
-                    .record(&route.name, meters, started);
+                    .record(&route.name, meters, &origin);
             let _ = reply.send(response);
             if let (Some(failure), Settlement::Keep(record, ttl)) = (still_failing, &settlement) {
                 this.keep_storing(index, &lease, record, *ttl, failure)

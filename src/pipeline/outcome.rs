@@ -12,40 +12,48 @@ use std::time::Duration;
 use super::Pipeline;
 use super::lease_timing::LeaseTiming;
 use super::persist::{Persist, Persisted};
+use super::report::Settled;
 use super::settle::Settlement;
 use crate::record::{Record, RecordState, StoredBody};
 use crate::store::{Completion, Lease, StoreError};
 
 impl Pipeline {
     /// Settles a first delivery's lease with one store attempt. Returns
-    /// the failure if storing the outcome failed but may yet succeed
+    /// what that attempt achieved (the request line's `settled`), and the
+    /// failure if storing the outcome failed but may yet succeed
     /// ([`Pipeline::keep_storing`] takes over).
     pub(super) async fn settle_once(
         &self,
         index: usize,
         lease: &Lease,
         settlement: &Settlement,
-    ) -> Option<StoreError> {
+    ) -> (Settled, Option<StoreError>) {
         let route = &self.config.routes[index];
         let key = lease.key().hash();
         let (record, ttl) = match settlement {
             Settlement::Keep(record, ttl) => (record, *ttl),
             Settlement::Release => {
-                match self.store.release(lease).await {
-                    Ok(true) => {}
-                    Ok(false) => tracing::warn!(
-                        route = route.name,
-                        key,
-                        "claim expired or taken over before it was released"
-                    ),
-                    Err(error) => tracing::error!(
-                        route = route.name,
-                        key,
-                        %error,
-                        "could not release the claim: it turns unknown when its lease runs out"
-                    ),
-                }
-                return None;
+                let settled = match self.store.release(lease).await {
+                    Ok(true) => Settled::Released,
+                    Ok(false) => {
+                        tracing::warn!(
+                            route = route.name,
+                            key,
+                            "claim expired or taken over before it was released"
+                        );
+                        Settled::Released
+                    }
+                    Err(error) => {
+                        tracing::error!(
+                            route = route.name,
+                            key,
+                            %error,
+                            "could not release the claim: it turns unknown when its lease runs out"
+                        );
+                        Settled::Unknown
+                    }
+                };
+                return (settled, None);
             }
         };
         match &record.state {
@@ -71,10 +79,11 @@ impl Pipeline {
         }
         match self.persist(index, lease, record, ttl).once().await {
             Ok(done) => {
+                let settled = Settled::after_persist(record, &done);
                 self.report_persisted(index, lease, record, done);
-                None
+                (settled, None)
             }
-            Err(failure) => Some(failure),
+            Err(failure) => (Settled::Unknown, Some(failure)),
         }
     }
 

@@ -150,7 +150,7 @@ impl Pipeline {
                     forward::pass_through(&self.client, &route.upstream, request, peer).await;
                 self.meters[index].upstream(started.elapsed());
                 match result {
-                    Ok(response) => Finished::new(Outcome::Passthrough, response),
+                    Ok(response) => Finished::passed_through(response),
                     Err(error) => {
                         self.meters[index].upstream_error(error.kind());
                         return Finished::rejected(error.rejection(), &self.config.problem_types);

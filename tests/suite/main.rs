@@ -25,6 +25,7 @@ mod hardening;
 mod harness;
 mod inbox_store;
 mod logging;
+mod operator_metrics;
 mod payment_fuzz;
 mod payments;
 mod presets;

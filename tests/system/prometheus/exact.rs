@@ -430,9 +430,14 @@ fn assert_build_info(metrics: &Exposition) {
     // Build info.
     let build: Vec<_> = metrics.series("idemgate_build_info");
     assert_eq!(build.len(), 1, "{build:?}");
+    let revision = build[0].labels.get("revision").expect("revision label");
+    assert!(!revision.is_empty());
     assert_eq!(
         build[0].labels,
-        labels_of(&[("version", env!("CARGO_PKG_VERSION"))])
+        labels_of(&[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("revision", revision.as_str())
+        ])
     );
     assert_eq!(build[0].value, 1.0);
 }

@@ -1,0 +1,346 @@
+//! What a request's end is, counted and logged once.
+//!
+//! Every request ends in exactly one [`Finished`]: its outcome, its answer
+//! and what the log line says about it. [`Finished::record`] consumes it,
+//! counting the request in its route's metrics and writing the one
+//! `request` log line, so no request is counted or logged twice. Fields
+//! that do not apply (no rejection reason, no key, no upstream answer) are
+//! left out of the line rather than logged empty; durations are integer
+//! microseconds.
+//!
+//! [`Settled`] is how a first delivery's claim was settled, as the log
+//! line reports it (README "Logs").
+
+use std::net::SocketAddr;
+
+use http::{Method, Response};
+use tokio::time::Instant;
+
+use super::forward::{self, ForwardError};
+use super::persist::Persisted;
+use super::settle;
+use crate::body::ProxyBody;
+use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
+use crate::metrics::{Outcome, RouteMetrics};
+use crate::record::{Record, RecordState, TraceContext};
+
+/// The target of the request line: the module it was logged from before
+/// it moved here, kept so `RUST_LOG` filters and log queries keep working.
+const LOG_TARGET: &str = "idemgate::pipeline";
+
+/// The `reason=` of a request's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Note {
+    /// A rejection, enforced or (in shadow mode) the one enforce would
+    /// have made: counted in `idemgate_rejections_total`.
+    Rejection(Reason),
+    /// A replay whose first answer was not stored: logged, but not counted
+    /// as a rejection (the delivery was processed).
+    AnswerNotStored,
+}
+
+impl Note {
+    /// The word the log line shows.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejection(reason) => reason.as_str(),
+            Self::AnswerNotStored => ANSWER_NOT_STORED,
+        }
+    }
+}
+
+/// How a request's claim was settled, as its log line says (`settled=`).
+///
+/// The rule: it is what the store held for the key when the sender was
+/// answered, that is after the one store attempt made before answering
+/// ([`super::Pipeline::settle_once`]). Retries that store an answer later
+/// ([`super::Pipeline::keep_storing`]) log their own end on a line of
+/// their own; the request line keeps saying what the first attempt did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Settled {
+    /// No claim was taken: refused before or at the claim, a replay or a
+    /// refused duplicate, passthrough, shadow mode's sends, or a
+    /// fail-open store outage.
+    #[default]
+    NotClaimed,
+    /// The answer was stored: duplicates get it replayed.
+    Stored,
+    /// The claim was released (or had already lapsed): the next delivery
+    /// runs again.
+    Released,
+    /// The key holds no stored answer and was not released: an outcome
+    /// recorded as unknown (upstream timeout with `on_upstream_timeout =
+    /// "hold"`), a release or store attempt that failed (retries may store
+    /// the answer later), or a claim lost before its answer was stored.
+    Unknown,
+    /// Queued in the route's inbox; the sender got the ack.
+    Queued,
+}
+
+impl Settled {
+    /// The word the log line shows.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::NotClaimed => "not_claimed",
+            Self::Stored => "stored",
+            Self::Released => "released",
+            Self::Unknown => "unknown",
+            Self::Queued => "queued",
+        }
+    }
+
+    /// What one completed store attempt of `record` achieved.
+    pub(super) fn after_persist(record: &Record, done: &Persisted) -> Self {
+        match (done, &record.state) {
+            (Persisted::Stored(_), RecordState::Completed(_)) => Self::Stored,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+/// What a request's log line says about the delivery, once it is known.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Labels {
+    /// The key hash the admin API takes.
+    pub(super) key_hash: Option<String>,
+    /// Index of the secret that verified the delivery.
+    pub(super) secret_index: Option<usize>,
+    /// A duplicate's first delivery's trace context, from its record.
+    pub(super) first_trace: Option<TraceContext>,
+}
+
+/// Where a request came from and when, known from its first byte: the
+/// log line's `method`, `path`, `peer` and latency.
+#[derive(Debug, Clone)]
+pub(super) struct Origin {
+    /// The canonical method for a routed request, else as sent.
+    pub(super) method: Method,
+    /// The canonical path stage 1 computed, else the path as sent; never
+    /// the query.
+    pub(super) path: String,
+    /// The sender's socket address.
+    pub(super) peer: Option<SocketAddr>,
+    /// When the request arrived.
+    pub(super) started: Instant,
+}
+
+/// How one request ended, not yet counted and logged. [`Finished::record`]
+/// consumes it, so no request is counted twice.
+pub(super) struct Finished {
+    outcome: Outcome,
+    response: Response<ProxyBody>,
+    reason: Option<Note>,
+    labels: Labels,
+    /// The upstream's status, when the request was forwarded and answered.
+    upstream_status: Option<u16>,
+    settled: Settled,
+}
+
+/// A request's end as `handle` receives it.
+pub(super) enum Ending {
+    /// Still to be counted and logged.
+    Pending(Finished),
+    /// Counted and logged already, by a detached first delivery (so a
+    /// sender's hang-up can not lose the count): only the answer is left.
+    Recorded(Response<ProxyBody>),
+}
+
+impl Ending {
+    /// Labels a pending end with what is known about the delivery; a
+    /// recorded one was logged with the same labels already.
+    pub(super) fn labelled(self, labels: Labels) -> Self {
+        match self {
+            Self::Pending(finished) => Self::Pending(finished.labelled(labels)),
+            recorded @ Self::Recorded(_) => recorded,
+        }
+    }
+}
+
+impl From<Finished> for Ending {
+    fn from(finished: Finished) -> Self {
+        Self::Pending(finished)
+    }
+}
+
+/// The upstream's status in a forward's result, if it answered.
+pub(super) fn upstream_status(
+    result: &Result<forward::UpstreamAnswer, ForwardError>,
+) -> Option<u16> {
+    result.as_ref().ok().map(|answer| answer.status.as_u16())
+}
+
+impl Finished {
+    /// An end with this outcome and answer; nothing noted yet.
+    pub(super) fn new(outcome: Outcome, response: Response<ProxyBody>) -> Self {
+        Self {
+            outcome,
+            response,
+            reason: None,
+            labels: Labels::default(),
+            upstream_status: None,
+            settled: Settled::NotClaimed,
+        }
+    }
+
+    /// A rejection idemgate answers itself.
+    pub(super) fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
+        let reason = rejection.reason();
+        Self::new(Outcome::Rejected, rejection.into_response(types))
+            .with_reason_note(Note::Rejection(reason))
+    }
+
+    /// A passthrough answered by the upstream: the answer is its own.
+    pub(super) fn passed_through(response: Response<ProxyBody>) -> Self {
+        let status = response.status().as_u16();
+        Self::new(Outcome::Passthrough, response).with_upstream_status(Some(status))
+    }
+
+    /// The answer to a forwarded request: the upstream's, or idemgate's
+    /// 502/504 when the upstream failed (outcome unchanged: it was sent).
+    pub(super) fn upstream(
+        outcome: Outcome,
+        result: Result<forward::UpstreamAnswer, ForwardError>,
+        types: &ProblemTypes,
+    ) -> Self {
+        let status = upstream_status(&result);
+        let finished = match result {
+            Ok(answer) => Self::new(outcome, settle::live(answer)),
+            Err(error) => {
+                let rejection = error.rejection();
+                let reason = rejection.reason();
+                Self::new(outcome, rejection.into_response(types)).with_reason(reason)
+            }
+        };
+        finished.with_upstream_status(status)
+    }
+
+    /// Notes the rejection this request was answered with (or, in shadow
+    /// mode, would have been): logged and counted.
+    pub(super) fn with_reason(self, reason: Reason) -> Self {
+        self.with_reason_note(Note::Rejection(reason))
+    }
+
+    fn with_reason_note(mut self, note: Note) -> Self {
+        self.reason = Some(note);
+        self
+    }
+
+    /// Notes a replay whose answer was not stored: logged only.
+    pub(super) fn answer_not_stored(self) -> Self {
+        self.with_reason_note(Note::AnswerNotStored)
+    }
+
+    /// Notes the upstream's status, if it answered.
+    pub(super) fn with_upstream_status(mut self, status: Option<u16>) -> Self {
+        self.upstream_status = status;
+        self
+    }
+
+    /// Notes how the claim was settled.
+    pub(super) fn settled(mut self, settled: Settled) -> Self {
+        self.settled = settled;
+        self
+    }
+
+    /// Notes what is known about the delivery.
+    pub(super) fn labelled(mut self, labels: Labels) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Counts and logs the request, and hands back its answer.
+    pub(super) fn record(
+        self,
+        route: &str,
+        meters: &RouteMetrics,
+        origin: &Origin,
+    ) -> Response<ProxyBody> {
+        let elapsed = origin.started.elapsed();
+        meters.request(self.outcome, elapsed);
+        if let Some(Note::Rejection(reason)) = self.reason {
+            meters.rejection(reason);
+        }
+        tracing::info!(
+            target: LOG_TARGET,
+            route,
+            method = origin.method.as_str(),
+            path = origin.path.as_str(),
+            peer = origin.peer.map(tracing::field::display),
+            outcome = self.outcome.as_str(),
+            reason = self.reason.map(Note::as_str),
+            key = self.labels.key_hash.as_deref(),
+            secret_index = self.labels.secret_index,
+            first_trace = self.labels.first_trace.map(tracing::field::display),
+            status = self.response.status().as_u16(),
+            upstream_status = self.upstream_status,
+            settled = self.settled.as_str(),
+            latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            "request"
+        );
+        self.response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Fingerprint, OwnerToken, StoredBody, StoredResponse};
+    use crate::store::{Completion, StoreError};
+
+    fn claimed() -> Record {
+        Record::in_flight(OwnerToken([1; 16]), Fingerprint([2; 32]), None)
+    }
+
+    fn completed() -> Record {
+        claimed().with_state(RecordState::Completed(StoredResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: StoredBody::TooLarge,
+        }))
+    }
+
+    #[test]
+    fn only_a_stored_answer_is_settled_as_stored() {
+        let unknown = claimed().with_state(RecordState::Unknown);
+        let gave_up = || Persisted::GaveUp(StoreError::Unavailable("down".to_owned()));
+        for (record, done, settled) in [
+            (
+                completed(),
+                Persisted::Stored(Completion::Stored),
+                Settled::Stored,
+            ),
+            (
+                completed(),
+                Persisted::Stored(Completion::StoredInFreeKey),
+                Settled::Stored,
+            ),
+            (completed(), Persisted::TakenOver, Settled::Unknown),
+            (completed(), gave_up(), Settled::Unknown),
+            (
+                unknown.clone(),
+                Persisted::Stored(Completion::Stored),
+                Settled::Unknown,
+            ),
+            (unknown, gave_up(), Settled::Unknown),
+        ] {
+            assert_eq!(Settled::after_persist(&record, &done), settled, "{done:?}");
+        }
+    }
+
+    #[test]
+    fn words_are_the_documented_ones() {
+        let words: Vec<_> = [
+            Settled::NotClaimed,
+            Settled::Stored,
+            Settled::Released,
+            Settled::Unknown,
+            Settled::Queued,
+        ]
+        .map(Settled::as_str)
+        .into();
+        assert_eq!(
+            words,
+            ["not_claimed", "stored", "released", "unknown", "queued"]
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! The process-level series on the real binary's `/metrics`: the process
+//! metrics (CPU, memory, file descriptors) and `idemgate_build_info`'s
+//! `revision` label.
+
+use std::process::Command;
+
+use crate::support::*;
+
+/// The real binary on the embedded store; its upstream is never called.
+fn start() -> (tempfile::TempDir, GateProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = embedded_store(&dir.path().join("idemgate.redb"));
+    let gate = GateProcess::start(&config_text(&store, "http://127.0.0.1:9", ""));
+    (dir, gate)
+}
+
+/// Runs git in the repository; its trimmed stdout, if it succeeded.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    Some(String::from_utf8(out.stdout).ok()?.trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_metrics_are_exposed_and_plausible() {
+    let (_dir, mut gate) = start();
+    // Some work, so the CPU counter has something to count.
+    for _ in 0..200 {
+        assert_eq!(admin_get(gate.admin, "/metrics").await.0, 200);
+    }
+    let (status, text) = admin_get(gate.admin, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let metrics = Exposition::parse(&text);
+    let value = |name: &str| {
+        metrics
+            .value(name, &[])
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    let cpu = value("process_cpu_seconds_total");
+    assert!(cpu > 0.0 && cpu < 600.0, "cpu {cpu}");
+    let rss = value("process_resident_memory_bytes");
+    assert!(rss > 1e6 && rss < 4e9, "rss {rss}");
+    // At least the two listeners, the store file and stdio.
+    let fds = value("process_open_fds");
+    assert!(fds >= 5.0 && fds <= value("process_max_fds"), "fds {fds}");
+    assert!(value("process_threads") >= 2.0);
+    let start = value("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        start <= now && now - start < 600.0,
+        "start {start}, now {now}"
+    );
+
+    // Read at scrape time: connections opened now show on the next scrape.
+    let held: Vec<_> = connect_idle(gate.addr, 20).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, text) = admin_get(gate.admin, "/metrics").await;
+        let now_fds = Exposition::parse(&text)
+            .value("process_open_fds", &[])
+            .unwrap();
+        if now_fds >= fds + 20.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "open fds stayed at {now_fds} (before: {fds}) with 20 more connections"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    gate.terminate();
+}
+
+/// Opens `n` idle connections to `addr` and keeps them.
+async fn connect_idle(addr: std::net::SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_info_names_the_git_revision() {
+    let (_dir, mut gate) = start();
+    let (status, text) = admin_get(gate.admin, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let metrics = Exposition::parse(&text);
+    let build = metrics.series("idemgate_build_info");
+    assert_eq!(build.len(), 1, "{build:?}");
+    assert_eq!(build[0].value, 1.0);
+    let labels = &build[0].labels;
+    assert_eq!(
+        labels.get("version").map(String::as_str),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    let revision = labels.get("revision").expect("revision label");
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        // The tree may have turned dirty or clean since the build, so only
+        // the hash is exact.
+        Some(hash) => assert!(
+            *revision == hash || *revision == format!("{hash}-dirty"),
+            "revision {revision:?}, HEAD {hash}"
+        ),
+        None => assert!(!revision.is_empty()),
+    }
+    assert!(gate.terminate().success());
+}
