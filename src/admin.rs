@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` and the record API.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
+//! the inbox API and `/admin/hot-keys`.
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -27,6 +28,7 @@
 //! as SHA-256 digests in constant time, so neither its bytes nor its length
 //! leak through timing. Every purge is logged.
 
+mod hot_keys;
 mod inbox;
 
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
+use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, now_ms};
@@ -58,6 +61,7 @@ pub(crate) struct Admin {
     eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
     inboxes: Arc<Inboxes>,
+    hot_keys: Arc<HotKeys>,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
@@ -79,14 +83,15 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
 }
 
 impl Admin {
-    /// An admin handler over the shared config, store, eviction watcher
-    /// and metrics handle.
+    /// An admin handler over the shared config, store, eviction watcher,
+    /// metrics handle, inboxes and hot-key tables.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
         inboxes: Arc<Inboxes>,
+        hot_keys: Arc<HotKeys>,
     ) -> Self {
         Self {
             config,
@@ -94,6 +99,7 @@ impl Admin {
             eviction,
             metrics,
             inboxes,
+            hot_keys,
         }
     }
 
@@ -127,6 +133,15 @@ impl Admin {
             }
             return self.inbox(&request, rest).await;
         }
+        if path == "/admin/hot-keys" {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            if request.method() != Method::GET {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            }
+            return self.hot_keys(request.uri().query());
+        }
         if request.method() != Method::GET {
             return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
         }
@@ -134,7 +149,11 @@ impl Admin {
             "/healthz" => text(StatusCode::OK, "ok"),
             "/readyz" => self.ready().await,
             "/metrics" => match &self.metrics {
-                Some(handle) => reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render()),
+                Some(handle) => {
+                    let mut body = handle.render();
+                    self.hot_keys.render_prometheus(&mut body);
+                    reply(StatusCode::OK, "text/plain; version=0.0.4", body)
+                }
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
             },
             _ => text(StatusCode::NOT_FOUND, "not found"),

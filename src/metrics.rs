@@ -8,11 +8,13 @@
 
 pub(crate) mod inbox;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 use crate::error::Reason;
+use crate::hot_keys::{RouteHotKeys, Sighting};
 
 /// `idemgate_requests_total{route, outcome}`.
 pub(crate) const REQUESTS_TOTAL: &str = "idemgate_requests_total";
@@ -239,6 +241,8 @@ pub(crate) struct RouteMetrics {
     unknown: Counter,
     not_stored: [Counter; 2],
     secrets: Vec<Counter>,
+    /// The route's hot-key table, when `[hot_keys]` is enabled.
+    hot_keys: Option<Arc<RouteHotKeys>>,
 }
 
 impl RouteMetrics {
@@ -275,9 +279,45 @@ impl RouteMetrics {
             secrets: (0..secret_count)
                 .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
                 .collect(),
+            hot_keys: None,
         };
         this.in_flight.increment(0.0);
         this
+    }
+
+    /// The same handles, also feeding the route's hot-key table.
+    pub(crate) fn with_hot_keys(mut self, table: Option<Arc<RouteHotKeys>>) -> Self {
+        self.hot_keys = table;
+        self
+    }
+
+    /// Counts one delivery of the key whose digest is `digest` in the
+    /// route's hot keys. `rejection` is the counted reason, if any;
+    /// `reason` the word the log line shows. A duplicate is a delivery of
+    /// a key already claimed: a replay (or, in shadow mode, one enforce
+    /// would have stopped), or a 409 `in_flight`/`outcome_unknown` or 422
+    /// `fingerprint_mismatch`.
+    pub(crate) fn hot_key(
+        &self,
+        digest: &[u8; 32],
+        outcome: Outcome,
+        rejection: Option<Reason>,
+        reason: Option<&'static str>,
+    ) {
+        let Some(table) = &self.hot_keys else { return };
+        let duplicate = matches!(outcome, Outcome::Replayed | Outcome::ShadowDuplicate)
+            || matches!(
+                rejection,
+                Some(Reason::InFlight | Reason::OutcomeUnknown | Reason::FingerprintMismatch)
+            );
+        table.observe(
+            digest,
+            Sighting {
+                outcome: outcome.as_str(),
+                reason,
+                duplicate,
+            },
+        );
     }
 
     /// Counts one finished request and its latency.

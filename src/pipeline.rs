@@ -63,6 +63,7 @@ use crate::body::ProxyBody;
 use crate::config::{Config, OnUnavailable, Route, Unmatched};
 use crate::error::{ANSWER_NOT_STORED, Reason, Rejection};
 use crate::extract::Inbound;
+use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::record::{StoredRequest, now_ms};
@@ -104,6 +105,8 @@ impl Note {
 #[derive(Debug, Clone, Default)]
 struct Labels {
     key_hash: Option<String>,
+    /// The digest `key_hash` spells, for the route's hot keys.
+    key_digest: Option<[u8; 32]>,
     /// Index of the secret that verified the delivery.
     secret_index: Option<usize>,
 }
@@ -199,8 +202,20 @@ impl Finished {
     fn record(self, route: &str, meters: &RouteMetrics, started: Instant) -> Response<ProxyBody> {
         let elapsed = started.elapsed();
         meters.request(self.outcome, elapsed);
-        if let Some(Note::Rejection(reason)) = self.reason {
+        let rejection = match self.reason {
+            Some(Note::Rejection(reason)) => Some(reason),
+            _ => None,
+        };
+        if let Some(reason) = rejection {
             meters.rejection(reason);
+        }
+        if let Some(digest) = &self.labels.key_digest {
+            meters.hot_key(
+                digest,
+                self.outcome,
+                rejection,
+                self.reason.map(Note::as_str),
+            );
         }
         tracing::info!(
             route,
@@ -238,18 +253,24 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Assembles a pipeline; `tracker` owns the detached upstream calls,
-    /// which stop retrying a store write once `grace_over` is cancelled.
+    /// which stop retrying a store write once `grace_over` is cancelled;
+    /// each route's deliveries feed its table in `hot_keys`.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         inboxes: Arc<Inboxes>,
         tracker: TaskTracker,
         grace_over: CancellationToken,
+        hot_keys: &HotKeys,
     ) -> Self {
         let meters = config
             .routes
             .iter()
-            .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
+            .enumerate()
+            .map(|(index, route)| {
+                RouteMetrics::new(&route.name, route.scheme.secret_count())
+                    .with_hot_keys(hot_keys.route(index).cloned())
+            })
             .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
         let claimer = Claimer::new(
@@ -439,6 +460,7 @@ impl Pipeline {
         };
         let labels = Labels {
             key_hash: Some(identity.key_hash),
+            key_digest: Some(identity.key_digest),
             secret_index,
         };
         (enforced, labels)
@@ -493,6 +515,7 @@ impl Pipeline {
         let this = Arc::clone(&self);
         let labels = Labels {
             key_hash: Some(identity.key_hash.clone()),
+            key_digest: Some(identity.key_digest),
             secret_index: verified.authenticity().secret_index,
         };
         let (parts, body) = verified.into_inbound().into_parts();

@@ -41,6 +41,12 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
+/// Default `[hot_keys] k`: ten keys per route fill a dashboard table and
+/// keep the exported series at ten per route.
+pub const DEFAULT_HOT_KEYS_K: u8 = 10;
+/// Default `[hot_keys] window`: a minute shows a retry loop while it runs
+/// and forgets it soon after it stops.
+pub const DEFAULT_HOT_KEYS_WINDOW: &str = "1m";
 /// Default `[limits] worker_threads`: one thread, the cheapest per request
 /// (the crate docs, "Runtime").
 pub const DEFAULT_WORKER_THREADS: usize = 1;
@@ -106,6 +112,9 @@ pub struct RawConfig {
     /// The admin API.
     #[serde(default)]
     pub admin: RawAdmin,
+    /// Per-route hot keys.
+    #[serde(default)]
+    pub hot_keys: RawHotKeys,
     /// Protected routes.
     #[serde(default, rename = "route")]
     pub routes: Vec<RawRoute>,
@@ -187,6 +196,18 @@ pub struct RawUpstream {
 pub struct RawAdmin {
     /// Bearer token source; omit to disable `/admin/records`.
     pub token: Option<String>,
+}
+
+/// `[hot_keys]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHotKeys {
+    /// Track and export hot keys (default true).
+    pub enabled: Option<bool>,
+    /// Keys reported per route, 1 to 100.
+    pub k: Option<usize>,
+    /// Length of the sliding window.
+    pub window: Option<String>,
 }
 
 /// One `[[route]]`.

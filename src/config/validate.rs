@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::Uri;
 
 use super::choice::Choice;
+use super::hot_keys::hot_keys;
 use super::raw::{self, RawConfig, parse_duration};
 use super::route::{check_shared_scope, route};
 use super::store::store_config;
@@ -196,6 +197,7 @@ impl TryFrom<RawConfig> for Config {
             .token
             .as_deref()
             .and_then(|spec| problems.take("admin.token", Secret::resolve(spec)));
+        let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
 
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
@@ -232,6 +234,7 @@ impl TryFrom<RawConfig> for Config {
                 upstream,
                 on_unavailable,
                 admin_token,
+                hot_keys,
                 routes,
             })
         } else {

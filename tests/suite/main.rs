@@ -22,6 +22,7 @@ mod fingerprints;
 mod guards;
 mod hardening;
 mod harness;
+mod hot_keys;
 mod inbox_store;
 mod logging;
 mod payment_fuzz;
