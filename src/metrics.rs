@@ -468,6 +468,40 @@ mod tests {
         }
     }
 
+    /// Replays and the 409/422 answers for a claimed key are duplicates;
+    /// a first delivery or another rejection is not.
+    #[tokio::test(start_paused = true)]
+    async fn hot_keys_count_duplicates_by_outcome_and_reason() {
+        let table = Arc::new(RouteHotKeys::new("pay", 8, Duration::from_secs(60)));
+        let meters = RouteMetrics::new("pay", 0).with_hot_keys(Some(Arc::clone(&table)));
+        let cases: [(Outcome, Option<Reason>, bool); 8] = [
+            (Outcome::Forwarded, None, false),
+            (Outcome::Replayed, None, true),
+            (Outcome::ShadowDuplicate, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::OutcomeUnknown), true),
+            (Outcome::Rejected, Some(Reason::FingerprintMismatch), true),
+            (Outcome::Rejected, Some(Reason::StoreUnavailable), false),
+            (Outcome::Forwarded, Some(Reason::UpstreamTimeout), false),
+        ];
+        for (n, (outcome, rejection, _)) in (0u8..).zip(cases) {
+            meters.hot_key(&[n; 32], outcome, rejection, rejection.map(Reason::as_str));
+        }
+        let top = table.top(8, tokio::time::Instant::now());
+        for (n, (outcome, rejection, duplicate)) in (0u8..).zip(cases) {
+            let key = top.iter().find(|k| k.digest == [n; 32]).expect("tracked");
+            assert_eq!(
+                key.duplicates,
+                u64::from(duplicate),
+                "{outcome:?} {rejection:?}"
+            );
+            assert_eq!(key.last_outcome, outcome.as_str());
+            assert_eq!(key.last_reason, rejection.map(Reason::as_str));
+        }
+        // Without a table, nothing is observed and nothing fails.
+        RouteMetrics::new("pay", 0).hot_key(&[9; 32], Outcome::Replayed, None, None);
+    }
+
     #[test]
     fn handles_record_into_a_local_recorder() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
