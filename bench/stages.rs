@@ -14,6 +14,9 @@
 //!   fingerprint and with `fingerprint_ignore` (canonical form).
 //! * `record/*` — `Record::encode` / `Record::decode` of an in-flight claim
 //!   and of a completed record holding a small and a 1 KiB answer.
+//! * `hot_keys/*` — `RouteHotKeys::observe` with `k = 10` (a table of 40)
+//!   already full: a key it tracks (`hit`) and a key it does not, which
+//!   evicts the least one (`miss`). Prints the table's bytes per route.
 //!
 //! Run: `cargo bench --bench stages` (about a minute of measurement; add
 //! `-- verify` to run one group). Short measurement times keep it cheap on a
@@ -402,6 +405,48 @@ fn bench_record(c: &mut Criterion) {
     group.finish();
 }
 
+fn bench_hot_keys(c: &mut Criterion) {
+    use idemgate::hot_keys::summary::ENTRY_BYTES;
+    use idemgate::hot_keys::{CAPACITY_PER_K, RouteHotKeys, Sighting};
+    use sha2::{Digest, Sha256};
+
+    const K: usize = 10;
+    let digest = |n: u64| -> [u8; 32] { Sha256::digest(n.to_le_bytes()).into() };
+    let sighting = Sighting {
+        outcome: "replayed",
+        reason: None,
+        duplicate: true,
+    };
+    let capacity = K * CAPACITY_PER_K;
+    let table = RouteHotKeys::new("pay", capacity, Duration::from_secs(60));
+    for n in 0..capacity as u64 {
+        table.observe(&digest(n), sighting);
+    }
+    assert_eq!(table.tracked(), capacity);
+    println!(
+        "hot_keys: k = {K}, {capacity} entries x {ENTRY_BYTES} B + {} B = {} B per route",
+        std::mem::size_of::<RouteHotKeys>(),
+        capacity * ENTRY_BYTES + std::mem::size_of::<RouteHotKeys>()
+    );
+    let mut group = c.benchmark_group("hot_keys");
+    let hit = digest(7);
+    group.bench_function("observe_hit", |b| {
+        b.iter(|| table.observe(black_box(&hit), sighting));
+    });
+    // Far more distinct keys than the table holds, so each one is gone
+    // again before it comes round: every observation evicts.
+    let misses: Vec<[u8; 32]> = (1_000..1_000 + 4_096).map(digest).collect();
+    let mut next = misses.iter().cycle();
+    group.bench_function("observe_miss", |b| {
+        b.iter(|| {
+            let key = next.next().expect("cycle never ends");
+            table.observe(black_box(key), sighting);
+        });
+    });
+    group.finish();
+    assert_eq!(table.tracked(), capacity);
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(20)
@@ -417,5 +462,6 @@ fn main() {
     bench_verify_payment(&mut criterion);
     bench_identify(&mut criterion);
     bench_record(&mut criterion);
+    bench_hot_keys(&mut criterion);
     criterion.final_summary();
 }

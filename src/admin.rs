@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` and the record API.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
+//! the inbox API and `/admin/hot-keys`.
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -33,6 +34,7 @@
 //! `/healthz`, `/readyz` and `/metrics` answer plain text in every case:
 //! probes and scrapers read that.
 
+mod hot_keys;
 mod inbox;
 
 use std::sync::Arc;
@@ -47,6 +49,7 @@ use subtle::ConstantTimeEq;
 use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
 use crate::error::AdminReason;
+use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, now_ms};
@@ -65,6 +68,7 @@ pub(crate) struct Admin {
     eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
     inboxes: Arc<Inboxes>,
+    hot_keys: Arc<HotKeys>,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
@@ -95,14 +99,15 @@ impl Admin {
         reason.response(&self.config.problem_types, detail)
     }
 
-    /// An admin handler over the shared config, store, eviction watcher
-    /// and metrics handle.
+    /// An admin handler over the shared config, store, eviction watcher,
+    /// metrics handle, inboxes and hot-key tables.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
         inboxes: Arc<Inboxes>,
+        hot_keys: Arc<HotKeys>,
     ) -> Self {
         Self {
             config,
@@ -110,6 +115,7 @@ impl Admin {
             eviction,
             metrics,
             inboxes,
+            hot_keys,
         }
     }
 
@@ -143,6 +149,15 @@ impl Admin {
             }
             return self.inbox(&request, rest).await;
         }
+        if path == "/admin/hot-keys" {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            if request.method() != Method::GET {
+                return self.problem(AdminReason::MethodNotAllowed, "only GET is served here");
+            }
+            return self.hot_keys(request.uri().query());
+        }
         if request.method() != Method::GET {
             if PLAIN_PATHS.contains(&path.as_str()) {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
@@ -155,7 +170,9 @@ impl Admin {
             "/metrics" => match &self.metrics {
                 Some(handle) => {
                     crate::metrics::process::collect();
-                    reply(StatusCode::OK, "text/plain; version=0.0.4", handle.render())
+                    let mut body = handle.render();
+                    self.hot_keys.render_prometheus(&mut body);
+                    reply(StatusCode::OK, "text/plain; version=0.0.4", body)
                 }
                 None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
             },

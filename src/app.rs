@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::Admin;
 use crate::config::Config;
+use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
@@ -146,12 +147,17 @@ pub async fn start(
     let grace_over = CancellationToken::new();
     let tracker = TaskTracker::new();
     let inboxes = Arc::new(Inboxes::new(Arc::clone(&config), Arc::clone(&store)));
+    let hot_keys = Arc::new(HotKeys::new(
+        &config.hot_keys,
+        config.routes.iter().map(|route| route.name.as_str()),
+    ));
     let pipeline = Arc::new(Pipeline::new(
         Arc::clone(&config),
         Arc::clone(&store),
         Arc::clone(&inboxes),
         tracker.clone(),
         grace_over.clone(),
+        &hot_keys,
     ));
     let eviction = Arc::new(EvictionWatch::new(
         Arc::clone(&store),
@@ -163,6 +169,7 @@ pub async fn start(
         Arc::clone(&eviction),
         metrics.clone(),
         Arc::clone(&inboxes),
+        hot_keys,
     ));
     let limits = config.limits.clone();
 

@@ -16,6 +16,7 @@
 //!   (with `public_key` for the RSA ones);
 //! * `route` — `[[route]]` and its idempotency policy;
 //! * `guard` — `[[route.guard]]`, business-field whitelists;
+//! * `hot_keys` — `[hot_keys]`, the per-route top-k of keys;
 //! * `inbox` — `[route.inbox]`, failed deliveries acknowledged and redelivered;
 //! * `store` — `[store]`;
 //! * `secret`, `selector`, `redact` — secrets, request selectors and
@@ -24,6 +25,7 @@
 mod choice;
 mod effective;
 mod guard;
+mod hot_keys;
 mod inbox;
 mod preset;
 pub mod public_key;
@@ -48,6 +50,7 @@ use raw::RawConfig;
 
 pub use choice::Choice;
 pub use guard::Guard;
+pub use hot_keys::{HotKeysConfig, TopK};
 pub use inbox::{Ack, Inbox, InboxTriggers};
 pub use preset::{Credential, Preset, PresetKind, decode_hex_key};
 pub use public_key::{PublicKeys, RawPublicKey, RsaDigest};
@@ -164,6 +167,8 @@ pub struct Config {
     /// How often `file:` secrets and public keys are checked for a change
     /// (`[secrets] watch_interval`); `None`: only on SIGHUP.
     pub secrets_watch: Option<Duration>,
+    /// `[hot_keys]`.
+    pub hot_keys: HotKeysConfig,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }

@@ -51,6 +51,7 @@
 //! * [`record`] — the versioned record encoding both stores share.
 //! * [`error`] — every rejection's status, reason and problem+json.
 //! * [`metrics`] — metric names, labels and recording helpers.
+//! * [`hot_keys`] — per-route top-k keys by deliveries in a sliding window.
 //! * [`log_writer`] — log lines to stderr in timed batches.
 //! * [`admin`] — the admin listener.
 //! * [`rotation`] — `file:` secrets re-read on SIGHUP or when they change.
@@ -64,6 +65,7 @@ pub mod demo;
 pub(crate) mod encoding;
 pub mod error;
 pub mod extract;
+pub mod hot_keys;
 pub(crate) mod inbox;
 pub mod log_writer;
 pub(crate) mod metrics;

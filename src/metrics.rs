@@ -9,11 +9,13 @@
 pub(crate) mod inbox;
 pub(crate) mod process;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 use crate::error::Reason;
+use crate::hot_keys::{RouteHotKeys, Sighting};
 
 /// `idemgate_requests_total{route, outcome}`.
 pub(crate) const REQUESTS_TOTAL: &str = "idemgate_requests_total";
@@ -254,6 +256,8 @@ pub(crate) struct RouteMetrics {
     unknown: Counter,
     not_stored: [Counter; 2],
     secrets: Vec<Counter>,
+    /// The route's hot-key table, when `[hot_keys]` is enabled.
+    hot_keys: Option<Arc<RouteHotKeys>>,
 }
 
 impl RouteMetrics {
@@ -290,9 +294,45 @@ impl RouteMetrics {
             secrets: (0..secret_count)
                 .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
                 .collect(),
+            hot_keys: None,
         };
         this.in_flight.increment(0.0);
         this
+    }
+
+    /// The same handles, also feeding the route's hot-key table.
+    pub(crate) fn with_hot_keys(mut self, table: Option<Arc<RouteHotKeys>>) -> Self {
+        self.hot_keys = table;
+        self
+    }
+
+    /// Counts one delivery of the key whose digest is `digest` in the
+    /// route's hot keys. `rejection` is the counted reason, if any;
+    /// `reason` the word the log line shows. A duplicate is a delivery of
+    /// a key already claimed: a replay (or, in shadow mode, one enforce
+    /// would have stopped), or a 409 `in_flight`/`outcome_unknown` or 422
+    /// `fingerprint_mismatch`.
+    pub(crate) fn hot_key(
+        &self,
+        digest: &[u8; 32],
+        outcome: Outcome,
+        rejection: Option<Reason>,
+        reason: Option<&'static str>,
+    ) {
+        let Some(table) = &self.hot_keys else { return };
+        let duplicate = matches!(outcome, Outcome::Replayed | Outcome::ShadowDuplicate)
+            || matches!(
+                rejection,
+                Some(Reason::InFlight | Reason::OutcomeUnknown | Reason::FingerprintMismatch)
+            );
+        table.observe(
+            digest,
+            Sighting {
+                outcome: outcome.as_str(),
+                reason,
+                duplicate,
+            },
+        );
     }
 
     /// Counts one finished request and its latency.
@@ -441,6 +481,40 @@ mod tests {
         for (i, reason) in Reason::ALL.iter().enumerate() {
             assert_eq!(*reason as usize, i);
         }
+    }
+
+    /// Replays and the 409/422 answers for a claimed key are duplicates;
+    /// a first delivery or another rejection is not.
+    #[tokio::test(start_paused = true)]
+    async fn hot_keys_count_duplicates_by_outcome_and_reason() {
+        let table = Arc::new(RouteHotKeys::new("pay", 8, Duration::from_secs(60)));
+        let meters = RouteMetrics::new("pay", 0).with_hot_keys(Some(Arc::clone(&table)));
+        let cases: [(Outcome, Option<Reason>, bool); 8] = [
+            (Outcome::Forwarded, None, false),
+            (Outcome::Replayed, None, true),
+            (Outcome::ShadowDuplicate, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::OutcomeUnknown), true),
+            (Outcome::Rejected, Some(Reason::FingerprintMismatch), true),
+            (Outcome::Rejected, Some(Reason::StoreUnavailable), false),
+            (Outcome::Forwarded, Some(Reason::UpstreamTimeout), false),
+        ];
+        for (n, (outcome, rejection, _)) in (0u8..).zip(cases) {
+            meters.hot_key(&[n; 32], outcome, rejection, rejection.map(Reason::as_str));
+        }
+        let top = table.top(8, tokio::time::Instant::now());
+        for (n, (outcome, rejection, duplicate)) in (0u8..).zip(cases) {
+            let key = top.iter().find(|k| k.digest == [n; 32]).expect("tracked");
+            assert_eq!(
+                key.duplicates,
+                u64::from(duplicate),
+                "{outcome:?} {rejection:?}"
+            );
+            assert_eq!(key.last_outcome, outcome.as_str());
+            assert_eq!(key.last_reason, rejection.map(Reason::as_str));
+        }
+        // Without a table, nothing is observed and nothing fails.
+        RouteMetrics::new("pay", 0).hot_key(&[9; 32], Outcome::Replayed, None, None);
     }
 
     #[test]

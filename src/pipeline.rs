@@ -64,6 +64,7 @@ use crate::body::ProxyBody;
 use crate::config::{Config, OnUnavailable, Route, Unmatched};
 use crate::error::Rejection;
 use crate::extract::Inbound;
+use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::record::{StoredRequest, now_ms};
@@ -103,18 +104,24 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Assembles a pipeline; `tracker` owns the detached upstream calls,
-    /// which stop retrying a store write once `grace_over` is cancelled.
+    /// which stop retrying a store write once `grace_over` is cancelled;
+    /// each route's deliveries feed its table in `hot_keys`.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         inboxes: Arc<Inboxes>,
         tracker: TaskTracker,
         grace_over: CancellationToken,
+        hot_keys: &HotKeys,
     ) -> Self {
         let meters = config
             .routes
             .iter()
-            .map(|route| RouteMetrics::new(&route.name, route.scheme.secret_count()))
+            .enumerate()
+            .map(|(index, route)| {
+                RouteMetrics::new(&route.name, route.scheme.secret_count())
+                    .with_hot_keys(hot_keys.route(index).cloned())
+            })
             .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
         let claimer = Claimer::new(
@@ -336,6 +343,7 @@ impl Pipeline {
         };
         let labels = Labels {
             key_hash: Some(identity.key_hash),
+            key_digest: Some(identity.key_digest),
             secret_index,
             first_trace,
         };
@@ -392,6 +400,7 @@ impl Pipeline {
         let peer = origin.peer;
         let labels = Labels {
             key_hash: Some(identity.key_hash.clone()),
+            key_digest: Some(identity.key_digest),
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };

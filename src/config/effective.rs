@@ -76,6 +76,7 @@ impl Config {
                     self.secrets_watch.unwrap_or(Duration::ZERO),
                 )),
             },
+            hot_keys: self.hot_keys.to_raw(),
             routes: self.routes.iter().map(|route| self.route(route)).collect(),
         }
     }
@@ -358,6 +359,7 @@ mod tests {
             "scheme = \"standard-webhooks\"",
             "[route.inbox]\nenabled = true\non = [\"5xx\", \"429\", \"timeout\"]\nack_status = 200\nack_body = \"success\"\nack_content_type = \"text/plain\"\nmax_attempts = 12\nbackoff = \"30s\"\nmax_backoff = \"1h\"\nconcurrency = 4\nvisibility_timeout = \"1m\"",
             "[[route.guard]]\nfield = \"json:/status\"\none_of = [\"PAID\", \"1\"]\noptional = false",
+            "[hot_keys]\nenabled = true\nk = 10\nwindow = \"1m\"",
         ] {
             assert!(printed.contains(expected), "{expected} in:\n{printed}");
         }

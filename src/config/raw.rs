@@ -48,6 +48,12 @@ pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
 /// refreshed about once a minute, so 10 s adds little to the rotation delay
 /// while costing one small read per `file:` source.
 pub const DEFAULT_WATCH_INTERVAL: &str = "10s";
+/// Default `[hot_keys] k`: ten keys per route fill a dashboard table and
+/// keep the exported series at ten per route.
+pub const DEFAULT_HOT_KEYS_K: u8 = 10;
+/// Default `[hot_keys] window`: a minute shows a retry loop while it runs
+/// and forgets it soon after it stops.
+pub const DEFAULT_HOT_KEYS_WINDOW: &str = "1m";
 /// Default `[limits] worker_threads`: one thread, the cheapest per request
 /// (the crate docs, "Runtime").
 pub const DEFAULT_WORKER_THREADS: usize = 1;
@@ -120,6 +126,9 @@ pub struct RawConfig {
     /// How `file:` secrets and public keys are watched.
     #[serde(default)]
     pub secrets: RawSecrets,
+    /// Per-route hot keys.
+    #[serde(default)]
+    pub hot_keys: RawHotKeys,
     /// Protected routes.
     #[serde(default, rename = "route")]
     pub routes: Vec<RawRoute>,
@@ -213,6 +222,18 @@ pub struct RawUpstream {
 pub struct RawAdmin {
     /// Bearer token source; omit to disable `/admin/records`.
     pub token: Option<String>,
+}
+
+/// `[hot_keys]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHotKeys {
+    /// Track and export hot keys (default true).
+    pub enabled: Option<bool>,
+    /// Keys reported per route, 1 to 100.
+    pub k: Option<usize>,
+    /// Length of the sliding window.
+    pub window: Option<String>,
 }
 
 /// One `[[route]]`.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::Uri;
 
 use super::choice::Choice;
+use super::hot_keys::hot_keys;
 use super::raw::{self, RawConfig, parse_duration};
 use super::route::{check_shared_scope, route};
 use super::store::store_config;
@@ -235,6 +236,7 @@ impl TryFrom<RawConfig> for Config {
             raw::DEFAULT_WATCH_INTERVAL,
         ))
         .filter(|interval| !interval.is_zero());
+        let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
 
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
@@ -273,6 +275,7 @@ impl TryFrom<RawConfig> for Config {
                 admin_token,
                 problem_types,
                 secrets_watch,
+                hot_keys,
                 routes,
             })
         } else {

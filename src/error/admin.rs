@@ -30,6 +30,8 @@ pub enum AdminReason {
     UnknownRoute,
     /// The route has no `[route.inbox]`.
     InboxNotConfigured,
+    /// `GET /admin/hot-keys` while `[hot_keys] enabled = false`.
+    HotKeysDisabled,
     /// No record under this key.
     RecordNotFound,
     /// No inbox delivery under this key.
@@ -44,7 +46,7 @@ pub enum AdminReason {
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Unauthorized,
         Self::AdminApiDisabled,
         Self::NotFound,
@@ -52,6 +54,7 @@ impl AdminReason {
         Self::BadRequest,
         Self::UnknownRoute,
         Self::InboxNotConfigured,
+        Self::HotKeysDisabled,
         Self::RecordNotFound,
         Self::DeliveryNotFound,
         Self::WrongStage,
@@ -88,6 +91,11 @@ impl AdminReason {
                 StatusCode::NOT_FOUND,
                 "inbox_not_configured",
                 "Route has no inbox",
+            ),
+            Self::HotKeysDisabled => (
+                StatusCode::NOT_FOUND,
+                "hot_keys_disabled",
+                "Hot keys are turned off",
             ),
             Self::RecordNotFound => (StatusCode::NOT_FOUND, "record_not_found", "No record"),
             Self::DeliveryNotFound => (

@@ -313,6 +313,7 @@ mod tests {
         Identity {
             key: StoreKey::new("idemgate", "r", &hash),
             key_hash: hash,
+            key_digest: [0xbb; 32],
             fingerprint: Fingerprint([3; 32]),
         }
     }

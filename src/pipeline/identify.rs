@@ -48,6 +48,9 @@ pub struct Identity {
     pub key: StoreKey,
     /// Hex SHA-256 of the joined key parts (safe to log).
     pub key_hash: String,
+    /// The digest `key_hash` spells: fixed-size, for per-request
+    /// bookkeeping that must not allocate (hot keys).
+    pub key_digest: [u8; 32],
     /// The request fingerprint.
     pub fingerprint: Fingerprint,
 }
@@ -62,13 +65,12 @@ pub fn identify(
 ) -> Result<Identity, Rejection> {
     let request = verified.inbound();
     let fingerprint = fingerprint(request, route, canonical)?;
-    let key_hash = match key_digest(verified, route)? {
-        Some(digest) => lower_hex(&digest),
-        None => lower_hex(&fingerprint.0),
-    };
+    let digest = key_digest(verified, route)?.unwrap_or(fingerprint.0);
+    let key_hash = lower_hex(&digest);
     Ok(Identity {
         key: StoreKey::new(key_prefix, &route.idempotency.scope, &key_hash),
         key_hash,
+        key_digest: digest,
         fingerprint,
     })
 }
@@ -362,6 +364,11 @@ mod tests {
         let optional = route("key = [\"json:/a\"]\nrequire_key = false");
         let fallback = identity(&optional, &[], "{}").unwrap();
         assert_eq!(fallback.key_hash, hex::encode(fallback.fingerprint.0));
+        assert_eq!(fallback.key_digest, fallback.fingerprint.0);
+        // With a key, the digest is what the hash spells, not the fingerprint.
+        let keyed = identity(&optional, &[], r#"{"a":"k"}"#).unwrap();
+        assert_eq!(keyed.key_hash, hex::encode(keyed.key_digest));
+        assert_ne!(keyed.key_digest, keyed.fingerprint.0);
     }
 
     #[test]

@@ -103,6 +103,8 @@ impl Settled {
 pub(super) struct Labels {
     /// The key hash the admin API takes.
     pub(super) key_hash: Option<String>,
+    /// The digest `key_hash` spells, for the route's hot keys.
+    pub(super) key_digest: Option<[u8; 32]>,
     /// Index of the secret that verified the delivery.
     pub(super) secret_index: Option<usize>,
     /// A duplicate's first delivery's trace context, from its record.
@@ -257,8 +259,20 @@ impl Finished {
     ) -> Response<ProxyBody> {
         let elapsed = origin.started.elapsed();
         meters.request(self.outcome, elapsed);
-        if let Some(Note::Rejection(reason)) = self.reason {
+        let rejection = match self.reason {
+            Some(Note::Rejection(reason)) => Some(reason),
+            _ => None,
+        };
+        if let Some(reason) = rejection {
             meters.rejection(reason);
+        }
+        if let Some(digest) = &self.labels.key_digest {
+            meters.hot_key(
+                digest,
+                self.outcome,
+                rejection,
+                self.reason.map(Note::as_str),
+            );
         }
         tracing::info!(
             target: LOG_TARGET,

@@ -23,6 +23,7 @@ mod fingerprints;
 mod guards;
 mod hardening;
 mod harness;
+mod hot_keys;
 mod inbox_store;
 mod logging;
 mod operator_metrics;

@@ -1,0 +1,176 @@
+//! `[hot_keys]`: the per-route top-k of keys by deliveries in a sliding
+//! window (`crate::hot_keys`), validated.
+//!
+//! `k` bounds both the label cardinality of the exported series (at most
+//! `k` per route) and the memory of each route's table, so it has a hard
+//! ceiling; the window must be long enough to split into its slices.
+
+use std::time::Duration;
+
+use super::raw::{self, RawHotKeys, format_duration};
+use super::validate::Problems;
+
+/// Shortest accepted window: one second still splits into slices of a
+/// sixth of a second.
+const MIN_WINDOW: Duration = Duration::from_secs(1);
+/// Longest accepted window: a day is already far beyond what "a sender in
+/// a retry loop right now" means.
+const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// How many keys per route are reported: 1 to [`TopK::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopK(u8);
+
+impl TopK {
+    /// The largest `k`: it bounds series per route and table memory.
+    pub const MAX: usize = 100;
+
+    /// `k`, if it is within 1 to [`TopK::MAX`].
+    pub fn new(k: usize) -> Option<Self> {
+        (1..=Self::MAX)
+            .contains(&k)
+            .then(|| u8::try_from(k).ok().map(Self))
+            .flatten()
+    }
+
+    /// The value.
+    pub fn get(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// The validated `[hot_keys]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysConfig {
+    /// Whether deliveries are tracked and exported at all.
+    pub enabled: bool,
+    /// Keys reported per route.
+    pub k: TopK,
+    /// Length of the sliding window.
+    pub window: Duration,
+}
+
+impl Default for HotKeysConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            k: TopK(raw::DEFAULT_HOT_KEYS_K),
+            window: raw::parse_duration(raw::DEFAULT_HOT_KEYS_WINDOW)
+                .unwrap_or(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl HotKeysConfig {
+    /// The table as `check-config` prints it.
+    pub(super) fn to_raw(&self) -> RawHotKeys {
+        RawHotKeys {
+            enabled: Some(self.enabled),
+            k: Some(self.k.get()),
+            window: Some(format_duration(self.window)),
+        }
+    }
+}
+
+/// Validates `[hot_keys]`; every error names its key.
+pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConfig {
+    let defaults = HotKeysConfig::default();
+    let k = match raw.k {
+        None => defaults.k,
+        Some(k) => TopK::new(k).unwrap_or_else(|| {
+            problems.push("hot_keys.k", format!("must be 1 to {}", TopK::MAX));
+            defaults.k
+        }),
+    };
+    let window = problems.duration(
+        "hot_keys.window",
+        raw.window.as_deref(),
+        raw::DEFAULT_HOT_KEYS_WINDOW,
+    );
+    if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+        problems.push(
+            "hot_keys.window",
+            format!(
+                "must be {} to {}",
+                format_duration(MIN_WINDOW),
+                format_duration(MAX_WINDOW)
+            ),
+        );
+    }
+    HotKeysConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        k,
+        window,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(raw: &RawHotKeys) -> (HotKeysConfig, Vec<String>) {
+        let mut problems = Problems::default();
+        let config = hot_keys(&mut problems, raw);
+        (config, problems.0)
+    }
+
+    #[test]
+    fn defaults_are_on_ten_keys_one_minute() {
+        let (config, problems) = check(&RawHotKeys::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config, HotKeysConfig::default());
+        assert_eq!(
+            (config.enabled, config.k.get(), config.window),
+            (true, 10, Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        for (raw, expected) in [
+            (
+                RawHotKeys {
+                    k: Some(0),
+                    ..RawHotKeys::default()
+                },
+                "hot_keys.k: must be 1 to 100",
+            ),
+            (
+                RawHotKeys {
+                    k: Some(101),
+                    ..RawHotKeys::default()
+                },
+                "hot_keys.k: must be 1 to 100",
+            ),
+            (
+                RawHotKeys {
+                    window: Some("500ms".into()),
+                    ..RawHotKeys::default()
+                },
+                "hot_keys.window: must be 1s to 24h",
+            ),
+            (
+                RawHotKeys {
+                    window: Some("soon".into()),
+                    ..RawHotKeys::default()
+                },
+                "hot_keys.window: ",
+            ),
+        ] {
+            let (_, problems) = check(&raw);
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].starts_with(expected), "{problems:?}");
+        }
+        let (config, problems) = check(&RawHotKeys {
+            enabled: Some(false),
+            k: Some(100),
+            window: Some("5m".into()),
+        });
+        assert!(problems.is_empty());
+        assert_eq!(
+            (config.enabled, config.k.get(), config.window),
+            (false, 100, Duration::from_secs(300))
+        );
+        assert_eq!(TopK::new(1).map(TopK::get), Some(1));
+    }
+}
