@@ -25,6 +25,7 @@ mod choice;
 mod effective;
 mod guard;
 mod inbox;
+mod otel;
 mod preset;
 pub mod public_key;
 pub mod raw;
@@ -48,6 +49,7 @@ use raw::RawConfig;
 pub use choice::Choice;
 pub use guard::Guard;
 pub use inbox::{Ack, Inbox, InboxTriggers};
+pub use otel::Tracing;
 pub use preset::{Credential, Preset, PresetKind, decode_hex_key};
 pub use public_key::{PublicKeys, RawPublicKey, RsaDigest};
 pub(crate) use redact::redact_url;
@@ -160,6 +162,8 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Routes, in file order.
     pub routes: Vec<Route>,
+    /// OpenTelemetry trace export; `None` (the default) is off.
+    pub tracing: Option<Tracing>,
 }
 
 impl Config {

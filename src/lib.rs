@@ -54,6 +54,7 @@
 //! * [`log_writer`] — log lines to stderr in timed batches.
 //! * [`admin`] — the admin listener.
 //! * [`demo`] — `idemgate demo`, a self-contained demonstration.
+//! * [`telemetry`] — optional OpenTelemetry trace export (`[tracing]`).
 
 pub mod admin;
 pub mod app;
@@ -72,3 +73,4 @@ pub mod record;
 pub(crate) mod server;
 pub mod signature;
 pub mod store;
+pub mod telemetry;

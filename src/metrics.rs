@@ -220,6 +220,7 @@ pub(crate) fn register_descriptions() {
     );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     inbox::register_descriptions();
+    crate::telemetry::register_descriptions();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 

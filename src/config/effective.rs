@@ -66,6 +66,7 @@ impl Config {
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
             },
+            tracing: self.tracing.as_ref().map(super::Tracing::raw),
             routes: self.routes.iter().map(|route| self.route(route)).collect(),
         }
     }

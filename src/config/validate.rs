@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::Uri;
 
 use super::choice::Choice;
+use super::otel::tracing;
 use super::raw::{self, RawConfig, parse_duration};
 use super::route::{check_shared_scope, route};
 use super::store::store_config;
@@ -197,6 +198,7 @@ impl TryFrom<RawConfig> for Config {
             .as_deref()
             .and_then(|spec| problems.take("admin.token", Secret::resolve(spec)));
 
+        let tracing = tracing(&mut problems, raw.tracing);
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
             let key = format!("route[{index}]");
@@ -233,6 +235,7 @@ impl TryFrom<RawConfig> for Config {
                 on_unavailable,
                 admin_token,
                 routes,
+                tracing,
             })
         } else {
             Err(ConfigError(problems.0))

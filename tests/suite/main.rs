@@ -34,3 +34,4 @@ mod secrets;
 mod signatures;
 mod store_contract;
 mod store_pressure;
+mod tracing;
