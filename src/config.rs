@@ -27,6 +27,7 @@ mod effective;
 mod guard;
 mod hot_keys;
 mod inbox;
+mod otel;
 mod preset;
 pub mod public_key;
 pub mod raw;
@@ -52,6 +53,7 @@ pub use choice::Choice;
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
 pub use inbox::{Ack, Inbox, InboxTriggers};
+pub use otel::Tracing;
 pub use preset::{Credential, Preset, PresetKind, decode_hex_key};
 pub use public_key::{PublicKeys, RawPublicKey, RsaDigest};
 pub(crate) use redact::redact_url;
@@ -171,6 +173,8 @@ pub struct Config {
     pub hot_keys: HotKeysConfig,
     /// Routes, in file order.
     pub routes: Vec<Route>,
+    /// OpenTelemetry trace export; `None` (the default) is off.
+    pub tracing: Option<Tracing>,
 }
 
 impl Config {

@@ -56,6 +56,7 @@
 //! * [`admin`] — the admin listener.
 //! * [`rotation`] — `file:` secrets re-read on SIGHUP or when they change.
 //! * [`demo`] — `idemgate demo`, a self-contained demonstration.
+//! * [`telemetry`] — optional OpenTelemetry trace export (`[tracing]`).
 
 pub mod admin;
 pub mod app;
@@ -76,3 +77,4 @@ pub mod rotation;
 pub(crate) mod server;
 pub mod signature;
 pub mod store;
+pub mod telemetry;

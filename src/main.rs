@@ -11,7 +11,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use idemgate::config::Config;
 use idemgate::log_writer::{self, FlushGuard};
-use tracing_subscriber::EnvFilter;
+use idemgate::telemetry::{self, Telemetry};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// Exit code for an invalid configuration (SPEC §8).
 const EXIT_BAD_CONFIG: u8 = 2;
@@ -58,21 +61,53 @@ enum Command {
 /// when stderr is slower than the traffic, lines are dropped and counted
 /// rather than stalling requests. Keep the returned guard alive: dropping it
 /// writes what is pending. Reports its own failure, like [`load`].
-fn init_logging(format: LogFormat, default: &str) -> Result<FlushGuard, ExitCode> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+///
+/// With `telemetry`, its OpenTelemetry layer goes beside the log layer; the
+/// delivery spans it exports (target [`telemetry::TARGET`]) are kept out of
+/// the log lines whatever `RUST_LOG` says.
+fn init_logging(
+    format: LogFormat,
+    default: &str,
+    telemetry: Option<&Telemetry>,
+) -> Result<FlushGuard, ExitCode> {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(default))
+        .add_directive(
+            format!("{}=off", telemetry::TARGET)
+                .parse()
+                .map_err(|error| {
+                    eprintln!("bad log filter directive: {error}");
+                    ExitCode::FAILURE
+                })?,
+        );
     let (writer, guard) = log_writer::batched(std::io::stderr()).map_err(|error| {
         eprintln!("could not start the log writer thread: {error}");
         ExitCode::FAILURE
     })?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(telemetry.map(Telemetry::layer))
+        .init();
     Ok(guard)
+}
+
+/// Starts trace export when `[tracing]` configures it. Reports its own
+/// failure, like [`load`].
+fn start_telemetry(config: &Config) -> Result<Option<Telemetry>, ExitCode> {
+    let Some(tracing) = &config.tracing else {
+        return Ok(None);
+    };
+    Telemetry::start(tracing).map(Some).map_err(|error| {
+        eprintln!("could not start trace export: {error}");
+        ExitCode::FAILURE
+    })
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
@@ -184,14 +219,21 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Serve => {
-            let _flush_on_exit = match init_logging(cli.log_format, "info") {
-                Ok(guard) => guard,
-                Err(code) => return code,
-            };
             let config = match load(cli.config.as_ref()) {
                 Ok(config) => config,
                 Err(code) => return code,
             };
+            // Dropped after the runtime's end, flushing the last spans
+            // (bounded by `telemetry::SHUTDOWN_FLUSH_BOUND`) before the logs.
+            let telemetry = match start_telemetry(&config) {
+                Ok(telemetry) => telemetry,
+                Err(code) => return code,
+            };
+            let _flush_on_exit = match init_logging(cli.log_format, "info", telemetry.as_ref()) {
+                Ok(guard) => guard,
+                Err(code) => return code,
+            };
+            let _telemetry = telemetry;
             let runtime = match serving_runtime(config.limits.worker_threads) {
                 Ok(runtime) => runtime,
                 Err(error) => {
@@ -233,10 +275,11 @@ fn main() -> ExitCode {
         Command::Demo => {
             // Scenario 7 has the inbox acknowledge and queue deliveries on
             // purpose; its row reports that, so its warnings would be noise.
-            let _flush_on_exit = match init_logging(cli.log_format, "warn,idemgate::inbox=error") {
-                Ok(guard) => guard,
-                Err(code) => return code,
-            };
+            let _flush_on_exit =
+                match init_logging(cli.log_format, "warn,idemgate::inbox=error", None) {
+                    Ok(guard) => guard,
+                    Err(code) => return code,
+                };
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
             match runtime.block_on(idemgate::demo::run()) {
                 Ok(true) => ExitCode::SUCCESS,

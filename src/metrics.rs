@@ -231,6 +231,7 @@ pub(crate) fn register_descriptions() {
         "Always 1; the version and revision (git commit) labels name the build"
     );
     inbox::register_descriptions();
+    crate::telemetry::register_descriptions();
     process::register_descriptions();
     gauge!(
         BUILD_INFO,

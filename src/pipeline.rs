@@ -48,6 +48,7 @@ mod scripted;
 pub(crate) mod settle;
 mod shadow;
 pub(crate) mod single_flight;
+pub(crate) mod trace;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -59,14 +60,15 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::body::ProxyBody;
-use crate::config::{Config, OnUnavailable, Route, Unmatched};
+use crate::config::{Config, OnUnavailable, Unmatched};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
-use crate::metrics::{self, Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::metrics::{self, Outcome, RouteMetrics};
 use crate::record::{StoredRequest, now_ms};
 use crate::store::{AnyStore, Lease};
 use claim::{Claimer, Decision};
@@ -100,6 +102,10 @@ pub(crate) struct Pipeline {
     meters: Vec<RouteMetrics>,
     /// Where first deliveries the handler could not take are queued.
     inboxes: Arc<Inboxes>,
+    /// `[tracing]` is configured: deliveries make spans ([`trace`]).
+    tracing: bool,
+    /// Deliveries per key on this instance, for the spans.
+    deliveries: trace::DeliveryCounts,
 }
 
 impl Pipeline {
@@ -124,6 +130,7 @@ impl Pipeline {
             })
             .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
             .collect();
+        let tracing = config.tracing.is_some();
         let claimer = Claimer::new(
             Arc::clone(&store),
             tracker.clone(),
@@ -139,12 +146,23 @@ impl Pipeline {
             tracker,
             grace_over,
             inboxes,
+            tracing,
+            deliveries: trace::DeliveryCounts::default(),
         }
     }
 
-    /// Handles one request end to end. Never fails: every error becomes a
-    /// problem+json answer.
+    /// Handles one request end to end, in its `delivery` span. Never
+    /// fails: every error becomes a problem+json answer.
     pub(crate) async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+    ) -> Response<ProxyBody> {
+        let span = trace::delivery(self.tracing, request.headers());
+        self.handle_in_span(request, peer).instrument(span).await
+    }
+
+    async fn handle_in_span(
         self: Arc<Self>,
         request: Request<Incoming>,
         peer: Option<SocketAddr>,
@@ -252,7 +270,9 @@ impl Pipeline {
                     );
                 }
             };
-        let verified = match verify::verify(inbound, route, now_ms()) {
+        let verified = match trace::verify(self.tracing)
+            .in_scope(|| verify::verify(inbound, route, now_ms()))
+        {
             Ok(verified) => {
                 if let Some(secret) = verified.authenticity().secret_index {
                     self.meters[index].secret_match(secret);
@@ -293,9 +313,12 @@ impl Pipeline {
         let secret_index = verified.authenticity().secret_index;
         let rules = &route.idempotency;
         let mut first_trace = None;
+        let span = tracing::Span::current();
+        let context = trace::claiming(&span, &self.deliveries, &identity.key_hash);
         let decision = self
             .claimer
-            .claim(&identity, rules, shadow::patience(rules), None)
+            .claim(&identity, rules, shadow::patience(rules), context)
+            .instrument(trace::claim(self.tracing))
             .await;
         let enforced = match decision {
             Ok(Decision::Forward(lease)) => Enforced::Ended(
@@ -341,6 +364,9 @@ impl Pipeline {
                 }
             }
         };
+        if let Some(first) = &first_trace {
+            trace::link_first(&span, first);
+        }
         let labels = Labels {
             key_hash: Some(identity.key_hash),
             key_digest: Some(identity.key_digest),
@@ -369,16 +395,19 @@ impl Pipeline {
     async fn forward_metered(
         &self,
         index: usize,
-        parts: http::request::Parts,
+        mut parts: http::request::Parts,
         body: bytes::Bytes,
         peer: Option<SocketAddr>,
     ) -> Result<forward::UpstreamAnswer, ForwardError> {
         let route = &self.config.routes[index];
         let started = Instant::now();
         let max_stored = self.config.limits.max_stored_answer_bytes;
-        let result =
-            forward::forward(&self.client, &route.upstream, parts, body, peer, max_stored).await;
-        meter_upstream(route, &self.meters[index], &result, started.elapsed());
+        let span = trace::forward(self.tracing, &mut parts.headers);
+        let result = forward::forward(&self.client, &route.upstream, parts, body, peer, max_stored)
+            .instrument(span.clone())
+            .await;
+        trace::answered(&span, &result);
+        forward::meter(route, &self.meters[index], &result, started.elapsed());
         result
     }
 
@@ -406,7 +435,7 @@ impl Pipeline {
         };
         let (parts, body) = verified.into_inbound().into_parts();
         self.meters[index].in_flight(1.0);
-        self.tracker.spawn(async move {
+        let task = async move {
             let route = &this.config.routes[index];
             let kept = route
                 .inbox
@@ -435,7 +464,10 @@ impl Pipeline {
                 return;
             }
             let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
-            let (settled, still_failing) = this.settle_once(index, &lease, &settlement).await;
+            let (settled, still_failing) = this
+                .settle_once(index, &lease, &settlement)
+                .instrument(trace::settle(this.tracing))
+                .await;
             meters.in_flight(-1.0);
             let response =
                 Finished::upstream(Outcome::Forwarded, result, &this.config.problem_types)
@@ -448,7 +480,9 @@ impl Pipeline {
                     .await;
             }
             this.claimer.settled(lease.key());
-        });
+        };
+        self.tracker
+            .spawn(task.instrument(tracing::Span::current()));
         answer.await.map_or_else(
             |_| {
                 tracing::error!(
@@ -460,26 +494,4 @@ impl Pipeline {
             Ending::Recorded,
         )
     }
-}
-
-fn meter_upstream(
-    route: &Route,
-    meters: &RouteMetrics,
-    result: &Result<forward::UpstreamAnswer, ForwardError>,
-    elapsed: Duration,
-) {
-    meters.upstream(elapsed);
-    let kind = match result {
-        Ok(answer)
-            if route
-                .idempotency
-                .cache_status
-                .contains(answer.status.as_u16()) =>
-        {
-            return;
-        }
-        Ok(_) => UpstreamErrorKind::Status,
-        Err(error) => error.kind(),
-    };
-    meters.upstream_error(kind);
 }

@@ -77,6 +77,7 @@ impl Config {
                 )),
             },
             hot_keys: self.hot_keys.to_raw(),
+            tracing: self.tracing.as_ref().map(super::Tracing::raw),
             routes: self.routes.iter().map(|route| self.route(route)).collect(),
         }
     }

@@ -77,6 +77,15 @@ pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
 /// Default time an unknown outcome blocks re-forwarding.
 pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
 
+/// Default `[tracing] sampling_ratio`: every trace a sender did not
+/// decide on is kept; lower it when the collector can not take them all.
+pub const DEFAULT_SAMPLING_RATIO: f64 = 1.0;
+/// Default `[tracing] service_name`: the `service.name` of every span.
+pub const DEFAULT_SERVICE_NAME: &str = "idemgate";
+/// Default `[tracing] queue_size`: finished spans waiting for export at
+/// most (a delivery makes four or five); more are dropped and counted.
+pub const DEFAULT_TRACE_QUEUE_SIZE: usize = 2048;
+
 /// Default `on`: server errors, rate limiting and a handler that is down
 /// are worth another try; other 4xx answers will not change on a retry.
 pub const DEFAULT_INBOX_ON: [&str; 3] = ["5xx", "429", "refused"];
@@ -129,6 +138,9 @@ pub struct RawConfig {
     /// Per-route hot keys.
     #[serde(default)]
     pub hot_keys: RawHotKeys,
+    /// OpenTelemetry trace export; absent (the default) is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<RawTracing>,
     /// Protected routes.
     #[serde(default, rename = "route")]
     pub routes: Vec<RawRoute>,
@@ -234,6 +246,21 @@ pub struct RawHotKeys {
     pub k: Option<usize>,
     /// Length of the sliding window.
     pub window: Option<String>,
+}
+
+/// `[tracing]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    /// OTLP/HTTP collector base URL (`/v1/traces` is appended); absent: off.
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces kept, 0.0 to 1.0; a sender's sampled
+    /// `traceparent` is always honoured.
+    pub sampling_ratio: Option<f64>,
+    /// `service.name` of the exported spans.
+    pub service_name: Option<String>,
+    /// Finished spans waiting for export at most.
+    pub queue_size: Option<usize>,
 }
 
 /// One `[[route]]`.

@@ -13,6 +13,7 @@ use http::Uri;
 
 use super::choice::Choice;
 use super::hot_keys::hot_keys;
+use super::otel::tracing;
 use super::raw::{self, RawConfig, parse_duration};
 use super::route::{check_shared_scope, route};
 use super::store::store_config;
@@ -238,6 +239,7 @@ impl TryFrom<RawConfig> for Config {
         .filter(|interval| !interval.is_zero());
         let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
 
+        let tracing = tracing(&mut problems, raw.tracing);
         let mut routes: Vec<Route> = Vec::new();
         for (index, raw_route) in raw.routes.into_iter().enumerate() {
             let key = format!("route[{index}]");
@@ -277,6 +279,7 @@ impl TryFrom<RawConfig> for Config {
                 secrets_watch,
                 hot_keys,
                 routes,
+                tracing,
             })
         } else {
             Err(ConfigError(problems.0))

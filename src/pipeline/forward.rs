@@ -34,9 +34,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::quick_ack::QuickAckConnector;
 use crate::body::{ProxyBody, full};
-use crate::config::Upstream;
+use crate::config::{Route, Upstream};
 use crate::error::Rejection;
-use crate::metrics::UpstreamErrorKind;
+use crate::metrics::{RouteMetrics, UpstreamErrorKind};
 
 /// The pooled upstream client, cloned cheaply per request.
 pub(crate) type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
@@ -330,6 +330,30 @@ pub(crate) async fn pass_through(
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     Ok(Response::from_parts(head, body.boxed()))
+}
+
+/// Records an upstream call's latency and, unless its status is one the
+/// route caches, its error kind.
+pub(crate) fn meter(
+    route: &Route,
+    meters: &RouteMetrics,
+    result: &Result<UpstreamAnswer, ForwardError>,
+    elapsed: Duration,
+) {
+    meters.upstream(elapsed);
+    let kind = match result {
+        Ok(answer)
+            if route
+                .idempotency
+                .cache_status
+                .contains(answer.status.as_u16()) =>
+        {
+            return;
+        }
+        Ok(_) => UpstreamErrorKind::Status,
+        Err(error) => error.kind(),
+    };
+    meters.upstream_error(kind);
 }
 
 #[cfg(test)]

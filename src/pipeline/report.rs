@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::forward::{self, ForwardError};
 use super::persist::Persisted;
-use super::settle;
+use super::{settle, trace};
 use crate::body::ProxyBody;
 use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
 use crate::metrics::{Outcome, RouteMetrics};
@@ -41,7 +41,7 @@ pub(super) enum Note {
 
 impl Note {
     /// The word the log line shows.
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Rejection(reason) => reason.as_str(),
             Self::AnswerNotStored => ANSWER_NOT_STORED,
@@ -129,10 +129,10 @@ pub(super) struct Origin {
 /// How one request ended, not yet counted and logged. [`Finished::record`]
 /// consumes it, so no request is counted twice.
 pub(super) struct Finished {
-    outcome: Outcome,
-    response: Response<ProxyBody>,
-    reason: Option<Note>,
-    labels: Labels,
+    pub(super) outcome: Outcome,
+    pub(super) response: Response<ProxyBody>,
+    pub(super) reason: Option<Note>,
+    pub(super) labels: Labels,
     /// The upstream's status, when the request was forwarded and answered.
     upstream_status: Option<u16>,
     settled: Settled,
@@ -274,6 +274,7 @@ impl Finished {
                 self.reason.map(Note::as_str),
             );
         }
+        let trace_id = trace::finish(&tracing::Span::current(), route, &self);
         tracing::info!(
             target: LOG_TARGET,
             route,
@@ -289,6 +290,7 @@ impl Finished {
             upstream_status = self.upstream_status,
             settled = self.settled.as_str(),
             latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            trace_id,
             "request"
         );
         self.response

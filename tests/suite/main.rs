@@ -39,3 +39,4 @@ mod store_auth;
 mod store_contract;
 mod store_pressure;
 mod systemd;
+mod tracing;

@@ -18,6 +18,8 @@
 //! * [`presets`] — configurations, headers and bodies per preset scheme.
 //! * [`payments`] — the payment channels' SDK vectors, their routes and
 //!   fresh WeChat Pay v3 signatures.
+//! * [`otlp`] — [`OtlpReceiver`], a real OTLP/HTTP trace receiver that
+//!   decodes what idemgate exports with the official protobuf types.
 //! * [`exposition`] — the admin `/metrics` text: [`sample`] and the
 //!   [`Exposition`] parser.
 // Each binary uses a part of the harness.
@@ -26,6 +28,7 @@
 mod client;
 mod exposition;
 mod gate;
+mod otlp;
 mod payments;
 mod presets;
 mod process;
@@ -37,6 +40,7 @@ mod wait;
 pub use client::*;
 pub use exposition::*;
 pub use gate::*;
+pub use otlp::*;
 pub use payments::*;
 pub use presets::*;
 pub use process::*;

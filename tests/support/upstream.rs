@@ -59,6 +59,8 @@ pub struct Upstream {
     bodies: Arc<Mutex<Vec<Bytes>>>,
     /// Method and request target of every call, as received.
     targets: Arc<Mutex<Vec<(String, String)>>>,
+    /// The request headers of every call, as received.
+    headers: Arc<Mutex<Vec<http::HeaderMap>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -110,6 +112,8 @@ impl Upstream {
         let calls = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));
         let targets = Arc::new(Mutex::new(Vec::new()));
+        let headers = Arc::new(Mutex::new(Vec::new()));
+        let seen_headers = Arc::clone(&headers);
         let script: Arc<Script> = Arc::new(script);
         let (c, b, t) = (
             Arc::clone(&calls),
@@ -123,6 +127,7 @@ impl Upstream {
                 };
                 let (calls, bodies, script) = (Arc::clone(&c), Arc::clone(&b), Arc::clone(&script));
                 let targets = Arc::clone(&t);
+                let seen_headers = Arc::clone(&seen_headers);
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(
                         move |request: Request<hyper::body::Incoming>| {
@@ -132,6 +137,7 @@ impl Upstream {
                                 request.method().as_str().to_owned(),
                                 request.uri().to_string(),
                             ));
+                            seen_headers.lock().unwrap().push(request.headers().clone());
                             async move {
                                 let body = request
                                     .into_body()
@@ -173,6 +179,7 @@ impl Upstream {
             calls,
             bodies,
             targets,
+            headers,
             task,
         }
     }
@@ -194,6 +201,11 @@ impl Upstream {
     /// them: what "forwarded byte for byte" is checked against.
     pub fn targets(&self) -> Vec<(String, String)> {
         self.targets.lock().unwrap().clone()
+    }
+
+    /// The request headers of every call, in arrival order.
+    pub fn headers(&self) -> Vec<http::HeaderMap> {
+        self.headers.lock().unwrap().clone()
     }
 }
 

@@ -1,0 +1,173 @@
+//! `[tracing]`: the checked OpenTelemetry export settings (issue 16).
+//!
+//! Owns [`Tracing`] and its validation: the collector URL must be a plain
+//! `http://` OTLP/HTTP endpoint (spans go out through idemgate's own hyper
+//! client, which speaks no TLS; a collector runs beside the proxy), the
+//! sampling ratio a share and the queue non-empty. Without an
+//! `otlp_endpoint` tracing is off and [`crate::config::Config::tracing`]
+//! is `None`.
+
+use http::Uri;
+
+use super::raw::{self, RawTracing};
+use super::validate::Problems;
+
+/// Largest `queue_size`: a million spans is about a gigabyte of memory,
+/// beyond any sane buffer in front of a collector.
+const MAX_QUEUE_SIZE: usize = 1_000_000;
+
+/// OTLP trace export, as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tracing {
+    /// The collector's base URL, as written (`http://host:4318`).
+    pub otlp_endpoint: Uri,
+    /// Share of new traces kept (0.0 to 1.0); parent-based, so a sender's
+    /// sampled `traceparent` is always kept and an unsampled one never.
+    pub sampling_ratio: f64,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+    /// Finished spans waiting for export at most; more are dropped and
+    /// counted in `idemgate_trace_spans_dropped_total`.
+    pub queue_size: usize,
+}
+
+impl Tracing {
+    /// Where spans are posted: the endpoint with `/v1/traces` appended
+    /// (the OTLP/HTTP signal path, as `OTEL_EXPORTER_OTLP_ENDPOINT` works).
+    pub fn traces_url(&self) -> String {
+        let base = self.otlp_endpoint.to_string();
+        format!("{}/v1/traces", base.trim_end_matches('/'))
+    }
+
+    /// The raw form `check-config` prints.
+    pub(super) fn raw(&self) -> RawTracing {
+        RawTracing {
+            otlp_endpoint: Some(self.otlp_endpoint.to_string()),
+            sampling_ratio: Some(self.sampling_ratio),
+            service_name: Some(self.service_name.clone()),
+            queue_size: Some(self.queue_size),
+        }
+    }
+}
+
+/// Checks `[tracing]`; `None` when it is absent or has no endpoint (off).
+pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Option<Tracing> {
+    let raw = raw?;
+    let sampling_ratio = raw.sampling_ratio.unwrap_or(raw::DEFAULT_SAMPLING_RATIO);
+    if !(0.0..=1.0).contains(&sampling_ratio) {
+        problems.push(
+            "tracing.sampling_ratio",
+            format!("{sampling_ratio} is not between 0.0 and 1.0"),
+        );
+    }
+    let service_name = raw
+        .service_name
+        .unwrap_or_else(|| raw::DEFAULT_SERVICE_NAME.to_owned());
+    if service_name.trim().is_empty() {
+        problems.push("tracing.service_name", "must not be empty");
+    }
+    let queue_size = raw.queue_size.unwrap_or(raw::DEFAULT_TRACE_QUEUE_SIZE);
+    if queue_size == 0 || queue_size > MAX_QUEUE_SIZE {
+        problems.push(
+            "tracing.queue_size",
+            format!("{queue_size} is not between 1 and {MAX_QUEUE_SIZE}"),
+        );
+    }
+    let endpoint = raw.otlp_endpoint?;
+    let otlp_endpoint = problems.take("tracing.otlp_endpoint", endpoint_url(&endpoint))?;
+    Some(Tracing {
+        otlp_endpoint,
+        sampling_ratio,
+        service_name,
+        queue_size,
+    })
+}
+
+/// An `http://host[:port][/base]` URL without query.
+fn endpoint_url(text: &str) -> Result<Uri, String> {
+    let uri: Uri = text
+        .parse()
+        .map_err(|error| format!("{text:?} is not a URL: {error}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "{text:?}: https is not supported; export to a collector beside idemgate over http"
+            ));
+        }
+        _ => return Err(format!("{text:?} must start with http://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{text:?} has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{text:?} must not have a query"));
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(raw: RawTracing) -> (Option<Tracing>, Vec<String>) {
+        let mut problems = Problems::default();
+        let tracing = tracing(&mut problems, Some(raw));
+        (tracing, problems.0)
+    }
+
+    #[test]
+    fn absent_or_without_endpoint_is_off() {
+        let mut problems = Problems::default();
+        assert_eq!(tracing(&mut problems, None), None);
+        let (tracing, problems) = check(RawTracing::default());
+        assert_eq!(tracing, None);
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let (tracing, problems) = check(RawTracing {
+            otlp_endpoint: Some("http://127.0.0.1:4318".to_owned()),
+            ..RawTracing::default()
+        });
+        assert!(problems.is_empty(), "{problems:?}");
+        let tracing = tracing.expect("on");
+        assert_eq!(tracing.sampling_ratio, raw::DEFAULT_SAMPLING_RATIO);
+        assert_eq!(tracing.service_name, raw::DEFAULT_SERVICE_NAME);
+        assert_eq!(tracing.queue_size, raw::DEFAULT_TRACE_QUEUE_SIZE);
+        assert_eq!(tracing.traces_url(), "http://127.0.0.1:4318/v1/traces");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let (tracing, problems) = check(RawTracing {
+            otlp_endpoint: Some("https://collector:4318".to_owned()),
+            sampling_ratio: Some(1.5),
+            service_name: Some(" ".to_owned()),
+            queue_size: Some(0),
+        });
+        assert_eq!(tracing, None);
+        let keys: Vec<&str> = problems
+            .iter()
+            .map(|p| p.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "tracing.sampling_ratio",
+                "tracing.service_name",
+                "tracing.queue_size",
+                "tracing.otlp_endpoint"
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoint_must_be_plain_http() {
+        assert!(endpoint_url("http://collector:4318/").is_ok());
+        assert!(endpoint_url("collector:4318").is_err());
+        assert!(endpoint_url("ftp://collector").is_err());
+        assert!(endpoint_url("http://collector:4318/?a=b").is_err());
+    }
+}
