@@ -292,7 +292,7 @@ mod tests {
         // Sorted by serde's walk of the table, which is by key.
         let got = errors(&text);
         let want = [
-            "colour: unknown key; expected one of `unmatched`, `listen`, ",
+            "colour: unknown key; expected one of `unmatched`, ",
             "route[1].idempotency.leese: unknown key; did you mean `lease`?",
             "route[1].idempotency.retension: unknown key; did you mean `retention`?",
             "store.urll: unknown key; did you mean `url`?",
