@@ -3,7 +3,9 @@
 //! are what `check-config` prints (`effective`).
 //!
 //! Every struct denies unknown keys, so a typo is an error rather than a
-//! silently ignored setting. Nothing here is validated beyond its TOML type:
+//! silently ignored setting; [`strict`] turns serde's first-error-only
+//! refusal into every unknown key at once, each with its dotted path and a
+//! "did you mean" hint. Nothing here is validated beyond its TOML type:
 //! [`super::Config`] turns these structs into checked runtime values and
 //! names the offending key in every error.
 

@@ -5,7 +5,8 @@
 //!
 //! * the alert rules pass `promtool check rules`, and the promtool unit
 //!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down,
-//!   eviction and inbox alerts on synthetic series;
+//!   eviction, inbox, hit-rate (per namespace and job) and key-retry-loop
+//!   alerts on synthetic series;
 //! * every alert's `runbook_url` names a heading of README.md;
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
