@@ -300,6 +300,16 @@ pub async fn probe_health(addr: std::net::SocketAddr) -> Result<(), String> {
 
 /// The value of an `Authorization` header's `Bearer` credentials: the
 /// scheme is case-insensitive (RFC 9110 §11.1), one or more spaces follow.
+/// The `name=value` pairs of a query string, raw (not percent-decoded);
+/// a pair without `=` has an empty value.
+fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+}
+
 fn bearer_token(header: &[u8]) -> Option<&[u8]> {
     let space = header.iter().position(|b| *b == b' ')?;
     let (scheme, rest) = header.split_at(space);
@@ -340,12 +350,7 @@ fn key_hash_of(path_key: Option<&str>, query: Option<&str>) -> Result<String, Re
     if let Some(raw) = path_key.filter(|k| !k.is_empty()) {
         named.push(Ok(hash_value(&decode(raw))));
     }
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (name, value) in query_pairs(query) {
         match name {
             "hash" => {
                 let hash = String::from_utf8_lossy(&decode(value)).to_ascii_lowercase();

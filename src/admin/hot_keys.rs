@@ -18,7 +18,7 @@ use http::{Response, StatusCode};
 
 use crate::error::AdminReason;
 
-use super::{Admin, json};
+use super::{Admin, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::hot_keys::{HotKey, RouteHotKeys};
 
@@ -33,12 +33,7 @@ enum QueryError {
 /// The route a query names, percent-decoded; `None` for every route.
 fn route_filter(query: Option<&str>) -> Result<Option<String>, QueryError> {
     let mut route = None;
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (name, value) in query_pairs(query) {
         match name {
             "route" => {
                 route = Some(

@@ -15,7 +15,7 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{Admin, json, key_hash_of};
+use super::{Admin, json, key_hash_of, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::inbox::{Action, Listing};
@@ -34,12 +34,7 @@ fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String>
     let mut listing = Listing::Queued;
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = 0;
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (name, value) in query_pairs(query) {
         match name {
             "state" => {
                 listing = match value {
