@@ -2,24 +2,7 @@
 //! reported at once with its dotted path and a "did you mean" hint, and
 //! the exit code is 2 (SPEC §8).
 
-/// `idemgate check-config` on `text`: (exit code, stdout + stderr).
-fn check_config(text: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idemgate.toml");
-    std::fs::write(&path, text).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("check-config")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run check-config");
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code(), printed)
-}
+use crate::support::check_config;
 
 const VALID: &str = r#"
 [store]

@@ -192,25 +192,6 @@ async fn sighup_rereads_file_public_keys() {
     assert_eq!(upstream.calls(), 3, "every accepted event once");
 }
 
-/// `idemgate check-config` on `text`: (exit code, stdout + stderr).
-fn check_config(text: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idemgate.toml");
-    std::fs::write(&path, text).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("check-config")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run check-config");
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code(), printed)
-}
-
 #[test]
 fn check_config_never_prints_url_credentials() {
     const PASSWORDS: [&str; 4] = ["upstream-pw", "route-pw", "redis-pw", "sentinel-pw"];

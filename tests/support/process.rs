@@ -189,3 +189,22 @@ pub fn run_bounded<S: AsRef<OsStr>>(program: &str, args: &[S], limit: Duration) 
     }
     String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned()
 }
+
+/// `idemgate check-config` on `text`: (exit code, stdout + stderr).
+pub fn check_config(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run check-config");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), printed)
+}
