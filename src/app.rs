@@ -11,8 +11,9 @@
 //! Background upkeep under the same tracker and cancellation token: the
 //! embedded store's sweeper, the metrics recorder's upkeep, the Redis
 //! eviction watcher (`store::eviction`), the inbox's redelivery workers
-//! and backlog gauges (`inbox`), and the `file:` secret watcher
-//! (`rotation`, every `[secrets] watch_interval`).
+//! and backlog gauges (`inbox`), the `file:` secret watcher
+//! (`rotation`, every `[secrets] watch_interval`), and on Redis the replay
+//! cache's invalidation listener (`replay_cache::tracking`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -127,7 +128,9 @@ pub async fn start(
 ) -> Result<RunningApp, StartError> {
     warn_about(&config);
     let config = Arc::new(config);
-    let store = Arc::new(AnyStore::connect(&config.store).await?);
+    let mut store = AnyStore::connect(&config.store).await?;
+    let tracking = store.with_replay_cache(config.limits.replay_cache_bytes)?;
+    let store = Arc::new(store);
     let proxy_listener = bind(config.listen.proxy).await?;
     let admin_listener = bind(config.listen.admin).await?;
     let proxy_addr = proxy_listener
@@ -188,6 +191,13 @@ pub async fn start(
     spawn_upkeep(&tracker, &shutdown, &store, metrics);
     inboxes.start(&tracker, &shutdown);
     tracker.spawn(eviction.run(shutdown.clone()));
+    if let (Some(client), Some(cache)) = (tracking, store.replay_cache()) {
+        tracker.spawn(crate::replay_cache::tracking::keep_coherent(
+            client,
+            Arc::clone(cache),
+            shutdown.clone(),
+        ));
+    }
     if let Some(interval) = config.secrets_watch {
         tracker.spawn(crate::rotation::watch(
             Arc::clone(&config),

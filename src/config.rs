@@ -123,6 +123,9 @@ pub struct Limits {
     /// Largest upstream answer body stored for replay; larger ones stream
     /// to the sender and their key is completed without a body.
     pub max_stored_answer_bytes: usize,
+    /// Bytes of completed records kept in memory so replays skip the
+    /// store (`crate::replay_cache`); 0 turns the cache off.
+    pub replay_cache_bytes: usize,
     /// Threads that serve requests, resolved (at least 1); one selects
     /// tokio's current-thread scheduler (why: the crate docs, "Runtime").
     pub worker_threads: usize,

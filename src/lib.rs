@@ -21,7 +21,9 @@
 //!                            │             pipeline/outcome.rs + persist.rs: stored until it sticks
 //!                            ▼
 //!                         store.rs (trait) ── store/redis.rs (fred + lua/*.lua)
-//!                                          └─ store/embedded.rs (redb)
+//!                            │             └─ store/embedded.rs (redb)
+//!                            └ replay_cache.rs: completed records in memory,
+//!                              replay_cache/tracking.rs: CLIENT TRACKING invalidations
 //!         admin.rs: /metrics /healthz /readyz      metrics.rs: names, buckets, helpers
 //! ```
 //!
@@ -73,6 +75,7 @@ pub(crate) mod metrics;
 pub mod path;
 pub mod pipeline;
 pub mod record;
+pub mod replay_cache;
 pub mod rotation;
 pub(crate) mod server;
 pub mod signature;

@@ -8,6 +8,7 @@
 
 pub(crate) mod inbox;
 pub(crate) mod process;
+pub(crate) mod replay_cache;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,6 +232,7 @@ pub(crate) fn register_descriptions() {
         "Always 1; the version and revision (git commit) labels name the build"
     );
     inbox::register_descriptions();
+    replay_cache::register_descriptions();
     crate::telemetry::register_descriptions();
     process::register_descriptions();
     gauge!(

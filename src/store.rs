@@ -32,6 +32,7 @@ pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -39,6 +40,7 @@ use tokio::time::Instant;
 use crate::config::{StoreBackend, StoreConfig};
 use crate::metrics::{StoreMetrics, StoreOp};
 use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong};
+use crate::replay_cache::{Fill, ReplayCache};
 
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -329,6 +331,8 @@ impl<S: Store + std::fmt::Debug> Dispatch for S {
 pub struct AnyStore {
     backend: Backend,
     metrics: StoreMetrics,
+    /// Completed records kept in memory (`[limits] replay_cache_bytes`).
+    cache: Option<Arc<ReplayCache>>,
 }
 
 /// The two implementations (and, in unit tests, a scripted one).
@@ -375,7 +379,71 @@ impl AnyStore {
         Ok(Self {
             backend,
             metrics: StoreMetrics::new(),
+            cache: None,
         })
+    }
+
+    /// Puts a replay cache of `bytes` in front of the store (0: none).
+    /// On Redis it is filled over a tracking client, returned here for
+    /// `replay_cache::tracking::keep_coherent`, which must run for the
+    /// cache to fill at all; the embedded store needs no listener.
+    pub fn with_replay_cache(
+        &mut self,
+        bytes: usize,
+    ) -> Result<Option<fred::clients::Client>, StoreError> {
+        if bytes == 0 {
+            self.cache = None;
+            return Ok(None);
+        }
+        let tracking = match &mut self.backend {
+            Backend::Redis(store) => Some(store.enable_tracking()?),
+            _ => None,
+        };
+        self.cache = Some(Arc::new(ReplayCache::new(bytes, tracking.is_none())));
+        Ok(tracking)
+    }
+
+    /// The replay cache, if one is configured.
+    pub fn replay_cache(&self) -> Option<&Arc<ReplayCache>> {
+        self.cache.as_ref()
+    }
+
+    /// The cached completed record of `key`: decided from with no round
+    /// trip (`crate::replay_cache`).
+    pub fn cached(&self, key: &StoreKey) -> Option<Existing> {
+        self.cache.as_ref()?.get(key)
+    }
+
+    /// Notes that a claim found `key` completed in the store: counts a
+    /// cache miss and returns the fill to run, unless one is out already
+    /// (or the cache is off or not coherent yet).
+    pub fn begin_fill(&self, key: &StoreKey) -> Option<Fill> {
+        let cache = self.cache.as_ref()?;
+        cache.missed();
+        cache.begin_fill(key)
+    }
+
+    /// Runs `fill`: reads its key (on Redis over the tracking client) and
+    /// caches a completed record. A failed read caches nothing.
+    pub async fn refill(&self, key: &StoreKey, mut fill: Fill) {
+        fill.sending();
+        let call: Call<'_, Option<Existing>> = match &self.backend {
+            Backend::Redis(store) => Box::pin(store.lookup_tracked(key)),
+            _ => self.backend().lookup(key),
+        };
+        if let Ok(found) = self.metered(StoreOp::Lookup, call).await {
+            fill.land(found);
+        }
+    }
+
+    /// Drops `key` from the replay cache and withdraws its fill: this
+    /// instance just wrote it. Called *after* the write, so a fill that
+    /// read the old record can not land later (on the embedded store no
+    /// tracking would catch it).
+    pub(crate) fn forget(&self, key: &StoreKey) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(key.as_str());
+        }
     }
 
     /// A store over a scripted backend, for unit tests of what settles
@@ -385,6 +453,7 @@ impl AnyStore {
         Self {
             backend: Backend::Test(backend),
             metrics: StoreMetrics::new(),
+            cache: None,
         }
     }
 
@@ -446,7 +515,9 @@ impl AnyStore {
         let call = self
             .backend()
             .complete(&lease.key, lease.owner(), record, ttl);
-        self.metered(StoreOp::Complete, call).await
+        let completion = self.metered(StoreOp::Complete, call).await;
+        self.forget(&lease.key);
+        completion
     }
 
     /// Deletes the claim `lease` proves if it still owns its key, retrying
@@ -469,6 +540,12 @@ impl AnyStore {
     }
 
     async fn release_owned(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
+        let released = self.release_retried(key, owner).await;
+        self.forget(key);
+        released
+    }
+
+    async fn release_retried(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
         let mut pause = RELEASE_FIRST_PAUSE;
         for remaining in (0..RELEASE_ATTEMPTS).rev() {
             let call = self.backend().release(key, owner);
@@ -500,7 +577,9 @@ impl AnyStore {
     /// Deletes a record whoever owns it. Returns whether one existed.
     pub async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let call = self.backend().purge(key);
-        self.metered(StoreOp::Purge, call).await
+        let purged = self.metered(StoreOp::Purge, call).await;
+        self.forget(key);
+        purged
     }
 
     /// Checks that the store answers. Not metered: the `op` label set

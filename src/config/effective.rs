@@ -49,6 +49,7 @@ impl Config {
                 max_header_bytes: Some(self.limits.max_header_bytes),
                 max_waiting_per_key: Some(self.limits.max_waiting_per_key),
                 max_stored_answer_bytes: Some(self.limits.max_stored_answer_bytes),
+                replay_cache_bytes: Some(self.limits.replay_cache_bytes),
                 worker_threads: Some(self.limits.worker_threads),
             },
             store: RawStore {

@@ -29,6 +29,13 @@ pub const DEFAULT_MAX_STORED_ANSWER_BYTES: usize = 1024 * 1024;
 /// Ceiling of `max_stored_answer_bytes`: records carry a 32-bit body
 /// length and Redis strings end at 512 MiB.
 pub const MAX_STORED_ANSWER_BYTES: usize = 256 * 1024 * 1024;
+/// Default bytes of completed records kept in memory to answer replays
+/// without a store round trip: 32 MiB holds about 20,000 typical
+/// webhook answers, well inside a sidecar's memory budget.
+pub const DEFAULT_REPLAY_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Ceiling of `replay_cache_bytes`: a cache larger than this is a second
+/// store, which is what Redis is for.
+pub const MAX_REPLAY_CACHE_BYTES: usize = 4 * 1024 * 1024 * 1024;
 /// Default time a client has to send its request headers (slowloris guard).
 pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
 /// Default time to receive a body once its headers arrived (slow-body
@@ -180,6 +187,8 @@ pub struct RawLimits {
     pub max_waiting_per_key: Option<usize>,
     /// Largest upstream answer body kept for replay.
     pub max_stored_answer_bytes: Option<usize>,
+    /// Bytes of completed records cached in memory for replays (0: off).
+    pub replay_cache_bytes: Option<usize>,
     /// Threads that serve requests (0: one per CPU).
     pub worker_threads: Option<usize>,
 }

@@ -166,6 +166,10 @@ impl TryFrom<RawConfig> for Config {
                 .limits
                 .max_stored_answer_bytes
                 .unwrap_or(raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
+            replay_cache_bytes: raw
+                .limits
+                .replay_cache_bytes
+                .unwrap_or(raw::DEFAULT_REPLAY_CACHE_BYTES),
             worker_threads: match raw
                 .limits
                 .worker_threads
@@ -203,6 +207,12 @@ impl TryFrom<RawConfig> for Config {
             problems.push(
                 "limits.max_stored_answer_bytes",
                 format!("must be at most {}", raw::MAX_STORED_ANSWER_BYTES),
+            );
+        }
+        if limits.replay_cache_bytes > raw::MAX_REPLAY_CACHE_BYTES {
+            problems.push(
+                "limits.replay_cache_bytes",
+                format!("must be at most {}", raw::MAX_REPLAY_CACHE_BYTES),
             );
         }
         let store = store_config(&mut problems, &raw.store, limits.worker_threads);

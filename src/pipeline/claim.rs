@@ -26,6 +26,12 @@
 //! large stored answer reads it once per instance, not once per copy.
 //! Sharing never frees a key: a joiner only ever sees a record.
 //!
+//! Before any of that, the replay cache ([`crate::replay_cache`]) is asked:
+//! it holds completed records only, so a hit is decided (replayed, or 422
+//! for another fingerprint) with no store round trip. A leader that found a
+//! completed record in the store starts a background fill, so one read per
+//! key and instance is all a storm ever costs once the fill has landed.
+//!
 //! All of it is held by one [`Claimer`], built with the pipeline: the
 //! per-request call names only the delivery, its rules and how long it may
 //! wait.
@@ -44,7 +50,7 @@ use super::lease_timing::LeaseTiming;
 use super::single_flight::{Flight, SingleFlight};
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
-use crate::record::{OwnerMint, OwnerToken, Record, StoredResponse, TraceContext};
+use crate::record::{OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 
 /// First and largest pause between store re-checks while waiting: a local
@@ -164,6 +170,23 @@ impl Claimer {
         }
     }
 
+    /// Fills the replay cache with `key`'s record in the background when
+    /// this claim (the flight's leader: one per storm) found it completed
+    /// in the store.
+    fn remember_if_completed(&self, key: &StoreKey, result: &Result<ClaimOutcome, StoreError>) {
+        let Ok(ClaimOutcome::Existing(existing)) = result else {
+            return;
+        };
+        if !matches!(existing.record.state, RecordState::Completed(_)) {
+            return;
+        }
+        if let Some(fill) = self.store.begin_fill(key) {
+            let (store, key) = (Arc::clone(&self.store), key.clone());
+            self.tracker
+                .spawn(async move { store.refill(&key, fill).await });
+        }
+    }
+
     /// Wakes every local waiter on `key`: its first delivery has settled.
     pub(crate) fn settled(&self, key: &StoreKey) {
         self.waiters.settled(key.as_str());
@@ -209,9 +232,16 @@ impl Claimer {
                 Ok(ClaimOutcome::Existing(existing)) => Ok(existing.clone()),
                 Err(error) => Err(error.clone()),
             };
-            let result = match self.flights.run(&identity.key, attempt, share).await {
-                Flight::Led(result) => result,
-                Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
+            let result = match self.store.cached(&identity.key) {
+                // Only completed records are cached: no round trip at all.
+                Some(hit) => Ok(ClaimOutcome::Existing(hit)),
+                None => match self.flights.run(&identity.key, attempt, share).await {
+                    Flight::Led(result) => {
+                        self.remember_if_completed(&identity.key, &result);
+                        result
+                    }
+                    Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
+                },
             };
             let existing = match result {
                 Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),

@@ -124,7 +124,9 @@ impl AnyStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        self.inbox()?.swap(key, expected, record, ttl).await
+        let swapped = self.inbox()?.swap(key, expected, record, ttl).await;
+        self.forget(key);
+        swapped
     }
 
     /// Puts `member` into `index` at `score`, or moves it there.

@@ -26,7 +26,7 @@ use fred::prelude::{
     ReconnectPolicy, Value,
 };
 use fred::types::scripts::Script;
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, CustomCommand, RespVersion};
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
@@ -83,6 +83,42 @@ pub struct RedisStore {
     pool: Pool,
     scripts: Scripts,
     replica_ack: Option<ReplicaAck>,
+    /// What the pool was built from, for the tracking client.
+    config: FredConfig,
+    command_timeout: Duration,
+    /// The RESP3 client the replay cache reads over, once enabled.
+    tracking: Option<Client>,
+}
+
+/// Capacity of the tracking client's event streams: a burst of
+/// invalidations (a mass purge) larger than this flushes the replay cache
+/// instead of being applied one by one.
+const TRACKING_EVENTS: usize = 4096;
+/// A tracking connection with a command unanswered this long is closed
+/// and reconnected (fred's unresponsive check): with the health `PING`
+/// it bounds how long a black-holed connection goes unnoticed.
+const TRACKING_UNRESPONSIVE: Duration = Duration::from_secs(2);
+
+/// The settings every client of the store shares: timeouts, attempts,
+/// `TCP_NODELAY` and the reconnect policy.
+fn builder(config: FredConfig, command_timeout: Duration) -> Builder {
+    let mut builder = Builder::from_config(config);
+    builder
+        .with_performance_config(|perf| perf.default_command_timeout = command_timeout)
+        .with_connection_config(|conn| {
+            conn.connection_timeout = command_timeout.max(Duration::from_millis(500));
+            conn.internal_command_timeout = command_timeout.max(Duration::from_millis(500));
+            conn.max_command_attempts = 2;
+            // Commands are small and latency-bound: never wait for an ACK.
+            conn.tcp.nodelay = Some(true);
+        })
+        .set_policy(ReconnectPolicy::new_exponential(
+            0,
+            RECONNECT_MIN_MS,
+            RECONNECT_MAX_MS,
+            2,
+        ));
+    builder
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -199,21 +235,7 @@ impl RedisStore {
         if let Some(password) = auth.password {
             config.password = Some(password);
         }
-        let pool = Builder::from_config(config)
-            .with_performance_config(|perf| perf.default_command_timeout = command_timeout)
-            .with_connection_config(|conn| {
-                conn.connection_timeout = command_timeout.max(Duration::from_millis(500));
-                conn.internal_command_timeout = command_timeout.max(Duration::from_millis(500));
-                conn.max_command_attempts = 2;
-                // Commands are small and latency-bound: never wait for an ACK.
-                conn.tcp.nodelay = Some(true);
-            })
-            .set_policy(ReconnectPolicy::new_exponential(
-                0,
-                RECONNECT_MIN_MS,
-                RECONNECT_MAX_MS,
-                2,
-            ))
+        let pool = builder(config.clone(), command_timeout)
             .build_pool(connections.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         pool.connect_pool();
@@ -221,6 +243,9 @@ impl RedisStore {
             pool,
             scripts: Scripts::new(),
             replica_ack,
+            config,
+            command_timeout,
+            tracking: None,
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -237,6 +262,42 @@ impl RedisStore {
     /// such as the eviction watcher's `CONFIG GET` and `INFO`).
     pub(crate) fn client(&self) -> &Client {
         self.pool.next_connected()
+    }
+
+    /// Starts the RESP3 client the replay cache fills over, with
+    /// `CLIENT TRACKING` left to `replay_cache::tracking`, which gets the
+    /// returned handle. Its connections are its own: tracking follows a
+    /// connection, and the pool's carry every claim, whose keys must not
+    /// be tracked (each would cost an invalidation when completed).
+    pub(crate) fn enable_tracking(&mut self) -> Result<Client, StoreError> {
+        let mut config = self.config.clone();
+        config.version = RespVersion::RESP3;
+        let client = builder(config, self.command_timeout)
+            .with_performance_config(|perf| perf.broadcast_channel_capacity = TRACKING_EVENTS)
+            .with_connection_config(|conn| {
+                conn.unresponsive.max_timeout = Some(TRACKING_UNRESPONSIVE);
+                conn.unresponsive.interval = TRACKING_UNRESPONSIVE / 4;
+            })
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        client.connect();
+        self.tracking = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Reads a record over the tracking client, so Redis tells the replay
+    /// cache when it changes; the pool's `lookup` without one.
+    pub(crate) async fn lookup_tracked(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<Existing>, StoreError> {
+        let Some(client) = &self.tracking else {
+            return Store::lookup(self, key).await;
+        };
+        let reply = self
+            .eval(client, &self.scripts.lookup, key, Vec::new())
+            .await?;
+        existing_from(reply)
     }
 
     /// Reconnect events of the pool's first client (fred also sends one

@@ -31,6 +31,7 @@ mod payment_fuzz;
 mod payments;
 mod presets;
 mod replay;
+mod replay_cache;
 mod routing;
 mod scopes;
 mod secrets;

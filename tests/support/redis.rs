@@ -142,6 +142,7 @@ impl RedisServer {
                         | "config|get"
                         | "config"
                         | "client|setinfo"
+                        | "client|tracking"
                         | "client"
                         | "hello"
                         | "select"

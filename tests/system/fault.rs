@@ -483,12 +483,22 @@ fn assert_identical_answers(answers: &HashMap<String, Vec<Answer>>, copies: usiz
 
 /// Asserts exactly one execution per id and no execution of anything else.
 fn assert_exactly_once(upstream: &Upstream, ids: &[String]) {
+    assert_executed_times(upstream, ids, 1);
+}
+
+/// Each of `ids` reached the upstream exactly `times` times, and nothing
+/// else did.
+fn assert_executed_times(upstream: &Upstream, ids: &[String], times: usize) {
     let executed = executions(upstream);
     assert_eq!(executed.len(), ids.len(), "distinct ids executed");
     for id in ids {
-        assert_eq!(executed.get(id), Some(&1), "{id} executed exactly once");
+        assert_eq!(
+            executed.get(id),
+            Some(&times),
+            "{id} executed {times} times"
+        );
     }
-    assert_eq!(upstream.calls(), ids.len(), "upstream calls");
+    assert_eq!(upstream.calls(), times * ids.len(), "upstream calls");
 }
 
 /// Prints a test's wall time (only reached when it passed).

@@ -136,3 +136,87 @@ async fn redis_cluster_eviction_is_checked_on_every_primary() {
         started,
     );
 }
+
+/// The replay cache on a Cluster: instance B caches records held by every
+/// primary (each read goes over B's tracking connection to that key's
+/// primary); a purge on instance A reaches B through the primary that
+/// owns the key, and B forwards the next copy instead of replaying it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn redis_cluster_purges_reach_every_instances_replay_cache() {
+    const TOKEN: &str = "cluster-cache-token";
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let upstream = Upstream::start().await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        cluster.url()
+    );
+    let text = config_text(&store, &upstream.url(), "")
+        + &format!("\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
+    let (a, b) = (GateProcess::start(&text), GateProcess::start(&text));
+    let ids: Vec<String> = (0..12).map(|i| format!("cluster-cached-{i}")).collect();
+    let primaries = cluster.primaries();
+    for primary in &primaries {
+        assert!(
+            ids.iter().any(|id| primary.owns(slot(id))),
+            "a key on every primary"
+        );
+    }
+    for id in &ids {
+        let first = deliver(&a.url("/notify"), &payment(id)).await;
+        assert_eq!(first.replayed(), Some("false"), "{first:?}");
+    }
+    // B replays each key until its cache answers it (a hit, no store read).
+    let hits = "idemgate_replay_cache_hits_total";
+    for id in &ids {
+        poll(
+            "instance B answering from its cache",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            async || {
+                let before = metric(b.admin, hits).await.unwrap_or(0.0);
+                let replay = deliver(&b.url("/notify"), &payment(id)).await;
+                assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
+                (metric(b.admin, hits).await.unwrap_or(0.0) > before).then_some(())
+            },
+        )
+        .await;
+    }
+    let mut slowest = Duration::ZERO;
+    for id in &ids {
+        let purge = send(
+            "DELETE",
+            &format!("http://{}/admin/records/pay/{id}", a.admin),
+            &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
+            "",
+        )
+        .await;
+        assert_eq!(purge.status, 204, "{purge:?}");
+        let purged = Instant::now();
+        let seen = poll(
+            "instance B forwarding after the purge on A",
+            Duration::from_secs(2),
+            Duration::from_millis(1),
+            async || {
+                let answer = deliver(&b.url("/notify"), &payment(id)).await;
+                (answer.replayed() == Some("false")).then(|| purged.elapsed())
+            },
+        )
+        .await;
+        slowest = slowest.max(seen);
+    }
+    assert_executed_times(&upstream, &ids, 2);
+    println!(
+        "[fault] redis_cluster_purges_reach_every_instances_replay_cache: {} keys on {} \
+         primaries; slowest purge on A seen by B after {:.2} ms",
+        ids.len(),
+        primaries.len(),
+        slowest.as_secs_f64() * 1000.0
+    );
+    report_time(
+        "redis_cluster_purges_reach_every_instances_replay_cache",
+        started,
+    );
+}

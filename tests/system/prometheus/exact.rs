@@ -379,9 +379,15 @@ fn assert_store_operations(metrics: &Exposition) {
         expected.insert(labels_of(&[("op", op)]), count);
     }
     metrics.assert_series("idemgate_store_errors_total", &expected);
-    // Claims: every verified, identified delivery (9 + 5 + 422 + 409 ×2 + 503).
-    // Completes: 6 + slow + unknown. Release: the 500.
-    for (op, count) in [("claim", 18.0), ("complete", 8.0), ("release", 1.0)] {
+    // Claims: every verified, identified delivery (9 + 5 + 422 + 409 ×2 +
+    // 503) that the replay cache did not answer (replays after a key's
+    // first one may be hits). Completes: 6 + slow + unknown. Release: the 500.
+    let hits = metrics
+        .value("idemgate_replay_cache_hits_total", &[])
+        .expect("replay cache hits");
+    // At most: the second copies of p-0 and p-4, and the 422's reuse of p-0.
+    assert!(hits <= 3.0, "replay cache hits: {hits}");
+    for (op, count) in [("claim", 18.0 - hits), ("complete", 8.0), ("release", 1.0)] {
         assert_eq!(
             metrics.value("idemgate_store_duration_seconds_count", &[("op", op)]),
             Some(count),

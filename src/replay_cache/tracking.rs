@@ -1,0 +1,152 @@
+//! Keeps a Redis-backed replay cache coherent with Redis
+//! (server-assisted client-side caching, `CLIENT TRACKING` over RESP3).
+//!
+//! The store reads every record it is about to cache over one dedicated
+//! RESP3 client (`RedisStore::tracking`). With tracking on, Redis remembers
+//! each key that client read and pushes an invalidation on the same
+//! connection the moment the key changes — a purge, a delete, an expiry,
+//! an eviction — on whichever instance or tool changed it. This task turns
+//! those pushes into [`ReplayCache::invalidate`].
+//!
+//! The rule every tracking client follows: invalidations are only
+//! delivered while the connection lives, so whenever it may have dropped
+//! the cache is flushed and fills are refused ([`ReplayCache::suspend`])
+//! until tracking is switched on again over the new connection
+//! ([`ReplayCache::resume`]). "May have dropped" is any of fred's
+//! connection events — an error, a reconnect (also the first connect), a
+//! cluster topology change (a new node's connection is not tracking yet),
+//! an unresponsive connection — or a failed health `PING`, which notices a
+//! connection that went silent without closing. A listener that falls
+//! behind loses messages: that flushes too. Redis itself asks for a full
+//! flush with an empty invalidation (`FLUSHALL`, or its tracking table
+//! overflowed).
+//!
+//! Standalone, Cluster (fred sends `CLIENT TRACKING` to every primary) and
+//! Sentinel (a failover is a reconnect) work alike.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, EventInterface, TrackingInterface};
+use fred::types::Value;
+use fred::types::client::Invalidation;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use super::{FlushReason, ReplayCache};
+
+/// How often the tracking connection is checked with `PING`: bounds how
+/// long a silently dead connection can leave stale entries behind (a purge
+/// elsewhere in that window is seen late, never lost for longer).
+pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Pause between attempts to switch tracking on while Redis is away.
+const ARM_RETRY: Duration = Duration::from_millis(200);
+
+/// Runs until `shutdown`: arms tracking on `client`, applies its
+/// invalidations to `cache`, and flushes it whenever they may be lost.
+pub(crate) async fn keep_coherent(
+    client: Client,
+    cache: Arc<ReplayCache>,
+    shutdown: CancellationToken,
+) {
+    listen(&client, &cache, &shutdown).await;
+    // Stopped (shutdown, or the client was closed): nothing reaches us.
+    cache.suspend(FlushReason::Disconnected);
+}
+
+/// The listening loop; `None` once the client's event streams closed.
+async fn listen(client: &Client, cache: &ReplayCache, shutdown: &CancellationToken) -> Option<()> {
+    let mut invalidations = client.invalidation_rx();
+    let mut reconnects = client.reconnect_rx();
+    let mut errors = client.error_rx();
+    let mut topology = client.cluster_change_rx();
+    let mut unresponsive = client.unresponsive_rx();
+    let mut health = tokio::time::interval(HEALTH_INTERVAL);
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut armed = false;
+    loop {
+        if !armed {
+            armed = arm(client, cache).await;
+            if !armed {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Some(()),
+                    () = tokio::time::sleep(ARM_RETRY) => continue,
+                }
+            }
+        }
+        let lost = tokio::select! {
+            () = shutdown.cancelled() => return Some(()),
+            message = invalidations.recv() => match message {
+                Ok(invalidation) => {
+                    apply(cache, &invalidation);
+                    false
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "replay cache: invalidations dropped; flushing");
+                    cache.flush(FlushReason::Lagged);
+                    false
+                }
+                Err(RecvError::Closed) => return None,
+            },
+            event = reconnects.recv() => connection_event(&event.map(drop))?,
+            event = errors.recv() => connection_event(&event.map(drop))?,
+            event = topology.recv() => connection_event(&event.map(drop))?,
+            event = unresponsive.recv() => connection_event(&event.map(drop))?,
+            _ = health.tick() => !healthy(client).await,
+        };
+        if lost {
+            tracing::debug!("replay cache: tracking connection may have dropped; flushing");
+            cache.suspend(FlushReason::Disconnected);
+            armed = false;
+        }
+    }
+}
+
+/// Whether a connection event means invalidations may be lost (every one
+/// does, a lagged stream included); `None` once the stream is closed.
+fn connection_event(event: &Result<(), RecvError>) -> Option<bool> {
+    match event {
+        Err(RecvError::Closed) => None,
+        Ok(()) | Err(RecvError::Lagged(_)) => Some(true),
+    }
+}
+
+/// Switches tracking on over the client's current connections; resumes
+/// the cache if Redis said yes.
+async fn arm(client: &Client, cache: &ReplayCache) -> bool {
+    match client
+        .start_tracking(Vec::<String>::new(), false, false, false, false)
+        .await
+    {
+        Ok(()) => {
+            cache.resume();
+            tracing::debug!("replay cache: tracking armed");
+            true
+        }
+        Err(error) => {
+            tracing::debug!(%error, "replay cache: could not switch tracking on yet");
+            false
+        }
+    }
+}
+
+async fn healthy(client: &Client) -> bool {
+    client.ping::<Value>(None).await.is_ok()
+}
+
+/// Drops what one invalidation names; an empty one means everything.
+fn apply(cache: &ReplayCache, invalidation: &Invalidation) {
+    if invalidation.keys.is_empty() {
+        cache.flush(FlushReason::Server);
+        return;
+    }
+    for key in &invalidation.keys {
+        match key.as_str() {
+            Some(key) => cache.invalidate(key),
+            // Never one of ours (store keys are ASCII): nothing cached.
+            None => continue,
+        }
+    }
+}
