@@ -282,8 +282,9 @@ def main():
     fill_first = (by_kind.get("fill_first") or [None])[0]
     fill_replay = (by_kind.get("fill_replay") or [None])[0]
     fill_text = (
-        f"cache filled first: {meta.get('fill_keys')} keys delivered ({fill_first.gate_forwarded} forwarded) "
-        f"then duplicated ({fill_replay.gate_replayed} replayed)"
+        f"before it, the cache fill over {meta.get('fill_keys')} keys: pass 1 {fill_first.gate_forwarded} forwarded, "
+        f"pass 2 {fill_replay.gate_replayed} replayed (+{fill_replay.gate_forwarded} forwarded that pass 1 "
+        f"had not reached)"
         if fill_first and fill_replay else "no cache fill before the round (BENCH_FILL=0)"
     )
     targets = [
@@ -313,7 +314,8 @@ def main():
     def client_ok(m, want):
         if not m or m["n"] == 0:
             return None
-        others = sum(v for k, v in m["client"].items() if k != "evalsha")
+        # PING is the client's connection health check, not per request.
+        others = sum(v for k, v in m["client"].items() if k not in ("evalsha", "ping"))
         return abs(m["client"].get("evalsha", 0) - want) < 0.01 and others < 0.001
 
     first_evalsha_ok = None
@@ -326,7 +328,7 @@ def main():
         return "n/a" if ok is None else ("as expected" if ok else "differs")
 
     infos = [
-        ("idemgate: 2 EVALSHA per first delivery (claim + settle), nothing else sent",
+        ("idemgate: 2 EVALSHA per first delivery (claim + settle), nothing else sent (PING health checks aside)",
          info_verdict(first_evalsha_ok),
          f"EVALSHA/req {fmt(first.get('evalsha'), 4)}; sent by idemgate (MONITOR): {monitor_text(mf)}"),
         ("nginx+Lua: 2 EVALSHA per first delivery (claim + store), 1 per replay",
@@ -431,6 +433,9 @@ def main():
         f"- date: {meta.get('date')}",
         f"- commit: `{meta.get('commit')}`"
         + (" — src/, Cargo.toml or lua/ had uncommitted changes when the binary was built" if meta.get("dirty", "0") != "0" else ""),
+        *([f"- binary: `{meta['binary']}`" + (" (BENCH_BIN: not necessarily built from this commit)"
+                                              if meta.get("bench_bin") else " (built from this commit)")]
+          if meta.get("binary") else []),
         f"- machine: {meta.get('nproc')} CPUs ({meta.get('cpu')}), kernel {meta.get('kernel')}, load average at the end {meta.get('loadavg')}",
         f"- tools: nginx {meta.get('nginx')}, Redis {meta.get('redis')}, wrk {meta.get('wrk')}, "
         f"libnginx-mod-http-lua {meta.get('lua_module')}, lua-nginx-redis {meta.get('lua_redis')}",
