@@ -148,7 +148,8 @@ function M.handle()
   -- Fresh claim: forward once. The subrequest inherits the request's
   -- headers and (being a POST) its body.
   ngx.req.read_body()
-  local res = ngx.location.capture(cfg.backend .. ngx.var.uri, { method = ngx.HTTP_POST })
+  local res = ngx.location.capture(cfg.backend .. ngx.var.uri,
+    { method = ngx.HTTP_POST, args = ngx.var.args })
   if not res or res.status >= 500 or res.truncated then
     call("release", key, owner)
     return answer(502, "backend failed\n")
