@@ -5,9 +5,12 @@
 -- stored); run again over the same sequence, every request is a duplicate
 -- of an already-delivered key (replayed, and cached by idemgate).
 --
--- wrk thread t of T sends n = t, t + T, t + 2T, ... and stops itself once
--- its share is sent, so a pass ends as soon as the sequence is covered (or
--- at wrk's -d, whichever comes first: bench/run bounds every pass).
+-- wrk thread t of T sends n = t, t + T, t + 2T, ... and stops sending once
+-- its share is sent; wrk itself still runs until its -d (bench/run bounds
+-- every pass). wrk calls the first thread's request() once before the run
+-- to check the script, and never sends that request: key 1 is skipped in
+-- both passes alike. After the stop, each thread sends one more duplicate
+-- of its last key.
 
 local common = dofile((os.getenv("BENCH_LUA_DIR") or "bench") .. "/common.lua")
 local prefix = assert(os.getenv("BENCH_FILL_PREFIX"), "BENCH_FILL_PREFIX unset") .. "-"
