@@ -6,9 +6,14 @@ the optional perf / info-round files that bench/run leaves there; prints the
 table of medians with the targets, and rewrites RESULTS.md, keeping (and
 appending one line to) its "## History" section.
 
-Ratios and p99 differences are paired per round (round i of idemgate against
-round i of nginx, run back to back) and the median of those is reported, so a
-slow drift of the shared machine's load cancels out.
+Two references: the nginx pass-through (bench/passthrough.conf) and the
+nginx+Lua gate (bench/lua_gate.conf: idemgate's design in OpenResty style,
+without signature verification). Every idemgate row gets a ratio against
+both: against nginx round i, and against nginx+Lua round i of the same
+kind (first deliveries against nginx+Lua first deliveries, replays against
+nginx+Lua replays). Ratios and p99 differences are paired per round index
+(run back to back) and the median of those is reported, so a slow drift of
+the shared machine's load cancels out.
 """
 
 import os
@@ -69,7 +74,10 @@ class Round:
         self.gate_forwarded = int(row["gate_forwarded"])
         self.gate_replayed = int(row["gate_replayed"])
         self.gate_rejected = int(row["gate_rejected"])
-        self.is_gate = self.kind.startswith(("first", "replay"))
+        # idemgate rounds (the cache fill passes included), nginx+Lua rounds.
+        self.is_gate = self.kind.startswith(("first", "replay", "fill_"))
+        self.is_lua = self.kind.startswith("lua_")
+        self.uses_redis = self.is_gate or self.is_lua
         # idemgate's own count also covers requests still in flight when wrk
         # stopped (they are served and settled); wrk's count does not.
         self.served = self.gate_total if self.is_gate and self.gate_total > 0 else self.requests
@@ -112,22 +120,42 @@ def main():
     by_kind = {}
     for r in rounds:
         by_kind.setdefault(r.kind, []).append(r)
-    nginx_by_index = {r.index: r for r in by_kind.get("nginx", [])}
-    nginx_peak = (by_kind.get("nginx_peak") or [None])[0]
-    nginx_median_rps = median([r.rps for r in by_kind.get("nginx", [])])
-    nginx_median_p99 = median([r.p99 for r in by_kind.get("nginx", [])])
+    # The references: the nginx pass-through, and the nginx+Lua gate of the
+    # same kind (first deliveries / replays), paired by round index.
+    def index_of(kind):
+        return {r.index: r for r in by_kind.get(kind, [])}
 
-    def paired(rs, attr, op):
+    refs = {
+        "nginx": {"by_index": index_of("nginx"),
+                  "peak": (by_kind.get("nginx_peak") or [None])[0],
+                  "rounds": by_kind.get("nginx", [])},
+        "lua_first": {"by_index": index_of("lua_first"),
+                      "peak": (by_kind.get("lua_first_peak") or [None])[0],
+                      "rounds": by_kind.get("lua_first", [])},
+        "lua_replay": {"by_index": index_of("lua_replay"),
+                       "peak": None,
+                       "rounds": by_kind.get("lua_replay", [])},
+    }
+
+    def lua_ref(kind):
+        """The nginx+Lua kind an idemgate kind is compared with, or None."""
+        if kind.startswith("first"):
+            return "lua_first"
+        if kind.startswith("replay"):
+            return "lua_replay"
+        return None
+
+    def paired(rs, attr, op, ref_kind):
+        if ref_kind is None or not refs[ref_kind]["rounds"]:
+            return None
+        ref = refs[ref_kind]
+        fallback = median([getattr(r, attr) for r in ref["rounds"]])
         out = []
         for r in rs:
-            base = nginx_by_index.get(r.index)
-            if r.kind.endswith("_peak"):
-                base = nginx_peak
+            base = ref["peak"] if r.kind.endswith("_peak") else ref["by_index"].get(r.index)
             if base is None:
-                # Extra single rounds: against the median nginx round.
-                value = getattr(r, attr)
-                ref = nginx_median_rps if attr == "rps" else nginx_median_p99
-                out.append(op(value, ref) if ref else None)
+                # Extra single rounds: against the median reference round.
+                out.append(op(getattr(r, attr), fallback) if fallback else None)
             else:
                 out.append(op(getattr(r, attr), getattr(base, attr)))
         return median(out)
@@ -135,9 +163,12 @@ def main():
     scenarios = [
         ("direct", "direct backend (nginx `return 200`)"),
         ("nginx", "nginx pass-through"),
+        ("lua_first", "nginx+Lua first deliveries"),
+        ("lua_replay", "nginx+Lua replays"),
         ("first", "idemgate first deliveries"),
         ("replay", "idemgate replays"),
         ("nginx_peak", "nginx pass-through"),
+        ("lua_first_peak", "nginx+Lua first deliveries"),
         ("first_peak", "idemgate first deliveries"),
         ("first_info", "idemgate first, RUST_LOG=info"),
         ("first_perf", "idemgate first, under perf"),
@@ -145,42 +176,52 @@ def main():
     ]
     summary = {}
     table = [
-        "| scenario | conns | rounds | req/s | × nginx | p50 ms | p99 ms | Δp99 vs nginx ms | server CPU µs/req | Redis CPU µs/req | Redis calls/req | EVALSHA/req | non-2xx | idemgate VmHWM |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | conns | rounds | req/s | × nginx | × nginx+Lua | p50 ms | p99 ms | Δp99 vs nginx ms "
+        "| Δp99 vs nginx+Lua ms | server CPU µs/req | Redis CPU µs/req | Redis calls/req | EVALSHA/req "
+        "| non-2xx | VmHWM |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    ratio = lambda a, b: a / b  # noqa: E731
+    diff = lambda a, b: a - b  # noqa: E731
     for kind, name in scenarios:
         rs = by_kind.get(kind)
         if not rs:
             continue
+        vs_nginx = "nginx" if kind not in ("nginx", "nginx_peak") else None
+        vs_lua = lua_ref(kind) if rs[0].is_gate else None
         s = {
             "rps": median([r.rps for r in rs]),
             "p50": median([r.p50 for r in rs]),
             "p99": median([r.p99 for r in rs]),
-            "ratio": None if kind in ("nginx", "nginx_peak") else paired(rs, "rps", lambda a, b: a / b),
-            "dp99": None if kind in ("nginx", "nginx_peak") else paired(rs, "p99", lambda a, b: a - b),
+            "ratio": paired(rs, "rps", ratio, vs_nginx),
+            "dp99": paired(rs, "p99", diff, vs_nginx),
+            "ratio_lua": paired(rs, "rps", ratio, vs_lua),
+            "dp99_lua": paired(rs, "p99", diff, vs_lua),
             "cpu": median([r.cpu_us for r in rs]),
-            "redis_cpu": median([r.redis_cpu_us for r in rs]) if rs[0].is_gate else None,
-            "calls": median([r.redis_calls for r in rs]) if rs[0].is_gate else None,
-            "evalsha": median([r.evalsha for r in rs]) if rs[0].is_gate else None,
+            "redis_cpu": median([r.redis_cpu_us for r in rs]) if rs[0].uses_redis else None,
+            "calls": median([r.redis_calls for r in rs]) if rs[0].uses_redis else None,
+            "evalsha": median([r.evalsha for r in rs]) if rs[0].uses_redis else None,
             "non2xx": sum(r.non2xx for r in rs),
             "socket_errors": sum(r.socket_errors for r in rs),
-            "hwm": max(r.hwm_kb for r in rs) if rs[0].is_gate else None,
+            "hwm": max(r.hwm_kb for r in rs) if rs[0].uses_redis else None,
             "conns": rs[0].conns,
             "rounds": len(rs),
         }
         summary[kind] = s
         dp99_text = "—" if s["dp99"] is None else f"{s['dp99']:+.2f}"
+        dp99_lua_text = "—" if s["dp99_lua"] is None else f"{s['dp99_lua']:+.2f}"
+        hwm_who = " (Lua worker)" if rs[0].is_lua and s["hwm"] else ""
         table.append(
             f"| {name} | {s['conns']} | {s['rounds']} | {fmt(s['rps'], 0)} | {fmt(s['ratio'], 2, '×')} "
-            f"| {fmt(s['p50'], 2)} | {fmt(s['p99'], 2)} | {dp99_text} "
+            f"| {fmt(s['ratio_lua'], 2, '×')} | {fmt(s['p50'], 2)} | {fmt(s['p99'], 2)} | {dp99_text} | {dp99_lua_text} "
             f"| {fmt(s['cpu'], 1)} | {fmt(s['redis_cpu'], 1)} | {fmt(s['calls'], 3)} | {fmt(s['evalsha'], 4)} "
             f"| {s['non2xx']}{' (+' + str(s['socket_errors']) + ' socket errors)' if s['socket_errors'] else ''} "
-            f"| {fmt(s['hwm'] / MIB if s['hwm'] else None, 1, ' MiB')} |"
+            f"| {fmt(s['hwm'] / MIB if s['hwm'] else None, 1, ' MiB')}{hwm_who} |"
         )
 
     # Redis commands per request, by command (median over rounds).
     breakdown = []
-    for kind in ("first", "replay", "first_peak"):
+    for kind in ("first", "replay", "lua_first", "lua_replay", "first_peak"):
         rs = by_kind.get(kind)
         if not rs:
             continue
@@ -211,57 +252,102 @@ def main():
             + " |"
         )
 
-    # Targets.
+    # Targets (issue 17).
     def target(ok, text):
         return ("PASS" if ok else "FAIL") if ok is not None else "n/a", text
 
     first, replay = summary.get("first", {}), summary.get("replay", {})
+    lua_first, lua_replay = summary.get("lua_first", {}), summary.get("lua_replay", {})
     peak = summary.get("first_peak", {})
     mf, mr = monitor.get("monitor-first"), monitor.get("monitor-replay")
 
-    # A replay reads its record once at most: concurrent duplicates of one
-    # key on one instance share a read (single flight), and every request
-    # of a replay round duplicates the same key, so far fewer is normal.
-    def client_ok(m, want, at_most=False):
+    def monitor_text(m):
+        if not m:
+            return "—"
+        return ", ".join(f"{k} {v:.3f}" for k, v in sorted(m["client"].items())) or "none"
+
+    # Replays: as fast as the pass-through, and no Redis round trip per
+    # replay after the first (served from idemgate's replay cache).
+    replay_ok = None
+    if replay.get("ratio") is not None and replay.get("evalsha") is not None:
+        replay_ok = replay["ratio"] >= 1.0 and replay["evalsha"] < 0.001
+    # First deliveries: 1.25× the nginx+Lua gate's req/s, p99 no worse.
+    first_ok = None
+    if first.get("ratio_lua") is not None and first.get("dp99_lua") is not None:
+        first_ok = first["ratio_lua"] >= 1.25 and first["dp99_lua"] <= 0.0
+    cache_bytes = int(meta.get("cache_bytes") or 33554432)
+    cache_on = meta.get("cache_on", "0") == "1"
+    rss_limit_kb = 64 * MIB + cache_bytes / 1024
+    peak_ok = peak.get("hwm") is not None and peak["hwm"] <= rss_limit_kb if peak else None
+    fill_first = (by_kind.get("fill_first") or [None])[0]
+    fill_replay = (by_kind.get("fill_replay") or [None])[0]
+    fill_text = (
+        f"before it, the cache fill over {meta.get('fill_keys')} keys: pass 1 {fill_first.gate_forwarded} forwarded, "
+        f"pass 2 {fill_replay.gate_replayed} replayed (+{fill_replay.gate_forwarded} forwarded that pass 1 "
+        f"had not reached)"
+        if fill_first and fill_replay else "no cache fill before the round (BENCH_FILL=0)"
+    )
+    targets = [
+        ("replays (one repeated key): ≥ 1.0× nginx pass-through req/s, 0 Redis round trips per replay "
+         "after the first (EVALSHA per replay < 0.001)",
+         *target(replay_ok,
+                 f"{fmt(replay.get('ratio'), 2, '×')} nginx; EVALSHA/replay {fmt(replay.get('evalsha'), 4)} "
+                 f"(commandstats); sent by idemgate per replay (MONITOR): {monitor_text(mr)}")),
+        ("first deliveries: ≥ 1.25× nginx+Lua req/s; p99 ≤ nginx+Lua p99 (paired)",
+         *target(first_ok,
+                 f"{fmt(first.get('ratio_lua'), 2, '×')} nginx+Lua; p99 {fmt(first.get('p99'), 2)} ms vs "
+                 f"{fmt(lua_first.get('p99'), 2)} ms (paired Δ "
+                 f"{'—' if first.get('dp99_lua') is None else format(first['dp99_lua'], '+.2f')} ms)")),
+        ("first deliveries, CPU per request",
+         "n/a", "see bench/ab (paired A/B of two builds; not measured by bench/run)"),
+        (f"peak RSS at {meta.get('peak_conns', '256')} connections with a full replay cache: "
+         f"≤ 64 MiB + replay_cache_bytes",
+         *target(peak_ok,
+                 f"VmHWM {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')} ≤ "
+                 f"{rss_limit_kb / MIB:.1f} MiB (replay_cache_bytes = {cache_bytes}, "
+                 f"{'set in the config' if cache_on else 'the binary default, line commented'}); {fill_text}")),
+    ]
+    measurable = sum(1 for _, verdict, _ in targets if verdict != "n/a")
+    passed = sum(1 for _, verdict, _ in targets if verdict == "PASS")
+
+    # Kept from the earlier targets, as information (no verdict counted).
+    def client_ok(m, want):
         if not m or m["n"] == 0:
             return None
-        others = sum(v for k, v in m["client"].items() if k != "evalsha")
-        sent = m["client"].get("evalsha", 0)
-        close = sent <= want + 0.01 if at_most else abs(sent - want) < 0.01
-        return close and others < 0.001
+        # PING (the client's connection health check) and INFO (idemgate's
+        # periodic Redis stats) are background traffic, not per request.
+        others = sum(v for k, v in m["client"].items() if k not in ("evalsha", "ping", "info"))
+        return abs(m["client"].get("evalsha", 0) - want) < 0.01 and others < 0.001
 
-    evalsha_ok = None
-    if first.get("evalsha") is not None and replay.get("evalsha") is not None:
-        evalsha_ok = abs(first["evalsha"] - 2) < 0.005 and replay["evalsha"] <= 1.005
-        for ok in (client_ok(mf, 2), client_ok(mr, 1, at_most=True)):
-            if ok is not None:
-                evalsha_ok = evalsha_ok and ok
-    targets = [
-        ("first deliveries req/s ≥ 0.6× nginx pass-through",
-         *target(first.get("ratio") is not None and first["ratio"] >= 0.6 if first else None,
-                 f"{fmt(first.get('ratio'), 2, '×')}")),
-        ("replays req/s ≥ 1.0× nginx pass-through",
-         *target(replay.get("ratio") is not None and replay["ratio"] >= 1.0 if replay else None,
-                 f"{fmt(replay.get('ratio'), 2, '×')}")),
-        ("p99 first deliveries ≤ nginx pass-through p99 + 1 ms",
-         *target(first.get("dp99") is not None and first["dp99"] <= 1.0 if first else None,
-                 f"{fmt(first.get('p99'), 2)} ms vs {fmt(summary.get('nginx', {}).get('p99'), 2)} ms "
-                 f"(paired Δ {first.get('dp99', 0):+.2f} ms)" if first else "—")),
-        ("Redis commands: 2 per first delivery / at most 1 per replay (EVALSHA)",
-         *target(evalsha_ok,
-                 f"EVALSHA/req {fmt(first.get('evalsha'), 4)} / {fmt(replay.get('evalsha'), 4)}; "
-                 f"sent by idemgate (MONITOR): "
-                 f"{', '.join(f'{k} {v:.3f}' for k, v in sorted(mf['client'].items())) if mf else '—'} / "
-                 f"{', '.join(f'{k} {v:.3f}' for k, v in sorted(mr['client'].items())) if mr else '—'}")),
-        (f"peak RSS at {meta.get('peak_conns', '256')} connections ≤ 64 MiB",
-         *target(peak.get("hwm") is not None and peak["hwm"] <= 64 * MIB if peak else None,
-                 f"VmHWM {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')}")),
+    first_evalsha_ok = None
+    if first.get("evalsha") is not None:
+        first_evalsha_ok = abs(first["evalsha"] - 2) < 0.005
+        if client_ok(mf, 2) is not None:
+            first_evalsha_ok = first_evalsha_ok and client_ok(mf, 2)
+
+    def info_verdict(ok):
+        return "n/a" if ok is None else ("as expected" if ok else "differs")
+
+    infos = [
+        ("idemgate: 2 EVALSHA per first delivery (claim + settle), nothing else sent (background PING / INFO aside)",
+         info_verdict(first_evalsha_ok),
+         f"EVALSHA/req {fmt(first.get('evalsha'), 4)}; sent by idemgate (MONITOR): {monitor_text(mf)}"),
+        ("nginx+Lua: 2 EVALSHA per first delivery (claim + store), 1 per replay",
+         info_verdict(None if lua_first.get("evalsha") is None or lua_replay.get("evalsha") is None else
+                      abs(lua_first["evalsha"] - 2) < 0.01 and abs(lua_replay["evalsha"] - 1) < 0.01),
+         f"EVALSHA/req {fmt(lua_first.get('evalsha'), 4)} / {fmt(lua_replay.get('evalsha'), 4)}"),
+        ("idemgate first deliveries against the nginx pass-through",
+         "info",
+         f"{fmt(first.get('ratio'), 2, '×')} req/s, paired Δp99 "
+         f"{'—' if first.get('dp99') is None else format(first['dp99'], '+.2f')} ms"),
+        ("nginx+Lua against the nginx pass-through (first / replay)",
+         "info",
+         f"{fmt(lua_first.get('ratio'), 2, '×')} / {fmt(lua_replay.get('ratio'), 2, '×')} req/s"),
     ]
-    passed = sum(1 for _, verdict, _ in targets if verdict == "PASS")
 
     # Per-round raw numbers.
     raw = [
-        "| round | conns | req/s | p50 ms | p90 ms | p99 ms | non-2xx | server CPU µs/req | backend CPU µs/req | Redis CPU µs/req | idemgate outcomes (fwd/replayed/rejected) | Redis calls | EVALSHA of uncounted requests | VmHWM MiB |",
+        "| round | conns | req/s | p50 ms | p90 ms | p99 ms | non-2xx | server CPU µs/req | backend CPU µs/req | Redis CPU µs/req | idemgate outcomes (fwd/replayed/rejected) | Redis calls | EVALSHA of uncounted requests | VmHWM MiB (idemgate / Lua worker) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
     ]
     for r in rounds:
@@ -270,7 +356,7 @@ def main():
         raw.append(
             f"| {r.label} | {r.conns} | {r.rps:,.0f} | {r.p50:.2f} | {r.p90:.2f} | {r.p99:.2f} | {r.non2xx} "
             f"| {r.cpu_us:.1f} | {r.backend_cpu_us:.1f} | {r.redis_cpu_us:.1f} | {outcomes} | {calls} "
-            f"| {r.uncounted} | {r.hwm_kb / MIB:.1f} |" if r.is_gate else
+            f"| {r.uncounted if r.is_gate else '—'} | {r.hwm_kb / MIB:.1f} |" if r.uses_redis else
             f"| {r.label} | {r.conns} | {r.rps:,.0f} | {r.p50:.2f} | {r.p90:.2f} | {r.p99:.2f} | {r.non2xx} "
             f"| {r.cpu_us:.1f} | {r.backend_cpu_us:.1f} | {r.redis_cpu_us:.1f} | {outcomes} | {calls} | — | — |"
         )
@@ -315,11 +401,13 @@ def main():
         history = [line for line in old.split("## History", 1)[1].splitlines() if line.startswith("- ")]
     history.append(
         f"- {meta.get('date')} `{meta.get('commit')}`{' (src modified)' if meta.get('dirty', '0') != '0' else ''}: "
-        f"first {fmt(first.get('ratio'), 2, '×')} nginx, replay {fmt(replay.get('ratio'), 2, '×')}, "
-        f"Δp99 first {first.get('dp99', 0):+.2f} ms, "
-        f"idemgate CPU {fmt(first.get('cpu'), 1)}/{fmt(replay.get('cpu'), 1)} µs/req, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 3)}, "
-        f"VmHWM@{meta.get('peak_conns')} {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')}, "
-        f"targets {passed}/{len(targets)} ({meta.get('rounds')}×{meta.get('seconds')}s rounds, "
+        f"first {fmt(first.get('ratio'), 2, '×')} nginx / {fmt(first.get('ratio_lua'), 2, '×')} nginx+Lua, "
+        f"replay {fmt(replay.get('ratio'), 2, '×')} nginx / {fmt(replay.get('ratio_lua'), 2, '×')} nginx+Lua, "
+        f"Δp99 first vs nginx+Lua {first.get('dp99_lua') or 0:+.2f} ms, "
+        f"idemgate CPU {fmt(first.get('cpu'), 1)}/{fmt(replay.get('cpu'), 1)} µs/req, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 4)}, "
+        f"VmHWM@{meta.get('peak_conns')} {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')} "
+        f"(replay_cache_bytes {cache_bytes}{'' if cache_on else ', default'}), "
+        f"targets {passed}/{measurable} ({meta.get('rounds')}×{meta.get('seconds')}s rounds, "
         f"worker_threads {meta.get('workers', '1')})"
     )
 
@@ -340,20 +428,33 @@ def main():
         "# idemgate benchmark results",
         "",
         "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks and History sections are kept). "
-        "The 2-core machine is shared and noisy: compare ratios against the nginx baseline measured in the same run, "
-        "not absolute numbers across runs.",
+        "The 2-core machine is shared and noisy: compare ratios against the two references measured in the same run "
+        "(the nginx pass-through and the nginx+Lua gate), not absolute numbers across runs.",
         "",
         f"- date: {meta.get('date')}",
         f"- commit: `{meta.get('commit')}`"
         + (" — src/, Cargo.toml or lua/ had uncommitted changes when the binary was built" if meta.get("dirty", "0") != "0" else ""),
+        *([f"- binary: `{meta['binary']}`" + (" (BENCH_BIN: not necessarily built from this commit)"
+                                              if meta.get("bench_bin") else " (built from this commit)")]
+          if meta.get("binary") else []),
         f"- machine: {meta.get('nproc')} CPUs ({meta.get('cpu')}), kernel {meta.get('kernel')}, load average at the end {meta.get('loadavg')}",
-        f"- tools: nginx {meta.get('nginx')}, Redis {meta.get('redis')}, wrk {meta.get('wrk')}",
+        f"- tools: nginx {meta.get('nginx')}, Redis {meta.get('redis')}, wrk {meta.get('wrk')}, "
+        f"libnginx-mod-http-lua {meta.get('lua_module')}, lua-nginx-redis {meta.get('lua_redis')}",
+        "- nginx+Lua reference (`bench/lua_gate.conf`, `bench/lua_gate/gate.lua`, 1 worker): idemgate's design "
+        "without signature verification or request fingerprint: key = `X-GitHub-Delivery`; a Lua claim script in "
+        "Redis (EVALSHA: GET, else SET owner-record NX PX 30 s) over lua-resty-redis's keepalive pool; a fresh "
+        "claim forwarded once (ngx.location.capture → proxy_pass, upstream keepalive) and its status + body "
+        "stored by an owner-fenced script (PX 1h); completed records replayed from Redis (1 EVALSHA), claims in "
+        "flight answered 409",
         f"- idemgate: `[limits] worker_threads = {meta.get('workers', '1')}`"
         + (" (tokio current-thread scheduler, one Redis connection)" if meta.get("workers", "1") == "1"
            else " (tokio multi-thread scheduler, one Redis connection per thread)"),
         f"- load: `wrk -t{meta.get('threads')} -c{meta.get('conns')} -d{meta.get('seconds')}s --latency`, "
-        f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay), "
-        f"then one nginx and one idemgate-first round at -c{meta.get('peak_conns')}",
+        f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay, lua_first, "
+        f"lua_replay), then "
+        + (f"a replay-cache fill ({meta.get('fill_keys')} distinct keys delivered, then duplicated; "
+           f"2 passes of ≤ {meta.get('fill_seconds')} s), " if meta.get("fill", "1") == "1" else "")
+        + f"one nginx, one nginx+Lua and one idemgate-first round at -c{meta.get('peak_conns')}",
         "- request: `POST /hook`, a 1024-byte JSON body, `X-Hub-Signature-256: sha256=<hex>` computed once with "
         "openssl, `X-GitHub-Delivery` unique per request (first) or one primed id (replay); the direct and nginx "
         "rounds send the very same request (those servers ignore the headers)",
@@ -364,20 +465,29 @@ def main():
         "|---|---|---|",
         *[f"| {name} | **{verdict}** | {text} |" for name, verdict, text in targets],
         "",
-        f"{passed} of {len(targets)} targets pass.",
+        f"{passed} of {measurable} measurable targets pass ({len(targets) - measurable} not measured here).",
+        "",
+        "Information (kept from the earlier targets; no verdict):",
+        "",
+        "| check | result | measured |",
+        "|---|---|---|",
+        *[f"| {name} | {verdict} | {text} |" for name, verdict, text in infos],
         "",
         "## Summary (medians over rounds)",
         "",
         *table,
         "",
-        "- × nginx and Δp99: median over rounds of (idemgate round i) against (nginx round i), run back to back; "
-        "the -c256 row against the -c256 nginx round, the single extra rounds against the median nginx round.",
-        "- server CPU: utime+stime of the measured server from /proc/PID/stat (nginx: master + worker; "
+        "- × nginx and Δp99 vs nginx: median over rounds of (round i) against (nginx pass-through round i), run "
+        "in the same alternating cycle; × nginx+Lua and Δp99 vs nginx+Lua: idemgate first deliveries against "
+        "nginx+Lua first deliveries of round i, replays against nginx+Lua replays of round i. The -c256 rows "
+        "against the -c256 reference rounds; the single extra rounds (info, perf) against the reference's median.",
+        "- server CPU: utime+stime of the measured server from /proc/PID/stat (nginx, nginx+Lua: master + worker; "
         "idemgate: the process, all threads) per request; the load generator shares the same 2 cores.",
         "- per-request figures of idemgate rounds divide by idemgate's own `idemgate_requests_total` delta "
         "(includes the requests still in flight when wrk stopped); the others by wrk's count.",
         "- non-2xx: wrk's `Non-2xx or 3xx responses` (status ≥ 400).",
-        "- VmHWM: idemgate's peak resident set since start (it has served every earlier round by then).",
+        "- VmHWM: idemgate's peak resident set since start (it has served every earlier round by then, and at "
+        "-c256 the replay-cache fill); in nginx+Lua rows the Lua worker's.",
         "",
         "## Redis commands",
         "",
@@ -426,6 +536,8 @@ def main():
     print()
     for name, verdict, measured in targets:
         print(f"  {verdict:4}  {name}: {measured}")
+    for name, verdict, measured in infos:
+        print(f"  info  {name}: {verdict}; {measured}")
     print()
     print("  Redis calls per request: " + "; ".join(b.strip("| ").replace(" | ", ": ") for b in breakdown))
     for row in monitor_rows:
