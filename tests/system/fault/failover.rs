@@ -464,11 +464,43 @@ async fn sentinel_failover() {
         "[fault] sentinel_failover: primary, replica and 3 sentinels ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let (upstream, _gates, urls) = failover_gates(&setup.url()).await;
+    let (upstream, gates, urls) = failover_gates(&setup.url()).await;
     let mut ops = SentinelFailover { setup: &mut setup };
+    // Each instance answers a replay from its cache before the failover:
+    // tracking is armed (start-up is behind us), so a later flush is the
+    // failover's.
+    let flushes = "idemgate_replay_cache_flushes_total{reason=\"disconnected\"}";
+    let mut before = Vec::new();
+    for (i, gate) in gates.iter().enumerate() {
+        let body = payment(&format!("sfo-warm-cache-{i}"));
+        poll(
+            "a replay answered from the cache",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            async || {
+                let hits = metric(gate.admin, "idemgate_replay_cache_hits_total").await;
+                let answer = deliver(&gate.url("/notify"), &body).await;
+                (answer.replayed() == Some("true")
+                    && metric(gate.admin, "idemgate_replay_cache_hits_total").await > hits)
+                    .then_some(())
+            },
+        )
+        .await;
+        before.push(metric(gate.admin, flushes).await.expect("flush counter"));
+    }
 
     let report = run_failover(&mut ops, &urls, &upstream, "sfo", &|_| true).await;
 
     check_failover("sentinel_failover", &report);
+    // Every instance's replay cache was flushed when its connections
+    // moved to the promoted primary: invalidations sent on the old
+    // primary's connection are lost with it.
+    for (gate, before) in gates.iter().zip(before) {
+        let after = metric(gate.admin, flushes).await.expect("flush counter");
+        assert!(
+            after > before,
+            "replay cache flushed on failover: {before} -> {after}"
+        );
+    }
     report_time("sentinel_failover", started);
 }
