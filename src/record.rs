@@ -509,3 +509,17 @@ fn whole_response(
 
 #[cfg(test)]
 mod tests;
+
+/// A record in `state` with fixed owner, fingerprint and times, for the
+/// unit tests of the modules that handle records.
+#[cfg(test)]
+pub(crate) fn sample(state: RecordState) -> Record {
+    Record {
+        owner: OwnerToken([7; 16]),
+        fingerprint: Fingerprint([9; 32]),
+        created_at_ms: 1_700_000_000_000,
+        answered_at_ms: 1_700_000_000_000,
+        trace: None,
+        state,
+    }
+}

@@ -592,18 +592,10 @@ impl AnyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Fingerprint, OwnerToken};
 
     fn existing(state: RecordState, ttl_ms: u64) -> Existing {
         Existing {
-            record: Record {
-                owner: OwnerToken([1; 16]),
-                fingerprint: Fingerprint([2; 32]),
-                created_at_ms: 0,
-                answered_at_ms: 0,
-                trace: None,
-                state,
-            },
+            record: crate::record::sample(state),
             ttl: Some(Duration::from_millis(ttl_ms)),
         }
     }

@@ -2,17 +2,6 @@
 use super::*;
 use proptest::prelude::*;
 
-fn sample(state: RecordState) -> Record {
-    Record {
-        owner: OwnerToken([7; 16]),
-        fingerprint: Fingerprint([9; 32]),
-        created_at_ms: 1_700_000_000_000,
-        answered_at_ms: 1_700_000_000_000,
-        trace: None,
-        state,
-    }
-}
-
 #[test]
 fn fields_too_long_for_their_prefix_are_refused_not_truncated() {
     let answer = |headers: Vec<(Bytes, Bytes)>| {

@@ -4,21 +4,14 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::*;
-use crate::record::{Fingerprint, OwnerToken, StoredResponse};
+use crate::record::StoredResponse;
 
 fn key(n: u32) -> StoreKey {
     StoreKey::new("idemgate", "r", &format!("{n:064x}"))
 }
 
 fn record(state: RecordState) -> Record {
-    Record {
-        owner: OwnerToken([1; 16]),
-        fingerprint: Fingerprint([2; 32]),
-        created_at_ms: 0,
-        answered_at_ms: 0,
-        trace: None,
-        state,
-    }
+    crate::record::sample(state)
 }
 
 fn completed(body_len: usize) -> RecordState {
