@@ -16,8 +16,8 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-/// mimalloc instead of glibc malloc: about 10% less CPU per request
-/// (bench/RESULTS.md, Optimisations), for a few MiB more peak RSS.
+/// mimalloc instead of glibc malloc: about 9% less CPU per request, for
+/// more peak RSS (bench/RESULTS.md, Optimisations).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
