@@ -270,6 +270,7 @@ impl ReplayCache {
         if weight > self.capacity / LARGEST_ENTRY_SHARE {
             return;
         }
+        let record = detached(record);
         let mut evicted = 0;
         while state.bytes + weight > self.capacity {
             let Some((_, old)) = state.entries.pop_lru() else {
@@ -305,6 +306,24 @@ impl ReplayCache {
 fn cacheable(found: Existing, sent_at: Instant) -> Option<(Record, Instant)> {
     let ttl = found.ttl.filter(|ttl| !ttl.is_zero())?;
     matches!(found.record.state, RecordState::Completed(_)).then(|| (found.record, sent_at + ttl))
+}
+
+/// `record` with its own copies of the answer's bytes. A decoded record's
+/// body and headers are slices of the store reply, which may share its
+/// allocation with other replies read in the same batch: kept as they are,
+/// a small entry could pin a large buffer and the byte bound would not
+/// hold. One copy per fill (once per key and instance) keeps it honest.
+fn detached(mut record: Record) -> Record {
+    if let RecordState::Completed(answer) = &mut record.state {
+        for (name, value) in &mut answer.headers {
+            *name = bytes::Bytes::copy_from_slice(name);
+            *value = bytes::Bytes::copy_from_slice(value);
+        }
+        if let StoredBody::Kept(body) = &mut answer.body {
+            *body = bytes::Bytes::copy_from_slice(body);
+        }
+    }
+    record
 }
 
 /// What an entry counts against the capacity.

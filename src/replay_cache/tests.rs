@@ -197,3 +197,29 @@ async fn weight_counts_key_headers_and_body() {
     assert!(weight >= 1000 + key.as_str().len() + 4, "{weight}");
     assert!(weight <= 1000 + key.as_str().len() + 4 + 2 * ENTRY_OVERHEAD);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_landed_answer_owns_its_bytes_and_pins_no_reply_buffer() {
+    // A store reply whose bytes the decoded record's body slices.
+    let reply = Bytes::from(vec![7u8; 64 * 1024]);
+    let mut state = completed(0);
+    if let RecordState::Completed(answer) = &mut state {
+        answer.body = StoredBody::Kept(reply.slice(0..100));
+    }
+    let cache = coherent(1 << 20);
+    let filling = cache.begin_fill(&key(1)).expect("a fill");
+    filling.land(found(state, secs(60)));
+    let hit = cache.get(&key(1)).expect("cached");
+    let RecordState::Completed(answer) = hit.record.state else {
+        panic!("completed")
+    };
+    let StoredBody::Kept(body) = answer.body else {
+        panic!("kept")
+    };
+    assert_eq!(body.len(), 100);
+    // Only this handle is left on the reply: the cache copied the body.
+    assert!(
+        reply.is_unique(),
+        "the cached body shares the reply's buffer"
+    );
+}
