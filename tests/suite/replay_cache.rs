@@ -41,13 +41,13 @@ async fn until_cached(url: &str, body: &str, redis: &RedisServer) {
 
 /// `DELETE /admin/records/pay/{id}` on the admin listener at `admin`.
 async fn purge(admin: std::net::SocketAddr, id: &str) -> Answer {
-    send(
-        "DELETE",
-        &format!("http://{admin}/admin/records/pay/{id}"),
-        &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
-        "",
-    )
-    .await
+    admin_delete(admin, &format!("/admin/records/pay/{id}"), TOKEN).await
+}
+
+/// The test route on an embedded store at `path`; `extra` is added to the
+/// route's `[route.idempotency]`.
+fn embedded_config(path: &std::path::Path, upstream: &Upstream, extra: &str) -> String {
+    config_text(&embedded_store(path), &upstream.url(), extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,9 +162,9 @@ async fn a_cached_answer_is_never_served_after_its_retention() {
     // the entry, so this fails if the cache ignored the retention.
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start().await;
-    let text = config_text(
-        &embedded_store(&dir.path().join("claims.redb")),
-        &upstream.url(),
+    let text = embedded_config(
+        &dir.path().join("claims.redb"),
+        &upstream,
         "lease = \"1s\"\nunknown_hold = \"1s\"",
     )
     .replace("retention = \"1h\"", "retention = \"3s\"")
@@ -196,11 +196,8 @@ async fn a_cached_answer_is_never_served_after_its_retention() {
 async fn a_purge_on_the_embedded_store_drops_the_cached_answer() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start().await;
-    let text = config_text(
-        &embedded_store(&dir.path().join("claims.redb")),
-        &upstream.url(),
-        "",
-    ) + &format!("\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
+    let text = embedded_config(&dir.path().join("claims.redb"), &upstream, "")
+        + &format!("\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
     let gate = Gate::start(&text).await;
     let url = gate.url("/notify");
     let body = payment("embedded-purge");

@@ -149,6 +149,18 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     )
 }
 
+/// DELETEs `path` on an admin listener with `token` as its bearer token
+/// (a record purge: `/admin/records/{route}/{key}`).
+pub async fn admin_delete(admin: SocketAddr, path: &str, token: &str) -> Answer {
+    send(
+        "DELETE",
+        &format!("http://{admin}{path}"),
+        &[("authorization".to_owned(), format!("Bearer {token}"))],
+        "",
+    )
+    .await
+}
+
 /// POSTs a freshly signed delivery to the gate.
 pub async fn deliver(url: &str, body: &str) -> Answer {
     send("POST", url, &signed(body), body.to_owned()).await

@@ -186,13 +186,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     }
     let mut slowest = Duration::ZERO;
     for id in &ids {
-        let purge = send(
-            "DELETE",
-            &format!("http://{}/admin/records/pay/{id}", a.admin),
-            &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
-            "",
-        )
-        .await;
+        let purge = admin_delete(a.admin, &format!("/admin/records/pay/{id}"), TOKEN).await;
         assert_eq!(purge.status, 204, "{purge:?}");
         let purged = Instant::now();
         let seen = poll(
