@@ -23,6 +23,7 @@
 //!   templates, and URL redaction, shared by the sections above.
 
 mod choice;
+mod coverage;
 mod effective;
 mod guard;
 mod hot_keys;
@@ -50,6 +51,7 @@ use http::Uri;
 use raw::RawConfig;
 
 pub use choice::Choice;
+pub use coverage::UnsignedKey;
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
 pub use inbox::{Ack, Inbox, InboxTriggers};
@@ -299,6 +301,12 @@ impl Config {
                     )),
                     Some(_) => {}
                 },
+            }
+            if !route.idempotency.accepted_unsigned.is_empty() {
+                warnings.push(format!(
+                    "{key}.idempotency.unsigned_key: \"accept\" — the key rests on parts the signature does not cover: {}; a captured delivery re-sent with other values there runs again",
+                    route.idempotency.accepted_unsigned.join("; ")
+                ));
             }
             if route.case_sensitive && self.unmatched == Unmatched::Forward {
                 warnings.push(format!(

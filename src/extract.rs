@@ -15,8 +15,9 @@
 //! other. For the same reason an XML body ([`xml`]) is refused when it has
 //! a DTD, an undeclared entity or mixed content, and an `xml:/path`
 //! selector whose path names two leaves is refused too; an XML value is the
-//! leaf's text exactly as sent (CDATA verbatim, references decoded, not
-//! trimmed), an empty element reads as the empty value.
+//! leaf's text with references decoded, CDATA verbatim, and trimmed once
+//! by [`xml::normalise`] (the WeChat Pay v2 verifier signs these very
+//! values), an empty element reads as the empty value.
 
 pub mod json;
 pub mod xml;

@@ -264,6 +264,13 @@ pub fn signed_id<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> O
     any.then(|| Bytes::from(lower_hex(&hasher.finalize())))
 }
 
+/// The event id of a scheme that signs the body and nothing else (GitHub,
+/// Shopify): the [`signed_id`] of the body, so no unsigned header can
+/// make a captured body a new delivery.
+pub fn body_id(body: &[u8]) -> Option<Bytes> {
+    signed_id([("body", body)])
+}
+
 /// Decodes a standard-base64 signature (padding optional, whitespace not
 /// allowed); an undecodable one is `signature_invalid`.
 pub fn decode_base64_signature(text: &[u8]) -> Result<Vec<u8>, Rejection> {

@@ -6,7 +6,7 @@
 
 use super::{
     Algorithm, Encoding, Mode, OnInFlight, OnUnavailable, OnUpstreamTimeout, TimestampUnit,
-    Unmatched,
+    Unmatched, UnsignedKey,
 };
 
 /// An enum configured by one of a few words.
@@ -49,6 +49,7 @@ choices! {
     Algorithm { "sha256" => Sha256, "sha512" => Sha512 }
     Encoding { "hex" => Hex, "base64" => Base64 }
     TimestampUnit { "s" => Seconds, "ms" => Millis }
+    UnsignedKey { "refuse" => Refuse, "accept" => Accept }
 }
 
 #[cfg(test)]
@@ -73,5 +74,6 @@ mod tests {
         names_round_trip::<Algorithm>();
         names_round_trip::<Encoding>();
         names_round_trip::<TimestampUnit>();
+        names_round_trip::<UnsignedKey>();
     }
 }

@@ -193,6 +193,7 @@ fn idempotency(route: &Route) -> RawIdempotency {
         mode: Some(policy.mode.name().to_owned()),
         scope: Some(policy.scope.clone()),
         on_unavailable: Some(policy.on_unavailable.name().to_owned()),
+        unsigned_key: Some(policy.unsigned_key.name().to_owned()),
     }
 }
 

@@ -126,24 +126,24 @@ impl PresetKind {
         }
     }
 
-    /// The idempotency key the sender's documentation recommends, or the
-    /// event id the preset derives from signed fields (`KeyPart::SignedId`;
-    /// Twilio's is its whole signed content, since its
-    /// `I-Twilio-Idempotency-Token` is unsigned).
+    /// The default idempotency key: a signed field the sender documents
+    /// as the event id, or the event id the preset derives from signed
+    /// content (`KeyPart::SignedId`). GitHub's `X-GitHub-Delivery` and
+    /// Shopify's `X-Shopify-Webhook-Id` are unsigned and neither sender
+    /// signs a timestamp, so their key is the signed body itself; Twilio's
+    /// is its whole signed content, since its `I-Twilio-Idempotency-Token`
+    /// is unsigned.
     pub fn default_key(self) -> KeyPart {
-        let header = |name: &'static str| {
-            KeyPart::Value(Selector::Header(http::HeaderName::from_static(name)))
-        };
         match self {
             Self::StandardWebhooks
+            | Self::Github
+            | Self::Shopify
             | Self::Alipay
             | Self::WechatpayV2
             | Self::Adyen
             | Self::Twilio => KeyPart::SignedId,
             Self::Stripe | Self::WechatpayV3 => KeyPart::Value(Selector::Json("/id".into())),
-            Self::Github => header("x-github-delivery"),
             Self::Slack => KeyPart::Value(Selector::Json("/event_id".into())),
-            Self::Shopify => header("x-shopify-webhook-id"),
         }
     }
 
@@ -167,8 +167,9 @@ impl PresetKind {
 
 impl PresetKind {
     /// Whether the channel's signature covers what `selector` reads, for
-    /// the payment channels (`None`: a webhook platform, whose documented
-    /// keys include unsigned delivery headers, left to the operator).
+    /// the payment channels, which sign fields one by one (`None`: a
+    /// webhook platform, which signs the body whole:
+    /// `crate::config::coverage` classifies those).
     pub fn signs(self, selector: &Selector) -> Option<bool> {
         const ADYEN_SIGNED: [&str; 8] = [
             "pspReference",
@@ -194,34 +195,19 @@ impl PresetKind {
                         .and_then(|rest| rest.strip_prefix("NotificationRequestItem/"))
                         .is_some_and(|field| ADYEN_SIGNED.contains(&field))
             }
-            // WeChat Pay v3 signs the whole body; Twilio the URL and the
-            // parameters (or, for a JSON body, the body's hash).
+            // WeChat Pay v3 signs the whole body; Twilio the URL (so the
+            // query) and, for a JSON body, the body's hash. Twilio's form
+            // parameters are signed only joined without separators, so a
+            // boundary can move (`Sid=SM1&To=x` re-sent as `Sid=SM1T&o=x`
+            // keeps the signature): one parameter's value is not signed.
             (Self::WechatpayV3, Selector::Json(_))
-            | (Self::Twilio, Selector::Form(_) | Selector::Query(_) | Selector::Json(_)) => true,
+            | (Self::Twilio, Selector::Query(_) | Selector::Json(_)) => true,
             (
                 Self::Alipay | Self::WechatpayV2 | Self::WechatpayV3 | Self::Adyen | Self::Twilio,
                 _,
             ) => false,
             _ => return None,
         })
-    }
-
-    /// Refuses a chosen key part a payment channel does not sign: a key an
-    /// attacker can vary lets a captured delivery run again (Twilio's
-    /// `I-Twilio-Idempotency-Token` header is unsigned; Adyen signs eight
-    /// fields of an item, not the rest).
-    pub(super) fn check_key(self, problems: &mut Problems, key: &str, parts: &[Selector]) {
-        for (index, part) in parts.iter().enumerate() {
-            if self.signs(part) == Some(false) {
-                problems.push(
-                    &format!("{key}[{index}]"),
-                    format!(
-                        "scheme = {:?} does not sign {part}, so a key with it is not authenticated: a captured delivery with another value would run again; use a signed field, or omit key for the preset's own",
-                        self.name()
-                    ),
-                );
-            }
-        }
     }
 }
 

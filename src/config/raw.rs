@@ -379,6 +379,9 @@ pub struct RawIdempotency {
     pub scope: Option<String>,
     /// Per-route `on_unavailable`.
     pub on_unavailable: Option<String>,
+    /// `"refuse"` or `"accept"`: a key or fingerprint-as-key resting on
+    /// parts the signature does not cover.
+    pub unsigned_key: Option<String>,
 }
 
 /// `[route.inbox]`.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::Method;
 
+use super::coverage::{self, UnsignedKey};
 use super::guard::{Guard, guards};
 use super::inbox::{Inbox, inbox};
 use super::raw::{self, RawIdempotency, RawRoute};
@@ -184,6 +185,12 @@ pub struct Idempotency {
     pub mode: Mode,
     /// Fail closed or open.
     pub on_unavailable: OnUnavailable,
+    /// Whether unsigned key parts are refused or accepted
+    /// (`unsigned_key`; `crate::config::coverage`).
+    pub unsigned_key: UnsignedKey,
+    /// The unsigned parts `unsigned_key = "accept"` let through, each
+    /// with why it is unsigned: logged at WARN at start-up.
+    pub accepted_unsigned: Vec<String>,
 }
 
 /// One protected route.
@@ -273,8 +280,16 @@ pub(super) fn route(
         &format!("{key}.idempotency"),
         &raw.idempotency,
         store_on_unavailable,
-        &scheme,
+        (&scheme, &methods),
         scope,
+    );
+    idempotency.accepted_unsigned = coverage::check(
+        problems,
+        key,
+        &scheme,
+        &methods,
+        &idempotency,
+        idempotency.unsigned_key,
     );
     if let Some(tolerance) = scheme.tolerance() {
         if idempotency.retention <= tolerance {
@@ -394,7 +409,7 @@ fn idempotency(
     key: &str,
     raw: &RawIdempotency,
     store_on_unavailable: OnUnavailable,
-    scheme: &Scheme,
+    (scheme, methods): (&Scheme, &[Method]),
     scope: String,
 ) -> Idempotency {
     let key_parts = match (&raw.key, scheme) {
@@ -406,42 +421,20 @@ fn idempotency(
                 );
             }
             let parts = selectors(problems, &format!("{key}.key"), items);
-            if let Scheme::Preset(preset) = scheme {
-                preset
-                    .kind
-                    .check_key(problems, &format!("{key}.key"), &parts);
-            }
             Some(parts.into_iter().map(KeyPart::Value).collect())
         }
         (None, Scheme::Preset(preset)) => Some(vec![preset.kind.default_key()]),
         (None, _) => None,
     };
-    let fingerprint = raw
-        .fingerprint
-        .clone()
-        .unwrap_or_else(|| vec!["method".into(), "path".into(), "body".into()])
-        .iter()
-        .enumerate()
-        .filter_map(|(i, item)| {
-            let part = match item.as_str() {
-                "method" => Ok(FingerprintPart::Method),
-                "path" => Ok(FingerprintPart::Path),
-                "query" => Ok(FingerprintPart::Query),
-                "body" => Ok(FingerprintPart::Body),
-                other => match other.strip_prefix("header:") {
-                    Some(name) => http::HeaderName::from_bytes(name.as_bytes())
-                        .map(FingerprintPart::Header)
-                        .map_err(|_| format!("{name:?} is not a valid header name")),
-                    None if other.contains(':') => Selector::parse(other)
-                        .map(FingerprintPart::Value),
-                    None => Err(format!(
-                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\", \"header:NAME\" or a selector (json:/pointer, form:FIELD, xml:/path, query:NAME)"
-                    )),
-                },
-            };
-            problems.take(&format!("{key}.fingerprint[{i}]"), part)
-        })
-        .collect::<Vec<_>>();
+    let require_key = raw.require_key.unwrap_or(true);
+    let fingerprint = match &raw.fingerprint {
+        Some(items) => fingerprint_parts(problems, key, items),
+        None => coverage::default_fingerprint(
+            scheme,
+            methods,
+            key_parts.is_none() || !require_key,
+        ),
+    };
     if fingerprint.is_empty() {
         problems.push(&format!("{key}.fingerprint"), "must list at least one part");
     }
@@ -532,7 +525,7 @@ fn idempotency(
     };
     Idempotency {
         key: key_parts,
-        require_key: raw.require_key.unwrap_or(true),
+        require_key,
         fingerprint,
         fingerprint_ignore,
         lease,
@@ -558,7 +551,39 @@ fn idempotency(
             raw.on_unavailable.as_deref(),
             store_on_unavailable,
         ),
+        unsigned_key: problems.choice(
+            &format!("{key}.unsigned_key"),
+            raw.unsigned_key.as_deref(),
+            UnsignedKey::Refuse,
+        ),
+        accepted_unsigned: Vec::new(),
     }
+}
+
+fn fingerprint_parts(problems: &mut Problems, key: &str, items: &[String]) -> Vec<FingerprintPart> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let part = match item.as_str() {
+                "method" => Ok(FingerprintPart::Method),
+                "path" => Ok(FingerprintPart::Path),
+                "query" => Ok(FingerprintPart::Query),
+                "body" => Ok(FingerprintPart::Body),
+                other => match other.strip_prefix("header:") {
+                    Some(name) => http::HeaderName::from_bytes(name.as_bytes())
+                        .map(FingerprintPart::Header)
+                        .map_err(|_| format!("{name:?} is not a valid header name")),
+                    None if other.contains(':') => Selector::parse(other)
+                        .map(FingerprintPart::Value),
+                    None => Err(format!(
+                        "{other:?} is not valid; expected \"method\", \"path\", \"query\", \"body\", \"header:NAME\" or a selector (json:/pointer, form:FIELD, xml:/path, query:NAME)"
+                    )),
+                },
+            };
+            problems.take(&format!("{key}.fingerprint[{i}]"), part)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -25,11 +25,16 @@
 //! - **Nesting deeper than [`MAX_DEPTH`] or more than [`MAX_LEAVES`]
 //!   leaves**: the work per body stays bounded whatever a sender posts.
 //!
-//! Text is kept exactly as sent, after decoding the references: neither
-//! CDATA content nor plain text is trimmed, and line ends are not
-//! normalised. WeChat's official Java SDK trims values when it builds its
-//! map; whether `" 1"` and `"1"` are the same value is the verifier's
-//! business, so the selector hands over the bytes the sender wrote.
+//! A leaf's value is its text after decoding the references (CDATA
+//! verbatim), with leading and trailing characters up to U+0020 removed
+//! ([`normalise`]: Java's `String.trim()`, which WeChat's official SDK
+//! applies when it builds the map it signs). The value is normalised
+//! **once, here**, and every reader takes it from [`XmlDocument`]: the
+//! WeChat Pay v2 verifier signs exactly the values an `xml:` selector, a
+//! key or a fingerprint reads, so `" ORDER-1"`, `"ORDER-1\n"` or
+//! `<![CDATA[\tORDER-1]]>` (which verify like `ORDER-1`) can not become a
+//! second key. Inner whitespace and line ends are kept as sent; other
+//! Unicode spaces (U+3000, U+00A0) are part of the value, as in the SDK.
 //! Attributes are checked for well-formedness (and for unknown entities)
 //! but otherwise ignored: no WeChat field is an attribute. Element names are
 //! compared as written, prefix included; namespaces are not resolved.
@@ -253,7 +258,11 @@ fn close(
         if leaves.len() >= MAX_LEAVES {
             return Err(XmlError::TooMany);
         }
-        leaves.push((path.clone(), element.text));
+        let text = match normalise(&element.text) {
+            same if same.len() == element.text.len() => element.text,
+            trimmed => trimmed.to_owned(),
+        };
+        leaves.push((path.clone(), text));
     }
     path.truncate(element.parent_len);
     Ok(())
@@ -302,6 +311,14 @@ fn check_references(value: &str) -> Result<(), XmlError> {
     Ok(())
 }
 
+/// A leaf's text as every reader sees it: without the leading and trailing
+/// characters up to U+0020, as Java's `String.trim()` (WeChat's SDK) has
+/// it. One function, applied once in [`parse`], so a verifier and a
+/// selector can not normalise differently.
+pub fn normalise(text: &str) -> &str {
+    text.trim_matches(|c: char| c <= '\u{20}')
+}
+
 /// The XML `S` production: space, tab, carriage return, line feed.
 fn is_xml_whitespace(text: &str) -> bool {
     text.bytes()
@@ -343,12 +360,33 @@ mod tests {
     }
 
     #[test]
-    fn cdata_is_verbatim_and_text_is_not_trimmed() {
+    fn cdata_is_verbatim_inside_and_every_value_is_trimmed_once() {
         let doc = parse(b"<xml><a><![CDATA[ <b>&amp; ]]></a><b> 1 </b><c/><d></d></xml>").unwrap();
-        assert_eq!(leaf(&doc, "/xml/a"), Some(" <b>&amp; "));
-        assert_eq!(leaf(&doc, "/xml/b"), Some(" 1 "));
+        assert_eq!(leaf(&doc, "/xml/a"), Some("<b>&amp;"));
+        assert_eq!(leaf(&doc, "/xml/b"), Some("1"));
         assert_eq!(leaf(&doc, "/xml/c"), Some(""));
         assert_eq!(leaf(&doc, "/xml/d"), Some(""));
+    }
+
+    #[test]
+    fn every_spelling_that_signs_alike_reads_alike() {
+        let read = |value: &str| {
+            let body = format!("<xml><out_trade_no>{value}</out_trade_no></xml>");
+            parse(body.as_bytes()).unwrap().leaves()[0].1.clone()
+        };
+        for spelling in [
+            "ORDER-1",
+            " ORDER-1",
+            "ORDER-1 ",
+            "\n  ORDER-1\n",
+            "<![CDATA[\tORDER-1]]>",
+            "&#32;ORDER-1&#9;",
+        ] {
+            assert_eq!(read(spelling), "ORDER-1", "{spelling:?}");
+        }
+        // Not Java whitespace: part of the value, so it signs differently.
+        assert_eq!(read("\u{3000}ORDER-1"), "\u{3000}ORDER-1");
+        assert_eq!(read("OR DER-1"), "OR DER-1");
     }
 
     #[test]
@@ -425,7 +463,7 @@ mod tests {
             );
         }
         let doc = parse(b"<xml>\n  <a>1</a>\r\n\t<b> </b>\n</xml>").unwrap();
-        assert_eq!(leaf(&doc, "/xml/b"), Some(" "));
+        assert_eq!(leaf(&doc, "/xml/b"), Some(""));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! content built from a `{…}` template, hex or base64 with an optional
 //! prefix, SHA-256 or SHA-512, a window in seconds or milliseconds in both
 //! directions. The presented signature is decoded (hex case-insensitive,
-//! base64 with or without padding) and compared as bytes.
+//! base64 with or without padding) and compared as bytes. A header the
+//! template names must appear once: a key or fingerprint reads the value
+//! signed here (`crate::config::coverage`).
 
 use std::borrow::Cow;
 
@@ -13,7 +15,7 @@ use super::{
     Authenticity, BASE64, Direction, SignatureEncoding, check_window, matching_secret,
     parse_timestamp,
 };
-use crate::config::{Encoding, HmacScheme, Segment};
+use crate::config::{Encoding, HmacScheme, Segment, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -64,7 +66,16 @@ pub fn verify(
                 Some((raw, _, _)) => Cow::Borrowed(raw.trim_ascii()),
                 None => Cow::Borrowed(&b""[..]),
             },
-            Segment::Value(selector) => request.value(selector)?.unwrap_or(Cow::Borrowed(b"")),
+            Segment::Value(selector) => {
+                // A key or fingerprint reading this header must read the
+                // one value signed here, not a second one sent beside it.
+                if let Selector::Header(name) = selector
+                    && request.parts.headers.get_all(name).iter().nth(1).is_some()
+                {
+                    return Err(Rejection::SignatureInvalid);
+                }
+                request.value(selector)?.unwrap_or(Cow::Borrowed(b""))
+            }
         });
     }
     let message: Vec<&[u8]> = pieces.iter().map(|p| p.as_ref()).collect();

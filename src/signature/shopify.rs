@@ -5,8 +5,14 @@
 //! headers. The newer event deliveries use the same names without `X-`;
 //! both spellings are read. No timestamp is signed, so there is no window
 //! (warned about at start-up).
+//!
+//! Only the body is signed: `X-Shopify-Webhook-Id` is not, so a key on it
+//! lets a captured body run again under a new id. The event id
+//! ([`super::signed_id`]) is the signed body itself, the preset's default
+//! key: a retry (same body, same webhook id) is a replay, and two
+//! webhooks with byte-identical bodies are one delivery.
 
-use super::{Authenticity, SignatureEncoding, preset_signature, single_header};
+use super::{Authenticity, SignatureEncoding, body_id, preset_signature, single_header};
 use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
@@ -29,6 +35,6 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         header(request, suffix)?.ok_or(Rejection::SignatureMissing)?;
     }
     let message: [&[u8]; 1] = [&request.body];
-    preset_signature(preset, &message, &[signature], SignatureEncoding::Base64)
-        .map(Authenticity::by_secret)
+    let index = preset_signature(preset, &message, &[signature], SignatureEncoding::Base64)?;
+    Ok(Authenticity::with_signed_id(index, body_id(&request.body)))
 }

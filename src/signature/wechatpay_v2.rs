@@ -5,7 +5,10 @@
 //! the API key. The algorithm is `sign_type` when present (`MD5` or
 //! `HMAC-SHA256`), otherwise the signature's length (32 hex digits: MD5,
 //! 64: HMAC-SHA256), as the reference verifier does. Values are trimmed
-//! as the official Java SDK (`WXPayUtil`) trims them. No timestamp is
+//! as the official Java SDK (`WXPayUtil`) trims them, by the XML parse
+//! itself ([`crate::extract::xml::normalise`]): the values signed here are
+//! the leaves an `xml:` selector, a key and a fingerprint read, so a
+//! re-spelling that verifies can never read differently. No timestamp is
 //! signed: deduplication for `retention` is the replay protection (warned
 //! about at start-up).
 //!
@@ -44,7 +47,8 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
             .strip_prefix("/xml/")
             .filter(|name| !name.contains('/'))
             .ok_or(Rejection::BadRequestBody("xml with flat <xml> fields"))?;
-        fields.push((name, value.trim()));
+        // Already normalised by the parse, as every other reader sees it.
+        fields.push((name, value.as_str()));
     }
     fields.sort_by(|a, b| a.0.cmp(b.0));
     if fields.windows(2).any(|pair| pair[0].0 == pair[1].0) {

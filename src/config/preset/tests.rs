@@ -58,9 +58,9 @@ fn presets_fix_their_own_parameters() {
 fn preset_default_keys_can_be_overridden() {
     let config = preset_route(
         "scheme = \"shopify\"\nsecrets = [\"literal:x\"]",
-        "key = [\"header:X-Shopify-Event-Id\"]",
+        "key = [\"header:X-Shopify-Event-Id\"]\nunsigned_key = \"accept\"",
     )
-    .unwrap();
+    .expect("an unsigned header only with the opt-in");
     assert_eq!(
         config.routes[0].idempotency.key,
         Some(vec![KeyPart::Value(
@@ -285,11 +285,14 @@ fn payment_keys_read_signed_fields_only() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("route[0].idempotency.key[1]: scheme = \"twilio\" does not sign header:i-twilio-idempotency-token"),
+        err.contains("route[0].idempotency.key[1]: header:i-twilio-idempotency-token is not signed: scheme = \"twilio\" does not sign header:i-twilio-idempotency-token"),
         "{err}"
     );
-    preset_route(twilio, "key = [\"form:MessageSid\", \"query:tenant\"]")
-        .expect("Twilio signs the URL and the parameters");
+    assert!(
+        err.contains("route[0].idempotency.key[0]: form:MessageSid is not signed"),
+        "a parameter boundary can move under Twilio's signature: {err}"
+    );
+    preset_route(twilio, "key = [\"query:tenant\"]").expect("Twilio signs the URL");
     let adyen = "scheme = \"adyen\"\nsecrets = [\"literal:0A\"]";
     preset_route(
         adyen,
@@ -322,11 +325,16 @@ fn payment_keys_read_signed_fields_only() {
     preset_route(v2, "key = [\"xml:/xml/transaction_id\"]").unwrap();
     assert!(preset_route(v2, "key = [\"xml:/xml/a/b\"]").is_err());
     assert!(preset_route(v2, "key = [\"form:transaction_id\"]").is_err());
-    preset_route(
+    let err = preset_route(
         "scheme = \"github\"\nsecrets = [\"literal:x\"]",
         "key = [\"header:X-GitHub-Delivery\"]",
     )
-    .expect("webhook platforms key on their delivery header, as before");
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("scheme = \"github\" does not sign header:x-github-delivery"),
+        "GitHub signs the body only: {err}"
+    );
 }
 
 #[test]
