@@ -14,6 +14,7 @@ mod admin;
 mod bounded_answers;
 mod check_config;
 mod concurrency;
+mod coverage;
 mod demo;
 mod deploy;
 mod embedded;
