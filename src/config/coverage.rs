@@ -124,16 +124,19 @@ fn hmac_unsigned(hmac: &HmacScheme, read: Read<'_>) -> Option<String> {
     let names_value = |selector: &Selector| {
         has(&Segment::Value(selector.clone()))
             || (has(&Segment::Timestamp)
-                && hmac.timestamp.as_ref().is_some_and(|t| t.selector == *selector))
+                && hmac
+                    .timestamp
+                    .as_ref()
+                    .is_some_and(|t| t.selector == *selector))
     };
     let covered = match read {
         Read::Value(selector) if selector.needs_body() => body || names_value(selector),
         Read::Value(selector) => names_value(selector),
         Read::Header(name) => names_value(&Selector::Header(name.clone())),
-        Read::SignedId => false,
+        // No template piece reads the raw query or yields a message id.
+        Read::SignedId | Read::Query => false,
         Read::Method => has(&Segment::Method),
         Read::Path => has(&Segment::Path),
-        Read::Query => false,
         Read::Body => body,
     };
     (!covered).then(|| {
@@ -152,7 +155,8 @@ fn hmac_unsigned(hmac: &HmacScheme, read: Read<'_>) -> Option<String> {
 
 fn preset_unsigned(kind: PresetKind, read: Read<'_>) -> Option<String> {
     let raw_body = signs_raw_body(kind);
-    let signed_header = |name: &http::HeaderName| preset_signed_headers(kind).contains(&name.as_str());
+    let signed_header =
+        |name: &http::HeaderName| preset_signed_headers(kind).contains(&name.as_str());
     let covered = match read {
         Read::SignedId => true,
         Read::Body => raw_body,
@@ -205,14 +209,17 @@ pub(super) fn default_fingerprint(
     }
     let mut parts: Vec<FingerprintPart> = all
         .iter()
+        .filter(|part| unsigned(scheme, methods, (*part).into()).is_none())
         .cloned()
-        .filter(|part| unsigned(scheme, methods, part.into()).is_none())
         .collect();
     if let Some(hmac) = template {
         for segment in &hmac.message.segments {
             if let Segment::Value(selector) = segment {
                 let volatile = *selector == hmac.signature
-                    || hmac.timestamp.as_ref().is_some_and(|t| t.selector == *selector);
+                    || hmac
+                        .timestamp
+                        .as_ref()
+                        .is_some_and(|t| t.selector == *selector);
                 let part = FingerprintPart::Value(selector.clone());
                 if !volatile && !parts.contains(&part) {
                     parts.push(part);
@@ -220,7 +227,11 @@ pub(super) fn default_fingerprint(
             }
         }
     }
-    if parts.is_empty() { all.to_vec() } else { parts }
+    if parts.is_empty() {
+        all.to_vec()
+    } else {
+        parts
+    }
 }
 
 /// Applies the rule of the module doc to route `key` (`route[0]`).
@@ -250,16 +261,22 @@ pub(super) fn check(
     let parts = keys
         .iter()
         .enumerate()
-        .map(|(i, part)| (format!("key[{i}]"), part.to_string(), Read::from(part), true))
-        .chain(
-            idempotency
-                .fingerprint
-                .iter()
-                .enumerate()
-                .map(|(i, part)| {
-                    (format!("fingerprint[{i}]"), part.to_string(), Read::from(part), may_be_key)
-                }),
-        );
+        .map(|(i, part)| {
+            (
+                format!("key[{i}]"),
+                part.to_string(),
+                Read::from(part),
+                true,
+            )
+        })
+        .chain(idempotency.fingerprint.iter().enumerate().map(|(i, part)| {
+            (
+                format!("fingerprint[{i}]"),
+                part.to_string(),
+                Read::from(part),
+                may_be_key,
+            )
+        }));
     for (field, name, read, decides_key) in parts {
         let Some(why) = unsigned(scheme, methods, read) else {
             continue;
@@ -297,7 +314,10 @@ fn check_template(problems: &mut Problems, key: &str, hmac: &HmacScheme) {
     let names_a_value = hmac.message.segments.iter().any(|segment| match segment {
         Segment::Value(selector) => {
             *selector != hmac.signature
-                && hmac.timestamp.as_ref().is_none_or(|t| t.selector != *selector)
+                && hmac
+                    .timestamp
+                    .as_ref()
+                    .is_none_or(|t| t.selector != *selector)
         }
         Segment::Path | Segment::Method | Segment::Body => true,
         Segment::Literal(_) | Segment::Timestamp => false,

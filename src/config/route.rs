@@ -429,11 +429,7 @@ fn idempotency(
     let require_key = raw.require_key.unwrap_or(true);
     let fingerprint = match &raw.fingerprint {
         Some(items) => fingerprint_parts(problems, key, items),
-        None => coverage::default_fingerprint(
-            scheme,
-            methods,
-            key_parts.is_none() || !require_key,
-        ),
+        None => coverage::default_fingerprint(scheme, methods, key_parts.is_none() || !require_key),
     };
     if fingerprint.is_empty() {
         problems.push(&format!("{key}.fingerprint"), "must list at least one part");

@@ -138,9 +138,7 @@ fn hmac_cases(now: u64) -> Vec<(String, String, Delivery)> {
             route_config(
                 "/stamped",
                 "",
-                &hmac_signature(
-                    "message = \"{timestamp}.{body}\"\ntimestamp = \"header:X-Ts\"",
-                ),
+                &hmac_signature("message = \"{timestamp}.{body}\"\ntimestamp = \"header:X-Ts\""),
                 "key = [\"json:/id\"]",
             ),
             stamped,
@@ -179,12 +177,22 @@ fn hmac_cases(now: u64) -> Vec<(String, String, Delivery)> {
         ),
         (
             "hmac form, optional key".into(),
-            route_config("/form", "", &hmac_signature(""), "require_key = false\nkey = [\"form:id\"]"),
+            route_config(
+                "/form",
+                "",
+                &hmac_signature(""),
+                "require_key = false\nkey = [\"form:id\"]",
+            ),
             body_signed("/form", form, "application/x-www-form-urlencoded"),
         ),
         (
             "hmac xml key".into(),
-            route_config("/xmlk", "", &hmac_signature(""), "key = [\"xml:/xml/out_trade_no\"]"),
+            route_config(
+                "/xmlk",
+                "",
+                &hmac_signature(""),
+                "key = [\"xml:/xml/out_trade_no\"]",
+            ),
             body_signed("/xmlk", xml, "text/xml"),
         ),
     ]
@@ -217,7 +225,11 @@ fn preset_cases(now: u64) -> Vec<(String, String, Delivery)> {
                 headers,
                 body,
             };
-            (scheme.to_owned(), route_config("/hook", "", &signature, ""), delivery)
+            (
+                scheme.to_owned(),
+                route_config("/hook", "", &signature, ""),
+                delivery,
+            )
         })
         .collect()
 }
@@ -366,10 +378,16 @@ fn the_reported_mutants_are_the_same_delivery() {
         (nokey, vec![Mutation::Below("/x".into())]),
         (nokey, vec![Mutation::Below("/a/b".into())]),
         (nokey, vec![Mutation::Below(";p/z".into())]),
-        (github, vec![Mutation::header("x-github-delivery", "other-1")]),
+        (
+            github,
+            vec![Mutation::header("x-github-delivery", "other-1")],
+        ),
         (wechat, vec![Mutation::Around(leaf, " ".into())]),
         (wechat, vec![Mutation::Around(leaf, "\n\t".into())]),
-        (wechat, vec![Mutation::Cdata(0), Mutation::Around(leaf, "\r\n".into())]),
+        (
+            wechat,
+            vec![Mutation::Cdata(0), Mutation::Around(leaf, "\r\n".into())],
+        ),
     ];
     for (case, mutations) in checks {
         let original = identity(case, &case.delivery).unwrap();

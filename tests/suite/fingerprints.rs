@@ -91,16 +91,22 @@ async fn duplicate_keys_are_refused_at_any_depth() {
 async fn signed_json_selectors_refuse_duplicate_keys() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "")
-        .replace("{timestamp}.{body}", "{timestamp}.{json:/status}");
-    assert!(text.contains("{timestamp}.{json:/status}"), "{text}");
+    // A message without {body} must cover the key (json:/id) too.
+    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
+        "{timestamp}.{body}",
+        "{timestamp}.{json:/id}.{json:/status}",
+    );
+    assert!(
+        text.contains("{timestamp}.{json:/id}.{json:/status}"),
+        "{text}"
+    );
     let gate = Gate::start(&text).await;
-    let sign = |status: &str| {
+    let sign = |id: &str, status: &str| {
         let ts = now_secs().to_string();
         let mac = idemgate::signature::mac(
             idemgate::config::Algorithm::Sha256,
             SECRET.as_bytes(),
-            &[ts.as_bytes(), b".", status.as_bytes()],
+            &[ts.as_bytes(), b".", id.as_bytes(), b".", status.as_bytes()],
         );
         vec![
             ("x-signature".to_owned(), hex::encode(mac)),
@@ -110,10 +116,13 @@ async fn signed_json_selectors_refuse_duplicate_keys() {
     };
     let url = gate.url("/notify");
     let honest = r#"{"id":"s1","status":"PAID"}"#;
-    assert_eq!(send("POST", &url, &sign("PAID"), honest).await.status, 200);
+    assert_eq!(
+        send("POST", &url, &sign("s1", "PAID"), honest).await.status,
+        200
+    );
     // signed for PAID (the last value) while a first-wins backend reads REFUNDED
     let forged = r#"{"id":"s2","status":"REFUNDED","status":"PAID"}"#;
-    let answer = send("POST", &url, &sign("PAID"), forged).await;
+    let answer = send("POST", &url, &sign("s2", "PAID"), forged).await;
     assert_bad_body(&answer);
     assert_eq!(upstream.calls(), 1);
     gate.stop().await;

@@ -15,7 +15,8 @@ fn parse(route: &str, signature: &str, idempotency: &str) -> Result<Config, Stri
     .map_err(|e| e.0.join("\n"))
 }
 
-const HMAC_BODY: &str = "scheme = \"hmac\"\nsecrets = [\"literal:s\"]\nsignature = \"header:X-Sig\"";
+const HMAC_BODY: &str =
+    "scheme = \"hmac\"\nsecrets = [\"literal:s\"]\nsignature = \"header:X-Sig\"";
 
 fn fingerprint(config: &Config) -> Vec<String> {
     config.routes[0]
@@ -44,7 +45,12 @@ fn a_body_only_hmac_without_key_fingerprints_no_path() {
 
 #[test]
 fn an_unsigned_part_of_a_key_is_refused_naming_it_and_the_fix() {
-    let err = parse("", HMAC_BODY, "fingerprint = [\"method\", \"path\", \"body\"]").unwrap_err();
+    let err = parse(
+        "",
+        HMAC_BODY,
+        "fingerprint = [\"method\", \"path\", \"body\"]",
+    )
+    .unwrap_err();
     assert!(
         err.contains("route[0].idempotency.fingerprint[1]: path is not signed")
             && err.contains("{path} is not in message")
@@ -52,16 +58,29 @@ fn an_unsigned_part_of_a_key_is_refused_naming_it_and_the_fix() {
         "{err}"
     );
     for (idempotency, part) in [
-        ("key = [\"header:X-Id\"]", "key[0]: header:x-id is not signed"),
+        (
+            "key = [\"header:X-Id\"]",
+            "key[0]: header:x-id is not signed",
+        ),
         ("key = [\"query:id\"]", "key[0]: query:id is not signed"),
-        ("fingerprint = [\"query\", \"body\"]", "fingerprint[0]: query is not signed"),
-        ("fingerprint = [\"header:X-A\"]", "fingerprint[0]: header:x-a is not signed"),
+        (
+            "fingerprint = [\"query\", \"body\"]",
+            "fingerprint[0]: query is not signed",
+        ),
+        (
+            "fingerprint = [\"header:X-A\"]",
+            "fingerprint[0]: header:x-a is not signed",
+        ),
     ] {
         let err = parse("methods = [\"POST\", \"PUT\"]", HMAC_BODY, idempotency).unwrap_err();
         assert!(err.contains(part), "{idempotency}: {err}");
     }
-    let err = parse("methods = [\"POST\", \"PUT\"]", HMAC_BODY, "fingerprint = [\"method\", \"body\"]")
-        .unwrap_err();
+    let err = parse(
+        "methods = [\"POST\", \"PUT\"]",
+        HMAC_BODY,
+        "fingerprint = [\"method\", \"body\"]",
+    )
+    .unwrap_err();
     assert!(err.contains("method is not signed"), "{err}");
     // Named in the template: signed.
     let covered = format!("{HMAC_BODY}\nmessage = \"{{header:X-Id}}.{{body}}\"");
@@ -99,7 +118,11 @@ fn webhook_platform_delivery_headers_are_unsigned() {
         ("stripe", "Stripe-Signature"),
         ("standard-webhooks", "webhook-id"),
     ] {
-        let secret = if scheme == "standard-webhooks" { "whsec_AAAAAAAA" } else { "x" };
+        let secret = if scheme == "standard-webhooks" {
+            "whsec_AAAAAAAA"
+        } else {
+            "x"
+        };
         let signature = format!("scheme = \"{scheme}\"\nsecrets = [\"literal:{secret}\"]");
         let default = parse("", &signature, "").unwrap();
         assert_eq!(
@@ -113,40 +136,65 @@ fn webhook_platform_delivery_headers_are_unsigned() {
         );
         let err = parse("", &signature, &format!("key = [\"header:{header}\"]")).unwrap_err();
         assert!(
-            err.contains(&format!("scheme = \"{scheme}\" does not sign header:{}", header.to_lowercase())),
+            err.contains(&format!(
+                "scheme = \"{scheme}\" does not sign header:{}",
+                header.to_lowercase()
+            )),
             "{scheme}: {err}"
         );
-        parse("", &signature, &format!("key = [\"header:{header}\"]\nunsigned_key = \"accept\""))
-            .unwrap();
+        parse(
+            "",
+            &signature,
+            &format!("key = [\"header:{header}\"]\nunsigned_key = \"accept\""),
+        )
+        .unwrap();
         parse("", &signature, "key = [\"json:/id\"]").expect("the body is signed whole");
     }
     let slack = "scheme = \"slack\"\nsecrets = [\"literal:x\"]";
-    parse("", slack, "key = [\"header:X-Slack-Request-Timestamp\", \"json:/event_id\"]").unwrap();
+    parse(
+        "",
+        slack,
+        "key = [\"header:X-Slack-Request-Timestamp\", \"json:/event_id\"]",
+    )
+    .unwrap();
 }
 
 #[test]
 fn a_template_without_body_must_cover_every_part() {
     let stamped = format!("{HMAC_BODY}\ntimestamp = \"header:X-Ts\"");
     let only_time = format!("{stamped}\nmessage = \"{{timestamp}}\"");
-    for idempotency in ["", "unsigned_key = \"accept\"", "key = [\"json:/id\"]\nunsigned_key = \"accept\""] {
+    for idempotency in [
+        "",
+        "unsigned_key = \"accept\"",
+        "key = [\"json:/id\"]\nunsigned_key = \"accept\"",
+    ] {
         let err = parse("", &only_time, idempotency).unwrap_err();
         assert!(
-            err.contains("route[0].signature.message: \"{timestamp}\" covers neither {body} nor any value"),
+            err.contains(
+                "route[0].signature.message: \"{timestamp}\" covers neither {body} nor any value"
+            ),
             "{idempotency}: {err}"
         );
     }
-    let fields = format!("{stamped}\nmessage = \"{{json:/id}}\\n{{json:/amount}}\\n{{timestamp}}\"");
+    let fields =
+        format!("{stamped}\nmessage = \"{{json:/id}}\\n{{json:/amount}}\\n{{timestamp}}\"");
     let config = parse("", &fields, "key = [\"json:/id\"]").unwrap();
     assert_eq!(fingerprint(&config), ["method", "json:/id", "json:/amount"]);
     for (idempotency, says) in [
-        ("key = [\"json:/other\"]", "key[0]: json:/other is not signed"),
+        (
+            "key = [\"json:/other\"]",
+            "key[0]: json:/other is not signed",
+        ),
         (
             "key = [\"json:/id\"]\nfingerprint = [\"body\"]\nunsigned_key = \"accept\"",
             "fingerprint[0]: body is not signed",
         ),
     ] {
         let err = parse("", &fields, idempotency).unwrap_err();
-        assert!(err.contains(says) && err.contains("must cover every key"), "{err}");
+        assert!(
+            err.contains(says) && err.contains("must cover every key"),
+            "{err}"
+        );
     }
 }
 
@@ -155,13 +203,26 @@ fn payment_channels_and_none() {
     let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"";
     let err = parse("", twilio, "key = [\"form:MessageSid\"]").unwrap_err();
     assert!(err.contains("no separator"), "{err}");
-    parse("", twilio, "key = [\"query:tenant\"]\nfingerprint = [\"path\", \"query\"]").unwrap();
+    parse(
+        "",
+        twilio,
+        "key = [\"query:tenant\"]\nfingerprint = [\"path\", \"query\"]",
+    )
+    .unwrap();
     let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]";
     parse("", v2, "key = [\"xml:/xml/out_trade_no\"]").unwrap();
     let err = parse("", v2, "key = [\"xml:/xml/sign\"]").unwrap_err();
     assert!(err.contains("does not sign xml:/xml/sign"), "{err}");
     let none = "scheme = \"none\"";
-    let config = parse("", none, "key = [\"header:X-Id\"]\nfingerprint = [\"query\"]").unwrap();
+    let config = parse(
+        "",
+        none,
+        "key = [\"header:X-Id\"]\nfingerprint = [\"query\"]",
+    )
+    .unwrap();
     assert!(config.routes[0].idempotency.accepted_unsigned.is_empty());
-    assert_eq!(fingerprint(&parse("", none, "").unwrap()), ["method", "path", "body"]);
+    assert_eq!(
+        fingerprint(&parse("", none, "").unwrap()),
+        ["method", "path", "body"]
+    );
 }

@@ -72,12 +72,18 @@ impl Mutation {
                 append,
             } => {
                 if !append {
-                    delivery.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+                    delivery
+                        .headers
+                        .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
                 }
                 delivery.headers.push((name.clone(), value.clone()));
             }
             Self::Query(name, value) => {
-                let joiner = if delivery.target.contains('?') { '&' } else { '?' };
+                let joiner = if delivery.target.contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
                 delivery.target = format!("{}{joiner}{name}={value}", delivery.target);
             }
             Self::Below(suffix) => {
@@ -133,9 +139,10 @@ impl Mutation {
 }
 
 fn is_form(delivery: &Delivery) -> bool {
-    delivery.headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("content-type") && v.contains("x-www-form-urlencoded")
-    })
+    delivery
+        .headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v.contains("x-www-form-urlencoded"))
 }
 
 /// Percent-encodes the n-th (modulo) letter or digit inside a form value.
