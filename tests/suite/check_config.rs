@@ -58,3 +58,68 @@ fn a_fractional_duration_says_so() {
         "{printed}"
     );
 }
+
+/// `VALID` with the route's signature and idempotency tables replaced.
+fn signed_route(signature: &str, idempotency: &str) -> String {
+    let head = VALID.split("[route.signature]").next().unwrap();
+    format!("{head}[route.signature]\n{signature}\n[route.idempotency]\n{idempotency}\n")
+}
+
+/// SPEC §4 rule 12: a key, or a fingerprint that is the key, resting on a
+/// part the signature does not cover is refused, naming the part, why,
+/// and what to change; `unsigned_key = "accept"` takes the risk knowingly.
+#[test]
+fn a_key_on_unsigned_parts_is_refused_with_what_to_change() {
+    let secret = "literal:coverage-secret-0123456789abcdef";
+    let hmac = format!("scheme = \"hmac\"\nsecrets = [\"{secret}\"]\nsignature = \"header:X-Sig\"");
+    let github = format!("scheme = \"github\"\nsecrets = [\"{secret}\"]");
+    for (signature, idempotency, says) in [
+        (
+            github.as_str(),
+            "key = [\"header:X-GitHub-Delivery\"]",
+            "route[0].idempotency.key[0]: header:x-github-delivery is not signed: scheme = \"github\" does not sign header:x-github-delivery",
+        ),
+        (
+            hmac.as_str(),
+            "key = [\"header:Idempotency-Key\"]",
+            "route[0].idempotency.key[0]: header:idempotency-key is not signed",
+        ),
+        (
+            hmac.as_str(),
+            "fingerprint = [\"method\", \"path\", \"body\"]",
+            "route[0].idempotency.fingerprint[1]: path is not signed",
+        ),
+    ] {
+        let (code, printed) = check_config(&signed_route(signature, idempotency));
+        assert_eq!(code, Some(2), "{idempotency}: {printed}");
+        assert!(
+            printed.contains(says) && printed.contains("unsigned_key = \"accept\""),
+            "{says:?} in:\n{printed}"
+        );
+    }
+    let accepted = signed_route(
+        &github,
+        "key = [\"header:X-GitHub-Delivery\"]\nunsigned_key = \"accept\"",
+    );
+    let (code, printed) = check_config(&accepted);
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(printed.contains("unsigned_key = \"accept\""), "{printed}");
+}
+
+/// SPEC §4 rule 12 (issue 26 §2): a message that covers neither the body
+/// nor any request value lets one captured signature authorise any body.
+#[test]
+fn a_message_without_body_or_values_is_refused() {
+    let signature = "scheme = \"hmac\"\nsecrets = [\"literal:coverage-secret-0123456789abcdef\"]\n\
+                     signature = \"header:X-Sig\"\nmessage = \"{timestamp}\"\ntimestamp = \"header:X-Ts\"";
+    for idempotency in ["", "key = [\"json:/id\"]\nunsigned_key = \"accept\""] {
+        let (code, printed) = check_config(&signed_route(signature, idempotency));
+        assert_eq!(code, Some(2), "{printed}");
+        assert!(
+            printed.contains(
+                "route[0].signature.message: \"{timestamp}\" covers neither {body} nor any value"
+            ),
+            "{printed}"
+        );
+    }
+}
