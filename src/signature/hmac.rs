@@ -256,6 +256,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_signed_header_sent_twice_is_refused() {
+        let mut s = scheme(Encoding::Hex, "", false);
+        s.message = Template::parse("{header:x-id}.{body}").unwrap();
+        s.timestamp = None;
+        let sig = hex::encode(mac(Algorithm::Sha256, b"new", &[b"evt-1.", b"{}"]));
+        let send = |ids: &[&str]| {
+            let mut builder = http::Request::post("/notify").header("x-signature", &sig);
+            for id in ids {
+                builder = builder.header("x-id", *id);
+            }
+            let (parts, ()) = builder.body(()).unwrap().into_parts();
+            verify(&s, &Inbound::new(parts, Bytes::from_static(b"{}")), NOW_MS)
+        };
+        assert!(send(&["evt-1"]).is_ok());
+        // A key or fingerprint reading every x-id would see one the
+        // signature never covered.
+        assert_eq!(send(&["evt-1", "evt-2"]), Err(Rejection::SignatureInvalid));
+    }
+
     proptest! {
         #[test]
         fn arbitrary_headers_and_bodies_never_panic(
