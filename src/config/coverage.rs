@@ -121,9 +121,12 @@ fn unsigned(scheme: &Scheme, methods: &[Method], read: Read<'_>) -> Option<Strin
 fn hmac_unsigned(hmac: &HmacScheme, read: Read<'_>) -> Option<String> {
     let has = |wanted: &Segment| hmac.message.segments.contains(wanted);
     let body = has(&Segment::Body);
+    // `{timestamp}` signs the value trimmed, which a key reads as such
+    // only from a header (its parts are trimmed too).
     let names_value = |selector: &Selector| {
         has(&Segment::Value(selector.clone()))
             || (has(&Segment::Timestamp)
+                && matches!(selector, Selector::Header(_))
                 && hmac
                     .timestamp
                     .as_ref()
@@ -309,7 +312,8 @@ pub(super) fn check(
 }
 
 /// A template without `{body}` must name some value of the request
-/// besides its timestamp and signature.
+/// besides its timestamp and signature: `{method}` and `{path}` name no
+/// delivery, so they do not count.
 fn check_template(problems: &mut Problems, key: &str, hmac: &HmacScheme) {
     let names_a_value = hmac.message.segments.iter().any(|segment| match segment {
         Segment::Value(selector) => {
@@ -319,8 +323,8 @@ fn check_template(problems: &mut Problems, key: &str, hmac: &HmacScheme) {
                     .as_ref()
                     .is_none_or(|t| t.selector != *selector)
         }
-        Segment::Path | Segment::Method | Segment::Body => true,
-        Segment::Literal(_) | Segment::Timestamp => false,
+        Segment::Body => true,
+        Segment::Path | Segment::Method | Segment::Literal(_) | Segment::Timestamp => false,
     });
     if !names_a_value {
         problems.push(

@@ -176,10 +176,20 @@ fn a_template_without_body_must_cover_every_part() {
             "{idempotency}: {err}"
         );
     }
+    let where_only = format!("{stamped}\nmessage = \"{{method}} {{path}} {{timestamp}}\"");
+    let err = parse("", &where_only, "").unwrap_err();
+    assert!(err.contains("covers neither {body} nor any value"), "{err}");
     let fields =
         format!("{stamped}\nmessage = \"{{json:/id}}\\n{{json:/amount}}\\n{{timestamp}}\"");
     let config = parse("", &fields, "key = [\"json:/id\"]").unwrap();
     assert_eq!(fingerprint(&config), ["method", "json:/id", "json:/amount"]);
+    // {timestamp} signs the trimmed text: a key on it is exact only from a header.
+    let body_stamp =
+        format!("{HMAC_BODY}\ntimestamp = \"json:/ts\"\nmessage = \"{{json:/id}}.{{timestamp}}\"");
+    let err = parse("", &body_stamp, "key = [\"json:/id\", \"json:/ts\"]").unwrap_err();
+    assert!(err.contains("key[1]: json:/ts is not signed"), "{err}");
+    let header_stamp = format!("{stamped}\nmessage = \"{{json:/id}}.{{timestamp}}\"");
+    parse("", &header_stamp, "key = [\"json:/id\", \"header:X-Ts\"]").unwrap();
     for (idempotency, says) in [
         (
             "key = [\"json:/other\"]",
