@@ -15,6 +15,9 @@
 //! * `scheme` — `[route.signature]`: HMAC, and `preset` the named senders
 //!   (with `public_key` for the RSA ones);
 //! * `route` — `[[route]]` and its idempotency policy;
+//! * `coverage` — which key and fingerprint parts a route's signature
+//!   covers, and the rule that refuses a key on unsigned parts (SPEC §4
+//!   rule 12; `unsigned_key`);
 //! * `guard` — `[[route.guard]]`, business-field whitelists;
 //! * `hot_keys` — `[hot_keys]`, the per-route top-k of keys;
 //! * `inbox` — `[route.inbox]`, failed deliveries acknowledged and redelivered;
