@@ -10,7 +10,9 @@
 //! Anything else is **unsigned**: headers a scheme does not sign, the
 //! query, the path below `path_prefix` (prefix matching lets every path
 //! under it reach the route with one signature), the method of a route
-//! that accepts several.
+//! that accepts several. A template's `{path}` signs the whole path as
+//! received, so the canonical path routing and the fingerprint use is
+//! signed with it; `{method}` likewise the method.
 //!
 //! The rule ([`check`]):
 //!
