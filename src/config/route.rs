@@ -556,6 +556,7 @@ fn idempotency(
     }
 }
 
+/// Reads `fingerprint = [...]` as written.
 fn fingerprint_parts(problems: &mut Problems, key: &str, items: &[String]) -> Vec<FingerprintPart> {
     items
         .iter()
