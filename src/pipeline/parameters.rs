@@ -19,7 +19,8 @@
 //!   (once each). A JSON body is not merged with the query by those
 //!   frameworks, so a query beside it is left alone.
 //! * **Method overrides** ([`query_overrides`], [`body_overrides`]): the
-//!   `_method` values of the query and of a form body, which stage 1
+//!   `_method` values of the query and of a form body (and of a JSON
+//!   body's top level, which Laravel reads as input too), which stage 1
 //!   counts as the method-override headers are counted.
 
 use std::borrow::Cow;
@@ -61,6 +62,20 @@ pub fn form_content(headers: &HeaderMap) -> Option<FormContent> {
         })
 }
 
+/// Whether the body may name a method: a form body, or a JSON one
+/// (Laravel's `isJson()`: a content type containing `/json` or `+json`).
+pub fn may_carry_method(headers: &HeaderMap) -> bool {
+    form_content(headers).is_some()
+        || headers
+            .get_all(http::header::CONTENT_TYPE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .any(|value| {
+                let value = value.to_ascii_lowercase();
+                value.contains("/json") || value.contains("+json")
+            })
+}
+
 /// The `_method` values of a query string, trimmed, empty ones skipped.
 pub fn query_overrides(query: Option<&str>) -> Vec<Cow<'_, str>> {
     let Some(query) = query.filter(|q| q.contains('_') || q.contains('%')) else {
@@ -74,19 +89,17 @@ pub fn query_overrides(query: Option<&str>) -> Vec<Cow<'_, str>> {
 pub enum BodyOverride {
     /// No `_method` field (or no form body).
     None,
-    /// The `_method` values of a URL-encoded body.
+    /// The `_method` values of a URL-encoded body, or the top-level
+    /// `_method` string of a JSON one.
     Methods(Vec<String>),
-    /// A multipart body that mentions `_method`: idemgate does not parse
-    /// multipart, so it may name any method.
+    /// A multipart body that mentions `_method` (idemgate does not parse
+    /// multipart), or a JSON one that mentions it and does not parse: it
+    /// may name any method.
     Any,
 }
 
 /// The `_method` fields of a form body (see [`BodyOverride`]).
 pub fn body_overrides(headers: &HeaderMap, body: &[u8]) -> BodyOverride {
-    let mentions = |body: &[u8]| {
-        body.windows(METHOD_PARAMETER.len())
-            .any(|w| w.eq_ignore_ascii_case(METHOD_PARAMETER.as_bytes()))
-    };
     match form_content(headers) {
         Some(FormContent::UrlEncoded) => {
             let methods: Vec<String> = method_values(form_urlencoded::parse(body))
@@ -100,7 +113,49 @@ pub fn body_overrides(headers: &HeaderMap, body: &[u8]) -> BodyOverride {
             }
         }
         Some(FormContent::Multipart) if mentions(body) => BodyOverride::Any,
+        None if mentions(body) && may_carry_method(headers) => json_override(body),
         Some(FormContent::Multipart) | None => BodyOverride::None,
+    }
+}
+
+/// Whether `body` holds `_method` in any case (run on every routed JSON or
+/// form body, so it looks only where a `_` is).
+fn mentions(body: &[u8]) -> bool {
+    let rest = &METHOD_PARAMETER.as_bytes()[1..];
+    body.iter().enumerate().any(|(at, byte)| {
+        *byte == b'_'
+            && body
+                .get(at + 1..at + METHOD_PARAMETER.len())
+                .is_some_and(|next| next.eq_ignore_ascii_case(rest))
+    })
+}
+
+/// The top-level `_method` members of a JSON object body (any case of the
+/// name; a value that is not a string counts as any method).
+fn json_override(body: &[u8]) -> BodyOverride {
+    let Ok(object) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
+    else {
+        return if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+            // valid JSON, but not an object: it has no members
+            BodyOverride::None
+        } else {
+            BodyOverride::Any
+        };
+    };
+    let mut methods = Vec::new();
+    for (name, value) in &object {
+        if name.trim().eq_ignore_ascii_case(METHOD_PARAMETER) {
+            match value.as_str().map(str::trim) {
+                Some("") => {}
+                Some(method) => methods.push(method.to_owned()),
+                None => return BodyOverride::Any,
+            }
+        }
+    }
+    if methods.is_empty() {
+        BodyOverride::None
+    } else {
+        BodyOverride::Methods(methods)
     }
 }
 

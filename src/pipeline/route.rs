@@ -27,9 +27,10 @@
 //!   anything but a letter, digit, `-` or `_` (`/notify.json`,
 //!   `/notify%20`, `/notify::$DATA`); methods named by a method-override
 //!   header or a `_method` query parameter count too, and `HEAD` counts as
-//!   `GET`. A `_method` field of a form body counts the same way, once the
+//!   `GET`. A `_method` field of a form body (or top-level member of a
+//!   JSON body, which Laravel reads as input) counts the same way, once the
 //!   body is read ([`Router::with_body`]): the pipeline reads the body of
-//!   an otherwise unmatched form request first when such a field could
+//!   an otherwise unmatched such request first when the field could
 //!   reach a route ([`Router::body_may_decide`]), and re-checks a routed
 //!   one before it is verified. When that reading
 //!   reaches a route the canonical path does not select (or a longer one
@@ -171,9 +172,9 @@ impl Router {
         self.decide(method, path, &method_overrides(headers, query))
     }
 
-    /// Whether the `_method` field of a form body could turn stage 1's
-    /// answer for this request into a refusal: it has a form content type
-    /// and naming some route's method would make it ambiguous. The
+    /// Whether the `_method` field of a form (or JSON) body could turn
+    /// stage 1's answer for this request into a refusal: it has such a
+    /// content type and naming some route's method would make it ambiguous. The
     /// pipeline then reads the body of an unmatched request before passing
     /// it through ([`Router::with_body`]).
     pub fn body_may_decide(
@@ -183,7 +184,7 @@ impl Router {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> bool {
-        if parameters::form_content(headers).is_none() {
+        if !parameters::may_carry_method(headers) {
             return false;
         }
         let mut overrides = method_overrides(headers, query);
@@ -205,8 +206,9 @@ impl Router {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Selection> {
+        let from_body = parameters::body_overrides(headers, body);
         let mut overrides = method_overrides(headers, query);
-        match parameters::body_overrides(headers, body) {
+        match from_body {
             BodyOverride::None => return None,
             BodyOverride::Methods(methods) => overrides.extend(methods.into_iter().map(Cow::Owned)),
             BodyOverride::Any => overrides.extend(self.all_methods()),

@@ -165,12 +165,13 @@ async fn method_parameters_do_not_reach_a_protected_method() {
         "application/x-www-form-urlencoded".to_owned(),
     )];
     let json = vec![("content-type".to_owned(), "application/json".to_owned())];
-    let refused: [(&str, &Headers, &str); 5] = [
+    let refused: [(&str, &Headers, &str); 6] = [
         ("/putonly?_method=PUT", &json, "{}"),
         ("/putonly/1?_method=put", &Vec::new(), ""),
         ("/putonly", &form, "name=x&_method=PUT"),
         ("/putonly/1", &form, "_method=put&name=x"),
         ("/putonly?x=1", &form, "%5Fmethod=PUT"),
+        ("/putonly", &json, r#"{"id":"u1","_method":"PUT"}"#),
     ];
     for (target, headers, body) in refused {
         expect(
@@ -208,6 +209,14 @@ async fn method_parameters_do_not_reach_a_protected_method() {
         upstream.bodies().last().map(|b| b.to_vec()),
         Some(body.as_bytes().to_vec())
     );
+    let body = r#"{"id":"u1","note":"_method"}"#;
+    expect(
+        &upstream,
+        ("POST", &gate.url("/putonly"), &json, body),
+        200,
+        None,
+    )
+    .await;
     // The real PUT is verified as the route.
     expect(
         &upstream,

@@ -93,11 +93,32 @@ fn method_parameters_are_found_in_query_and_form() {
     let part = b"--b\r\ncontent-disposition: form-data; name=\"_method\"\r\n\r\nPUT\r\n--b--\r\n";
     assert_eq!(body_overrides(&headers, part), BodyOverride::Any);
     assert_eq!(body_overrides(&headers, b"--b--\r\n"), BodyOverride::None);
-    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert("content-type", "application/vnd.api+json".parse().unwrap());
+    assert_eq!(
+        body_overrides(&headers, br#"{"a":{"_method":"GET"},"_method":" PUT "}"#),
+        BodyOverride::Methods(vec!["PUT".into()]),
+        "Laravel reads a JSON body's top level as input"
+    );
+    assert_eq!(
+        body_overrides(&headers, br#"{"a":{"_method":"GET"}}"#),
+        BodyOverride::None
+    );
+    assert_eq!(
+        body_overrides(&headers, br#"["_method"]"#),
+        BodyOverride::None
+    );
+    assert_eq!(
+        body_overrides(&headers, br#"{"_method":1}"#),
+        BodyOverride::Any
+    );
+    assert_eq!(
+        body_overrides(&headers, br#"{"_method":"PUT""#),
+        BodyOverride::Any
+    );
+    headers.insert("content-type", "text/plain".parse().unwrap());
     assert_eq!(
         body_overrides(&headers, br#"{"_method":"PUT"}"#),
-        BodyOverride::None,
-        "no framework reads a JSON member as the method"
+        BodyOverride::None
     );
 }
 
