@@ -176,8 +176,8 @@ pub struct LooseText {
     pub settled: bool,
 }
 
-/// The loose reading of `path`: rounds of [`loose_round`] until a fixpoint,
-/// at most [`LOOSE_DECODE_ROUNDS`].
+/// The loose reading of `path`: decoding rounds (see the module docs)
+/// until a fixpoint, at most [`LOOSE_DECODE_ROUNDS`].
 pub fn loose_text(path: &str) -> LooseText {
     let mut text = path.to_owned();
     for _ in 0..LOOSE_DECODE_ROUNDS {
