@@ -42,6 +42,13 @@ pub enum Rejection {
         "path or method may reach a protected route under another spelling; send it as the route's own path"
     )]
     PathAmbiguous,
+    /// Query parameters beside a signed body that the signature does not
+    /// cover and the backend could read in place of signed ones (SPEC §4
+    /// rule 12).
+    #[error(
+        "query parameters are not covered by the signature of this body; send the notification to a URL without them"
+    )]
+    UnsignedParameters,
     /// The body is larger than `limits.max_body_bytes`.
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
@@ -146,11 +153,13 @@ pub enum Reason {
     RouteNotFound,
     /// Another spelling of a protected route's path or method.
     PathAmbiguous,
+    /// Unsigned query parameters beside a signed body.
+    UnsignedParameters,
 }
 
 impl Reason {
     /// Every reason, for pre-registering label sets.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::BodyTooLarge,
         Self::BodyTimeout,
         Self::SignatureMissing,
@@ -169,6 +178,7 @@ impl Reason {
         Self::UpstreamTimeout,
         Self::RouteNotFound,
         Self::PathAmbiguous,
+        Self::UnsignedParameters,
     ];
 
     /// The reason word.
@@ -192,6 +202,7 @@ impl Reason {
             Self::UpstreamTimeout => "upstream_timeout",
             Self::RouteNotFound => "route_not_found",
             Self::PathAmbiguous => "path_ambiguous",
+            Self::UnsignedParameters => "unsigned_parameters",
         }
     }
 }
@@ -211,6 +222,11 @@ impl Rejection {
                 StatusCode::BAD_REQUEST,
                 Reason::PathAmbiguous,
                 "Ambiguous spelling of a protected route",
+            ),
+            Self::UnsignedParameters => (
+                StatusCode::BAD_REQUEST,
+                Reason::UnsignedParameters,
+                "Parameters outside the signed content",
             ),
             Self::BodyTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -415,6 +431,7 @@ mod tests {
             (Rejection::UpstreamTimeout, 504, "upstream_timeout"),
             (Rejection::RouteNotFound, 404, "route_not_found"),
             (Rejection::PathAmbiguous, 400, "path_ambiguous"),
+            (Rejection::UnsignedParameters, 400, "unsigned_parameters"),
         ]
     }
 

@@ -4,6 +4,7 @@
 //! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
 //! 2 body     pipeline/body.rs           413
 //! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
+//!            pipeline/parameters.rs     400 unsigned_parameters (query beside a signed body)
 //!   guard    pipeline/guard.rs          400 field_invalid (business-field whitelists)
 //! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
@@ -39,6 +40,7 @@ pub mod identify;
 mod inbox;
 pub(crate) mod lease_timing;
 mod outcome;
+pub mod parameters;
 pub(crate) mod persist;
 pub(crate) mod quick_ack;
 mod report;
@@ -56,6 +58,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -63,7 +66,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use crate::body::ProxyBody;
-use crate::config::{Config, OnUnavailable, Unmatched};
+use crate::config::{self, Config, OnUnavailable};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::hot_keys::HotKeys;
@@ -80,6 +83,19 @@ use route::{Router, Selection, Target};
 use settle::Settlement;
 use shadow::{Enforced, Held, Verdict};
 use verify::{Unverified, Verified};
+
+/// What became of a request no route selected.
+enum Unmatched {
+    /// Answered: passed through, or refused (404, 413, 408).
+    Finished(Finished),
+    /// Its form body's `_method` field reaches route `index`.
+    Ambiguous {
+        /// The route it may reach.
+        index: usize,
+        /// The request, its body read.
+        inbound: Inbound,
+    },
+}
 
 /// How long a sender is told to wait when the store is down.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -168,9 +184,10 @@ impl Pipeline {
         peer: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
+        let uri = request.uri();
         let selection =
             self.router
-                .select(request.method(), request.uri().path(), request.headers());
+                .select(request.method(), uri.path(), uri.query(), request.headers());
         let (method, path) = match &selection {
             Selection::Route(target) => (
                 target.canonical.method.clone(),
@@ -187,7 +204,18 @@ impl Pipeline {
             started,
         };
         let (route_index, ending) = match selection {
-            Selection::Unmatched => (None, self.unmatched(request, peer).await.into()),
+            Selection::Unmatched => match self.unmatched(request, peer).await {
+                Unmatched::Finished(finished) => (None, finished.into()),
+                Unmatched::Ambiguous { index, inbound } => {
+                    // A `_method` field of its form body reaches a route:
+                    // refused as stage 1 refuses an override header.
+                    let enforced = Enforced::Stopped {
+                        verdict: Verdict::Refuse(Rejection::PathAmbiguous),
+                        held: Held::Unclaimed(inbound),
+                    };
+                    (Some(index), self.apply_mode(index, enforced, peer).await)
+                }
+            },
             Selection::Ambiguous { index } => {
                 // Stage 1 can not tell which request this is: enforce mode
                 // refuses it, shadow mode streams it on unread.
@@ -213,22 +241,60 @@ impl Pipeline {
         }
     }
 
-    async fn unmatched(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Finished {
-        if self.config.unmatched == Unmatched::Reject {
-            return Finished::rejected(Rejection::RouteNotFound, &self.config.problem_types);
+    /// A request no route selected: 404 or passed through. A form request
+    /// whose `_method` field could reach a route has its body read first
+    /// ([`Router::body_may_decide`]), and is handed back when it does.
+    async fn unmatched(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Unmatched {
+        let uri = request.uri();
+        let request = if self.router.body_may_decide(
+            request.method(),
+            uri.path(),
+            uri.query(),
+            request.headers(),
+        ) {
+            let limits = &self.config.limits;
+            let inbound =
+                match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
+                    Ok(inbound) => inbound,
+                    Err(rejection) => {
+                        return Unmatched::Finished(Finished::rejected(
+                            rejection,
+                            &self.config.problem_types,
+                        ));
+                    }
+                };
+            let parts = &inbound.parts;
+            if let Some(Selection::Ambiguous { index }) = self.router.with_body(
+                &parts.method,
+                parts.uri.path(),
+                parts.uri.query(),
+                &parts.headers,
+                &inbound.body,
+            ) {
+                return Unmatched::Ambiguous { index, inbound };
+            }
+            Request::from_parts(inbound.parts, crate::body::full(inbound.body))
+        } else {
+            request.map(BodyExt::boxed)
+        };
+        if self.config.unmatched == config::Unmatched::Reject {
+            return Unmatched::Finished(Finished::rejected(
+                Rejection::RouteNotFound,
+                &self.config.problem_types,
+            ));
         }
         let started = Instant::now();
         let result =
             forward::pass_through(&self.client, &self.config.upstream, request, peer).await;
         let meters = &self.meters[self.config.routes.len()];
         meters.upstream(started.elapsed());
-        match result {
+        Unmatched::Finished(match result {
             Ok(response) => Finished::passed_through(response),
             Err(error) => {
                 meters.upstream_error(error.kind());
                 Finished::rejected(error.rejection(), &self.config.problem_types)
             }
-        }
+        })
     }
 
     /// A request to a protected route: the stages as enforce mode runs
@@ -270,6 +336,23 @@ impl Pipeline {
                     );
                 }
             };
+        let parts = &inbound.parts;
+        let reselected = self.router.with_body(
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query(),
+            &parts.headers,
+            &inbound.body,
+        );
+        if reselected.is_some_and(|again| !matches!(again, Selection::Route(t) if t.index == index))
+        {
+            // A `_method` field of the form body reaches another route.
+            let stopped = Enforced::Stopped {
+                verdict: Verdict::Refuse(Rejection::PathAmbiguous),
+                held: Held::Unclaimed(inbound),
+            };
+            return (stopped, Labels::default());
+        }
         let verified = match trace::verify(self.tracing)
             .in_scope(|| verify::verify(inbound, route, now_ms()))
         {

@@ -314,15 +314,17 @@ impl Body for Prefixed {
     }
 }
 
-/// Forwards a request untouched (no buffering) for unmatched routes.
+/// Forwards a request untouched for unmatched routes: its body streamed
+/// as it arrives, or one stage 1 had to read first (a form body whose
+/// `_method` field it checked).
 pub(crate) async fn pass_through(
     client: &UpstreamClient,
     upstream: &Upstream,
-    request: Request<Incoming>,
+    request: Request<ProxyBody>,
     peer: Option<SocketAddr>,
 ) -> Result<Response<ProxyBody>, ForwardError> {
     let (parts, body) = request.into_parts();
-    let request = upstream_request(parts, &upstream.url, peer, body.boxed());
+    let request = upstream_request(parts, &upstream.url, peer, body);
     let response = tokio::time::timeout(upstream.timeout, client.request(request))
         .await
         .map_err(|_| ForwardError::Timeout)?

@@ -16,13 +16,23 @@
 //!   matches on whole segments and the longest one wins. Methods compare
 //!   ignoring case (`post` is `POST`).
 //! * **Capture or refuse.** A *looser* reading finds what the canonical
-//!   form can not settle: `%XX` decoded repeatedly, `\`, `%2F` and
-//!   undecodable bytes as separators, whitespace and control characters
+//!   form can not settle: `%XX` and IIS `%uXXXX` decoded repeatedly until
+//!   nothing changes (a path still escaped after
+//!   [`crate::path::LOOSE_DECODE_ROUNDS`] rounds counts as reaching every
+//!   route), default-ignorable code points (zero-width space, …) removed
+//!   and the text compared under Unicode compatibility normalisation (NFKC:
+//!   `／` is `/`), `\`, `%2F` and undecodable bytes as separators, whitespace and control characters
 //!   trimmed from segments, `..` both applied and left alone, a non-ASCII
 //!   character standing for any letter, and a prefix segment followed by
 //!   anything but a letter, digit, `-` or `_` (`/notify.json`,
 //!   `/notify%20`, `/notify::$DATA`); methods named by a method-override
-//!   header count too, and `HEAD` counts as `GET`. When that reading
+//!   header or a `_method` query parameter count too, and `HEAD` counts as
+//!   `GET`. A `_method` field of a form body (or top-level member of a
+//!   JSON body, which Laravel reads as input) counts the same way, once the
+//!   body is read ([`Router::with_body`]): the pipeline reads the body of
+//!   an otherwise unmatched such request first when the field could
+//!   reach a route ([`Router::body_may_decide`]), and re-checks a routed
+//!   one before it is verified. When that reading
 //!   reaches a route the canonical path does not select (or a longer one
 //!   than it selects), the request is [`Selection::Ambiguous`]: 400
 //!   `path_ambiguous`.
@@ -33,10 +43,13 @@
 
 use std::fmt::Write as _;
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, Method};
 
+use super::parameters::{self, BodyOverride};
 use crate::config::{Config, Route, Unmatched};
-use crate::path::{canonical_path, canonical_prefix, fold, is_plain};
+use crate::path::{LooseText, canonical_path, canonical_prefix, fold, is_plain, loose_text};
 
 /// Headers that frameworks (Rails, Laravel, ASP.NET, Express's
 /// method-override) read as the "real" method of a request: a request
@@ -46,10 +59,6 @@ pub const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
     "x-http-method",
     "x-method-override",
 ];
-
-/// Rounds of percent-decoding in the loose reading: enough for `%2525…`
-/// stacked twice over, bounded so the work per request is too.
-const LOOSE_DECODE_ROUNDS: usize = 3;
 
 /// The request as a protected route sees it: what the fingerprint's
 /// `method` and `path` parts hash, so spellings of one request agree.
@@ -152,9 +161,71 @@ impl Router {
     }
 
     /// Stage 1: the route of a request with this method, path (the
-    /// request target's path, as received) and headers.
-    pub fn select(&self, method: &Method, path: &str, headers: &HeaderMap) -> Selection {
-        let overrides = method_overrides(headers);
+    /// request target's path, as received), query and headers.
+    pub fn select(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Selection {
+        self.decide(method, path, &method_overrides(headers, query))
+    }
+
+    /// Whether the `_method` field of a form (or JSON) body could turn
+    /// stage 1's answer for this request into a refusal: it has such a
+    /// content type and naming some route's method would make it ambiguous. The
+    /// pipeline then reads the body of an unmatched request before passing
+    /// it through ([`Router::with_body`]).
+    pub fn body_may_decide(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> bool {
+        if !parameters::may_carry_method(headers) {
+            return false;
+        }
+        let mut overrides = method_overrides(headers, query);
+        overrides.extend(self.all_methods());
+        matches!(
+            self.decide(method, path, &overrides),
+            Selection::Ambiguous { .. }
+        )
+    }
+
+    /// Stage 1 again, once the body is read: the selection with the
+    /// `_method` fields of a form body counted as overrides too; `None`
+    /// when the body has none (the selection stands).
+    pub fn with_body(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<Selection> {
+        let from_body = parameters::body_overrides(headers, body);
+        let mut overrides = method_overrides(headers, query);
+        match from_body {
+            BodyOverride::None => return None,
+            BodyOverride::Methods(methods) => overrides.extend(methods.into_iter().map(Cow::Owned)),
+            BodyOverride::Any => overrides.extend(self.all_methods()),
+        }
+        Some(self.decide(method, path, &overrides))
+    }
+
+    /// Every method some route accepts.
+    fn all_methods(&self) -> impl Iterator<Item = Cow<'_, str>> {
+        self.prefixes
+            .iter()
+            .flat_map(|prefix| prefix.methods.iter().map(|m| Cow::Borrowed(m.as_str())))
+    }
+
+    /// The selection of a request whose method may also be any of
+    /// `overrides`.
+    fn decide(&self, method: &Method, path: &str, overrides: &[Cow<'_, str>]) -> Selection {
         let strict = canonical_path(path).and_then(|exact| self.strict(method, &exact));
         if overrides.is_empty() && method != Method::HEAD && is_plain(path) {
             // Letters, digits, '-', '_' and '/' only, and no other method
@@ -165,7 +236,7 @@ impl Router {
         if method == Method::HEAD {
             methods.push(Method::GET.as_str());
         }
-        methods.extend(overrides.iter().copied());
+        methods.extend(overrides.iter().map(AsRef::as_ref));
         let readings = loose_readings(path);
         let selected = strict.as_ref().map(|t| t.index);
         let floor = selected.map_or(0, |i| self.prefixes[i].path.len());
@@ -177,7 +248,9 @@ impl Router {
                 Some(*index) != selected
                     && prefix.path.len() >= floor
                     && methods.iter().any(|m| prefix.method(m).is_some())
-                    && readings.iter().any(|segments| prefix.near(segments))
+                    && readings
+                        .as_ref()
+                        .is_none_or(|r| r.iter().any(|segments| prefix.near(segments)))
             })
             .max_by_key(|(_, prefix)| prefix.path.len());
         match (conflict, strict) {
@@ -220,31 +293,30 @@ impl Router {
     }
 }
 
-/// The values of method-override headers, trimmed, comma lists split.
-fn method_overrides(headers: &HeaderMap) -> Vec<&str> {
-    METHOD_OVERRIDE_HEADERS
+/// The values of method-override headers (trimmed, comma lists split) and
+/// of `_method` query parameters.
+fn method_overrides<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Vec<Cow<'a, str>> {
+    let mut overrides: Vec<Cow<'a, str>> = METHOD_OVERRIDE_HEADERS
         .iter()
         .flat_map(|name| headers.get_all(*name))
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .map(str::trim)
         .filter(|value| !value.is_empty())
-        .collect()
+        .map(Cow::Borrowed)
+        .collect();
+    overrides.extend(parameters::query_overrides(query));
+    overrides
 }
 
-/// The loose readings of a path: its segments with `..` applied, and with
-/// `..` left in place (a backend that does not resolve them routes
-/// `/notify/../x` under `/notify`).
-fn loose_readings(path: &str) -> [Vec<String>; 2] {
-    let mut text = path.to_owned();
-    for _ in 0..LOOSE_DECODE_ROUNDS {
-        let next = percent_encoding::percent_decode_str(&text)
-            .decode_utf8_lossy()
-            .into_owned();
-        if next == text {
-            break;
-        }
-        text = next;
+/// The loose readings of a path ([`loose_text`]): its segments with `..`
+/// applied, and with `..` left in place (a backend that does not resolve
+/// them routes `/notify/../x` under `/notify`). `None` when the path is
+/// still escaped after the last decoding round: it may mean anything.
+fn loose_readings(path: &str) -> Option<[Vec<String>; 2]> {
+    let LooseText { text, settled } = loose_text(path);
+    if !settled {
+        return None;
     }
     let mut resolved: Vec<String> = Vec::new();
     let mut kept: Vec<String> = Vec::new();
@@ -267,7 +339,7 @@ fn loose_readings(path: &str) -> [Vec<String>; 2] {
             }
         }
     }
-    [resolved, kept]
+    Some([resolved, kept])
 }
 
 /// Whether a loose segment may name the prefix segment `want`: it starts
@@ -312,7 +384,11 @@ pub fn spellings_report(config: &Config) -> Vec<String> {
         );
         let mut groups: Vec<(String, Vec<String>)> = Vec::new();
         for (method, target) in spellings(route) {
-            let group = match router.select(&method, &target, &headers) {
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target.as_str(), None),
+            };
+            let group = match router.select(&method, path, query, &headers) {
                 Selection::Route(t) if t.index == index => "handled as the route".to_owned(),
                 Selection::Route(t) => format!(
                     "handled as route[{}] {:?}",

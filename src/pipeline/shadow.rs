@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Request;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -146,8 +147,13 @@ impl Pipeline {
             Held::Unread(request) => {
                 let route = &self.config.routes[index];
                 let started = Instant::now();
-                let result =
-                    forward::pass_through(&self.client, &route.upstream, request, peer).await;
+                let result = forward::pass_through(
+                    &self.client,
+                    &route.upstream,
+                    request.map(BodyExt::boxed),
+                    peer,
+                )
+                .await;
                 self.meters[index].upstream(started.elapsed());
                 match result {
                     Ok(response) => Finished::passed_through(response),

@@ -4,7 +4,13 @@
 //! can not reach the store or, in enforce mode, the upstream. It is pure
 //! computation: a forged or stale request causes no store access, no
 //! upstream call and no side effect (SPEC §1 stage 3).
+//!
+//! A signature that holds is not yet enough: query parameters beside the
+//! signed body that the backend could read in place of signed ones are
+//! refused here too (400 `unsigned_parameters`, [`super::parameters`]), so a
+//! [`Verified`] request carries nothing unsigned a backend would merge in.
 
+use super::parameters;
 use crate::config::Route;
 use crate::error::Rejection;
 use crate::extract::Inbound;
@@ -44,9 +50,13 @@ pub struct Unverified {
     pub rejection: Rejection,
 }
 
-/// Verifies `inbound` under `route`'s scheme at `now_ms`.
+/// Verifies `inbound` under `route`'s scheme at `now_ms`, then refuses
+/// unsigned parameters beside its signed content.
 pub fn verify(inbound: Inbound, route: &Route, now_ms: u64) -> Result<Verified, Box<Unverified>> {
-    match signature::verify(&route.scheme, &inbound, now_ms) {
+    let verified = signature::verify(&route.scheme, &inbound, now_ms).and_then(|authenticity| {
+        parameters::check_query(&route.scheme, &inbound).map(|()| authenticity)
+    });
+    match verified {
         Ok(authenticity) => Ok(Verified {
             inbound,
             authenticity,

@@ -28,6 +28,7 @@ mod hot_keys;
 mod inbox_store;
 mod logging;
 mod operator_metrics;
+mod parameters;
 mod payment_fuzz;
 mod payments;
 mod presets;

@@ -116,6 +116,17 @@ fn variants() -> Vec<Variant> {
         plain("POST", "/not%C4%B0fy", Refused),
         plain("POST", "http://example.com/notify.json", Refused),
         ("POST", b"/\xef\xbd\x8eotify".to_vec(), None, Refused),
+        // IIS %u escapes, %25 stacked four times, compatibility forms and
+        // default-ignorable code points, and a `_method` parameter
+        plain("POST", "/%u006Eotify", Refused),
+        plain("POST", "/no%u0074ify", Refused),
+        plain("POST", "/%252525256Eotify", Refused),
+        plain("POST", "/%EF%BC%8Fnotify", Refused),
+        plain("POST", "/other%EF%BC%8F..%EF%BC%8Fnotify", Refused),
+        plain("POST", "/no%E2%80%8Btify", Refused),
+        plain("POST", "/noti%C2%ADfy", Refused),
+        plain("GET", "/notify?_method=POST", Refused),
+        plain("PUT", "/notify?%5Fmethod=post", Refused),
         (
             "GET",
             b"/notify".to_vec(),

@@ -26,7 +26,11 @@ fn router() -> Router {
 
 fn pick(router: &Router, method: &str, path: &str) -> Selection {
     let method = Method::from_bytes(method.as_bytes()).unwrap();
-    router.select(&method, path, &HeaderMap::new())
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    };
+    router.select(&method, path, query, &HeaderMap::new())
 }
 
 fn route_of(selection: &Selection) -> Option<(usize, &str, &str)> {
@@ -144,6 +148,119 @@ fn what_the_canonical_form_can_not_settle_is_refused() {
     );
 }
 
+/// Spellings that only a liberal backend decodes: IIS `%uXXXX`, `%25`
+/// stacked deep, compatibility forms (a fullwidth solidus or letter) and
+/// default-ignorable code points (a zero-width space, a soft hyphen).
+#[test]
+fn unicode_iis_and_stacked_spellings_are_refused() {
+    let r = router();
+    for path in [
+        "/%u006Eotify",
+        "/%U006eotify",
+        "/no%u0074ify",
+        "/%u002Fnotify",
+        "/%252525256Eotify",
+        "/%EF%BC%8Fnotify",
+        "/x%EF%BC%8F..%EF%BC%8Fnotify",
+        "/no%E2%80%8Btify",
+        "/notify%E2%80%8B",
+        "/%E2%80%8Dnotify",
+        "/noti%C2%ADfy",
+        "/not%EF%BB%BFify",
+        "/%EF%BD%8E%EF%BD%8F%EF%BD%94%EF%BD%89%EF%BD%86%EF%BD%99",
+        "/%EF%BC%85%36Eotify",
+    ] {
+        assert_eq!(
+            pick(&r, "POST", path),
+            Selection::Ambiguous { index: 0 },
+            "{path}"
+        );
+    }
+    // `n` escaped and then `%25`-escaped seven times over takes the eight
+    // rounds the loose reading allows
+    let layered = format!("/%{}6Eotify", "25".repeat(7));
+    assert_eq!(
+        pick(&r, "POST", &layered),
+        Selection::Ambiguous { index: 0 }
+    );
+    // still escaped after the last round: it may mean anything, so it is
+    // refused wherever a route takes its method
+    let deep = format!("/static/%{}41", "25".repeat(12));
+    assert_eq!(pick(&r, "POST", &deep), Selection::Ambiguous { index: 1 });
+    assert_eq!(pick(&r, "DELETE", &deep), Selection::Unmatched);
+    // under the prefix, such characters are the handler's business
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/a%E2%80%8Bb")).map(|t| t.0),
+        Some(0)
+    );
+    assert_eq!(pick(&r, "POST", "/static/%u0041"), Selection::Unmatched);
+}
+
+/// A `_method` query parameter or form field counts as an override
+/// header does: it may not carry a request to a route that its real
+/// method does not reach.
+#[test]
+fn method_parameters_are_not_a_side_door() {
+    let r = router();
+    assert_eq!(
+        pick(&r, "POST", "/Hooks/GitHub?_method=GET"),
+        Selection::Ambiguous { index: 2 }
+    );
+    assert_eq!(
+        pick(&r, "PUT", "/notify?a=1&_method=post"),
+        Selection::Ambiguous { index: 0 }
+    );
+    assert_eq!(
+        pick(&r, "POST", "/Hooks/GitHub?method=GET"),
+        Selection::Unmatched
+    );
+    assert_eq!(
+        route_of(&pick(&r, "POST", "/notify/refund?_method=PUT")).map(|t| t.0),
+        Some(1),
+        "the route accepts the real method: handled as the route"
+    );
+    let form = |content_type: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", content_type.parse().unwrap());
+        headers
+    };
+    let urlencoded = form("application/x-www-form-urlencoded");
+    let path = "/Hooks/GitHub";
+    assert!(r.body_may_decide(&Method::POST, path, None, &urlencoded));
+    assert!(r.body_may_decide(&Method::POST, path, None, &form("application/json")));
+    assert!(!r.body_may_decide(&Method::POST, path, None, &form("text/plain")));
+    assert!(!r.body_may_decide(&Method::POST, "/other", None, &urlencoded));
+    assert_eq!(
+        r.with_body(&Method::POST, path, None, &urlencoded, b"a=1&_method=GET"),
+        Some(Selection::Ambiguous { index: 2 })
+    );
+    assert_eq!(
+        r.with_body(
+            &Method::POST,
+            path,
+            None,
+            &urlencoded,
+            b"a=1&_method=DELETE"
+        ),
+        Some(Selection::Unmatched)
+    );
+    assert_eq!(
+        r.with_body(&Method::POST, path, None, &urlencoded, b"a=1"),
+        None
+    );
+    let multipart = form("multipart/form-data; boundary=b");
+    assert_eq!(
+        r.with_body(
+            &Method::POST,
+            path,
+            None,
+            &multipart,
+            b"--b\r\ncontent-disposition: form-data; name=\"_method\"\r\n\r\nGET\r\n--b--"
+        ),
+        Some(Selection::Ambiguous { index: 2 })
+    );
+}
+
 #[test]
 fn other_names_pass_through() {
     let r = router();
@@ -192,13 +309,13 @@ fn method_override_headers_are_not_a_side_door() {
     let mut headers = HeaderMap::new();
     headers.insert("x-http-method-override", "post".parse().unwrap());
     assert_eq!(
-        r.select(&Method::GET, "/notify", &headers),
+        r.select(&Method::GET, "/notify", None, &headers),
         Selection::Ambiguous { index: 0 }
     );
     let mut headers = HeaderMap::new();
     headers.insert("x-method-override", " GET, PUT ".parse().unwrap());
     assert_eq!(
-        r.select(&Method::POST, "/notify/refund", &headers),
+        r.select(&Method::POST, "/notify/refund", None, &headers),
         Selection::Route(Target {
             index: 1,
             canonical: Canonical {
@@ -209,7 +326,7 @@ fn method_override_headers_are_not_a_side_door() {
         "the route accepts the real method: handled as the route"
     );
     assert_eq!(
-        r.select(&Method::GET, "/other", &headers),
+        r.select(&Method::GET, "/other", None, &headers),
         Selection::Unmatched
     );
 }
@@ -359,5 +476,25 @@ proptest! {
     fn selection_never_panics(path in ".{0,40}", method in "[A-Za-z]{1,8}") {
         let _ = pick(&router(), &method, &path);
         let _ = canonical_path(&path);
+    }
+
+    /// Escapes, IIS escapes, stacked `%25`, fullwidth and invisible
+    /// characters in any mix: no panic, and a path whose loose reading
+    /// is the protected path is never passed through.
+    #[test]
+    fn escaped_spellings_never_pass(
+        pieces in proptest::collection::vec(
+            "n|o|t|i|f|y|/|%6E|%u006E|%25|%2525|%EF%BC%8F|%E2%80%8B|%EF%BD%8E|%C2%AD|%u|%|\\PC",
+            0..12,
+        ),
+    ) {
+        let path = format!("/{}", pieces.concat());
+        let r = router();
+        let selection = pick(&r, "POST", &path);
+        let loose = crate::path::loose_text(&path);
+        let segments: Vec<&str> = loose.text.split('/').filter(|s| !s.is_empty()).collect();
+        if loose.settled && segments.first().is_some_and(|s| s.eq_ignore_ascii_case("notify")) {
+            prop_assert_ne!(selection, Selection::Unmatched, "{}", path);
+        }
     }
 }

@@ -28,15 +28,16 @@ fuzz_target!(|data: &[u8]| {
         // methods, unless a longer prefix (or the same one, for other
         // methods) takes over; select must simply not panic.
         for method in &route.methods {
-            let _ = router.select(method, &route.path_prefix, &headers);
+            let _ = router.select(method, &route.path_prefix, None, &headers);
             let _ = router.select(
                 method,
                 &format!("{}/x/../%2e/", route.path_prefix),
+                Some("_method=PUT"),
                 &headers,
             );
         }
         let _ = route.scheme.secret_count();
         let _ = route.scheme.tolerance();
     }
-    let _ = router.select(&Method::POST, "/", &headers);
+    let _ = router.select(&Method::POST, "/", None, &headers);
 });

@@ -66,7 +66,9 @@ function atClock(unix, fn) {
   });
   const sdk1 = sdkFor(pub1); // bare base64 SPKI, as the Alipay console shows it
   const sdk2 = sdkFor(readKey('alipay-2.pub.pem'));
-  const path = '/hooks/alipay?tenant=acme&x=1';
+  // No query: idemgate refuses one beside Alipay's signed form body
+  // (unsigned_parameters; the backend could read it in place of a signed one).
+  const path = '/hooks/alipay';
   const headers = { 'content-type': 'application/x-www-form-urlencoded; charset=utf-8' };
 
   // Canonical string the SDK verifies: keys sorted, sign and sign_type left
@@ -189,7 +191,9 @@ function atClock(unix, fn) {
   const apiKey = 'idemgateTestOnlyV2ApiKey20231114';
   if (apiKey.length !== 32) throw new Error('v2 key must be 32 chars');
   const mchId = '1900000109';
-  const path = '/hooks/wechatpay/v2?tenant=acme';
+  // No query: WeChat Pay's notify_url carries none, and idemgate refuses one
+  // beside the signed XML body (unsigned_parameters).
+  const path = '/hooks/wechatpay/v2';
   const headers = { 'content-type': 'text/xml' };
   const trans = new Transformer(mchId, apiKey);
   const NUMERIC = new Set(['total_fee', 'cash_fee', 'refund_fee', 'settlement_refund_fee', 'settlement_total_fee']);
