@@ -13,9 +13,9 @@ async fn sighup_rereads_file_secrets() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("webhook-secret");
-    std::fs::write(&secret_file, "first-secret\n").unwrap();
+    std::fs::write(&secret_file, "first-secret-0123456789\n").unwrap();
     let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
-        &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret\"]"),
+        &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret-0123456789\"]"),
         &format!("secrets = [\"file:{}\"]", secret_file.display()),
     );
     let gate = GateProcess::start(&text);
@@ -25,10 +25,10 @@ async fn sighup_rereads_file_secrets() {
         let headers = signed_with(secret, now_secs(), &body);
         async move { send("POST", &url, &headers, body).await.status }
     };
-    assert_eq!(delivery("first-secret", "p-r1".into()).await, 200);
-    assert_eq!(delivery("second-secret", "p-r2".into()).await, 401);
+    assert_eq!(delivery("first-secret-0123456789", "p-r1".into()).await, 200);
+    assert_eq!(delivery("second-secret-0123456789", "p-r2".into()).await, 401);
 
-    std::fs::write(&secret_file, "second-secret\n").unwrap();
+    std::fs::write(&secret_file, "second-secret-0123456789\n").unwrap();
     let hup = std::process::Command::new("kill")
         .args(["-HUP", &gate.pid().to_string()])
         .status()
@@ -36,7 +36,7 @@ async fn sighup_rereads_file_secrets() {
     assert!(hup.success());
     let mut rotated = false;
     for i in 0..50 {
-        if delivery("second-secret", format!("p-r3-{i}")).await == 200 {
+        if delivery("second-secret-0123456789", format!("p-r3-{i}")).await == 200 {
             rotated = true;
             break;
         }
@@ -44,7 +44,7 @@ async fn sighup_rereads_file_secrets() {
     }
     assert!(rotated, "the new secret verifies after SIGHUP");
     assert_eq!(
-        delivery("first-secret", "p-r4".into()).await,
+        delivery("first-secret-0123456789", "p-r4".into()).await,
         401,
         "the old one no longer does"
     );
@@ -66,13 +66,13 @@ async fn a_kubernetes_secret_swap_is_seen_without_sighup() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    kubelet_swap(dir.path(), 1, "first-secret\n");
+    kubelet_swap(dir.path(), 1, "first-secret-0123456789\n");
     let secret_file = dir.path().join("webhook-secret");
     std::os::unix::fs::symlink("..data/webhook-secret", &secret_file).unwrap();
     let text = format!(
         "[secrets]\nwatch_interval = \"200ms\"\n{}",
         config_text(&redis_store(&redis), &upstream.url(), "").replace(
-            &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret\"]"),
+            &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret-0123456789\"]"),
             &format!("secrets = [\"file:{}\"]", secret_file.display()),
         )
     );
@@ -85,21 +85,21 @@ async fn a_kubernetes_secret_swap_is_seen_without_sighup() {
         let headers = signed_with(secret, now_secs(), &body);
         async move { send("POST", &url, &headers, body).await.status }
     };
-    assert_eq!(delivery("first-secret").await, 200);
-    assert_eq!(delivery("second-secret").await, 401);
+    assert_eq!(delivery("first-secret-0123456789").await, 200);
+    assert_eq!(delivery("second-secret-0123456789").await, 401);
 
-    kubelet_swap(dir.path(), 2, "second-secret\n");
+    kubelet_swap(dir.path(), 2, "second-secret-0123456789\n");
     let swapped = std::time::Instant::now();
     poll(
         "the swapped secret to verify without SIGHUP",
         Duration::from_secs(5),
         Duration::from_millis(50),
-        async || (delivery("second-secret").await == 200).then_some(()),
+        async || (delivery("second-secret-0123456789").await == 200).then_some(()),
     )
     .await;
     eprintln!("rotation seen after {:?}", swapped.elapsed());
     assert_eq!(
-        delivery("first-secret").await,
+        delivery("first-secret-0123456789").await,
         401,
         "the old one is refused"
     );
