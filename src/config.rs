@@ -212,8 +212,8 @@ impl Config {
     pub fn reload_secrets(&self) -> Result<usize, Vec<FailedReload>> {
         let mut changed = 0;
         let mut failures = Vec::new();
-        let mut note = |route: &str, setting: String, result: Result<bool, ReloadError>| {
-            match result {
+        let mut note =
+            |route: &str, setting: String, result: Result<bool, ReloadError>| match result {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
                 Err(error) => failures.push(FailedReload {
@@ -221,8 +221,7 @@ impl Config {
                     setting,
                     error,
                 }),
-            }
-        };
+            };
         for (index, route) in self.routes.iter().enumerate() {
             let secrets = match &route.scheme {
                 Scheme::None => &[][..],

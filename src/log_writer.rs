@@ -232,7 +232,11 @@ impl Write for BatchAppender<'_> {
         let starts_batch = batch.is_empty();
         // An escaped character takes at most three times its UTF-8 bytes
         // (2 → 6, 4 → 12): bound the batch by the worst case.
-        let room = if self.json { line.len() * 3 } else { line.len() };
+        let room = if self.json {
+            line.len() * 3
+        } else {
+            line.len()
+        };
         if batch.bytes.len() + room <= self.shared.capacity {
             if self.json {
                 append_json_escaped(&mut batch.bytes, line);
@@ -363,7 +367,8 @@ mod tests {
     #[test]
     fn json_lines_escape_what_the_text_format_escapes() {
         let mut out = Vec::new();
-        let line = "{\"path\":\"/a\u{2028}b\u{2029}c\u{85}d\u{9b}e\u{202e}f\u{1d173}g é ✓ 日本\"}\n";
+        let line =
+            "{\"path\":\"/a\u{2028}b\u{2029}c\u{85}d\u{9b}e\u{202e}f\u{1d173}g é ✓ 日本\"}\n";
         append_json_escaped(&mut out, line.as_bytes());
         let escaped = String::from_utf8(out).unwrap();
         assert_eq!(
@@ -378,7 +383,10 @@ mod tests {
         }
         let mut plain = Vec::new();
         append_json_escaped(&mut plain, b"{\"a\":1}\n\xff");
-        assert_eq!(plain, b"{\"a\":1}\n\xff", "ASCII and non-UTF-8 pass as they are");
+        assert_eq!(
+            plain, b"{\"a\":1}\n\xff",
+            "ASCII and non-UTF-8 pass as they are"
+        );
     }
 
     #[test]
@@ -396,7 +404,10 @@ mod tests {
         drop(guard);
         let text = sink.text();
         assert!(text.contains("/notify\\u2028x\\u0085"), "{text}");
-        assert!(!text.contains('\u{2028}') && !text.contains('\u{85}'), "{text}");
+        assert!(
+            !text.contains('\u{2028}') && !text.contains('\u{85}'),
+            "{text}"
+        );
     }
 
     #[test]

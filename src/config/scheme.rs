@@ -236,8 +236,7 @@ pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> 
                 // dropped (an unresolved or undecodable one is already an
                 // error of its own).
                 if preset.keys.len() == raw.secrets.len() {
-                    preset.keys =
-                        strong(problems, key, &preset.keys, secret_strength(Some(*kind)));
+                    preset.keys = strong(problems, key, &preset.keys, secret_strength(Some(*kind)));
                 }
                 Scheme::Preset(preset)
             }

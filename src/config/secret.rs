@@ -275,16 +275,16 @@ impl Secret {
         let source = &self.cell.source;
         let fail = |reason, message| ReloadError { reason, message };
         let mut fresh = read_file(path).map_err(|e| fail(ReloadFailure::Unreadable, e))?;
+        if fresh.iter().all(u8::is_ascii_whitespace) {
+            return Err(fail(
+                ReloadFailure::Weak,
+                format!("{source} is empty or only whitespace"),
+            ));
+        }
         if let Some(derive) = self.cell.derive {
             fresh = Zeroizing::new(derive(&fresh).ok_or_else(|| {
-                fail(
-                    ReloadFailure::Invalid,
-                    format!("{source}: not a valid key"),
-                )
+                fail(ReloadFailure::Invalid, format!("{source}: not a valid key"))
             })?);
-        }
-        if fresh.is_empty() {
-            return Err(fail(ReloadFailure::Weak, format!("{source} is empty")));
         }
         if let Some(strength) = self.cell.strength {
             strength
@@ -365,7 +365,12 @@ mod tests {
     #[test]
     fn strength_refuses_short_long_and_blank_keys_without_printing_them() {
         assert!(FLOOR.check(b"0123456789abcdef").is_ok());
-        for weak in [&b"a"[..], b" ", b"                ", b"\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"] {
+        for weak in [
+            &b"a"[..],
+            b" ",
+            b"                ",
+            b"\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t",
+        ] {
             let why = FLOOR.check(weak).unwrap_err();
             assert!(why.contains("the sender issues 32"), "{why}");
         }
@@ -377,7 +382,10 @@ mod tests {
         assert!(fixed.check(&[7; 32]).is_ok());
         assert!(fixed.check(&[7; 31]).unwrap_err().contains("exactly 32"));
         assert!(fixed.check(&[7; 33]).is_err());
-        assert_eq!(fixed.check(&[0x00]).unwrap_err(), "is 1 byte long, exactly 32 needed: 32 bytes");
+        assert_eq!(
+            fixed.check(&[0x00]).unwrap_err(),
+            "is 1 byte long, exactly 32 needed: 32 bytes"
+        );
     }
 
     #[test]
@@ -402,7 +410,10 @@ mod tests {
             assert_eq!(&*secret.expose(), b"first-secret-0123456789");
         }
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(secret.reload().unwrap_err().reason, ReloadFailure::Unreadable);
+        assert_eq!(
+            secret.reload().unwrap_err().reason,
+            ReloadFailure::Unreadable
+        );
         std::fs::write(&path, "second-secret-0123456789").unwrap();
         assert_eq!(secret.reload(), Ok(true));
         assert_eq!(&*secret.expose(), b"second-secret-0123456789");
@@ -426,11 +437,21 @@ mod tests {
         std::fs::write(&path, "00").unwrap();
         assert_eq!(key.reload().unwrap_err().reason, ReloadFailure::Weak);
         std::fs::write(&path, &genuine[..62]).unwrap();
-        assert_eq!(key.reload().unwrap_err().reason, ReloadFailure::Weak, "truncated");
+        assert_eq!(
+            key.reload().unwrap_err().reason,
+            ReloadFailure::Weak,
+            "truncated"
+        );
         std::fs::write(&path, "zz").unwrap();
         assert_eq!(key.reload().unwrap_err().reason, ReloadFailure::Invalid);
         assert_eq!(*key.expose(), *before, "the genuine key stays");
-        assert!(Secret::from_bytes("00").derived(hex).unwrap().require(fixed).is_err());
+        assert!(
+            Secret::from_bytes("00")
+                .derived(hex)
+                .unwrap()
+                .require(fixed)
+                .is_err()
+        );
     }
 
     #[test]

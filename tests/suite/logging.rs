@@ -122,7 +122,10 @@ async fn run(format: &str) -> Run {
     };
     let leaks = vec![
         ("the route secret", SECRET.to_owned()),
-        ("the rotated secret", "previous-secret-0123456789".to_owned()),
+        (
+            "the rotated secret",
+            "previous-secret-0123456789".to_owned(),
+        ),
         ("the forger's secret", "forger-secret-9c1e".to_owned()),
         ("body content", MARKER.to_owned()),
         ("a key value from the body", "p-log".to_owned()),

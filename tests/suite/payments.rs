@@ -200,7 +200,10 @@ fn wechatpay_v2_reads_only_utf8_like_alipay() {
     let paid = &payment_vector("wxv2-hmac");
     let scheme = scheme_with(paid, &[right_credential(paid)], "");
     let declared = |encoding: &str| {
-        let body = format!("<?xml version=\"1.0\" encoding=\"{encoding}\"?>\n{}", paid.body);
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"{encoding}\"?>\n{}",
+            paid.body
+        );
         Delivery::of(paid).with_body(body)
     };
     for utf8 in ["UTF-8", "utf-8"] {

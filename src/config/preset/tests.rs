@@ -19,7 +19,11 @@ fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigErro
 
 #[test]
 fn presets_fix_their_own_parameters() {
-    let config = preset_route("scheme = \"stripe\"\nsecrets = [\"literal:whsec_x-secret-0123456789\"]", "").unwrap();
+    let config = preset_route(
+        "scheme = \"stripe\"\nsecrets = [\"literal:whsec_x-secret-0123456789\"]",
+        "",
+    )
+    .unwrap();
     let route = &config.routes[0];
     assert_eq!(
         route.idempotency.key,
@@ -56,7 +60,11 @@ fn presets_fix_their_own_parameters() {
         err.0[0].starts_with("route[0].signature.secrets[0]"),
         "{err}"
     );
-    let err = preset_route("scheme = \"paypal\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]", "").unwrap_err();
+    let err = preset_route(
+        "scheme = \"paypal\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
+        "",
+    )
+    .unwrap_err();
     assert!(
         err.0[0].contains("stripe"),
         "the error lists the presets: {err}"
@@ -98,7 +106,11 @@ fn presets_without_a_window_warn() {
             "{scheme}: {warnings}"
         );
     }
-    let slack = preset_route("scheme = \"slack\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]", "").unwrap();
+    let slack = preset_route(
+        "scheme = \"slack\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
+        "",
+    )
+    .unwrap();
     assert!(slack.warnings().is_empty());
 }
 
@@ -270,7 +282,10 @@ fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
         } else {
             ""
         };
-        let text = format!("scheme = \"{scheme}\"\nsecrets = [\"{}\"]{url}", secret_for(scheme));
+        let text = format!(
+            "scheme = \"{scheme}\"\nsecrets = [\"{}\"]{url}",
+            secret_for(scheme)
+        );
         let config = preset_route(&text, "").unwrap_or_else(|e| panic!("{scheme}: {e}"));
         assert_eq!(
             config.routes[0].idempotency.key,
