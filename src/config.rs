@@ -449,6 +449,19 @@ mod tests {
     }
 
     #[test]
+    fn weak_secrets_are_refused_by_index_without_their_value() {
+        let text = MINIMAL.replace("literal:old-secret-0123456789", "literal:old");
+        let err = Config::parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "route[0].signature.secrets[1]: literal:<redacted>: the key is 3 bytes long, at least 16 needed: an hmac secret needs at least 16 bytes"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("secrets[0]"), "{err}");
+    }
+
+    #[test]
     fn secrets_never_print() {
         let config = Config::parse(MINIMAL).unwrap();
         let printed = format!("{config:?}");

@@ -73,8 +73,10 @@ pub fn secret_strength(preset: Option<PresetKind>) -> Strength {
             FLOOR,
             "Twilio issues a 32-hex auth token; copy the whole value from the Console",
         ),
-        // The RSA senders verify with public keys, not secrets.
-        Some(PresetKind::Alipay | PresetKind::WechatpayV3) => Strength::at_least(FLOOR, ""),
+        // Never applied: these take `public_keys`, and `secrets` is an error.
+        Some(PresetKind::Alipay | PresetKind::WechatpayV3) => {
+            Strength::at_least(FLOOR, "this scheme verifies with public_keys, not secrets")
+        }
     }
 }
 
