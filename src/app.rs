@@ -198,6 +198,7 @@ pub async fn start(
             shutdown.clone(),
         ));
     }
+    crate::rotation::zero_metrics(&config);
     if let Some(interval) = config.secrets_watch {
         tracker.spawn(crate::rotation::watch(
             Arc::clone(&config),

@@ -67,9 +67,9 @@ pub use route::{
 };
 pub use scheme::{
     Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Scheme, TimestampRule, TimestampUnit,
-    decode_whsec,
+    decode_whsec, secret_strength,
 };
-pub use secret::Secret;
+pub use secret::{ReloadError, ReloadFailure, Secret, Strength};
 pub use selector::{Segment, Selector, Template};
 pub use store::{ReplicaAck, StoreBackend, StoreConfig};
 
@@ -210,38 +210,71 @@ impl Config {
         files
     }
 
-    /// Re-reads every `file:` secret and public key (SIGHUP). Returns how many changed,
-    /// or the errors of those that could not be read (they keep their old
-    /// value; the others are still updated).
-    pub fn reload_secrets(&self) -> Result<usize, Vec<String>> {
-        let route_secrets = self.routes.iter().flat_map(|route| match &route.scheme {
-            Scheme::None => &[][..],
-            Scheme::Hmac(hmac) => &hmac.secrets[..],
-            Scheme::Preset(preset) => &preset.keys[..],
-        });
-        let public_keys = self.routes.iter().filter_map(|route| match &route.scheme {
-            Scheme::Preset(preset) => Some(&preset.public_keys),
-            _ => None,
-        });
+    /// Re-reads every `file:` secret and public key (SIGHUP). Returns how
+    /// many changed, or the sources that could not be reloaded: each keeps
+    /// its old value (unreadable, undecodable, or weaker than its scheme's
+    /// [`Strength`]); the others are still updated.
+    pub fn reload_secrets(&self) -> Result<usize, Vec<FailedReload>> {
         let mut changed = 0;
-        let mut errors = Vec::new();
-        let reloads = route_secrets
-            .chain(self.admin_token.iter())
-            .map(Secret::reload)
-            .chain(public_keys.map(PublicKeys::reload));
-        for reload in reloads {
-            match reload {
+        let mut failures = Vec::new();
+        let mut note =
+            |route: &str, setting: String, result: Result<bool, ReloadError>| match result {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
-                Err(error) => errors.push(error),
+                Err(error) => failures.push(FailedReload {
+                    route: route.to_owned(),
+                    setting,
+                    error,
+                }),
+            };
+        for (index, route) in self.routes.iter().enumerate() {
+            let secrets = match &route.scheme {
+                Scheme::None => &[][..],
+                Scheme::Hmac(hmac) => &hmac.secrets[..],
+                Scheme::Preset(preset) => &preset.keys[..],
+            };
+            for (i, secret) in secrets.iter().enumerate() {
+                let setting = format!("route[{index}].signature.secrets[{i}]");
+                note(&route.name, setting, secret.reload());
+            }
+            if let Scheme::Preset(preset) = &route.scheme {
+                let reloaded = preset.public_keys.reload().map_err(|message| {
+                    let reason = if message.contains("cannot read") {
+                        ReloadFailure::Unreadable
+                    } else {
+                        ReloadFailure::Invalid
+                    };
+                    ReloadError { reason, message }
+                });
+                let setting = format!("route[{index}].signature.public_keys");
+                note(&route.name, setting, reloaded);
             }
         }
-        if errors.is_empty() {
+        if let Some(token) = &self.admin_token {
+            note(ADMIN_LABEL, "admin.token".to_owned(), token.reload());
+        }
+        if failures.is_empty() {
             Ok(changed)
         } else {
-            Err(errors)
+            Err(failures)
         }
     }
+}
+
+/// The `route` label of a reload failure of `[admin] token`.
+pub const ADMIN_LABEL: &str = "_admin";
+
+/// A `file:` source whose reload kept the old value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedReload {
+    /// The route it belongs to ([`ADMIN_LABEL`] for `[admin] token`): the
+    /// `route` label of `idemgate_secret_reload_failures_total`.
+    pub route: String,
+    /// Which setting, as configuration errors name it
+    /// (`route[0].signature.secrets[1]`, `admin.token`).
+    pub setting: String,
+    /// Why, naming the source but never the value.
+    pub error: ReloadError,
 }
 
 /// The admin listener address a configuration file names, read without
@@ -379,7 +412,7 @@ mod tests {
         path_prefix = "/notify"
         [route.signature]
         scheme = "hmac"
-        secrets = ["literal:s3cret", "literal:old"]
+        secrets = ["literal:s3cret-0123456789abcdef", "literal:old-secret-0123456789"]
         signature = "header:X-Signature"
         timestamp = "json:/timestamp"
         timestamp_unit = "ms"
@@ -424,6 +457,19 @@ mod tests {
         let err = Config::parse(&bad).unwrap_err().0.join("\n");
         assert!(err.starts_with("problem_type_base: "), "{err}");
         assert!(err.contains("must end with"), "{err}");
+    }
+
+    #[test]
+    fn weak_secrets_are_refused_by_index_without_their_value() {
+        let text = MINIMAL.replace("literal:old-secret-0123456789", "literal:old");
+        let err = Config::parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "route[0].signature.secrets[1]: literal:<redacted>: the key is 3 bytes long, at least 16 needed: an hmac secret needs at least 16 bytes"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("secrets[0]"), "{err}");
     }
 
     #[test]

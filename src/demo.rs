@@ -43,7 +43,7 @@ use sender::Sender;
 use crate::config::Config;
 
 /// The secret the gateway and idemgate share.
-const SECRET: &[u8] = b"demo-secret";
+const SECRET: &[u8] = b"demo-secret-0123456789";
 /// Where the gateway delivers its notifications.
 const NOTIFY_PATH: &str = "/notify/payment";
 /// Where it delivers order notifications: the `orders` route, with an inbox.

@@ -15,6 +15,14 @@
 //!   and the next batch says how many.
 //! - [`FlushGuard`] writes what is pending when dropped (normal exit and
 //!   unwinding); a process killed with SIGKILL loses at most one interval.
+//!
+//! For JSON lines ([`BatchedWriter::escaping_json`]) the appender also
+//! writes every non-ASCII character the text format escapes (C1 controls
+//! such as U+0085 and U+009B, U+2028 and U+2029, bidirectional and other
+//! invisible format characters) as a `\uXXXX` escape: serde_json leaves
+//! them raw, and a log viewer or a JavaScript consumer splits lines at
+//! them or lets them rewrite the terminal. The escaped line is the same
+//! JSON value.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -62,6 +70,52 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct BatchedWriter {
     shared: Arc<Shared>,
+    json: bool,
+}
+
+impl BatchedWriter {
+    /// The same writer for JSON lines: non-ASCII characters the text format
+    /// escapes are appended as `\uXXXX` escapes (see the module docs).
+    #[must_use]
+    pub fn escaping_json(mut self) -> Self {
+        self.json = true;
+        self
+    }
+}
+
+/// Whether the text format (`str`'s `Debug`) would escape `c`: a control,
+/// separator, format or other non-printable character.
+fn escaped_in_text(c: char) -> bool {
+    !c.is_ascii() && c.escape_debug().next() == Some('\\')
+}
+
+/// Appends `line` to `out`, writing each non-ASCII character the text
+/// format escapes as a JSON `\uXXXX` escape (two, a surrogate pair, above
+/// U+FFFF). Every such character sits inside a JSON string (JSON's own
+/// syntax is ASCII), so the value is unchanged. Bytes that are not UTF-8
+/// are appended as they are.
+fn append_json_escaped(out: &mut Vec<u8>, line: &[u8]) {
+    let Ok(text) = std::str::from_utf8(line) else {
+        out.extend_from_slice(line);
+        return;
+    };
+    if text.is_ascii() {
+        out.extend_from_slice(line);
+        return;
+    }
+    let mut start = 0;
+    for (at, c) in text.char_indices() {
+        if escaped_in_text(c) {
+            out.extend_from_slice(&line[start..at]);
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                // Infallible: writing into a Vec.
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+            start = at + c.len_utf8();
+        }
+    }
+    out.extend_from_slice(&line[start..]);
 }
 
 /// Keeps the background thread alive; dropping it writes what is pending
@@ -102,6 +156,7 @@ where
     Ok((
         BatchedWriter {
             shared: Arc::clone(&shared),
+            json: false,
         },
         FlushGuard {
             shared,
@@ -168,14 +223,26 @@ impl Drop for FlushGuard {
 #[derive(Debug)]
 pub struct BatchAppender<'a> {
     shared: &'a Shared,
+    json: bool,
 }
 
 impl Write for BatchAppender<'_> {
     fn write(&mut self, line: &[u8]) -> io::Result<usize> {
         let mut batch = self.shared.lock();
         let starts_batch = batch.is_empty();
-        if batch.bytes.len() + line.len() <= self.shared.capacity {
-            batch.bytes.extend_from_slice(line);
+        // An escaped character takes at most three times its UTF-8 bytes
+        // (2 → 6, 4 → 12): bound the batch by the worst case.
+        let room = if self.json {
+            line.len() * 3
+        } else {
+            line.len()
+        };
+        if batch.bytes.len() + room <= self.shared.capacity {
+            if self.json {
+                append_json_escaped(&mut batch.bytes, line);
+            } else {
+                batch.bytes.extend_from_slice(line);
+            }
         } else {
             batch.dropped += 1;
         }
@@ -198,6 +265,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
     fn make_writer(&'a self) -> Self::Writer {
         BatchAppender {
             shared: &self.shared,
+            json: self.json,
         }
     }
 }
@@ -294,6 +362,52 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("2 log line(s) dropped"), "{text}");
+    }
+
+    #[test]
+    fn json_lines_escape_what_the_text_format_escapes() {
+        let mut out = Vec::new();
+        let line =
+            "{\"path\":\"/a\u{2028}b\u{2029}c\u{85}d\u{9b}e\u{202e}f\u{1d173}g é ✓ 日本\"}\n";
+        append_json_escaped(&mut out, line.as_bytes());
+        let escaped = String::from_utf8(out).unwrap();
+        assert_eq!(
+            escaped,
+            "{\"path\":\"/a\\u2028b\\u2029c\\u0085d\\u009be\\u202ef\\ud834\\udd73g é ✓ 日本\"}\n"
+        );
+        let value: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        let original: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(value, original, "the same JSON value");
+        for raw in ['\u{2028}', '\u{2029}', '\u{85}', '\u{9b}'] {
+            assert!(!escaped.contains(raw), "{raw:?} left raw");
+        }
+        let mut plain = Vec::new();
+        append_json_escaped(&mut plain, b"{\"a\":1}\n\xff");
+        assert_eq!(
+            plain, b"{\"a\":1}\n\xff",
+            "ASCII and non-UTF-8 pass as they are"
+        );
+    }
+
+    #[test]
+    fn a_json_writer_escapes_through_tracing() {
+        let sink = Sink::default();
+        let (writer, guard) =
+            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(writer.escaping_json())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(path = "/notify\u{2028}x\u{85}", "request");
+        });
+        drop(guard);
+        let text = sink.text();
+        assert!(text.contains("/notify\\u2028x\\u0085"), "{text}");
+        assert!(
+            !text.contains('\u{2028}') && !text.contains('\u{85}'),
+            "{text}"
+        );
     }
 
     #[test]

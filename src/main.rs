@@ -90,11 +90,16 @@ fn init_logging(
         ExitCode::FAILURE
     })?;
     let lines = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer);
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let lines = match format {
-        LogFormat::Text => lines.boxed(),
-        LogFormat::Json => lines.json().flatten_event(true).boxed(),
+        LogFormat::Text => lines.with_writer(writer).boxed(),
+        // serde_json leaves U+2028, C1 controls and the like raw; the
+        // writer escapes them as the text format does (`log_writer`).
+        LogFormat::Json => lines
+            .json()
+            .flatten_event(true)
+            .with_writer(writer.escaping_json())
+            .boxed(),
     };
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))

@@ -38,6 +38,11 @@ pub(crate) const IN_FLIGHT: &str = "idemgate_in_flight";
 /// secret verified each delivery, so operators see when an old secret is no
 /// longer used and can be retired.
 pub(crate) const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
+/// `idemgate_secret_reload_failures_total{route, reason}`: `file:`
+/// secrets and public keys whose reload (SIGHUP or the file watcher) kept
+/// the old value: `unreadable`, `invalid` (not decodable) or `weak`
+/// (below the scheme's strength rule). `route="_admin"`: `[admin] token`.
+pub(crate) const SECRET_RELOAD_FAILURES_TOTAL: &str = "idemgate_secret_reload_failures_total";
 /// `idemgate_unknown_outcomes_total{route}`: first deliveries whose outcome
 /// was recorded as unknown (upstream timed out or the connection broke
 /// after the request was sent). Each one blocks its key for `unknown_hold`
@@ -210,6 +215,10 @@ pub(crate) fn register_descriptions() {
     describe_counter!(
         SECRET_MATCHES_TOTAL,
         "Verified deliveries by the index of the configured secret that matched"
+    );
+    describe_counter!(
+        SECRET_RELOAD_FAILURES_TOTAL,
+        "Reloads of a file: secret or public key that kept the old value, by route and reason"
     );
     describe_counter!(
         UNKNOWN_OUTCOMES_TOTAL,

@@ -8,9 +8,13 @@
 //! `[secrets] watch_interval` it hashes (SHA-256) the bytes read through
 //! each `file:` secret's and public key's path, and when any hash differs
 //! from the last poll it runs [`reload`], exactly what SIGHUP runs. A
-//! reload that fails keeps every old value and logs a warning; the new
-//! hash is remembered all the same, so a broken file is reported once, and
-//! the next change to it is tried again.
+//! source whose new content can not be used (unreadable, not decodable, or
+//! weaker than its scheme's strength rule: empty, whitespace only,
+//! truncated) keeps its old value, is logged at ERROR naming the route and
+//! setting (never the value) and is counted in
+//! `idemgate_secret_reload_failures_total{route, reason}`; the new hash is
+//! remembered all the same, so a broken file is reported once, and the
+//! next change to it is tried again.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,22 +22,58 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{ADMIN_LABEL, Config, ReloadFailure, Scheme};
+use crate::metrics::SECRET_RELOAD_FAILURES_TOTAL;
 
 /// Re-reads every `file:` secret and public key of `config` and logs the
 /// outcome, naming what triggered it (`"SIGHUP"`, `"file change"`).
-/// Returns whether every source could be read.
+/// Returns whether every source could be used.
 pub fn reload(config: &Config, trigger: &str) -> bool {
     match config.reload_secrets() {
         Ok(changed) => {
             tracing::info!(changed, "{trigger}: file secrets re-read");
             true
         }
-        Err(errors) => {
-            for error in errors {
-                tracing::warn!("{trigger}: {error}; keeping the previous value");
+        Err(failures) => {
+            for failure in failures {
+                tracing::error!(
+                    route = failure.route.as_str(),
+                    setting = failure.setting.as_str(),
+                    reason = failure.error.reason.as_str(),
+                    "{trigger}: {}: {}; keeping the previous value",
+                    failure.setting,
+                    failure.error
+                );
+                metrics::counter!(
+                    SECRET_RELOAD_FAILURES_TOTAL,
+                    "route" => failure.route,
+                    "reason" => failure.error.reason.as_str()
+                )
+                .increment(1);
             }
             false
+        }
+    }
+}
+
+/// Creates `idemgate_secret_reload_failures_total` at 0 for every route
+/// that verifies with credentials (and `_admin` with an admin token), so
+/// an alert on its increase has a series from start-up on.
+pub fn zero_metrics(config: &Config) {
+    let routes = config
+        .routes
+        .iter()
+        .filter(|route| !matches!(route.scheme, Scheme::None))
+        .map(|route| route.name.as_str());
+    let admin = config.admin_token.as_ref().map(|_| ADMIN_LABEL);
+    for route in routes.chain(admin) {
+        for reason in ReloadFailure::ALL {
+            metrics::counter!(
+                SECRET_RELOAD_FAILURES_TOTAL,
+                "route" => route.to_owned(),
+                "reason" => reason.as_str()
+            )
+            .increment(0);
         }
     }
 }
@@ -128,7 +168,7 @@ mod tests {
             path_prefix = "/notify"
             [route.signature]
             scheme = "hmac"
-            secrets = ["file:{}", "literal:other"]
+            secrets = ["file:{}", "literal:other-secret-0123456789"]
             signature = "header:X-Signature"
             "#,
             secret.display()
@@ -157,7 +197,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_symlink_swap_is_reloaded_within_one_interval() {
         let dir = tempfile::tempdir().unwrap();
-        swap(dir.path(), 1, "first");
+        swap(dir.path(), 1, "first-secret-0123456789");
         let path = dir.path().join("secret");
         std::os::unix::fs::symlink(dir.path().join("..data/secret"), &path).unwrap();
         let config = Arc::new(config(&path, "10s"));
@@ -171,22 +211,66 @@ mod tests {
         ));
         tokio::task::yield_now().await;
 
-        swap(dir.path(), 2, "second");
+        swap(dir.path(), 2, "second-secret-0123456789");
         tokio::time::sleep(Duration::from_secs(9)).await;
-        assert_eq!(&*secret.expose(), b"first", "not before the interval");
+        assert_eq!(
+            &*secret.expose(),
+            b"first-secret-0123456789",
+            "not before the interval"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(&*secret.expose(), b"second", "within one interval");
+        assert_eq!(
+            &*secret.expose(),
+            b"second-secret-0123456789",
+            "within one interval"
+        );
 
         // A broken file keeps the old value; fixing it is seen again.
         swap(dir.path(), 3, "");
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(&*secret.expose(), b"second", "a failed reload keeps it");
-        swap(dir.path(), 4, "fourth");
+        assert_eq!(
+            &*secret.expose(),
+            b"second-secret-0123456789",
+            "a failed reload keeps it"
+        );
+        swap(dir.path(), 4, "fourth-secret-0123456789");
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(&*secret.expose(), b"fourth");
+        assert_eq!(&*secret.expose(), b"fourth-secret-0123456789");
 
         shutdown.cancel();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn weak_or_truncated_files_keep_the_old_secret_and_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "genuine-secret-0123456789\n").unwrap();
+        let config = config(&path, "0s");
+        let secret = first_secret(&config);
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            zero_metrics(&config);
+            for weak in [" \n", "genuine\n", "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"] {
+                std::fs::write(&path, weak).unwrap();
+                assert!(!reload(&config, "SIGHUP"), "{weak:?}");
+                assert_eq!(&*secret.expose(), b"genuine-secret-0123456789");
+            }
+            std::fs::remove_file(&path).unwrap();
+            assert!(!reload(&config, "SIGHUP"));
+            std::fs::write(&path, "rotated-secret-0123456789").unwrap();
+            assert!(reload(&config, "SIGHUP"));
+        });
+        assert_eq!(&*secret.expose(), b"rotated-secret-0123456789");
+        let text = handle.render();
+        for line in [
+            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"weak\"} 3",
+            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"unreadable\"} 1",
+            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"invalid\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line}:\n{text}");
+        }
     }
 
     #[test]
@@ -207,7 +291,7 @@ mod tests {
     fn zero_turns_the_watcher_off_and_sources_are_listed_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("secret");
-        std::fs::write(&path, "s").unwrap();
+        std::fs::write(&path, "s-secret-0123456789").unwrap();
         let config = config(&path, "0s");
         assert_eq!(config.secrets_watch, None);
         assert_eq!(config.secret_files(), vec![path]);

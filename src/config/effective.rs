@@ -292,7 +292,9 @@ mod tests {
                 setting.map_or(line, |rest| rest).to_owned()
             })
             .collect();
-        let text = lines.join("\n").replace("env:", "literal:");
+        let text = lines
+            .join("\n")
+            .replace("env:", "literal:secret-for-tests-");
         let err = Config::parse(&text).unwrap_err().0.join("\n");
         assert_eq!(
             err,

@@ -458,7 +458,10 @@ mod tests {
         assert_eq!(names[..3], ["2xx", "400", "401"]);
         // The effective view lists the codes, and loads back to itself.
         let printed = config.to_toml();
-        let again = Config::parse(&printed.replace("literal:<redacted>", "literal:k")).unwrap();
+        let again = Config::parse(
+            &printed.replace("literal:<redacted>", "literal:k-secret-0123456789abcdef"),
+        )
+        .unwrap();
         assert_eq!(again.to_toml(), printed);
         // Without an inbox the default is untouched.
         let plain = Config::parse(MINIMAL).unwrap();

@@ -5,11 +5,15 @@
 //! client, which speaks no TLS; a collector runs beside the proxy), the
 //! sampling ratio a share and the queue non-empty. Without an
 //! `otlp_endpoint` tracing is off and [`crate::config::Config::tracing`]
-//! is `None`.
+//! is `None`. The endpoint is printed (`check-config`, `Debug`, errors)
+//! only through [`redact_url`], so a userinfo password never shows.
+
+use std::fmt;
 
 use http::Uri;
 
 use super::raw::{self, RawTracing};
+use super::redact::redact_url;
 use super::validate::Problems;
 
 /// Largest `queue_size`: a million spans is about a gigabyte of memory,
@@ -17,7 +21,7 @@ use super::validate::Problems;
 const MAX_QUEUE_SIZE: usize = 1_000_000;
 
 /// OTLP trace export, as configured.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Tracing {
     /// The collector's base URL, as written (`http://host:4318`).
     pub otlp_endpoint: Uri,
@@ -31,6 +35,21 @@ pub struct Tracing {
     pub queue_size: usize,
 }
 
+impl fmt::Debug for Tracing {
+    /// Prints the endpoint without its userinfo password, like every URL.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tracing")
+            .field(
+                "otlp_endpoint",
+                &redact_url(&self.otlp_endpoint.to_string()),
+            )
+            .field("sampling_ratio", &self.sampling_ratio)
+            .field("service_name", &self.service_name)
+            .field("queue_size", &self.queue_size)
+            .finish()
+    }
+}
+
 impl Tracing {
     /// Where spans are posted: the endpoint with `/v1/traces` appended
     /// (the OTLP/HTTP signal path, as `OTEL_EXPORTER_OTLP_ENDPOINT` works).
@@ -42,7 +61,7 @@ impl Tracing {
     /// The raw form `check-config` prints.
     pub(super) fn raw(&self) -> RawTracing {
         RawTracing {
-            otlp_endpoint: Some(self.otlp_endpoint.to_string()),
+            otlp_endpoint: Some(redact_url(&self.otlp_endpoint.to_string())),
             sampling_ratio: Some(self.sampling_ratio),
             service_name: Some(self.service_name.clone()),
             queue_size: Some(self.queue_size),
@@ -83,11 +102,13 @@ pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Optio
     })
 }
 
-/// An `http://host[:port][/base]` URL without query.
+/// An `http://host[:port][/base]` URL without query. Errors quote it
+/// redacted.
 fn endpoint_url(text: &str) -> Result<Uri, String> {
     let uri: Uri = text
         .parse()
-        .map_err(|error| format!("{text:?} is not a URL: {error}"))?;
+        .map_err(|error| format!("{:?} is not a URL: {error}", redact_url(text)))?;
+    let text = redact_url(text);
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -161,6 +182,28 @@ mod tests {
                 "tracing.otlp_endpoint"
             ]
         );
+    }
+
+    #[test]
+    fn the_endpoint_prints_without_its_password() {
+        let (tracing, problems) = check(RawTracing {
+            otlp_endpoint: Some("http://u:otel-pw@127.0.0.1:4318".to_owned()),
+            ..RawTracing::default()
+        });
+        assert!(problems.is_empty(), "{problems:?}");
+        let tracing = tracing.expect("on");
+        let printed = tracing.raw().otlp_endpoint.unwrap();
+        assert_eq!(printed, "http://u:<redacted>@127.0.0.1:4318/");
+        assert!(!format!("{tracing:?}").contains("otel-pw"), "{tracing:?}");
+        for wrong in [
+            "https://u:otel-pw@collector:4318",
+            "http://u:otel-pw@collector:4318/?a=b",
+            "ftp://u:otel-pw@collector",
+            "http://u:otel-pw@",
+        ] {
+            let error = endpoint_url(wrong).unwrap_err();
+            assert!(!error.contains("otel-pw"), "{error}");
+        }
     }
 
     #[test]

@@ -444,18 +444,27 @@ pub fn decode_hex_key(text: &[u8]) -> Option<Vec<u8>> {
         .filter(|key| !key.is_empty())
 }
 
-/// Checks `public_url`: `http(s)://host[:port][/prefix]`, nothing after.
+/// Checks `public_url`: `http(s)://host[:port][/prefix]`, nothing after
+/// and no credentials (errors quote it redacted).
 fn parse_public_url(text: &str) -> Result<String, String> {
-    let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+    let shown = super::redact_url(text);
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| format!("{shown:?} is not a URL"))?;
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(format!(
+            "{shown:?}: remove the user and password; public_url holds only scheme, host and an optional path prefix"
+        ));
+    }
     let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
     if !scheme_ok || uri.host().is_none_or(str::is_empty) {
         return Err(format!(
-            "{text:?} must be an http(s) URL with a host, e.g. \"https://hooks.example.com\""
+            "{shown:?} must be an http(s) URL with a host, e.g. \"https://hooks.example.com\""
         ));
     }
     if uri.query().is_some() || text.contains('#') {
         return Err(format!(
-            "{text:?}: only scheme, host and an optional path prefix; the request's own path and query are appended"
+            "{shown:?}: only scheme, host and an optional path prefix; the request's own path and query are appended"
         ));
     }
     Ok(text.trim_end_matches('/').to_owned())

@@ -13,6 +13,7 @@ use super::validate::Problems;
 use base64::Engine;
 
 use super::preset::{Preset, PresetKind, preset, preset_only_keys};
+use super::secret::Strength;
 use super::{Secret, Selector, Template};
 use crate::encoding::BASE64;
 
@@ -24,6 +25,81 @@ use crate::encoding::BASE64;
 /// ordinary clock skew and queueing, narrow enough to refuse replays of an
 /// old captured delivery.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// The least key material a route's secrets must hold, in key bytes after
+/// the scheme's own decoding (`None`: the generic `scheme = "hmac"`).
+///
+/// A floor of 16 bytes (128 bits) where the sender lets the operator
+/// choose or issues longer; the issued length itself where the sender
+/// issues one fixed length, so a truncated key is refused as well.
+/// Every genuine secret of these senders passes; a weaker one is refused
+/// at start-up and by `check-config`, and kept out on reload.
+pub fn secret_strength(preset: Option<PresetKind>) -> Strength {
+    const FLOOR: usize = 16;
+    match preset {
+        None => Strength::at_least(
+            FLOOR,
+            "an hmac secret needs at least 16 bytes (128 bits); generate one with `openssl rand -hex 32`",
+        ),
+        Some(PresetKind::StandardWebhooks) => Strength::at_least(
+            FLOOR,
+            "a standard-webhooks key is \"whsec_\" + base64 of at least 16 bytes (the spec asks for 24 to 64; Svix issues 24); copy the whole secret from the sender",
+        ),
+        Some(PresetKind::Stripe) => Strength::at_least(
+            FLOOR,
+            "Stripe issues \"whsec_\" + 32 characters; copy the whole signing secret from the dashboard",
+        ),
+        Some(PresetKind::Github) => Strength::at_least(
+            FLOOR,
+            "set a GitHub webhook secret of at least 16 bytes, e.g. `openssl rand -hex 32`, on both sides",
+        ),
+        Some(PresetKind::Slack) => Strength::at_least(
+            FLOOR,
+            "Slack issues a 32-character signing secret; copy the whole value from the app's Basic Information page",
+        ),
+        Some(PresetKind::Shopify) => Strength::at_least(
+            FLOOR,
+            "Shopify issues a 32-hex client secret (\"shpss_\" + 32 hex); copy the whole value",
+        ),
+        Some(PresetKind::WechatpayV2) => Strength::exactly(
+            32,
+            "WeChat Pay's API v2 key is exactly 32 characters, as set in the merchant platform",
+        ),
+        Some(PresetKind::Adyen) => Strength::exactly(
+            32,
+            "Adyen issues 64 hex characters (32 bytes); copy the whole HMAC key from the Customer Area",
+        ),
+        Some(PresetKind::Twilio) => Strength::at_least(
+            FLOOR,
+            "Twilio issues a 32-hex auth token; copy the whole value from the Console",
+        ),
+        // Never applied: these take `public_keys`, and `secrets` is an error.
+        Some(PresetKind::Alipay | PresetKind::WechatpayV3) => {
+            Strength::at_least(FLOOR, "this scheme verifies with public_keys, not secrets")
+        }
+    }
+}
+
+/// Holds each secret to `strength`, naming the refused one by its index.
+fn strong(
+    problems: &mut Problems,
+    key: &str,
+    secrets: &[Secret],
+    strength: Strength,
+) -> Vec<Secret> {
+    secrets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, secret)| {
+            problems.take(
+                &format!("{key}.secrets[{i}]"),
+                secret
+                    .require(strength)
+                    .map_err(|why| format!("{}: the key {why}", secret.source())),
+            )
+        })
+        .collect()
+}
 
 /// Decodes a Standard Webhooks `whsec_…` secret (or a bare base64 key)
 /// into MAC key bytes, once when the configuration is loaded and again on
@@ -147,9 +223,25 @@ pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> 
             }
             Scheme::None
         }
-        "hmac" => Scheme::Hmac(hmac_scheme(problems, key, raw, secrets)),
+        "hmac" => {
+            let resolved = secrets.len();
+            let mut hmac = hmac_scheme(problems, key, raw, secrets);
+            if resolved == raw.secrets.len() {
+                hmac.secrets = strong(problems, key, &hmac.secrets, secret_strength(None));
+            }
+            Scheme::Hmac(hmac)
+        }
         name => match PresetKind::ALL.iter().find(|(n, _)| *n == name) {
-            Some((_, kind)) => Scheme::Preset(preset(problems, key, raw, *kind, &secrets)),
+            Some((_, kind)) => {
+                let mut preset = preset(problems, key, raw, *kind, &secrets);
+                // Indices name the configured entries only while none was
+                // dropped (an unresolved or undecodable one is already an
+                // error of its own).
+                if preset.keys.len() == raw.secrets.len() {
+                    preset.keys = strong(problems, key, &preset.keys, secret_strength(Some(*kind)));
+                }
+                Scheme::Preset(preset)
+            }
             None => {
                 let names: Vec<&str> = PresetKind::ALL.iter().map(|(n, _)| *n).collect();
                 problems.push(

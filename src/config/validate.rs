@@ -389,7 +389,10 @@ mod tests {
 
     #[test]
     fn missing_env_secret_is_named() {
-        let text = MINIMAL.replace("literal:old", "env:IDEMGATE_TEST_SURELY_UNSET");
+        let text = MINIMAL.replace(
+            "literal:old-secret-0123456789",
+            "env:IDEMGATE_TEST_SURELY_UNSET",
+        );
         let err = Config::parse(&text).unwrap_err();
         assert!(
             err.0[0].starts_with("route[0].signature.secrets[1]: environment variable"),

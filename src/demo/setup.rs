@@ -74,7 +74,7 @@ methods = ["POST"]
 
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:demo-secret"]
+secrets = ["literal:demo-secret-0123456789"]
 algorithm = "sha256"
 signature = "header:X-Signature"
 encoding = "hex"

@@ -42,6 +42,10 @@ pub enum ProblemBaseError {
     /// query (the reason word would land in it).
     #[error("{0:?} is not an http(s) URL with a host and without a query")]
     Url(String),
+    /// An http(s) base with a user or password: every problem document
+    /// would carry it. Not quoted, so the error does not print it either.
+    #[error("must not carry a user or password: every problem document would show them")]
+    Credentials,
     /// The base does not end in a separator, so the reason word would run
     /// into its last segment.
     #[error("{0:?} must end with \"/\", \":\" or \"#\" so the reason word is a segment of its own")]
@@ -73,6 +77,12 @@ impl ProblemTypes {
     pub fn new(base: &str) -> Result<Self, ProblemBaseError> {
         if base.is_empty() {
             return Err(ProblemBaseError::Empty);
+        }
+        let authority = base.split_once("://").map_or("", |(_, rest)| {
+            rest.split(['/', '?', '#']).next().unwrap_or("")
+        });
+        if authority.contains('@') {
+            return Err(ProblemBaseError::Credentials);
         }
         if !base.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(ProblemBaseError::Characters(base.to_owned()));
@@ -216,6 +226,14 @@ mod tests {
             );
         }
         assert_eq!(ProblemTypes::new(""), Err(E::Empty));
+        for base in [
+            "https://u:pw@docs.example.com/p/",
+            "https://tok@docs.example.com/p",
+        ] {
+            let error = ProblemTypes::new(base).unwrap_err();
+            assert_eq!(error, E::Credentials, "{base}");
+            assert!(!error.to_string().contains("pw") && !error.to_string().contains("tok"));
+        }
         assert_eq!(
             ProblemTypes::new("urn:é:"),
             Err(E::Characters("urn:é:".into()))

@@ -18,7 +18,11 @@
 //! scope and answered `signature_missing` (401). Route them elsewhere.
 //!
 //! Deliberately stricter than the SDK: an element named twice, or nested
-//! below a child of `<xml>`, is refused rather than silently collapsed.
+//! below a child of `<xml>`, is refused rather than silently collapsed; and
+//! only UTF-8 notifications are read, as for Alipay's `charset`: an XML
+//! declaration naming another `encoding` (`GBK`, `UTF-16`, …) is refused
+//! as `bad_request_body` (the backend would decode the values otherwise
+//! than they were verified).
 //!
 //! The event id ([`super::signed_id`]) is the signed `transaction_id`,
 //! `out_trade_no` and `result_code`: the same across WeChat Pay's retries
@@ -37,6 +41,11 @@ const EVENT_FIELDS: [&str; 3] = ["transaction_id", "out_trade_no", "result_code"
 
 /// Verifies a WeChat Pay v2 notification.
 pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Rejection> {
+    if !declares_utf8(&request.body) {
+        return Err(Rejection::BadRequestBody(
+            "xml in utf-8 (encoding=\"UTF-8\" or none)",
+        ));
+    }
     let document = request.xml()?;
     if document.root() != "xml" {
         return Err(Rejection::SignatureMissing);
@@ -91,4 +100,51 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
             .map(|v| (*name, v.as_bytes()))
     });
     Ok(Authenticity::with_signed_id(index, signed_id(event)))
+}
+
+/// Whether the body's XML declaration, if any, names UTF-8 (or no
+/// encoding, which means UTF-8). A declaration naming `encoding` twice, or
+/// one that can not be read, is not taken for UTF-8.
+fn declares_utf8(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let mut reader = quick_xml::Reader::from_reader(body);
+    let mut buffer = Vec::new();
+    match reader.read_event_into(&mut buffer) {
+        Ok(quick_xml::events::Event::Decl(declaration)) => {
+            let named = declaration.matches("encoding").count();
+            match declaration.encoding() {
+                None => named == 0,
+                Some(Ok(name)) => named == 1 && name.eq_ignore_ascii_case("utf-8"),
+                Some(Err(_)) => false,
+            }
+        }
+        // No declaration: UTF-8 by default; the parser judges the rest.
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::declares_utf8;
+
+    #[test]
+    fn only_utf8_declarations_are_read() {
+        for body in [
+            &b"<xml><a>1</a></xml>"[..],
+            b"<?xml version=\"1.0\"?><xml/>",
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><xml/>",
+            b"\xEF\xBB\xBF<?xml version='1.0' encoding='utf-8' standalone='yes'?><xml/>",
+        ] {
+            assert!(declares_utf8(body), "{}", String::from_utf8_lossy(body));
+        }
+        for body in [
+            &b"<?xml version=\"1.0\" encoding=\"GBK\"?><xml/>"[..],
+            b"<?xml version=\"1.0\" encoding=\"UTF-16\"?><xml/>",
+            b"<?xml version=\"1.0\" encoding='gb2312'?><xml/>",
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\" encoding=\"GBK\"?><xml/>",
+            b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?><xml/>",
+        ] {
+            assert!(!declares_utf8(body), "{}", String::from_utf8_lossy(body));
+        }
+    }
 }

@@ -63,7 +63,7 @@ def config_seeds():
             write("config", f"example-literal-{rel}", literal)
     presets = ["standard-webhooks", "stripe", "github", "slack", "shopify"]
     for preset in presets:
-        secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" if preset == "standard-webhooks" else "s3cret"
+        secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" if preset == "standard-webhooks" else "s3cret-0123456789abcdef"
         write("config", f"preset-{preset}.toml", HEAD + f"""
 [[route]]
 name = "{preset}"
@@ -88,7 +88,7 @@ methods = ["POST", "put"]
 upstream = "http://127.0.0.1:3001"
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:new", "literal:old"]
+secrets = ["literal:new-secret-0123456789", "literal:old-secret-0123456789"]
 algorithm = "sha512"
 signature = "header:X-Signature"
 encoding = "base64"
@@ -199,25 +199,25 @@ def signature_seeds():
 
     ts = 1_700_000_000
     body = '{"id":"p-1","amount":10.50}'
-    sig = mac("fuzz-secret", f"{ts}.POST /hmac-header.{body}").hex()
+    sig = mac("fuzz-secret-0123456789", f"{ts}.POST /hmac-header.{body}").hex()
     write("signature_headers", "hmac-header", request(
         f"POST /hmac-header {ts * 1000}",
         [("X-Signature", f"sha256={sig}"), ("X-Timestamp", str(ts))], body))
 
     ts_ms = 1_700_000_000_123
     msg = f"p-2\n10.50\n{ts_ms}\n" + '{"k":[1,2]}' + "{x}"
-    sig = base64.b64encode(mac("fuzz-secret", msg, hashlib.sha512)).decode()
+    sig = base64.b64encode(mac("fuzz-secret-0123456789", msg, hashlib.sha512)).decode()
     body = json.dumps({"id": "p-2", "amount": 0, "ts": ts_ms, "data": {"k": [1, 2]},
                        "sign": sig}).replace('"amount": 0', '"amount": 10.50')
     write("signature_headers", "hmac-json", request(f"POST /hmac-json {ts_ms}", [], body))
 
-    sig = mac("fuzz-secret", f"T-3&100&{ts}&q1").hex()
+    sig = mac("fuzz-secret-0123456789", f"T-3&100&{ts}&q1").hex()
     body = f"out_trade_no=T-3&total_fee=100&ts={ts}&sign={sig}"
     write("signature_headers", "hmac-form", request(
         f"POST /hmac-form?t=q1 {ts * 1000}",
         [("content-type", "application/x-www-form-urlencoded")], body))
 
-    sig = base64.b64encode(mac("fuzz-secret", "GET/hmac-query?a=x y")).decode().rstrip("=")
+    sig = base64.b64encode(mac("fuzz-secret-0123456789", "GET/hmac-query?a=x y")).decode().rstrip("=")
     sig = sig.replace("+", "%2B").replace("/", "%2F")
     write("signature_headers", "hmac-query", request(
         f"GET /hmac-query?a=x+y&sig={sig} {ts * 1000}", [], ""))

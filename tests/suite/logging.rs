@@ -122,7 +122,10 @@ async fn run(format: &str) -> Run {
     };
     let leaks = vec![
         ("the route secret", SECRET.to_owned()),
-        ("the rotated secret", "previous-secret".to_owned()),
+        (
+            "the rotated secret",
+            "previous-secret-0123456789".to_owned(),
+        ),
         ("the forger's secret", "forger-secret-9c1e".to_owned()),
         ("body content", MARKER.to_owned()),
         ("a key value from the body", "p-log".to_owned()),
@@ -265,4 +268,38 @@ async fn json_lines_carry_every_field_and_never_leak_secrets_or_bodies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_lines_carry_every_field_and_never_leak_secrets_or_bodies() {
     check(&run("text").await);
+}
+
+/// A path carrying raw line and paragraph separators and C1 controls: the
+/// JSON line escapes them as the text line does, so no viewer splits the
+/// line or lets them act on a terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_escape_separators_and_c1_controls_from_paths() {
+    const RAW: [char; 4] = ['\u{2028}', '\u{2029}', '\u{85}', '\u{9b}'];
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("idemgate.log");
+    let store = embedded_store(&dir.path().join("store.redb"));
+    let text = config_text(&store, &upstream.url(), "");
+    let mut gate = GateProcess::launch(&text, &[("IDEMGATE_LOG_FORMAT", "json")], Some(&log));
+    let target = "/elsewhere/a\u{2028}b\u{2029}c\u{85}d\u{9b}e";
+    let answer = send_raw(gate.addr, "GET", target.as_bytes(), &[], "").await;
+    assert_ne!(answer.status, 0, "the request was answered");
+    assert!(gate.terminate().success());
+
+    let output = std::fs::read_to_string(&log).unwrap();
+    for c in RAW {
+        assert!(!output.contains(c), "{c:?} left raw in:\n{output}");
+    }
+    let lines: Vec<serde_json::Value> = output
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .filter(|line: &serde_json::Value| line["message"] == "request")
+        .collect();
+    assert_eq!(lines.len(), 1, "{output}");
+    assert_eq!(lines[0]["path"], target, "escaped, the same value");
+    assert!(
+        output.contains(r"a\u2028b\u2029c\u0085d\u009be"),
+        "{output}"
+    );
 }

@@ -196,6 +196,34 @@ fn alipay_rsa1_only_when_allowed() {
 }
 
 #[test]
+fn wechatpay_v2_reads_only_utf8_like_alipay() {
+    let paid = &payment_vector("wxv2-hmac");
+    let scheme = scheme_with(paid, &[right_credential(paid)], "");
+    let declared = |encoding: &str| {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"{encoding}\"?>\n{}",
+            paid.body
+        );
+        Delivery::of(paid).with_body(body)
+    };
+    for utf8 in ["UTF-8", "utf-8"] {
+        assert!(
+            check(&scheme, &declared(utf8), 0).is_ok(),
+            "{utf8}: the declaration is not signed, only the elements"
+        );
+    }
+    for other in ["GBK", "UTF-16", "gb2312", "ISO-8859-1"] {
+        assert_eq!(
+            check(&scheme, &declared(other), 0),
+            Err(Rejection::BadRequestBody(
+                "xml in utf-8 (encoding=\"UTF-8\" or none)"
+            )),
+            "{other}: the backend would decode the values otherwise"
+        );
+    }
+}
+
+#[test]
 fn wechatpay_v2_refund_notifications_are_out_of_scope() {
     let refund = &payment_vector("wxv2-refund");
     let scheme = scheme_with(refund, &[right_credential(refund)], "");

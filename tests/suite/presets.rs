@@ -265,7 +265,11 @@ fn new_and_old(scheme: &str) -> [&'static str; 3] {
             "whsec_cmFuZG9tLWtleS0wMTIzNDU2Nzg5MDEyMw==",
         ]
     } else {
-        ["new-secret", "old-secret", "random-secret"]
+        [
+            "new-secret-0123456789",
+            "old-secret-0123456789",
+            "random-secret-0123456789",
+        ]
     }
 }
 

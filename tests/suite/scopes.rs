@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const POLLER_SECRET: &str = "poller-secret";
+const POLLER_SECRET: &str = "poller-secret-0123456789";
 const ADMIN_TOKEN: &str = "scope-admin-token";
 
 /// One `[[route]]` in scope "payments", signed by `secret` over

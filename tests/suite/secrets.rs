@@ -13,9 +13,9 @@ async fn sighup_rereads_file_secrets() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("webhook-secret");
-    std::fs::write(&secret_file, "first-secret\n").unwrap();
+    std::fs::write(&secret_file, "first-secret-0123456789\n").unwrap();
     let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
-        &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret\"]"),
+        &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret-0123456789\"]"),
         &format!("secrets = [\"file:{}\"]", secret_file.display()),
     );
     let gate = GateProcess::start(&text);
@@ -25,10 +25,16 @@ async fn sighup_rereads_file_secrets() {
         let headers = signed_with(secret, now_secs(), &body);
         async move { send("POST", &url, &headers, body).await.status }
     };
-    assert_eq!(delivery("first-secret", "p-r1".into()).await, 200);
-    assert_eq!(delivery("second-secret", "p-r2".into()).await, 401);
+    assert_eq!(
+        delivery("first-secret-0123456789", "p-r1".into()).await,
+        200
+    );
+    assert_eq!(
+        delivery("second-secret-0123456789", "p-r2".into()).await,
+        401
+    );
 
-    std::fs::write(&secret_file, "second-secret\n").unwrap();
+    std::fs::write(&secret_file, "second-secret-0123456789\n").unwrap();
     let hup = std::process::Command::new("kill")
         .args(["-HUP", &gate.pid().to_string()])
         .status()
@@ -36,7 +42,7 @@ async fn sighup_rereads_file_secrets() {
     assert!(hup.success());
     let mut rotated = false;
     for i in 0..50 {
-        if delivery("second-secret", format!("p-r3-{i}")).await == 200 {
+        if delivery("second-secret-0123456789", format!("p-r3-{i}")).await == 200 {
             rotated = true;
             break;
         }
@@ -44,7 +50,7 @@ async fn sighup_rereads_file_secrets() {
     }
     assert!(rotated, "the new secret verifies after SIGHUP");
     assert_eq!(
-        delivery("first-secret", "p-r4".into()).await,
+        delivery("first-secret-0123456789", "p-r4".into()).await,
         401,
         "the old one no longer does"
     );
@@ -66,13 +72,13 @@ async fn a_kubernetes_secret_swap_is_seen_without_sighup() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    kubelet_swap(dir.path(), 1, "first-secret\n");
+    kubelet_swap(dir.path(), 1, "first-secret-0123456789\n");
     let secret_file = dir.path().join("webhook-secret");
     std::os::unix::fs::symlink("..data/webhook-secret", &secret_file).unwrap();
     let text = format!(
         "[secrets]\nwatch_interval = \"200ms\"\n{}",
         config_text(&redis_store(&redis), &upstream.url(), "").replace(
-            &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret\"]"),
+            &format!("secrets = [\"literal:{SECRET}\", \"literal:previous-secret-0123456789\"]"),
             &format!("secrets = [\"file:{}\"]", secret_file.display()),
         )
     );
@@ -85,21 +91,21 @@ async fn a_kubernetes_secret_swap_is_seen_without_sighup() {
         let headers = signed_with(secret, now_secs(), &body);
         async move { send("POST", &url, &headers, body).await.status }
     };
-    assert_eq!(delivery("first-secret").await, 200);
-    assert_eq!(delivery("second-secret").await, 401);
+    assert_eq!(delivery("first-secret-0123456789").await, 200);
+    assert_eq!(delivery("second-secret-0123456789").await, 401);
 
-    kubelet_swap(dir.path(), 2, "second-secret\n");
+    kubelet_swap(dir.path(), 2, "second-secret-0123456789\n");
     let swapped = std::time::Instant::now();
     poll(
         "the swapped secret to verify without SIGHUP",
         Duration::from_secs(5),
         Duration::from_millis(50),
-        async || (delivery("second-secret").await == 200).then_some(()),
+        async || (delivery("second-secret-0123456789").await == 200).then_some(()),
     )
     .await;
     eprintln!("rotation seen after {:?}", swapped.elapsed());
     assert_eq!(
-        delivery("first-secret").await,
+        delivery("first-secret-0123456789").await,
         401,
         "the old one is refused"
     );
@@ -237,4 +243,243 @@ fn check_config_never_prints_url_credentials() {
             "{password} printed:\n{printed}"
         );
     }
+}
+
+/// Adyen's test key from the payment vectors: 64 hex characters.
+const ADYEN_KEY: &str = "F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186";
+
+/// A one-item Adyen notification for `psp`, signed with the raw `key`
+/// bytes as Adyen signs: base64 HMAC-SHA256 over eight `:`-joined fields.
+fn adyen_notification(psp: &str, key: &[u8]) -> String {
+    use base64::Engine;
+    let content = format!("{psp}::AcmeCOM:order-{psp}:1130:EUR:AUTHORISATION:true");
+    let mac = idemgate::signature::mac(
+        idemgate::config::Algorithm::Sha256,
+        key,
+        &[content.as_bytes()],
+    );
+    let signature = base64::engine::general_purpose::STANDARD.encode(mac);
+    serde_json::json!({
+        "live": "false",
+        "notificationItems": [{"NotificationRequestItem": {
+            "pspReference": psp,
+            "merchantAccountCode": "AcmeCOM",
+            "merchantReference": format!("order-{psp}"),
+            "amount": {"value": 1130, "currency": "EUR"},
+            "eventCode": "AUTHORISATION",
+            "success": "true",
+            "additionalData": {"hmacSignature": signature}
+        }}]
+    })
+    .to_string()
+}
+
+/// The issue's reproduction on the real binary: the Adyen key file becomes
+/// `00` (one key byte), then whitespace, then a truncated key, each
+/// followed by SIGHUP. Every time the genuine key stays, a delivery signed
+/// with the weak key is refused, the failure is logged at ERROR naming the
+/// route and never the key, and counted by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weak_or_truncated_key_file_keeps_the_old_key_on_sighup() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("adyen-hmac-key");
+    std::fs::write(&key_file, format!("{ADYEN_KEY}\n")).unwrap();
+    let text = preset_config_text(
+        &embedded_store(&dir.path().join("store.redb")),
+        &upstream.url(),
+        "adyen",
+        &[],
+    )
+    .replace(
+        "secrets = []",
+        &format!("secrets = [\"file:{}\"]", key_file.display()),
+    );
+    let log = dir.path().join("idemgate.log");
+    let gate = GateProcess::launch(&text, &[], Some(&log));
+    let url = gate.url("/hook");
+    let genuine = hex::decode(ADYEN_KEY).unwrap();
+    let deliver = |psp: String, key: Vec<u8>| {
+        let url = url.clone();
+        async move {
+            let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+            send("POST", &url, &headers, adyen_notification(&psp, &key)).await
+        }
+    };
+    assert_eq!(deliver("PSP-0".into(), genuine.clone()).await.status, 200);
+
+    let weak: [(&str, &[u8]); 3] = [
+        ("00\n", &[0x00]),
+        (" \n", b" "),
+        (&ADYEN_KEY[..62], &genuine[..31]),
+    ];
+    for (round, (content, weak_key)) in weak.into_iter().enumerate() {
+        std::fs::write(&key_file, content).unwrap();
+        let hup = std::process::Command::new("kill")
+            .args(["-HUP", &gate.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(hup.success());
+        poll(
+            "the refused reload to be logged",
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            async || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                (text.matches("keeping the previous value").count() > round).then_some(())
+            },
+        )
+        .await;
+        let forged = deliver(format!("PSP-W{round}"), weak_key.to_vec()).await;
+        assert_eq!(
+            (forged.status, forged.reason().as_deref()),
+            (401, Some("signature_invalid")),
+            "{content:?}: signed with the weak key"
+        );
+        let kept = deliver(format!("PSP-{}", round + 1), genuine.clone()).await;
+        assert_eq!(kept.status, 200, "{content:?}: the genuine key stays");
+    }
+    assert_eq!(upstream.calls(), 4, "only genuine deliveries got through");
+
+    let series = "idemgate_secret_reload_failures_total{route=\"hook\",reason=\"weak\"}";
+    assert_eq!(metric(gate.admin, series).await, Some(3.0));
+    let unreadable = "idemgate_secret_reload_failures_total{route=\"hook\",reason=\"unreadable\"}";
+    assert_eq!(metric(gate.admin, unreadable).await, Some(0.0));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let errors: Vec<&str> = logged
+        .lines()
+        .filter(|line| line.contains("keeping the previous value"))
+        .collect();
+    assert_eq!(errors.len(), 3, "{logged}");
+    for line in errors {
+        assert!(line.contains("ERROR"), "{line}");
+        assert!(line.contains("route[0].signature.secrets[0]"), "{line}");
+        assert!(
+            line.contains("route=\"hook\"") || line.contains("route=hook"),
+            "{line}"
+        );
+        assert!(line.contains("adyen-hmac-key"), "names the source: {line}");
+    }
+    assert!(
+        logged.contains("exactly 32 needed: Adyen issues"),
+        "{logged}"
+    );
+    assert!(logged.contains("only whitespace"), "{logged}");
+    assert!(!logged.contains(&ADYEN_KEY[..16]), "the key was logged");
+}
+
+/// `check-config` (and so start-up) refuses a key weaker than its scheme
+/// needs, naming the entry and what the sender issues; every genuine
+/// secret shape of each sender, the published vectors' included, loads.
+#[test]
+fn check_config_refuses_weak_secrets_and_says_what_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let blank = dir.path().join("blank");
+    std::fs::write(&blank, " \n").unwrap();
+    let blank = format!("file:{}", blank.display());
+    let store = "kind = \"embedded\"\npath = \"/tmp/unused.redb\"";
+    let config = |scheme: &str, secret: &str| {
+        let text = preset_config_text(store, "http://127.0.0.1:1", scheme, &[])
+            .replace("secrets = []", &format!("secrets = [{secret:?}]"));
+        if scheme == "twilio" {
+            format!("{text}public_url = \"https://hooks.example.com\"\n")
+        } else {
+            text
+        }
+    };
+    for (scheme, secret, advice) in [
+        ("stripe", "literal:weak1", "at least 16 needed"),
+        ("github", blank.as_str(), "only whitespace"),
+        ("adyen", "literal:00", "Adyen issues 64 hex characters"),
+        (
+            "adyen",
+            &format!("literal:{}", &ADYEN_KEY[..62]),
+            "exactly 32",
+        ),
+        (
+            "wechatpay-v2",
+            "literal:idemgateTestOnlyV2ApiKey2023111",
+            "exactly 32 characters",
+        ),
+        ("twilio", "literal:12345", "auth token"),
+        ("standard-webhooks", "literal:whsec_AAAA", "whsec_"),
+    ] {
+        let (code, printed) = check_config(&config(scheme, secret));
+        assert_eq!(code, Some(2), "{scheme} {secret}: {printed}");
+        assert!(
+            printed.contains("route[0].signature.secrets[0]") && printed.contains(advice),
+            "{scheme} {secret}: {printed}"
+        );
+        assert!(!printed.contains("weak1"), "the value printed: {printed}");
+    }
+    let hmac = config_text(store, "http://127.0.0.1:1", "")
+        .replace(&format!("\"literal:{SECRET}\""), "\"literal:short-secret\"");
+    let (code, printed) = check_config(&hmac);
+    assert_eq!(code, Some(2), "{printed}");
+    assert!(printed.contains("openssl rand"), "{printed}");
+    for (scheme, secret) in [
+        ("adyen", format!("literal:{ADYEN_KEY}")),
+        (
+            "wechatpay-v2",
+            "literal:idemgateTestOnlyV2ApiKey20231114".into(),
+        ),
+        ("twilio", "literal:2613416aded31ff34d03ba7e6eb7f391".into()),
+        ("stripe", "literal:whsec_test_secret".into()),
+        ("github", "literal:It's a Secret to Everybody".into()),
+        ("slack", "literal:8f742231b10e8888abcd99yyyzzz85a5".into()),
+        ("shopify", "literal:shpss_test_client_secret".into()),
+        (
+            "standard-webhooks",
+            "literal:whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        ),
+    ] {
+        let (code, printed) = check_config(&config(scheme, &secret));
+        assert_eq!(code, Some(0), "{scheme} {secret}: {printed}");
+    }
+}
+
+/// The OTLP endpoint prints without its password, like the other URLs;
+/// Twilio's `public_url` refuses credentials outright (it holds only
+/// scheme, host and path), without echoing them.
+#[test]
+fn check_config_redacts_the_otlp_endpoint_and_refuses_credentials_in_public_url() {
+    let store = "kind = \"embedded\"\npath = \"/tmp/unused.redb\"";
+    let text = format!(
+        "{}\n[tracing]\notlp_endpoint = \"http://otel:otel-pw@127.0.0.1:4318\"\n",
+        config_text(store, "http://127.0.0.1:1", "")
+    );
+    let (code, printed) = check_config(&text);
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(!printed.contains("otel-pw"), "{printed}");
+    assert!(
+        printed.contains("otlp_endpoint = \"http://otel:<redacted>@127.0.0.1:4318/\""),
+        "{printed}"
+    );
+
+    let twilio = |url: &str| {
+        format!(
+            "{}public_url = \"{url}\"\n",
+            preset_config_text(
+                store,
+                "http://127.0.0.1:1",
+                "twilio",
+                &["2613416aded31ff34d03ba7e6eb7f391"]
+            )
+        )
+    };
+    for url in [
+        "https://tw:twilio-pw@hooks.example.com",
+        "https://twilio-pw@hooks.example.com/sms",
+    ] {
+        let (code, printed) = check_config(&twilio(url));
+        assert_eq!(code, Some(2), "{url}: {printed}");
+        assert!(
+            printed.contains("route[0].signature.public_url")
+                && printed.contains("remove the user and password"),
+            "{url}: {printed}"
+        );
+        assert!(!printed.contains("twilio-pw"), "{url}: {printed}");
+    }
+    let (code, printed) = check_config(&twilio("https://hooks.example.com/sms"));
+    assert_eq!(code, Some(0), "{printed}");
 }

@@ -72,7 +72,7 @@ async fn forged_unsigned_stale_and_future_deliveries_are_401_without_store_acces
     let rotated = send(
         "POST",
         &url,
-        &signed_with("previous-secret", now, &body),
+        &signed_with("previous-secret-0123456789", now, &body),
         body.clone(),
     )
     .await;

@@ -26,7 +26,7 @@ path_prefix = "/notify"
 
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:{SECRET}", "literal:previous-secret"]
+secrets = ["literal:{SECRET}", "literal:previous-secret-0123456789"]
 signature = "header:X-Signature"
 message = "{{timestamp}}.{{body}}"
 timestamp = "header:X-Timestamp"

@@ -55,7 +55,7 @@ use std::path::PathBuf;
 pub type Headers = Vec<(String, String)>;
 
 /// The secret every test route uses.
-pub const SECRET: &str = "test-secret";
+pub const SECRET: &str = "test-secret-0123456789";
 
 /// `relative` inside the repository.
 pub fn repo_path(relative: &str) -> PathBuf {

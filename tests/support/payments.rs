@@ -160,8 +160,10 @@ pub fn wrong_credential(vector: &PaymentVector) -> String {
                 toml_string(&key_source(other))
             )
         }
-        ("adyen", _) => "00112233445566778899AABBCCDDEEFF".to_owned(),
-        _ => "not-the-secret".to_owned(),
+        ("adyen", _) => {
+            "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF".to_owned()
+        }
+        _ => "not-the-secret-0123456789abcdefx".to_owned(),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The second secret of the test route (`config_text`).
-const PREVIOUS_SECRET: &str = "previous-secret";
+const PREVIOUS_SECRET: &str = "previous-secret-0123456789";
 
 mod dashboard;
 mod exact;

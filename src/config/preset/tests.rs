@@ -1,6 +1,15 @@
 use super::*;
 use crate::config::{Config, ConfigError, Scheme, decode_whsec};
 
+/// A literal secret as strong as `scheme` requires (what its sender issues).
+fn secret_for(scheme: &str) -> &'static str {
+    match scheme {
+        "wechatpay-v2" => "literal:idemgateTestOnlyV2ApiKey20231114",
+        "adyen" => "literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186",
+        _ => "literal:test-secret-0123456789abcdef",
+    }
+}
+
 fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigError> {
     Config::parse(&format!(
         "[store]\nkind = \"embedded\"\npath = \"/tmp/x.redb\"\n[upstream]\nurl = \"http://127.0.0.1:1\"\n\
@@ -10,7 +19,11 @@ fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigErro
 
 #[test]
 fn presets_fix_their_own_parameters() {
-    let config = preset_route("scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]", "").unwrap();
+    let config = preset_route(
+        "scheme = \"stripe\"\nsecrets = [\"literal:whsec_x-secret-0123456789\"]",
+        "",
+    )
+    .unwrap();
     let route = &config.routes[0];
     assert_eq!(
         route.idempotency.key,
@@ -19,7 +32,7 @@ fn presets_fix_their_own_parameters() {
     assert_eq!(route.scheme.tolerance(), Some(Duration::from_secs(300)));
 
     let err = preset_route(
-        "scheme = \"github\"\nsecrets = [\"literal:x\"]\nalgorithm = \"sha512\"\nmessage = \"{body}\"\ntolerance = \"1m\"",
+        "scheme = \"github\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]\nalgorithm = \"sha512\"\nmessage = \"{body}\"\ntolerance = \"1m\"",
         "",
     )
     .unwrap_err()
@@ -47,7 +60,11 @@ fn presets_fix_their_own_parameters() {
         err.0[0].starts_with("route[0].signature.secrets[0]"),
         "{err}"
     );
-    let err = preset_route("scheme = \"paypal\"\nsecrets = [\"literal:x\"]", "").unwrap_err();
+    let err = preset_route(
+        "scheme = \"paypal\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
+        "",
+    )
+    .unwrap_err();
     assert!(
         err.0[0].contains("stripe"),
         "the error lists the presets: {err}"
@@ -57,7 +74,7 @@ fn presets_fix_their_own_parameters() {
 #[test]
 fn preset_default_keys_can_be_overridden() {
     let config = preset_route(
-        "scheme = \"shopify\"\nsecrets = [\"literal:x\"]",
+        "scheme = \"shopify\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
         "key = [\"header:X-Shopify-Event-Id\"]\nunsigned_key = \"accept\"",
     )
     .expect("an unsigned header only with the opt-in");
@@ -68,7 +85,7 @@ fn preset_default_keys_can_be_overridden() {
         )])
     );
     let sw = preset_route(
-        "scheme = \"standard-webhooks\"\nsecrets = [\"literal:whsec_AAAA\"]",
+        "scheme = \"standard-webhooks\"\nsecrets = [\"literal:whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]",
         "",
     )
     .unwrap();
@@ -79,7 +96,7 @@ fn preset_default_keys_can_be_overridden() {
 fn presets_without_a_window_warn() {
     for scheme in ["github", "shopify"] {
         let config = preset_route(
-            &format!("scheme = \"{scheme}\"\nsecrets = [\"literal:x\"]"),
+            &format!("scheme = \"{scheme}\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]"),
             "",
         )
         .unwrap();
@@ -89,7 +106,11 @@ fn presets_without_a_window_warn() {
             "{scheme}: {warnings}"
         );
     }
-    let slack = preset_route("scheme = \"slack\"\nsecrets = [\"literal:x\"]", "").unwrap();
+    let slack = preset_route(
+        "scheme = \"slack\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
+        "",
+    )
+    .unwrap();
     assert!(slack.warnings().is_empty());
 }
 
@@ -116,9 +137,9 @@ fn each_payment_preset_takes_only_its_own_credential() {
     let ok = [
         format!("scheme = \"alipay\"\npublic_keys = [\"{}\"]\nallow_rsa1 = true", keys_file("alipay-1.pub.b64")),
         format!("scheme = \"wechatpay-v3\"\npublic_keys = [\"{cert}\"]\ntolerance = \"2m\""),
-        "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]".to_owned(),
-        "scheme = \"adyen\"\nsecrets = [\"literal:0A1B\"]".to_owned(),
-        "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://hooks.example.com/\"".to_owned(),
+        "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:idemgateTestOnlyV2ApiKey20231114\"]".to_owned(),
+        "scheme = \"adyen\"\nsecrets = [\"literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186\"]".to_owned(),
+        "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]\npublic_url = \"https://hooks.example.com/\"".to_owned(),
     ];
     for text in &ok {
         let config = preset_route(text, "").unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -139,7 +160,7 @@ fn each_payment_preset_takes_only_its_own_credential() {
 
     for (text, expected) in [
         (
-            "scheme = \"alipay\"\nsecrets = [\"literal:x\"]".to_owned(),
+            "scheme = \"alipay\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]".to_owned(),
             vec![
                 "route[0].signature.secrets: scheme = \"alipay\" verifies RSA signatures with public_keys",
                 "route[0].signature.public_keys: at least one public key is required",
@@ -153,15 +174,15 @@ fn each_payment_preset_takes_only_its_own_credential() {
             ],
         ),
         (
-            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]".to_owned(),
+            "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]".to_owned(),
             vec!["route[0].signature.public_url: required with scheme = \"twilio\""],
         ),
         (
-            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"ftp://x/?a=1\"".to_owned(),
+            "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]\npublic_url = \"ftp://x/?a=1\"".to_owned(),
             vec!["route[0].signature.public_url: \"ftp://x/?a=1\" must be an http(s) URL"],
         ),
         (
-            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]\nallow_rsa1 = true\npublic_url = \"https://h\"\ntolerance = \"1m\"".to_owned(),
+            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:idemgateTestOnlyV2ApiKey20231114\"]\nallow_rsa1 = true\npublic_url = \"https://h\"\ntolerance = \"1m\"".to_owned(),
             vec![
                 "route[0].signature.allow_rsa1: only for scheme = \"alipay\"",
                 "route[0].signature.public_url: only for scheme = \"twilio\"",
@@ -176,7 +197,7 @@ fn each_payment_preset_takes_only_its_own_credential() {
             ],
         ),
         (
-            format!("scheme = \"hmac\"\nsecrets = [\"literal:x\"]\nsignature = \"header:x\"\npublic_keys = [\"{cert}\"]"),
+            format!("scheme = \"hmac\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]\nsignature = \"header:x\"\npublic_keys = [\"{cert}\"]"),
             vec!["route[0].signature.public_keys: only for the presets that read it"],
         ),
         (
@@ -261,7 +282,10 @@ fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
         } else {
             ""
         };
-        let text = format!("scheme = \"{scheme}\"\nsecrets = [\"literal:0A\"]{url}");
+        let text = format!(
+            "scheme = \"{scheme}\"\nsecrets = [\"{}\"]{url}",
+            secret_for(scheme)
+        );
         let config = preset_route(&text, "").unwrap_or_else(|e| panic!("{scheme}: {e}"));
         assert_eq!(
             config.routes[0].idempotency.key,
@@ -277,7 +301,7 @@ fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
 
 #[test]
 fn payment_keys_read_signed_fields_only() {
-    let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"";
+    let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]\npublic_url = \"https://h\"";
     let err = preset_route(
         twilio,
         "key = [\"form:MessageSid\", \"header:I-Twilio-Idempotency-Token\"]",
@@ -293,7 +317,7 @@ fn payment_keys_read_signed_fields_only() {
         "a parameter boundary can move under Twilio's signature: {err}"
     );
     preset_route(twilio, "key = [\"query:tenant\"]").expect("Twilio signs the URL");
-    let adyen = "scheme = \"adyen\"\nsecrets = [\"literal:0A\"]";
+    let adyen = "scheme = \"adyen\"\nsecrets = [\"literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186\"]";
     preset_route(
         adyen,
         "key = [\"json:/notificationItems/0/NotificationRequestItem/pspReference\", \"json:/notificationItems/0/NotificationRequestItem/amount/value\"]",
@@ -321,12 +345,12 @@ fn payment_keys_read_signed_fields_only() {
     )
     .unwrap();
     assert!(preset_route(&alipay, "key = [\"form:sign\"]").is_err());
-    let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]";
+    let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:idemgateTestOnlyV2ApiKey20231114\"]";
     preset_route(v2, "key = [\"xml:/xml/transaction_id\"]").unwrap();
     assert!(preset_route(v2, "key = [\"xml:/xml/a/b\"]").is_err());
     assert!(preset_route(v2, "key = [\"form:transaction_id\"]").is_err());
     let err = preset_route(
-        "scheme = \"github\"\nsecrets = [\"literal:x\"]",
+        "scheme = \"github\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
         "key = [\"header:X-GitHub-Delivery\"]",
     )
     .unwrap_err()
@@ -347,23 +371,23 @@ fn retention_outlives_the_senders_retries() {
     for (signature, retention) in [
         (alipay.clone(), hours(49)),
         (
-            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]".to_owned(),
+            "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:idemgateTestOnlyV2ApiKey20231114\"]".to_owned(),
             hours(48) + Duration::from_secs(240),
         ),
         (
-            "scheme = \"adyen\"\nsecrets = [\"literal:0A\"]".to_owned(),
+            "scheme = \"adyen\"\nsecrets = [\"literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186\"]".to_owned(),
             hours(31 * 24),
         ),
         (
-            "scheme = \"stripe\"\nsecrets = [\"literal:whsec_x\"]".to_owned(),
+            "scheme = \"stripe\"\nsecrets = [\"literal:whsec_x-secret-0123456789\"]".to_owned(),
             hours(96),
         ),
         (
-            "scheme = \"github\"\nsecrets = [\"literal:x\"]".to_owned(),
+            "scheme = \"github\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]".to_owned(),
             hours(24),
         ),
         (
-            "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"".to_owned(),
+            "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]\npublic_url = \"https://h\"".to_owned(),
             hours(24),
         ),
     ] {

@@ -63,7 +63,7 @@ name = "wechatpay-v2"
 path_prefix = "/hooks/wechatpay/v2"
 [route.signature]
 scheme = "wechatpay-v2"
-secrets = ["literal:idemgateTestOnlyV2ApiKey20231114", "literal:fuzz-old-api-key"]
+secrets = ["literal:idemgateTestOnlyV2ApiKey20231114", "literal:fuzz-old-api-key-0123456789abcde"]
 
 [[route]]
 name = "wechatpay-v3"
@@ -83,7 +83,7 @@ name = "adyen"
 path_prefix = "/hooks/adyen"
 [route.signature]
 scheme = "adyen"
-secrets = ["literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186", "literal:00112233445566778899AABBCCDDEEFF"]
+secrets = ["literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186", "literal:00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"]
 
 [[route]]
 name = "twilio"

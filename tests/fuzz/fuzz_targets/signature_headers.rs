@@ -73,7 +73,7 @@ name = "hmac-header"
 path_prefix = "/hmac-header"
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:fuzz-secret", "literal:fuzz-old"]
+secrets = ["literal:fuzz-secret-0123456789", "literal:fuzz-old-0123456789"]
 signature = "header:X-Signature"
 prefix = "sha256="
 encoding = "hex"
@@ -85,7 +85,7 @@ name = "hmac-json"
 path_prefix = "/hmac-json"
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:fuzz-secret"]
+secrets = ["literal:fuzz-secret-0123456789"]
 algorithm = "sha512"
 signature = "json:/sign"
 encoding = "base64"
@@ -99,7 +99,7 @@ name = "hmac-form"
 path_prefix = "/hmac-form"
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:fuzz-secret"]
+secrets = ["literal:fuzz-secret-0123456789"]
 signature = "form:sign"
 encoding = "hex"
 timestamp = "form:ts"
@@ -110,7 +110,7 @@ name = "hmac-query"
 path_prefix = "/hmac-query"
 [route.signature]
 scheme = "hmac"
-secrets = ["literal:fuzz-secret"]
+secrets = ["literal:fuzz-secret-0123456789"]
 signature = "query:sig"
 encoding = "base64"
 message = "{method}{path}?a={query:a}"
