@@ -16,7 +16,7 @@ fn parse(route: &str, signature: &str, idempotency: &str) -> Result<Config, Stri
 }
 
 const HMAC_BODY: &str =
-    "scheme = \"hmac\"\nsecrets = [\"literal:s\"]\nsignature = \"header:X-Sig\"";
+    "scheme = \"hmac\"\nsecrets = [\"literal:s-0123456789abcdef\"]\nsignature = \"header:X-Sig\"";
 
 fn fingerprint(config: &Config) -> Vec<String> {
     config.routes[0]
@@ -119,9 +119,9 @@ fn webhook_platform_delivery_headers_are_unsigned() {
         ("standard-webhooks", "webhook-id"),
     ] {
         let secret = if scheme == "standard-webhooks" {
-            "whsec_AAAAAAAA"
+            "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
         } else {
-            "x"
+            "x-0123456789abcdef"
         };
         let signature = format!("scheme = \"{scheme}\"\nsecrets = [\"literal:{secret}\"]");
         let default = parse("", &signature, "").unwrap();
@@ -150,7 +150,7 @@ fn webhook_platform_delivery_headers_are_unsigned() {
         .unwrap();
         parse("", &signature, "key = [\"json:/id\"]").expect("the body is signed whole");
     }
-    let slack = "scheme = \"slack\"\nsecrets = [\"literal:x\"]";
+    let slack = "scheme = \"slack\"\nsecrets = [\"literal:x-0123456789abcdef\"]";
     parse(
         "",
         slack,
@@ -210,7 +210,7 @@ fn a_template_without_body_must_cover_every_part() {
 
 #[test]
 fn payment_channels_and_none() {
-    let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:t\"]\npublic_url = \"https://h\"";
+    let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:t-0123456789abcdef\"]\npublic_url = \"https://h\"";
     let err = parse("", twilio, "key = [\"form:MessageSid\"]").unwrap_err();
     assert!(err.contains("no separator"), "{err}");
     parse(
@@ -219,7 +219,7 @@ fn payment_channels_and_none() {
         "key = [\"query:tenant\"]\nfingerprint = [\"path\", \"query\"]",
     )
     .unwrap();
-    let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:k\"]";
+    let v2 = "scheme = \"wechatpay-v2\"\nsecrets = [\"literal:idemgateTestOnlyV2ApiKey20231114\"]";
     parse("", v2, "key = [\"xml:/xml/out_trade_no\"]").unwrap();
     let err = parse("", v2, "key = [\"xml:/xml/sign\"]").unwrap_err();
     assert!(err.contains("does not sign xml:/xml/sign"), "{err}");
