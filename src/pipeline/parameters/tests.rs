@@ -27,7 +27,10 @@ fn preset(name: &str) -> Scheme {
             "public_keys = [\"file:{}/tests/vectors/keys/alipay-1.pub.pem\"]",
             env!("CARGO_MANIFEST_DIR")
         ),
-        "adyen" => format!("secrets = [\"literal:{}\"]", SECRET.repeat(2).to_ascii_uppercase()),
+        "adyen" => format!(
+            "secrets = [\"literal:{}\"]",
+            SECRET.repeat(2).to_ascii_uppercase()
+        ),
         "twilio" => {
             format!("secrets = [\"literal:{SECRET}\"]\npublic_url = \"https://hooks.example.com\"")
         }
