@@ -116,6 +116,13 @@ pub struct Limits {
     pub shutdown_grace: Duration,
     /// Time allowed to receive the body after the headers (slow-body guard).
     pub body_read_timeout: Duration,
+    /// Time a connection may stay open with no request in progress; a
+    /// connection's first request must start within
+    /// `header_read_timeout` of accept (`crate::server`).
+    pub idle_timeout: Duration,
+    /// Bytes of request bodies buffered at once across all connections;
+    /// a body that would go beyond gets 503 `over_capacity`.
+    pub max_buffered_bytes: u64,
     /// Open proxy connections at most; further ones wait in the listen
     /// backlog until one closes.
     pub max_connections: usize,

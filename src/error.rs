@@ -55,6 +55,10 @@ pub enum Rejection {
     /// The body did not arrive within `limits.body_read_timeout`.
     #[error("request body not received in time")]
     BodyTimeout,
+    /// Buffering this body would take idemgate over
+    /// `limits.max_buffered_bytes` (bodies of all requests at once).
+    #[error("too many request bodies are being received at once; retry shortly")]
+    OverCapacity,
     /// A signature is required but none was found where the route looks.
     #[error("signature missing")]
     SignatureMissing,
@@ -155,11 +159,13 @@ pub enum Reason {
     PathAmbiguous,
     /// Unsigned query parameters beside a signed body.
     UnsignedParameters,
+    /// The buffered-body budget is spent.
+    OverCapacity,
 }
 
 impl Reason {
     /// Every reason, for pre-registering label sets.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::BodyTooLarge,
         Self::BodyTimeout,
         Self::SignatureMissing,
@@ -179,6 +185,7 @@ impl Reason {
         Self::RouteNotFound,
         Self::PathAmbiguous,
         Self::UnsignedParameters,
+        Self::OverCapacity,
     ];
 
     /// The reason word.
@@ -203,6 +210,7 @@ impl Reason {
             Self::RouteNotFound => "route_not_found",
             Self::PathAmbiguous => "path_ambiguous",
             Self::UnsignedParameters => "unsigned_parameters",
+            Self::OverCapacity => "over_capacity",
         }
     }
 }
@@ -237,6 +245,11 @@ impl Rejection {
                 StatusCode::REQUEST_TIMEOUT,
                 Reason::BodyTimeout,
                 "Request body too slow",
+            ),
+            Self::OverCapacity => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Reason::OverCapacity,
+                "Over capacity",
             ),
             Self::SignatureMissing => (
                 StatusCode::UNAUTHORIZED,
@@ -332,6 +345,7 @@ impl Rejection {
             Self::InFlight { retry_after }
             | Self::OutcomeUnknown { retry_after }
             | Self::StoreUnavailable { retry_after } => Some(*retry_after),
+            Self::OverCapacity => Some(Duration::from_secs(1)),
             _ => None,
         }
     }
@@ -432,6 +446,7 @@ mod tests {
             (Rejection::RouteNotFound, 404, "route_not_found"),
             (Rejection::PathAmbiguous, 400, "path_ambiguous"),
             (Rejection::UnsignedParameters, 400, "unsigned_parameters"),
+            (Rejection::OverCapacity, 503, "over_capacity"),
         ]
     }
 
@@ -490,6 +505,8 @@ mod tests {
     fn only_waiting_rejections_carry_retry_after() {
         let response = Rejection::SignatureInvalid.into_response(&ProblemTypes::default());
         assert!(response.headers().get(header::RETRY_AFTER).is_none());
+        let response = Rejection::OverCapacity.into_response(&ProblemTypes::default());
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 
     #[tokio::test]

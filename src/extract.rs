@@ -28,6 +28,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use http::request::Parts;
 
+use crate::budget::Reserved;
 use crate::config::Selector;
 use crate::error::Rejection;
 
@@ -41,6 +42,9 @@ pub struct Inbound {
     json: OnceLock<Result<serde_json::Value, json::JsonError>>,
     form: OnceLock<Vec<(String, String)>>,
     xml: OnceLock<Result<xml::XmlDocument, xml::XmlError>>,
+    /// The share of `limits.max_buffered_bytes` the body holds, returned
+    /// when the request is dropped.
+    reserved: Reserved,
 }
 
 impl Inbound {
@@ -52,7 +56,15 @@ impl Inbound {
             json: OnceLock::new(),
             form: OnceLock::new(),
             xml: OnceLock::new(),
+            reserved: Reserved::default(),
         }
+    }
+
+    /// The same request, holding `reserved` of the body budget for as long
+    /// as it lives.
+    pub(crate) fn holding(mut self, reserved: Reserved) -> Self {
+        self.reserved = reserved;
+        self
     }
 
     /// Gives up the head and body, for a forward that owns them (no clone

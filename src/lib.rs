@@ -42,8 +42,10 @@
 //!
 //! * [`config`] — the TOML file: raw serde structs, selectors, validation.
 //! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
-//! * [`server`] — accept loop, HTTP/1+2, header timeout, graceful drain.
+//! * [`server`] — accept loop, HTTP/1+2, progress and idle bounds,
+//!   HTTP/2 stream limits, graceful drain.
 //! * [`body`] — the one body type, and the one way to build a buffered one.
+//! * [`budget`] — the process-wide bound on buffered request bodies.
 //! * [`pipeline`] — the request stages, sequenced in one place.
 //! * [`path`] — canonical request paths (routing and `path_prefix` checks).
 //! * [`encoding`] — the lenient base64 engine secrets and signatures share.
@@ -63,6 +65,7 @@
 pub mod admin;
 pub mod app;
 pub(crate) mod body;
+pub(crate) mod budget;
 pub mod config;
 pub mod demo;
 pub(crate) mod encoding;

@@ -122,6 +122,8 @@ pub(crate) struct Pipeline {
     tracing: bool,
     /// Deliveries per key on this instance, for the spans.
     deliveries: trace::DeliveryCounts,
+    /// Stage 2's bounds, with the process-wide body budget.
+    body_limits: body::BodyLimits,
 }
 
 impl Pipeline {
@@ -152,9 +154,15 @@ impl Pipeline {
             tracker.clone(),
             config.limits.max_waiting_per_key,
         );
+        let body_limits = body::BodyLimits {
+            max_bytes: config.limits.max_body_bytes,
+            timeout: config.limits.body_read_timeout,
+            budget: crate::budget::Budget::new(config.limits.max_buffered_bytes),
+        };
         Self {
             meters,
             router: Router::new(&config.routes),
+            body_limits,
             config,
             store,
             client: forward::client(),
@@ -252,17 +260,15 @@ impl Pipeline {
             uri.query(),
             request.headers(),
         ) {
-            let limits = &self.config.limits;
-            let inbound =
-                match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
-                    Ok(inbound) => inbound,
-                    Err(rejection) => {
-                        return Unmatched::Finished(Finished::rejected(
-                            rejection,
-                            &self.config.problem_types,
-                        ));
-                    }
-                };
+            let inbound = match body::read(request, &self.body_limits).await {
+                Ok(inbound) => inbound,
+                Err(rejection) => {
+                    return Unmatched::Finished(Finished::rejected(
+                        rejection,
+                        &self.config.problem_types,
+                    ));
+                }
+            };
             let parts = &inbound.parts;
             if let Some(Selection::Ambiguous { index }) = self.router.with_body(
                 &parts.method,
@@ -325,17 +331,15 @@ impl Pipeline {
         let peer = origin.peer;
         let index = target.index;
         let route = &self.config.routes[index];
-        let limits = &self.config.limits;
-        let inbound =
-            match body::read(request, limits.max_body_bytes, limits.body_read_timeout).await {
-                Ok(inbound) => inbound,
-                Err(rejection) => {
-                    return (
-                        Finished::rejected(rejection, &self.config.problem_types).into(),
-                        Labels::default(),
-                    );
-                }
-            };
+        let inbound = match body::read(request, &self.body_limits).await {
+            Ok(inbound) => inbound,
+            Err(rejection) => {
+                return (
+                    Finished::rejected(rejection, &self.config.problem_types).into(),
+                    Labels::default(),
+                );
+            }
+        };
         let parts = &inbound.parts;
         let reselected = self.router.with_body(
             &parts.method,

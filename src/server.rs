@@ -6,11 +6,21 @@
 //! * at most `max_connections` open connections: at the cap the loop stops
 //!   accepting, so further connections wait in the kernel's listen backlog
 //!   (they are not refused) until one closes;
-//! * HTTP/1 request heads must arrive within `header_read_timeout`
-//!   (slowloris). hyper starts that timer whenever a connection waits for a
-//!   new request, so it is also the idle keep-alive timeout;
+//! * every connection must start its first request within
+//!   `header_read_timeout` of accept, and is closed after `idle_timeout`
+//!   with no request open ([`progress`]): a silent socket, an HTTP/2
+//!   preface with nothing after it or an idle keep-alive connection can not
+//!   hold a slot. Closing is graceful first (HTTP/2 GOAWAY, HTTP/1 close
+//!   after the current exchange) and forced [`CLOSE_GRACE`] later;
+//! * HTTP/1 request heads must also arrive within `header_read_timeout`
+//!   once hyper starts reading them (slowloris);
 //! * at most `max_headers` header fields and `max_header_bytes` of head
-//!   (hyper answers 431 beyond either).
+//!   (hyper answers 431 beyond either; HTTP/2 header lists likewise);
+//! * HTTP/2 streams per connection are tied to the body budget: at most
+//!   `max_buffered_bytes / max_body_bytes` (1 to 100), with flow-control
+//!   windows of [`STREAM_WINDOW`] per stream and [`CONNECTION_WINDOW`] per
+//!   connection, so one connection can not park more bodies than the
+//!   budget holds (`crate::pipeline::budget` bounds the bytes themselves).
 //!
 //! hyper's HTTP/1 parser refuses the classic request-smuggling shapes
 //! (conflicting `Content-Length`/`Transfer-Encoding`, repeated or invalid
@@ -21,23 +31,53 @@
 //! accepted, then every open connection is told to finish its in-flight
 //! requests and close, within the grace period.
 
+mod progress;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::body::ProxyBody;
 use crate::config::Limits;
+use progress::{Bounds, Open, Progress};
+
+/// How long a connection told to close for idleness may take to do so
+/// before it is dropped: long enough for a GOAWAY or a `Connection: close`
+/// to reach a cooperative peer, short enough that a peer which ignores it
+/// frees its slot promptly.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// HTTP/2 flow-control window per stream: what a peer may send on one
+/// stream before idemgate has read it.
+pub(crate) const STREAM_WINDOW: u32 = 256 * 1024;
+
+/// HTTP/2 flow-control window per connection, across its streams.
+pub(crate) const CONNECTION_WINDOW: u32 = 1024 * 1024;
+
+/// Streams per HTTP/2 connection at most, however large the budget.
+const MOST_STREAMS: u64 = 100;
+
+/// Concurrent HTTP/2 streams one connection may open: as many full-size
+/// bodies as the process-wide budget holds, between 1 and
+/// [`MOST_STREAMS`].
+pub(crate) fn streams_per_connection(limits: &Limits) -> u32 {
+    let bodies = limits.max_buffered_bytes / limits.max_body_bytes.max(1);
+    u32::try_from(bodies.clamp(1, MOST_STREAMS)).unwrap_or(1)
+}
 
 /// Serves `handler` on `listener` under `limits` until `shutdown` fires,
 /// then drains open connections for at most `limits.shutdown_grace`.
@@ -50,14 +90,8 @@ pub(crate) async fn serve<H, F>(
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_headers(limits.max_headers)
-        .max_buf_size(limits.max_header_bytes);
-    let graceful = GracefulShutdown::new();
+    let builder = Arc::new(builder(&limits));
+    let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let slot = tokio::select! {
@@ -77,27 +111,146 @@ pub(crate) async fn serve<H, F>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let handler = handler.clone();
-        let service = hyper::service::service_fn(move |request| {
-            // Boxed once: the request future is large (every stage's state),
-            // and hyper moves the service future around while polling it.
-            let response = Box::pin(handler(request, peer));
-            async move { Ok::<_, Infallible>(response.await) }
-        });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, error = %error, "connection ended with an error");
-            }
-            drop(slot);
-        });
+        connections.spawn(connection(
+            Arc::clone(&builder),
+            stream,
+            peer,
+            handler.clone(),
+            Accepted {
+                slot,
+                limits: limits.clone(),
+                shutdown: shutdown.clone(),
+            },
+        ));
     }
     drop(listener);
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+    connections.close();
+    if tokio::time::timeout(limits.shutdown_grace, connections.wait())
         .await
         .is_err()
     {
         tracing::warn!("connections still open after the shutdown grace period");
+    }
+}
+
+/// The hyper builder every connection of a listener is served with.
+fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers)
+        .max_buf_size(limits.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(streams_per_connection(limits))
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// What a connection takes from the accept loop: its slot (freed when it
+/// ends), the limits and the shutdown signal.
+struct Accepted {
+    slot: OwnedSemaphorePermit,
+    limits: Limits,
+    shutdown: CancellationToken,
+}
+
+/// Why a connection is being closed by idemgate rather than by its peer.
+#[derive(Debug, Clone, Copy)]
+enum Closing {
+    /// No request within the bounds of [`progress`].
+    Stalled,
+    /// idemgate is shutting down.
+    Shutdown,
+}
+
+/// Serves one connection until it ends, it stalls, or shutdown, and frees
+/// its slot.
+async fn connection<H, F>(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: H,
+    accepted: Accepted,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let Accepted {
+        slot,
+        limits,
+        shutdown,
+    } = accepted;
+    let progress = Progress::accepted();
+    let service = {
+        let progress = Arc::clone(&progress);
+        hyper::service::service_fn(move |request| {
+            let open = progress.open();
+            // Boxed once: the request future is large (every stage's state),
+            // and hyper moves the service future around while polling it.
+            let response = Box::pin(handler(request, peer));
+            async move {
+                let response = response.await;
+                Ok::<_, Infallible>(response.map(|body| Watched { body, _open: open }))
+            }
+        })
+    };
+    let bounds = Bounds {
+        first_request: limits.header_read_timeout,
+        idle: limits.idle_timeout,
+    };
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    let closing = tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%peer, error = %error, "connection ended with an error");
+            }
+            return;
+        }
+        () = progress.stalled(bounds) => Closing::Stalled,
+        () = shutdown.cancelled() => Closing::Shutdown,
+    };
+    connection.as_mut().graceful_shutdown();
+    let grace = match closing {
+        Closing::Stalled => CLOSE_GRACE,
+        Closing::Shutdown => limits.shutdown_grace,
+    };
+    if tokio::time::timeout(grace, connection).await.is_err() {
+        tracing::debug!(%peer, ?closing, "connection dropped: it did not close in time");
+    }
+    drop(slot);
+}
+
+/// An answer's body that keeps its request open ([`Open`]) until hyper has
+/// written it all or given up on it, so a long streamed answer is not
+/// taken for an idle connection.
+struct Watched {
+    body: ProxyBody,
+    _open: Open,
+}
+
+impl Body for Watched {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

@@ -44,6 +44,8 @@ impl Config {
                 header_read_timeout: Some(format_duration(self.limits.header_read_timeout)),
                 shutdown_grace: Some(format_duration(self.limits.shutdown_grace)),
                 body_read_timeout: Some(format_duration(self.limits.body_read_timeout)),
+                idle_timeout: Some(format_duration(self.limits.idle_timeout)),
+                max_buffered_bytes: Some(self.limits.max_buffered_bytes),
                 max_connections: Some(self.limits.max_connections),
                 max_headers: Some(self.limits.max_headers),
                 max_header_bytes: Some(self.limits.max_header_bytes),

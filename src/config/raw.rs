@@ -41,6 +41,17 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
 /// Default time to receive a body once its headers arrived (slow-body
 /// guard): generous for callbacks of at most `max_body_bytes`.
 pub const DEFAULT_BODY_READ_TIMEOUT: &str = "10s";
+/// Default time a connection may stay open with no request in progress
+/// (keep-alive and HTTP/2 alike): senders open a connection per delivery
+/// or reuse one within seconds, so 10 s keeps reuse and frees idle slots.
+pub const DEFAULT_IDLE_TIMEOUT: &str = "10s";
+/// Default bytes of request bodies buffered at once across all
+/// connections: 64 full-size (1 MiB) bodies, far above what one handler's
+/// senders deliver at once, small beside a sidecar's memory.
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 64 * 1024 * 1024;
+/// Ceiling of `max_buffered_bytes` (the budget is a tokio semaphore,
+/// whose permits end well above this).
+pub const MAX_BUFFERED_BYTES: u64 = 1024 * 1024 * 1024 * 1024;
 /// Default connection cap: far above what one handler's senders need,
 /// low enough that file descriptors and memory stay bounded.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -177,6 +188,10 @@ pub struct RawLimits {
     pub shutdown_grace: Option<String>,
     /// Time allowed to receive the whole body once the headers are in.
     pub body_read_timeout: Option<String>,
+    /// Time a connection may stay open with no request in progress.
+    pub idle_timeout: Option<String>,
+    /// Bytes of request bodies buffered at once, across all connections.
+    pub max_buffered_bytes: Option<u64>,
     /// Open proxy connections at most; further ones wait in the backlog.
     pub max_connections: Option<usize>,
     /// Request header fields at most.

@@ -149,6 +149,15 @@ impl TryFrom<RawConfig> for Config {
                 raw.limits.body_read_timeout.as_deref(),
                 raw::DEFAULT_BODY_READ_TIMEOUT,
             ),
+            idle_timeout: problems.duration(
+                "limits.idle_timeout",
+                raw.limits.idle_timeout.as_deref(),
+                raw::DEFAULT_IDLE_TIMEOUT,
+            ),
+            max_buffered_bytes: raw
+                .limits
+                .max_buffered_bytes
+                .unwrap_or(raw::DEFAULT_MAX_BUFFERED_BYTES),
             max_connections: raw
                 .limits
                 .max_connections
@@ -200,8 +209,26 @@ impl TryFrom<RawConfig> for Config {
         if limits.header_read_timeout.is_zero() {
             problems.push("limits.header_read_timeout", "must be greater than zero");
         }
+        if limits.idle_timeout.is_zero() {
+            problems.push("limits.idle_timeout", "must be greater than zero");
+        }
         if limits.max_body_bytes == 0 {
             problems.push("limits.max_body_bytes", "must be at least 1");
+        }
+        if limits.max_buffered_bytes < limits.max_body_bytes {
+            problems.push(
+                "limits.max_buffered_bytes",
+                format!(
+                    "must be at least limits.max_body_bytes ({}), or no body of the largest accepted size could ever be read",
+                    limits.max_body_bytes
+                ),
+            );
+        }
+        if limits.max_buffered_bytes > raw::MAX_BUFFERED_BYTES {
+            problems.push(
+                "limits.max_buffered_bytes",
+                format!("must be at most {}", raw::MAX_BUFFERED_BYTES),
+            );
         }
         if limits.max_stored_answer_bytes > raw::MAX_STORED_ANSWER_BYTES {
             problems.push(

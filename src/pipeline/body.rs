@@ -5,41 +5,79 @@
 //! limit. Either way the answer is 413 `body_too_large`, and nothing is
 //! buffered beyond the limit. A body that trickles in slower than
 //! `limits.body_read_timeout` allows is cut off with 408 `body_timeout`.
+//! Every chunk is reserved from the process-wide [`Budget`] as it arrives;
+//! one that does not fit is refused with 503 `over_capacity`.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::Request;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use crate::budget::{Budget, Reserved};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
-/// Reads the whole body of `request` into an [`Inbound`], within
-/// `timeout` (a slow-body sender gets 408 `body_timeout`).
+/// How to read one body: the per-request bounds and the shared budget.
+#[derive(Debug, Clone)]
+pub(crate) struct BodyLimits {
+    /// Largest body accepted (`limits.max_body_bytes`).
+    pub(crate) max_bytes: u64,
+    /// Time allowed for the whole body (`limits.body_read_timeout`).
+    pub(crate) timeout: std::time::Duration,
+    /// Bytes of all bodies at once (`limits.max_buffered_bytes`).
+    pub(crate) budget: Budget,
+}
+
+/// Reads the whole body of `request` into an [`Inbound`] that holds its
+/// bytes' share of the budget, within `limits`.
 pub(crate) async fn read(
     request: Request<Incoming>,
-    limit: u64,
-    timeout: std::time::Duration,
+    limits: &BodyLimits,
 ) -> Result<Inbound, Rejection> {
     let declared = request
         .headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit) {
+    if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(Rejection::BodyTooLarge);
     }
     let (parts, body) = request.into_parts();
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let collected = tokio::time::timeout(timeout, Limited::new(body, limit).collect())
+    let (body, reserved) = tokio::time::timeout(limits.timeout, collect(body, limits))
         .await
-        .map_err(|_| Rejection::BodyTimeout)?;
-    let body: Bytes = match collected {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+        .map_err(|_| Rejection::BodyTimeout)??;
+    Ok(Inbound::new(parts, body).holding(reserved))
+}
+
+/// The body's bytes, each chunk reserved from the budget before it is
+/// kept. A body in one chunk (the usual case) is kept without a copy.
+async fn collect(mut body: Incoming, limits: &BodyLimits) -> Result<(Bytes, Reserved), Rejection> {
+    let limit = usize::try_from(limits.max_bytes).unwrap_or(usize::MAX);
+    let mut reserved = Reserved::default();
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut length = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| Rejection::BadRequestBody("a complete HTTP body"))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue; // trailers carry nothing idemgate reads
+        };
+        length = length.saturating_add(chunk.len());
+        if length > limit {
             return Err(Rejection::BodyTooLarge);
         }
-        Err(_) => return Err(Rejection::BadRequestBody("a complete HTTP body")),
+        limits.budget.reserve(&mut reserved, chunk.len())?;
+        chunks.push(chunk);
+    }
+    let body = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => {
+            let mut joined = BytesMut::with_capacity(length);
+            for chunk in &chunks {
+                joined.extend_from_slice(chunk);
+            }
+            joined.freeze()
+        }
     };
-    Ok(Inbound::new(parts, body))
+    Ok((body, reserved))
 }

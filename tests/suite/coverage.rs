@@ -297,10 +297,12 @@ fn identity(case: &Case, delivery: &Delivery) -> Result<(String, [u8; 32]), Stri
         .body(())
         .map_err(|e| format!("unsendable: {e}"))?
         .into_parts();
-    let target = match case
-        .router
-        .select(&parts.method, parts.uri.path(), &parts.headers)
-    {
+    let target = match case.router.select(
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &parts.headers,
+    ) {
         Selection::Route(target) => target,
         other => return Err(format!("not this route: {other:?}")),
     };

@@ -12,6 +12,7 @@ mod support;
 
 mod admin;
 mod bounded_answers;
+mod buffer_budget;
 mod check_config;
 mod concurrency;
 mod coverage;
@@ -43,3 +44,4 @@ mod store_contract;
 mod store_pressure;
 mod systemd;
 mod tracing;
+mod transport;

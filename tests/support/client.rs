@@ -166,6 +166,20 @@ pub async fn deliver(url: &str, body: &str) -> Answer {
     send("POST", url, &signed(body), body.to_owned()).await
 }
 
+/// Delivers `body` again every 100 ms until it is answered 200 or `limit`
+/// has passed; the last answer. For waiting out a condition that refuses
+/// deliveries for a while (a spent budget, a store coming back).
+pub async fn deliver_until_served(url: &str, body: &str, limit: Duration) -> Answer {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let answer = deliver(url, body).await;
+        if answer.status == 200 || std::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Sends `body` to `url` in the background and returns once the upstream
 /// has received call number `calls` (1-based): a first delivery caught
 /// mid-flight, for tests that break something while it runs.

@@ -104,6 +104,14 @@ impl Gate {
     }
 }
 
+/// The binary [`GateProcess`] starts: this build's, or the one named by
+/// `IDEMGATE_BIN`, so one test can measure an older build the same way
+/// (bench/RESULTS.md says where that was done).
+fn binary() -> std::ffi::OsString {
+    std::env::var_os("IDEMGATE_BIN")
+        .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_idemgate")))
+}
+
 /// The `idemgate` binary as a child process.
 pub struct GateProcess {
     child: Proc,
@@ -162,7 +170,7 @@ impl GateProcess {
         };
         let mut child = Proc::spawn_logged(
             "idemgate",
-            Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            Command::new(binary())
                 .args(["serve", "--config"])
                 .arg(&path)
                 .env("RUST_LOG", if log.is_some() { "debug" } else { "warn" })

@@ -208,3 +208,14 @@ pub fn check_config(text: &str) -> (Option<i32>, String) {
     );
     (output.status.code(), printed)
 }
+
+/// The peak resident set of process `pid` so far (`VmHWM`), in KiB; 0 if
+/// it can not be read.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
