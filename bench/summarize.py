@@ -109,7 +109,7 @@ def fmt(value, digits=1, suffix=""):
 
 
 # Sections of RESULTS.md written by hand and carried over by every run.
-KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks")
+KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood")
 
 
 def main():
@@ -427,7 +427,7 @@ def main():
     out = [
         "# idemgate benchmark results",
         "",
-        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks and History sections are kept). "
+        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood and History sections are kept). "
         "The 2-core machine is shared and noisy: compare ratios against the two references measured in the same run "
         "(the nginx pass-through and the nginx+Lua gate), not absolute numbers across runs.",
         "",

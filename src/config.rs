@@ -404,11 +404,12 @@ pub(crate) fn test_route(idempotency: &str) -> Route {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use http::Method;
 
-    pub(super) const MINIMAL: &str = r#"
+    /// The smallest valid configuration, for tests anywhere in the crate.
+    pub(crate) const MINIMAL: &str = r#"
         [store]
         kind = "embedded"
         path = "/tmp/x.redb"

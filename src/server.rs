@@ -254,3 +254,25 @@ impl Body for Watched {
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn limits(body: u64, buffered: u64) -> Limits {
+        let mut limits = Config::parse(crate::config::tests::MINIMAL).unwrap().limits;
+        limits.max_body_bytes = body;
+        limits.max_buffered_bytes = buffered;
+        limits
+    }
+
+    #[test]
+    fn streams_per_connection_are_the_bodies_the_budget_holds() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(streams_per_connection(&limits(MIB, 64 * MIB)), 64);
+        assert_eq!(streams_per_connection(&limits(MIB, MIB)), 1);
+        assert_eq!(streams_per_connection(&limits(64 * 1024, 64 * MIB)), 100);
+        assert_eq!(streams_per_connection(&limits(MIB, 3 * MIB / 2)), 1);
+    }
+}

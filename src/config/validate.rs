@@ -397,6 +397,39 @@ mod tests {
     }
 
     #[test]
+    fn transport_bounds_default_and_refuse_what_could_never_work() {
+        let config = Config::parse(MINIMAL).unwrap();
+        assert_eq!(config.limits.idle_timeout.as_secs(), 10);
+        assert_eq!(config.limits.max_buffered_bytes, 64 * 1024 * 1024);
+        let with = |lines: &str| MINIMAL.replace("[store]", &format!("[limits]\n{lines}\n[store]"));
+        let err = Config::parse(&with("idle_timeout = \"0s\""))
+            .unwrap_err()
+            .0
+            .join("\n");
+        assert!(
+            err.contains("limits.idle_timeout: must be greater than zero"),
+            "{err}"
+        );
+        let err = Config::parse(&with(
+            "max_body_bytes = 2097152\nmax_buffered_bytes = 1048576",
+        ))
+        .unwrap_err()
+        .0
+        .join("\n");
+        assert!(
+            err.contains(
+                "limits.max_buffered_bytes: must be at least limits.max_body_bytes (2097152)"
+            ),
+            "{err}"
+        );
+        let config = Config::parse(&with("max_buffered_bytes = 1048576")).unwrap();
+        assert_eq!(
+            config.limits.max_buffered_bytes,
+            config.limits.max_body_bytes
+        );
+    }
+
+    #[test]
     fn errors_name_their_keys_and_are_all_reported() {
         let text = MINIMAL
             .replace(
