@@ -147,6 +147,15 @@ mod tests {
             .map(|()| start.elapsed())
     }
 
+    /// A watchdog running from now on: it answers when it saw the stall.
+    fn watch(progress: &Arc<Progress>) -> tokio::task::JoinHandle<Instant> {
+        let progress = Arc::clone(progress);
+        tokio::spawn(async move {
+            progress.stalled(BOUNDS).await;
+            Instant::now()
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_stalls_at_the_first_request_bound_from_accept() {
         let progress = Progress::accepted();
@@ -178,13 +187,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_idle_clock_restarts_when_the_last_of_several_requests_closes() {
         let progress = Progress::accepted();
-        let watchdog = {
-            let progress = Arc::clone(&progress);
-            tokio::spawn(async move {
-                progress.stalled(BOUNDS).await;
-                Instant::now()
-            })
-        };
+        let watchdog = watch(&progress);
         let first = progress.open();
         let second = progress.open();
         tokio::time::sleep(Duration::from_secs(20)).await;
@@ -200,13 +203,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_watchdog_waiting_for_the_first_request_switches_to_the_idle_bound() {
         let progress = Progress::accepted();
-        let watchdog = {
-            let progress = Arc::clone(&progress);
-            tokio::spawn(async move {
-                progress.stalled(BOUNDS).await;
-                Instant::now()
-            })
-        };
+        let watchdog = watch(&progress);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let open = progress.open();
         tokio::time::sleep(Duration::from_secs(1)).await;
