@@ -50,9 +50,9 @@ use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
 use crate::error::AdminReason;
 use crate::hot_keys::HotKeys;
-use crate::inbox::Inboxes;
+use crate::inbox::{Action, Inboxes};
 use crate::pipeline::identify::hash_key_parts;
-use crate::record::{RecordState, now_ms};
+use crate::record::{RecordState, Stage, now_ms};
 use crate::signature::lower_hex;
 use crate::store::eviction::{EvictionWatch, Trigger};
 use crate::store::{AnyStore, Existing, Observed, StoreKey};
@@ -247,19 +247,54 @@ impl Admin {
                 Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
                 Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
             },
-            Method::DELETE => match self.store.purge(&key).await {
-                Ok(true) => {
-                    tracing::warn!(
-                        route = route.name,
-                        key = key_hash,
-                        "record purged by operator"
-                    );
-                    reply(StatusCode::NO_CONTENT, "text/plain", String::new())
-                }
-                Ok(false) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
-                Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
-            },
+            Method::DELETE => self.purge(route, &key, &key_hash).await,
             _ => self.problem(AdminReason::MethodNotAllowed, "GET or DELETE"),
+        }
+    }
+
+    /// Purges the record under `key`. An inbox delivery goes through the
+    /// inbox's own drop first (an owner-fenced swap), so a delivery a
+    /// worker is sending is refused with 409 as the inbox API refuses it,
+    /// and a queued or held one leaves the queue, the listings and the
+    /// gauges before its record goes.
+    async fn purge(&self, route: &Route, key: &StoreKey, key_hash: &str) -> Response<ProxyBody> {
+        let route_index = self.config.routes.iter().position(|r| r.name == route.name);
+        if let Some(index) = route_index.filter(|_| route.inbox.is_some()) {
+            match self.inboxes.drop_delivery(index, key).await {
+                // Dropped (and unindexed), resolved already, or no inbox
+                // delivery at all: the record may go.
+                Ok(Action::Done(_) | Action::NotFound | Action::WrongStage(Stage::Delivered)) => {}
+                Ok(Action::WrongStage(stage)) => {
+                    return self.problem(
+                        AdminReason::WrongStage,
+                        &format!(
+                            "the inbox delivery is {}: a worker is sending it; purge it once it is settled",
+                            stage.as_str()
+                        ),
+                    );
+                }
+                Ok(Action::Raced) => {
+                    return self.problem(
+                        AdminReason::DeliveryChanged,
+                        "a worker changed the delivery meanwhile; look again",
+                    );
+                }
+                Err(error) => {
+                    return self.problem(AdminReason::StoreUnavailable, &error.to_string());
+                }
+            }
+        }
+        match self.store.purge(key).await {
+            Ok(true) => {
+                tracing::warn!(
+                    route = route.name,
+                    key = key_hash,
+                    "record purged by operator"
+                );
+                reply(StatusCode::NO_CONTENT, "text/plain", String::new())
+            }
+            Ok(false) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
+            Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
     }
 }
@@ -400,6 +435,10 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         "ttl_ms": existing.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "fingerprint": hex::encode(record.fingerprint.0),
     });
+    if let RecordState::Inbox(entry) = &record.state {
+        view["inbox_stage"] = entry.stage.as_str().into();
+        view["attempts"] = entry.attempts.into();
+    }
     if let RecordState::Completed(answer) = &record.state {
         view["status"] = answer.status.into();
         view["body_bytes"] = answer.body.stored_len().into();

@@ -39,12 +39,15 @@ use crate::metrics::inbox::InboxMetrics;
 use crate::pipeline::forward::{ForwardError, UpstreamAnswer};
 use crate::pipeline::settle;
 use crate::record::{
-    InboxEntry, OwnerMint, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
+    InboxEntry, OwnerMint, Record, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
 };
 use crate::store::inbox::{Index, IndexKey};
-use crate::store::{AnyStore, Completion, Lease, StoreError};
+use crate::store::{AnyStore, Completion, Lease, StoreError, StoreKey};
 pub(crate) use operator::{Action, Listing};
 pub(crate) use transition::Tally;
+
+/// Dead-index entries checked against their records per refresh.
+const PRUNE_PAGE: usize = 100;
 
 /// How often the backlog gauges are refreshed from the store.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
@@ -65,6 +68,26 @@ impl Indexes {
             dead: IndexKey::new(prefix, scope, Index::Dead),
         }
     }
+}
+
+/// Why [`Inboxes::enqueue`] did not keep a delivery: either way its
+/// sender is not acknowledged and gets the handler's failure.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotQueued {
+    /// The scope already holds `max_queued` deliveries: the backlog is
+    /// bounded by refusing new ones, never by dropping old ones.
+    #[error("the inbox of scope {scope} is full ({queued} queued, max_queued {max})")]
+    Full {
+        /// The route's scope.
+        scope: String,
+        /// Deliveries queued when it looked.
+        queued: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// The store did not take it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// A delivery [`Inboxes::enqueue`] kept.
@@ -142,12 +165,26 @@ impl Inboxes {
         lease: &Lease,
         request: StoredRequest,
         result: &Result<UpstreamAnswer, ForwardError>,
-    ) -> Result<Queued, StoreError> {
+    ) -> Result<Queued, NotQueued> {
         let route = &self.config.routes[index];
         let inbox = route
             .inbox
             .as_ref()
             .expect("wants() checked the route has an inbox");
+        let indexes = self.indexes(route);
+        // Checked, then added: instances queueing at the same moment can
+        // each pass, so the bound may be exceeded by that many.
+        let (queued, _) = self.store.index_stats(&indexes.since).await?;
+        if queued >= inbox.max_queued {
+            if let Some(metrics) = &self.metrics[index] {
+                metrics.full();
+            }
+            return Err(NotQueued::Full {
+                scope: route.idempotency.scope.clone(),
+                queued,
+                max: inbox.max_queued,
+            });
+        }
         let now = now_ms();
         let (error, answer, unknown) = match result {
             Ok(answer) => (
@@ -175,7 +212,6 @@ impl Inboxes {
             error
         });
         let hash = lease.key().hash();
-        let indexes = self.indexes(route);
         if held {
             self.store.index_add(&indexes.dead, hash, now).await?;
         } else {
@@ -190,11 +226,11 @@ impl Inboxes {
         let record = lease
             .record()
             .with_state(RecordState::Inbox(Box::new(entry)));
-        let retention = route.idempotency.retention;
-        match self.store.complete(lease, &record, retention).await? {
-            Completion::TakenOver => Err(StoreError::Backend(
+        let kept = stage.kept_for(route.idempotency.retention);
+        match self.store.complete(lease, &record, kept).await? {
+            Completion::TakenOver => Err(NotQueued::Store(StoreError::Backend(
                 "another delivery holds the key: the claim was lost before it was queued".into(),
-            )),
+            ))),
             _ => {
                 tracing::warn!(
                     route = route.name,
@@ -250,12 +286,34 @@ impl Inboxes {
     async fn refresh(&self, route: &Route, metrics: &InboxMetrics) -> Result<(), StoreError> {
         let indexes = self.indexes(route);
         let now = now_ms();
-        let expired = now.saturating_sub(millis(route.idempotency.retention));
-        self.store.index_prune(&indexes.dead, expired).await?;
+        self.prune_dead(route, &indexes.dead).await?;
         let (queued, oldest) = self.store.index_stats(&indexes.since).await?;
         let (dead, _) = self.store.index_stats(&indexes.dead).await?;
         let age = oldest.map_or(0.0, |at| now.saturating_sub(at) as f64 / 1e3);
         metrics.backlog(queued, age, dead);
+        Ok(())
+    }
+
+    /// Takes out of the dead index the oldest entries (up to
+    /// [`PRUNE_PAGE`]) whose record is no longer held: dropped or retried
+    /// by an operator, or gone. Each entry is judged by its own record,
+    /// never by the retention of whichever route of the scope looks
+    /// (held records do not expire: [`Stage::kept_for`]).
+    async fn prune_dead(&self, route: &Route, dead: &IndexKey) -> Result<(), StoreError> {
+        let prefix = &self.config.store.key_prefix;
+        for (hash, _) in self.store.index_page(dead, 0, PRUNE_PAGE).await? {
+            let key = StoreKey::new(prefix, &route.idempotency.scope, &hash);
+            let held = match self.store.lookup(&key).await? {
+                Some(existing) => matches!(
+                    &existing.record.state,
+                    RecordState::Inbox(entry) if entry.stage.is_held()
+                ),
+                None => false,
+            };
+            if !held {
+                self.store.index_remove(dead, &hash).await?;
+            }
+        }
         Ok(())
     }
 
@@ -285,6 +343,16 @@ fn ack(inbox: &crate::config::Inbox) -> StoredResponse {
         status: inbox.ack.status,
         headers,
         body: crate::record::StoredBody::Kept(inbox.ack.body.clone()),
+    }
+}
+
+/// How long `record` is kept: until its delivery is resolved, then the
+/// route's retention.
+fn kept_for(record: &Record, route: &Route) -> Duration {
+    let retention = route.idempotency.retention;
+    match &record.state {
+        RecordState::Inbox(entry) => entry.stage.kept_for(retention),
+        _ => retention,
     }
 }
 

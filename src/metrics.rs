@@ -43,9 +43,10 @@ pub(crate) const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
 /// the old value: `unreadable`, `invalid` (not decodable) or `weak`
 /// (below the scheme's strength rule). `route="_admin"`: `[admin] token`.
 pub(crate) const SECRET_RELOAD_FAILURES_TOTAL: &str = "idemgate_secret_reload_failures_total";
-/// `idemgate_unknown_outcomes_total{route}`: first deliveries whose outcome
-/// was recorded as unknown (upstream timed out or the connection broke
-/// after the request was sent). Each one blocks its key for `unknown_hold`
+/// `idemgate_unknown_outcomes_total{route}`: deliveries whose outcome was
+/// recorded as unknown (upstream timed out or the connection broke after
+/// the request was sent), first deliveries and inbox redeliveries alike
+/// (a redelivery whose worker vanished mid-call too). Each one blocks its key for `unknown_hold`
 /// and may need an operator.
 pub(crate) const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
 /// `idemgate_answers_not_stored_total{route, delivery}`: answers larger

@@ -524,10 +524,16 @@ impl Pipeline {
         self.meters[index].in_flight(1.0);
         let task = async move {
             let route = &this.config.routes[index];
-            let kept = route
-                .inbox
-                .as_ref()
-                .map(|_| StoredRequest::capture(&parts, body.clone()));
+            // Kept as the live attempt sends it, forwarding header included.
+            let kept = route.inbox.as_ref().map(|_| {
+                let request = StoredRequest::capture(&parts, body.clone());
+                match peer.and_then(|peer| forward::forwarded_for(&parts.headers, peer)) {
+                    Some(value) => {
+                        request.with_header(forward::X_FORWARDED_FOR.as_str(), value.as_bytes())
+                    }
+                    None => request,
+                }
+            });
             let result = lease_timing::while_renewing(
                 &this.store,
                 &lease,

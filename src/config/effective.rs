@@ -211,6 +211,8 @@ fn inbox(inbox: &Inbox) -> RawInbox {
         max_backoff: Some(format_duration(inbox.max_backoff)),
         concurrency: Some(inbox.concurrency),
         visibility_timeout: Some(format_duration(inbox.visibility_timeout)),
+        delivered_status: Some(inbox.delivered.names()),
+        max_queued: Some(inbox.max_queued),
     }
 }
 

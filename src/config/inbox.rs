@@ -10,8 +10,10 @@
 //!
 //! The checks that span sections live here too, so `route.rs` calls one
 //! function: the visibility timeout against the upstream timeout, the
-//! retention against the redelivery schedule, the statuses against
-//! `cache_status`, and shadow mode.
+//! statuses against `cache_status`, and shadow mode. The retention is not
+//! checked against the redelivery schedule: a delivery in the inbox is
+//! kept until it is resolved, and its retention starts then
+//! (`crate::record::Stage::kept_for`).
 
 use std::time::Duration;
 
@@ -20,8 +22,8 @@ use bytes::Bytes;
 use super::Upstream;
 use super::raw::{
     self, DEFAULT_ACK_CONTENT_TYPE, DEFAULT_ACK_STATUS, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY,
-    DEFAULT_INBOX_ON, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, DEFAULT_VISIBILITY_TIMEOUT,
-    RawInbox,
+    DEFAULT_DELIVERED_STATUS, DEFAULT_INBOX_ON, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_QUEUED, DEFAULT_VISIBILITY_TIMEOUT, RawInbox,
 };
 use super::route::{CacheStatus, Idempotency, Mode};
 use super::validate::Problems;
@@ -57,6 +59,14 @@ pub struct Inbox {
     pub concurrency: usize,
     /// How long a taken delivery stays invisible to other workers.
     pub visibility_timeout: Duration,
+    /// Handler statuses that mean a redelivery was taken (default 2xx).
+    /// Any other answer is a failed attempt, even one `cache_status`
+    /// would store for a live attempt.
+    pub delivered: CacheStatus,
+    /// Deliveries queued (not yet delivered, dead or dropped) in the
+    /// route's scope at most; beyond, a failing first delivery is not
+    /// acknowledged: its sender gets the handler's failure and retries.
+    pub max_queued: u64,
 }
 
 /// The handler failures that queue a delivery (`on = [...]`): a failure
@@ -184,24 +194,18 @@ pub(super) fn inbox(
             ),
         );
     }
-    let schedule = max_backoff.saturating_add(visibility_timeout);
-    if idempotency.retention <= schedule {
-        problems.push_derived(
-            &format!("{route_key}.idempotency.retention"),
-            &[
-                &format!("{key}.max_backoff"),
-                &format!("{key}.visibility_timeout"),
-            ],
-            format!(
-                "must exceed inbox.max_backoff + inbox.visibility_timeout ({}): a queued record is rewritten at each attempt and must not expire between two",
-                raw::format_duration(schedule)
-            ),
-        );
-    }
     if idempotency.mode == Mode::Shadow {
         problems.push(
             &format!("{route_key}.idempotency.mode"),
             "\"shadow\" claims nothing, so nothing can be queued: disable the inbox (enabled = false) or use \"enforce\"",
+        );
+    }
+    let delivered = delivered(problems, &key, raw.delivered_status.as_deref(), &on);
+    let max_queued = raw.max_queued.unwrap_or(DEFAULT_MAX_QUEUED);
+    if max_queued == 0 {
+        problems.push(
+            &format!("{key}.max_queued"),
+            "must be at least 1 (to queue nothing, disable the inbox: enabled = false)",
         );
     }
     Some(Inbox {
@@ -212,6 +216,8 @@ pub(super) fn inbox(
         max_backoff,
         concurrency,
         visibility_timeout,
+        delivered,
+        max_queued,
     })
 }
 
@@ -247,6 +253,42 @@ fn triggers(problems: &mut Problems, key: &str, items: Option<&[String]>) -> Inb
         }
     }
     on
+}
+
+/// `delivered_status`: the statuses that end a redelivery as delivered.
+/// None of them may be one `on` queues, or a live failure would count as
+/// a success on its redelivery.
+fn delivered(
+    problems: &mut Problems,
+    key: &str,
+    items: Option<&[String]>,
+    on: &InboxTriggers,
+) -> CacheStatus {
+    let key = format!("{key}.delivered_status");
+    let items: Vec<String> = match items {
+        Some(items) => items.to_vec(),
+        None => DEFAULT_DELIVERED_STATUS.map(str::to_owned).to_vec(),
+    };
+    if items.is_empty() {
+        problems.push(&key, "must list at least one status (e.g. \"2xx\")");
+    }
+    let delivered = match CacheStatus::parse(&items) {
+        Ok(statuses) => statuses,
+        Err(error) => {
+            problems.push(&key, error);
+            return CacheStatus { ranges: Vec::new() };
+        }
+    };
+    for code in 100..=599 {
+        if delivered.contains(code) && on.status(code) {
+            problems.push(
+                &key,
+                format!("{code} is also in inbox.on: an answer can not be both a failure to queue and a delivery"),
+            );
+            break;
+        }
+    }
+    delivered
 }
 
 /// An answer can not be both stored (and replayed) and queued (and
@@ -328,274 +370,4 @@ fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use crate::config::Config;
-    use crate::config::tests::MINIMAL;
-
-    use super::*;
-
-    /// The minimal config with `[route.inbox]` holding `inbox`, and
-    /// `idempotency` appended to its `[route.idempotency]`.
-    fn with_inbox(idempotency: &str, inbox: &str) -> Result<Config, String> {
-        let text = format!("{MINIMAL}\n{idempotency}\n[route.inbox]\n{inbox}\n");
-        Config::parse(&text).map_err(|e| e.0.join("\n"))
-    }
-
-    fn parsed(idempotency: &str, inbox: &str) -> Inbox {
-        let config = with_inbox(idempotency, inbox).unwrap();
-        config.routes[0].inbox.clone().expect("an inbox")
-    }
-
-    fn problems(idempotency: &str, inbox: &str) -> String {
-        with_inbox(idempotency, inbox).unwrap_err()
-    }
-
-    #[test]
-    fn absent_or_disabled_tables_give_no_inbox() {
-        let config = Config::parse(MINIMAL).unwrap();
-        assert!(config.routes[0].inbox.is_none());
-        let disabled = with_inbox("", "enabled = false\nconcurrency = 0").unwrap();
-        assert!(disabled.routes[0].inbox.is_none());
-    }
-
-    #[test]
-    fn defaults() {
-        let inbox = parsed("", "");
-        assert_eq!(inbox.on.names(), ["5xx", "429", "refused"]);
-        assert!(inbox.on.refused && !inbox.on.timeout);
-        assert_eq!(inbox.ack.status, 200);
-        assert!(inbox.ack.body.is_empty());
-        assert_eq!(inbox.ack.content_type, None, "no type without a body");
-        assert_eq!(inbox.max_attempts, 12);
-        assert_eq!(inbox.backoff, Duration::from_secs(30));
-        assert_eq!(inbox.max_backoff, Duration::from_secs(3600));
-        assert_eq!(inbox.concurrency, 4);
-        assert_eq!(inbox.visibility_timeout, Duration::from_secs(60));
-        let explicit = parsed("", "enabled = true\nack_body = \"success\"");
-        assert_eq!(&explicit.ack.body[..], b"success");
-        assert_eq!(explicit.ack.content_type.as_deref(), Some("text/plain"));
-    }
-
-    #[test]
-    fn triggers_match_statuses_refusals_and_timeouts() {
-        let inbox = parsed("", "on = [\"5xx\", \"429\", \"timeout\", \"1xx\"]");
-        for queued in [500, 503, 599, 429, 100] {
-            assert!(inbox.on.status(queued), "{queued}");
-        }
-        for not in [200, 404, 428, 430, 499, 600] {
-            assert!(!inbox.on.status(not), "{not}");
-        }
-        assert!(inbox.on.timeout && !inbox.on.refused);
-        let refused = parsed("", "on = [\"refused\"]");
-        assert!(refused.on.refused && !refused.on.timeout && !refused.on.status(500));
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for on in [
-            "[\"5xx\", \"429\", \"refused\"]",
-            "[\"503\", \"timeout\"]",
-            "[\"refused\", \"timeout\"]",
-            "[\"1xx\", \"5xx\", \"408\", \"refused\", \"timeout\"]",
-        ] {
-            let first = parsed("", &format!("on = {on}")).on.names();
-            let quoted: Vec<String> = first.iter().map(|n| format!("{n:?}")).collect();
-            let again = parsed("", &format!("on = [{}]", quoted.join(", ")));
-            assert_eq!(again.on.names(), first, "{on}");
-        }
-    }
-
-    #[test]
-    fn on_must_name_known_failures() {
-        let empty = problems("", "on = []");
-        assert!(
-            empty.contains("route[0].inbox.on: must list at least one failure"),
-            "{empty}"
-        );
-        for bad in ["6xx", "600", "99", "5XX", "reset", ""] {
-            let err = problems("", &format!("on = [\"429\", {bad:?}]"));
-            assert!(
-                err.contains(&format!("route[0].inbox.on[1]: {bad:?} is not valid; expected a status class \"1xx\"…\"5xx\", a code 100-599, \"refused\" or \"timeout\"")),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_status_is_either_stored_or_queued() {
-        let err = problems(
-            "cache_status = [\"2xx\", \"4xx\"]",
-            "on = [\"5xx\", \"429\"]",
-        );
-        assert!(
-            err.contains("route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued"),
-            "{err}"
-        );
-        let err = problems("cache_status = [\"2xx\", \"503\"]", "on = [\"5xx\"]");
-        assert!(
-            err.contains("\"5xx\" overlaps idempotency.cache_status \"503\""),
-            "{err}"
-        );
-        let fine = with_inbox(
-            "cache_status = [\"2xx\", \"404\"]",
-            "on = [\"5xx\", \"429\"]",
-        );
-        assert!(fine.is_ok(), "{fine:?}");
-    }
-
-    #[test]
-    fn a_default_cache_status_leaves_out_what_is_queued() {
-        let config = with_inbox("", "").unwrap();
-        let cached = &config.routes[0].idempotency.cache_status;
-        for stored in [200, 299, 400, 428, 430, 499] {
-            assert!(cached.contains(stored), "{stored}");
-        }
-        assert!(!cached.contains(429) && !cached.contains(500));
-        let names = cached.names();
-        assert_eq!(names.len(), 1 + 99, "{names:?}");
-        assert_eq!(names[..3], ["2xx", "400", "401"]);
-        // The effective view lists the codes, and loads back to itself.
-        let printed = config.to_toml();
-        let again = Config::parse(
-            &printed.replace("literal:<redacted>", "literal:k-secret-0123456789abcdef"),
-        )
-        .unwrap();
-        assert_eq!(again.to_toml(), printed);
-        // Without an inbox the default is untouched.
-        let plain = Config::parse(MINIMAL).unwrap();
-        assert_eq!(
-            plain.routes[0].idempotency.cache_status.names(),
-            ["2xx", "4xx"]
-        );
-    }
-
-    #[test]
-    fn acks_are_2xx_with_a_body_only_where_one_is_allowed() {
-        let err = problems("", "ack_status = 500");
-        assert!(
-            err.contains("route[0].inbox.ack_status: 500 must be 200-299: a sender retries any other status anyway"),
-            "{err}"
-        );
-        for status in [204, 304] {
-            let err = problems(
-                "",
-                &format!("ack_status = {status}\nack_body = \"success\""),
-            );
-            assert!(
-                err.contains(&format!(
-                    "route[0].inbox.ack_body: must be empty with ack_status = {status}"
-                )),
-                "{err}"
-            );
-        }
-        let wechat = parsed("", "ack_status = 204");
-        assert_eq!((wechat.ack.status, wechat.ack.content_type), (204, None));
-        let err = problems("", "ack_content_type = \"text/plain\\n\"");
-        assert!(
-            err.contains(
-                "route[0].inbox.ack_content_type: \"text/plain\\n\" is not a valid header value"
-            ),
-            "{err}"
-        );
-        let json = parsed(
-            "",
-            "ack_body = '{\"code\":\"SUCCESS\"}'\nack_content_type = \"application/json\"",
-        );
-        assert_eq!(json.ack.content_type.as_deref(), Some("application/json"));
-    }
-
-    #[test]
-    fn schedule_limits() {
-        for (setting, expected) in [
-            (
-                "max_attempts = 0",
-                "route[0].inbox.max_attempts: must be 1-1000",
-            ),
-            (
-                "max_attempts = 1001",
-                "route[0].inbox.max_attempts: must be 1-1000",
-            ),
-            (
-                "concurrency = 0",
-                "route[0].inbox.concurrency: must be 1-256",
-            ),
-            (
-                "concurrency = 257",
-                "route[0].inbox.concurrency: must be 1-256",
-            ),
-            (
-                "backoff = \"99ms\"",
-                "route[0].inbox.backoff: must be at least 100ms",
-            ),
-            (
-                "backoff = \"soon\"",
-                "route[0].inbox.backoff: \"soon\" is not a duration",
-            ),
-            (
-                "backoff = \"2m\"\nmax_backoff = \"1m\"",
-                "route[0].inbox.max_backoff: must be at least backoff (2m)",
-            ),
-        ] {
-            let err = problems("", setting);
-            assert!(err.contains(expected), "{setting}: {err}");
-        }
-        let edges = parsed(
-            "",
-            "max_attempts = 1000\nconcurrency = 256\nbackoff = \"100ms\"\nmax_backoff = \"100ms\"",
-        );
-        assert_eq!((edges.max_attempts, edges.concurrency), (1000, 256));
-        assert_eq!(parsed("", "max_attempts = 1").max_attempts, 1);
-    }
-
-    #[test]
-    fn visibility_timeout_exceeds_the_upstream_timeout() {
-        let err = problems("", "visibility_timeout = \"30s\"");
-        assert!(
-            err.contains("route[0].inbox.visibility_timeout: must exceed the upstream timeout (30s), or a worker still waiting for the handler would see its delivery taken by another"),
-            "{err}"
-        );
-        let slow = MINIMAL.replace("[upstream]", "[upstream]\ntimeout = \"2m\"");
-        let err = Config::parse(&format!("{slow}\n[route.inbox]\n")).unwrap_err();
-        assert!(err.0.join("\n").contains("upstream timeout (2m)"), "{err}");
-        assert!(with_inbox("", "visibility_timeout = \"31s\"").is_ok());
-    }
-
-    #[test]
-    fn retention_outlasts_the_schedule() {
-        let err = problems("retention = \"1h\"", "");
-        assert!(
-            err.contains("route[0].idempotency.retention: must exceed inbox.max_backoff + inbox.visibility_timeout (1h1m): a queued record is rewritten at each attempt"),
-            "{err}"
-        );
-        assert!(with_inbox("retention = \"1h1m1s\"", "").is_ok());
-        assert!(with_inbox("retention = \"1h\"", "max_backoff = \"10m\"").is_ok());
-    }
-
-    #[test]
-    fn shadow_mode_queues_nothing() {
-        let err = problems("mode = \"shadow\"", "");
-        assert!(
-            err.contains(
-                "route[0].idempotency.mode: \"shadow\" claims nothing, so nothing can be queued"
-            ),
-            "{err}"
-        );
-        let off = with_inbox("mode = \"shadow\"", "enabled = false").unwrap();
-        assert!(off.routes[0].inbox.is_none());
-    }
-
-    #[test]
-    fn a_good_table_has_no_problems_and_unknown_keys_are_errors() {
-        let good = parsed(
-            "",
-            "on = [\"5xx\", \"429\", \"refused\", \"timeout\"]\nack_status = 200\nack_body = \"success\"\n\
-             ack_content_type = \"text/plain\"\nmax_attempts = 12\nbackoff = \"30s\"\nmax_backoff = \"1h\"\n\
-             concurrency = 4\nvisibility_timeout = \"60s\"",
-        );
-        assert!(good.on.timeout && good.on.refused);
-        let err = problems("", "retries = 3");
-        assert!(err.contains("retries"), "{err}");
-    }
-}
+mod tests;

@@ -109,6 +109,14 @@ pub const DEFAULT_TRACE_QUEUE_SIZE: usize = 2048;
 /// Default `on`: server errors, rate limiting and a handler that is down
 /// are worth another try; other 4xx answers will not change on a retry.
 pub const DEFAULT_INBOX_ON: [&str; 3] = ["5xx", "429", "refused"];
+/// Default `delivered_status`: a handler that took a redelivery says so
+/// with 2xx; a 4xx (a refused signature, an address allow-list, a missing
+/// route) means it did not, whatever `cache_status` stores for live
+/// attempts.
+pub const DEFAULT_DELIVERED_STATUS: [&str; 1] = ["2xx"];
+/// Default `max_queued`: far above a normal backlog (a day of a busy
+/// route's failures), small enough that the store's memory stays bounded.
+pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
 /// Default `ack_status`: every sender reads 200 as delivered.
 pub const DEFAULT_ACK_STATUS: u16 = 200;
 /// Default `ack_content_type`: the acknowledgement bodies senders expect
@@ -423,6 +431,10 @@ pub struct RawInbox {
     pub concurrency: Option<usize>,
     /// How long a taken delivery stays invisible to other workers.
     pub visibility_timeout: Option<String>,
+    /// Handler statuses that mean a redelivery was taken.
+    pub delivered_status: Option<Vec<String>>,
+    /// Deliveries queued in the route's scope at most.
+    pub max_queued: Option<u64>,
 }
 
 #[cfg(test)]

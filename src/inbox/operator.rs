@@ -118,12 +118,8 @@ impl Inboxes {
         };
         let mut record = found.with_state(RecordState::Inbox(Box::new(next)));
         record.owner = self.mint.next();
-        let retention = route.idempotency.retention;
-        if self
-            .store
-            .swap(key, found.owner, &record, retention)
-            .await?
-        {
+        let kept = super::kept_for(&record, route);
+        if self.store.swap(key, found.owner, &record, kept).await? {
             Ok(Action::Done(record))
         } else {
             Ok(Action::Raced)

@@ -78,16 +78,16 @@ impl Tally {
 }
 
 /// The delay before attempt `attempts + 1`: `backoff` doubled per attempt
-/// made, capped at `max_backoff`, then scaled by `jitter` (a factor in
-/// 0.75..=1.25, drawn by the caller) so deliveries queued together do not
-/// return together.
+/// made, scaled by `jitter` (a factor in 0.75..=1.25, drawn by the caller)
+/// so deliveries queued together do not return together, and only then
+/// capped: `max_backoff` is the longest gap there is, jitter included.
 pub(crate) fn delay(rules: &Inbox, attempts: u32, jitter: f64) -> Duration {
     let doubled = rules
         .backoff
         .saturating_mul(1u32.checked_shl(attempts.min(31)).unwrap_or(u32::MAX));
-    doubled
-        .min(rules.max_backoff)
-        .mul_f64(jitter.clamp(0.75, 1.25))
+    let scaled = Duration::try_from_secs_f64(doubled.as_secs_f64() * jitter.clamp(0.75, 1.25))
+        .unwrap_or(Duration::MAX);
+    scaled.min(rules.max_backoff)
 }
 
 /// A jitter factor in 0.75..=1.25.
@@ -221,6 +221,10 @@ mod tests {
         assert_eq!(delay(&rules, 1, 1.25), secs(2.5));
         assert_eq!(delay(&rules, 1, 9.0), secs(2.5), "jitter is clamped");
         assert_eq!(delay(&rules, u32::MAX, 1.0), secs(10.0));
+        // The cap holds with jitter too: max_backoff is the longest gap.
+        assert_eq!(delay(&rules, 3, 1.25), secs(10.0), "8 s x 1.25 capped");
+        assert_eq!(delay(&rules, 3, 0.75), secs(6.0));
+        assert_eq!(delay(&rules, u32::MAX, 1.25), secs(10.0));
         for _ in 0..1_000 {
             assert!((0.75..=1.25).contains(&jitter()));
         }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::transition::{self, Attempt, Look};
-use super::{Inboxes, Indexes, millis};
+use super::{Inboxes, Indexes, kept_for, millis};
 use crate::config::Route;
 use crate::pipeline::backoff::Backoff;
 use crate::pipeline::forward::{self, ForwardError, UpstreamClient};
@@ -216,7 +216,11 @@ impl Workers {
             unreachable!("built as an inbox record above")
         };
         let fits = now_ms().saturating_add(millis(route.upstream.timeout)) < deadline;
-        let Some(parts) = entry.request.to_parts().filter(|_| fits) else {
+        let request = entry
+            .request
+            .clone()
+            .with_header(REDELIVERY_HEADER, entry.attempts.to_string().as_bytes());
+        let Some(parts) = request.to_parts().filter(|_| fits) else {
             tracing::warn!(
                 key = key.hash(),
                 "inbox: claimed too late to send within the visibility timeout (or the stored request no longer parses); left for the next worker"
@@ -318,15 +322,10 @@ impl Workers {
         route: &Route,
         deadline: u64,
     ) -> Result<bool, StoreError> {
-        let retention = route.idempotency.retention;
+        let kept = kept_for(record, route);
         let mut pauses = STORE_RETRY;
         loop {
-            match self
-                .inboxes
-                .store
-                .swap(key, expected, record, retention)
-                .await
-            {
+            match self.inboxes.store.swap(key, expected, record, kept).await {
                 Err(error) if error.is_transient() && now_ms() < deadline => {
                     tokio::time::sleep(pauses.next_pause()).await;
                 }
@@ -350,14 +349,19 @@ impl Workers {
     }
 }
 
+/// The header every redelivery carries, on top of what the live attempt
+/// carried: the redelivery's number (1 for the first), so a handler or its
+/// logs can tell a redelivery from the sender's own copy.
+pub(crate) const REDELIVERY_HEADER: &str = "idemgate-redelivery";
+
 /// How a redelivery's upstream result counts.
 fn attempt_of(route: &Route, result: Result<forward::UpstreamAnswer, ForwardError>) -> Attempt {
     match result {
         Ok(answer)
             if route
-                .idempotency
-                .cache_status
-                .contains(answer.status.as_u16()) =>
+                .inbox
+                .as_ref()
+                .is_some_and(|inbox| inbox.delivered.contains(answer.status.as_u16())) =>
         {
             Attempt::Delivered(settle::stored(&answer))
         }

@@ -21,6 +21,11 @@ pub(crate) const DEAD: &str = "idemgate_inbox_dead";
 /// instance finished, by how they ended.
 pub(crate) const REDELIVERIES_TOTAL: &str = "idemgate_inbox_redeliveries_total";
 
+/// `idemgate_inbox_full_total{route}`: failed first deliveries not
+/// acknowledged because the scope already held `max_queued` deliveries
+/// (their senders got the handler's failure and retry on their own).
+pub(crate) const FULL_TOTAL: &str = "idemgate_inbox_full_total";
+
 /// Registers help texts with the installed recorder.
 pub(crate) fn register_descriptions() {
     use metrics::{Unit, describe_counter, describe_gauge};
@@ -38,6 +43,10 @@ pub(crate) fn register_descriptions() {
         "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)"
     );
     describe_counter!(
+        FULL_TOTAL,
+        "Failed first deliveries not acknowledged because the inbox held max_queued deliveries"
+    );
+    describe_counter!(
         REDELIVERIES_TOTAL,
         "Inbox redeliveries this instance finished, by result"
     );
@@ -50,6 +59,11 @@ pub(crate) struct InboxMetrics {
     oldest_age: Gauge,
     dead: Gauge,
     redeliveries: [Counter; 4],
+    /// `idemgate_unknown_outcomes_total{route}`, shared with first
+    /// deliveries: a redelivery whose outcome is unknown needs the same
+    /// operator, and the same alert.
+    unknown_outcomes: Counter,
+    full: Counter,
 }
 
 impl InboxMetrics {
@@ -65,8 +79,12 @@ impl InboxMetrics {
                 counter.increment(0);
                 counter
             }),
+            unknown_outcomes: counter!(super::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
+            full: counter!(FULL_TOTAL, "route" => route),
         };
         this.backlog(0, 0.0, 0);
+        this.unknown_outcomes.increment(0);
+        this.full.increment(0);
         this
     }
 
@@ -77,8 +95,16 @@ impl InboxMetrics {
         self.dead.set(dead as f64);
     }
 
+    /// Counts a failed first delivery the full inbox did not take.
+    pub(crate) fn full(&self) {
+        self.full.increment(1);
+    }
+
     /// Counts one finished redelivery.
     pub(crate) fn redelivery(&self, tally: Tally) {
         self.redeliveries[tally as usize].increment(1);
+        if tally == Tally::Unknown {
+            self.unknown_outcomes.increment(1);
+        }
     }
 }

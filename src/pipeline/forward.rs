@@ -176,6 +176,21 @@ pub(crate) fn target(upstream: &Uri, path_and_query: Option<&PathAndQuery>) -> U
     built.unwrap_or_else(|_| upstream.clone())
 }
 
+/// The header that names the sender's address to the handler.
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The `X-Forwarded-For` a request from `peer` carrying `headers` is
+/// forwarded with: the sender's own value, then `peer`. The inbox keeps it
+/// with the request, so a redelivery names the same sender as the live
+/// attempt did.
+pub(crate) fn forwarded_for(headers: &HeaderMap, peer: SocketAddr) -> Option<HeaderValue> {
+    let forwarded = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prior) => format!("{prior}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    HeaderValue::from_str(&forwarded).ok()
+}
+
 /// Turns the sender's head into the upstream request's head (its header
 /// map is reused, not copied).
 pub(crate) fn upstream_request(
@@ -186,14 +201,8 @@ pub(crate) fn upstream_request(
 ) -> Request<ProxyBody> {
     let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
-    if let Some(peer) = peer {
-        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(prior) => format!("{prior}, {}", peer.ip()),
-            None => peer.ip().to_string(),
-        };
-        if let Ok(value) = HeaderValue::from_str(&forwarded) {
-            headers.insert("x-forwarded-for", value);
-        }
+    if let Some(value) = peer.and_then(|peer| forwarded_for(&headers, peer)) {
+        headers.insert(X_FORWARDED_FOR, value);
     }
     let mut request = Request::new(body);
     *request.method_mut() = parts.method;

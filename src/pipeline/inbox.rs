@@ -4,6 +4,7 @@
 
 use super::Pipeline;
 use super::forward::{ForwardError, UpstreamAnswer};
+use crate::inbox::NotQueued;
 use crate::record::{StoredRequest, StoredResponse};
 use crate::store::Lease;
 
@@ -27,7 +28,16 @@ impl Pipeline {
                 }
                 Some(queued.ack)
             }
-            Err(error) => {
+            Err(error @ NotQueued::Full { .. }) => {
+                tracing::warn!(
+                    route = self.config.routes[index].name,
+                    key = lease.key().hash(),
+                    %error,
+                    "inbox full: the delivery is not acknowledged; the sender gets the handler's failure and keeps its own retries"
+                );
+                None
+            }
+            Err(NotQueued::Store(error)) => {
                 tracing::error!(
                     route = self.config.routes[index].name,
                     key = lease.key().hash(),

@@ -20,6 +20,8 @@
 //! owner-fenced swap (`store::inbox`), so no offset here is read by a
 //! script.
 
+use std::time::Duration;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{
@@ -30,6 +32,13 @@ use super::{
 /// Longest last-error text kept, in bytes: enough for any error message,
 /// bounded so a record never grows with an upstream's whims.
 const MAX_ERROR_LEN: usize = 512;
+
+/// How long a record whose delivery is not resolved is kept: a hundred
+/// years, which is to say until a worker or an operator resolves it. An
+/// acknowledged delivery must not expire while it waits, however long the
+/// backlog, the outage or the operator takes (a TTL rather than none, so
+/// both stores keep one expiry rule).
+pub const UNRESOLVED_KEPT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Where a queued delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +79,22 @@ impl Stage {
     /// Whether it waits for an operator (listed with `state=dead`).
     pub fn is_held(self) -> bool {
         matches!(self, Self::Dead | Self::Unknown)
+    }
+
+    /// Whether nothing is left to do: the handler took it, or an operator
+    /// dropped it. Only then does the route's retention start.
+    pub fn is_resolved(self) -> bool {
+        matches!(self, Self::Delivered | Self::Dropped)
+    }
+
+    /// How long a record written in this stage is kept: `retention` once
+    /// resolved, [`UNRESOLVED_KEPT`] before.
+    pub fn kept_for(self, retention: Duration) -> Duration {
+        if self.is_resolved() {
+            retention
+        } else {
+            UNRESOLVED_KEPT
+        }
     }
 
     fn byte(self) -> u8 {
@@ -131,6 +156,18 @@ impl StoredRequest {
                 .collect(),
             body,
         }
+    }
+
+    /// The same request with every `name` header replaced by one `value`.
+    #[must_use]
+    pub fn with_header(mut self, name: &str, value: &[u8]) -> Self {
+        self.headers
+            .retain(|(existing, _)| !existing.eq_ignore_ascii_case(name.as_bytes()));
+        self.headers.push((
+            Bytes::copy_from_slice(name.as_bytes()),
+            Bytes::copy_from_slice(value),
+        ));
+        self
     }
 
     /// The request again, ready for the forwarding stage; `None` if a
@@ -284,6 +321,25 @@ pub(crate) mod tests {
     use super::*;
     use crate::record::{Fingerprint, OwnerToken, Record, RecordState, StoredBody};
     use proptest::prelude::*;
+
+    #[test]
+    fn only_a_resolved_delivery_starts_its_retention() {
+        let retention = Duration::from_secs(4);
+        for stage in [
+            Stage::Queued,
+            Stage::Delivering,
+            Stage::Dead,
+            Stage::Unknown,
+        ] {
+            assert_eq!(stage.kept_for(retention), UNRESOLVED_KEPT, "{stage:?}");
+        }
+        for stage in [Stage::Delivered, Stage::Dropped] {
+            assert_eq!(stage.kept_for(retention), retention, "{stage:?}");
+        }
+        // Redis takes PX up to i64 milliseconds from now.
+        let far = u64::try_from(UNRESOLVED_KEPT.as_millis()).unwrap();
+        assert!(far < u64::try_from(i64::MAX).unwrap() / 2);
+    }
 
     pub(crate) fn entry(stage: Stage) -> InboxEntry {
         InboxEntry {

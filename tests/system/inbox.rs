@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
+mod accounting;
 mod crash;
 mod dead;
 mod handler_down;

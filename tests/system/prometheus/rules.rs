@@ -92,6 +92,7 @@ fn promtool_unit_tests_fire_the_upstream_eviction_inbox_and_hot_key_alerts() {
         "IdemgateStoreEvictedKeys",
         "IdemgateInboxBacklogAging",
         "IdemgateInboxDeadDeliveries",
+        "IdemgateInboxFull",
         "IdemgateHitRateHigh",
         "IdemgateKeyRetryLoop",
     ] {

@@ -1,0 +1,233 @@
+//! Nothing acknowledged is lost or miscounted (issue 27 §1): a backlog or
+//! an outage longer than `retention` keeps every delivery; a redelivery
+//! the handler refuses is a failed attempt, not "delivered"; a redelivery
+//! carries what the live attempt carried; a full inbox stops
+//! acknowledging instead of dropping; the record API purges an inbox
+//! delivery only as the inbox's own drop would.
+
+use super::*;
+
+/// The inbox test configuration with a `retention` of 4 s (so a 3 s
+/// signature tolerance), a 2 s handler timeout and `inbox` settings.
+fn short_retention(store: &str, handler: &str, inbox: &str) -> String {
+    inbox_config(store, handler, inbox)
+        .replace("retention = \"1h\"", "retention = \"4s\"")
+        .replace("tolerance = \"5m\"", "tolerance = \"3s\"")
+        .replace("timeout = \"5s\"", "timeout = \"2s\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_older_than_retention_is_delivered_once() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let (port, url) = absent_handler();
+    // One redelivery at a time, each 1.5 s: draining ten takes ~15 s,
+    // almost four retentions.
+    let text = short_retention(
+        &redis_store(&redis),
+        &url,
+        "backoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nconcurrency = 1\nvisibility_timeout = \"3s\"",
+    );
+    let gate = GateProcess::start(&text);
+    let ids: Vec<String> = (0..10).map(|i| format!("backlog-{i}")).collect();
+    assert_acknowledged(&deliver_copies(&[gate.url("/notify")], &ids, 1).await);
+    let handler =
+        Upstream::scripted_at(port, |_, _| Reply::slow(Duration::from_millis(1500))).await;
+    let started = Instant::now();
+    drained_once(gate.admin, &handler, &ids, Duration::from_secs(60)).await;
+    println!(
+        "10 queued deliveries, retention 4 s, drained one at a time in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_retention_keeps_the_queue_on_the_embedded_store() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, url) = absent_handler();
+    let text = short_retention(
+        &embedded_store(&dir.path().join("idemgate.redb")),
+        &url,
+        "backoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nvisibility_timeout = \"3s\"",
+    );
+    let ids: Vec<String> = (0..20).map(|i| format!("outage-{i}")).collect();
+    let mut first = GateProcess::start(&text);
+    assert_acknowledged(&deliver_copies(&[first.url("/notify")], &ids, 1).await);
+    assert!(first.terminate().success(), "a clean stop");
+    // idemgate is down for longer than the retention.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
+    let second = GateProcess::start(&text);
+    drained_once(second.admin, &handler, &ids, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_redelivery_fails_and_carries_what_the_live_attempt_carried() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    // The live attempt gets 503 (queued); every redelivery 401, as a
+    // handler that allow-lists its gateway's addresses would answer a
+    // request without them. 401 is in the default cache_status.
+    let handler = Upstream::scripted(|n, _| Reply::status(if n == 0 { 503 } else { 401 })).await;
+    let text = inbox_config(
+        &redis_store(&redis),
+        &handler.url(),
+        "backoff = \"200ms\"\nmax_backoff = \"1s\"\nmax_attempts = 2\nvisibility_timeout = \"10s\"",
+    );
+    let gate = GateProcess::start(&text);
+    let first = Sender::new()
+        .deliver(&gate.url("/notify"), &payment("refused"))
+        .await
+        .unwrap();
+    assert_eq!((first.status, &first.body[..]), (200, ACK.as_bytes()));
+    let view = until_state(gate.admin, "refused", "dead").await;
+    assert_eq!(view["attempts"], 2, "{view}");
+    assert_eq!(view["last_answer"]["status"], 401, "{view}");
+    assert_eq!(view["last_error"], "handler answered 401", "{view}");
+    assert_eq!(handler.calls(), 3, "the live attempt and two redeliveries");
+
+    let headers = handler.headers();
+    let live = &headers[0];
+    for (attempt, redelivery) in headers[1..].iter().enumerate() {
+        assert_eq!(
+            redelivery.get("x-forwarded-for"),
+            live.get("x-forwarded-for"),
+            "redelivery {attempt} names the sender as the live attempt did"
+        );
+        assert_eq!(
+            redelivery
+                .get("idemgate-redelivery")
+                .and_then(|v| v.to_str().ok()),
+            Some((attempt + 1).to_string().as_str())
+        );
+        for (name, value) in live {
+            if name != "content-length" {
+                assert_eq!(redelivery.get(name), Some(value), "{name}");
+            }
+        }
+    }
+    assert_eq!(
+        live.get("x-forwarded-for").and_then(|v| v.to_str().ok()),
+        Some("127.0.0.1")
+    );
+    assert!(live.get("idemgate-redelivery").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_stops_acknowledging_and_drops_nothing() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let (port, url) = absent_handler();
+    let text = inbox_config(
+        &redis_store(&redis),
+        &url,
+        &format!("{PATIENT}\nmax_queued = 3"),
+    );
+    let gate = GateProcess::start(&text);
+    let sender = Sender::new();
+    let mut answers = Vec::new();
+    for i in 0..5 {
+        let answer = sender
+            .deliver(&gate.url("/notify"), &payment(&format!("full-{i}")))
+            .await
+            .unwrap();
+        answers.push((answer.status, answer.reason()));
+    }
+    assert_eq!(
+        answers,
+        [
+            (200, None),
+            (200, None),
+            (200, None),
+            (502, Some("upstream_error".to_owned())),
+            (502, Some("upstream_error".to_owned())),
+        ],
+        "three acknowledged; beyond max_queued the sender gets the handler's failure"
+    );
+    assert_eq!(listed(gate.admin, "queued").await.len(), 3);
+    let series = "idemgate_inbox_full_total{route=\"pay\"}";
+    assert_eq!(metric(gate.admin, series).await, Some(2.0));
+    // The refused ones were released: the sender's own retry is a first
+    // delivery again, and is queued once there is room.
+    let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
+    let ids: Vec<String> = (0..3).map(|i| format!("full-{i}")).collect();
+    drained_once(gate.admin, &handler, &ids, Duration::from_secs(30)).await;
+    let retried = sender
+        .deliver(&gate.url("/notify"), &payment("full-3"))
+        .await
+        .unwrap();
+    assert_eq!(retried.status, 200);
+    assert_eq!(handler.calls(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    // Live attempt 503; the redelivery takes 3 s.
+    let handler = Upstream::scripted(|n, _| {
+        if n == 0 {
+            Reply::status(503)
+        } else {
+            Reply::slow(Duration::from_secs(3))
+        }
+    })
+    .await;
+    let text = inbox_config(
+        &redis_store(&redis),
+        &handler.url(),
+        "backoff = \"200ms\"\nmax_backoff = \"1s\"\nvisibility_timeout = \"10s\"",
+    );
+    let gate = GateProcess::start(&text);
+    let sender = Sender::new();
+    let first = sender
+        .deliver(&gate.url("/notify"), &payment("busy"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200);
+    until_state(gate.admin, "busy", "delivering").await;
+    let (status, refused) = admin(gate.admin, "DELETE", "/admin/records/pay/busy").await;
+    assert_eq!(
+        status, 409,
+        "a delivery being sent is not purged: {refused}"
+    );
+    let (status, record) = admin(gate.admin, "GET", "/admin/records/pay/busy").await;
+    assert_eq!(
+        (status, &record["inbox_stage"]),
+        (200, &"delivering".into())
+    );
+    until_state(gate.admin, "busy", "delivered").await;
+    let (status, _) = admin(gate.admin, "DELETE", "/admin/records/pay/busy").await;
+    assert_eq!(status, 204, "a delivered one is");
+    assert_eq!(handler.calls(), 2);
+    drop(gate);
+
+    // A queued delivery purged through the record API leaves the queue.
+    let (port, url) = absent_handler();
+    let text = inbox_config(&redis_store(&redis), &url, PATIENT);
+    let gate = GateProcess::start(&text);
+    for id in ["queued-a", "queued-b"] {
+        let answer = sender
+            .deliver(&gate.url("/notify"), &payment(id))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+    }
+    let (status, _) = admin(gate.admin, "DELETE", "/admin/records/pay/queued-a").await;
+    assert_eq!(status, 204);
+    let queued = listed(gate.admin, "queued").await;
+    assert_eq!(
+        queued.len(),
+        1,
+        "the purged delivery left the queue: {queued:?}"
+    );
+    let handler = Upstream::scripted_at(port, |_, _| Reply::ok()).await;
+    drained_once(
+        gate.admin,
+        &handler,
+        &["queued-b".to_owned()],
+        Duration::from_secs(30),
+    )
+    .await;
+}
