@@ -34,7 +34,12 @@ fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String>
     let mut listing = Listing::Queued;
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = 0;
+    let mut seen: Vec<&str> = Vec::new();
     for (name, value) in query_pairs(query) {
+        if seen.contains(&name) {
+            return Err(format!("{name}= is given more than once"));
+        }
+        seen.push(name);
         match name {
             "state" => {
                 listing = match value {
@@ -120,7 +125,16 @@ impl Admin {
         request: &Request<Incoming>,
         rest: &str,
     ) -> Response<ProxyBody> {
-        let (route_name, action) = rest.split_once('/').unwrap_or((rest, ""));
+        let (route_name, action) = match rest.split_once('/') {
+            Some((_, "")) => {
+                return self.problem(
+                    AdminReason::NotFound,
+                    "no trailing slash: the listing is /admin/inbox/{route}",
+                );
+            }
+            Some((route, action)) => (route, action),
+            None => (rest, ""),
+        };
         let Some(index) = self.config.routes.iter().position(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
@@ -201,12 +215,15 @@ impl Admin {
             Err(problem) => return self.problem(AdminReason::BadRequest, &problem),
         };
         let route = &self.config.routes[index];
-        let page = match self.inboxes.list(index, listing, cursor, limit).await {
+        // One more than the page, to know whether another page follows.
+        let mut page = match self.inboxes.list(index, listing, cursor, limit + 1).await {
             Ok(page) => page,
             Err(error) => {
                 return self.problem(AdminReason::StoreUnavailable, &error.to_string());
             }
         };
+        let more = page.len() > limit;
+        page.truncate(limit);
         let mut items = Vec::with_capacity(page.len());
         for (hash, at_ms) in &page {
             let key = StoreKey::new(
@@ -230,7 +247,7 @@ impl Admin {
             item["listed_at_ms"] = (*at_ms).into();
             items.push(item);
         }
-        let next_cursor = (page.len() == limit).then_some(cursor + limit);
+        let next_cursor = more.then_some(cursor + limit);
         json(
             StatusCode::OK,
             &serde_json::json!({
@@ -253,7 +270,16 @@ mod tests {
         assert_eq!(listing_query(None).map(|q| q.1), Ok(DEFAULT_LIMIT));
         let (listing, limit, cursor) = listing_query(Some("state=dead&limit=7&cursor=14")).unwrap();
         assert_eq!((listing, limit, cursor), (Listing::Dead, 7, 14));
-        for bad in ["state=gone", "limit=0", "limit=501", "cursor=x", "page=2"] {
+        for bad in [
+            "state=gone",
+            "limit=0",
+            "limit=501",
+            "cursor=x",
+            "page=2",
+            "state=dead&state=queued",
+            "limit=5&limit=6",
+            "cursor=0&cursor=0",
+        ] {
             assert!(listing_query(Some(bad)).is_err(), "{bad}");
         }
     }

@@ -32,6 +32,10 @@ use super::validate::Problems;
 const MAX_ATTEMPTS: u32 = 1000;
 /// Most redeliveries in flight per instance for one route.
 const MAX_CONCURRENCY: usize = 256;
+/// What a redelivery needs inside its visibility window besides the
+/// handler's own timeout: the claiming write before the call and the
+/// settling write after it, each a store round trip that may be retried.
+const VISIBILITY_MARGIN: Duration = Duration::from_secs(1);
 /// Shortest first delay: a tighter loop would hammer a failing handler.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -184,13 +188,16 @@ pub(super) fn inbox(
         raw.visibility_timeout.as_deref(),
         DEFAULT_VISIBILITY_TIMEOUT,
     );
-    if visibility_timeout <= upstream.timeout {
+    let needed = upstream.timeout.saturating_add(VISIBILITY_MARGIN);
+    if visibility_timeout < needed {
         problems.push_derived(
             &format!("{key}.visibility_timeout"),
             &["upstream.timeout"],
             format!(
-                "must exceed the upstream timeout ({}), or a worker still waiting for the handler would see its delivery taken by another and delivered twice",
-                raw::format_duration(upstream.timeout)
+                "must be at least the upstream timeout ({}) plus {} ({}): a worker claims the delivery, waits up to the upstream timeout for the handler and then writes the outcome, all inside this window; with less, it gives up before sending (or another worker takes the delivery over) and the delivery is held as unknown",
+                raw::format_duration(upstream.timeout),
+                raw::format_duration(VISIBILITY_MARGIN),
+                raw::format_duration(needed),
             ),
         );
     }

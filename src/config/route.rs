@@ -357,15 +357,21 @@ pub(super) fn check_shared_scope(
             })
             .map(ToString::to_string)
     };
+    let other_index = earlier
+        .iter()
+        .position(|r| std::ptr::eq(r, other))
+        .expect("other is one of the earlier routes");
+    // Each route's problem is reported under its own key.
+    let other_key = format!("route[{other_index}].idempotency.fingerprint");
     let key = format!("{key}.idempotency.fingerprint");
     let judged = [
-        (&route.name, &route.idempotency.fingerprint),
-        (&other.name, &other.idempotency.fingerprint),
+        (&key, &route.name, &route.idempotency.fingerprint),
+        (&other_key, &other.name, &other.idempotency.fingerprint),
     ];
-    for (name, parts) in &judged[..if first_join { 2 } else { 1 }] {
+    for (at, name, parts) in &judged[..if first_join { 2 } else { 1 }] {
         if let Some(part) = by_route(parts) {
             problems.push(
-                &key,
+                at,
                 format!(
                     "route {name:?} shares scope {scope:?}, so its fingerprint must list values only (json:/…, form:…, query:…, header:…), not {part:?}, which differs between routes"
                 ),

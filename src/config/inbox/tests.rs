@@ -221,8 +221,13 @@ fn schedule_limits() {
 fn visibility_timeout_exceeds_the_upstream_timeout() {
     let err = problems("", "visibility_timeout = \"30s\"");
     assert!(
-        err.contains("route[0].inbox.visibility_timeout: must exceed the upstream timeout (30s), or a worker still waiting for the handler would see its delivery taken by another"),
+        err.contains("route[0].inbox.visibility_timeout: must be at least the upstream timeout (30s) plus 1s (31s)"),
         "{err}"
+    );
+    let err = problems("", "visibility_timeout = \"30001ms\"");
+    assert!(
+        err.contains("plus 1s (31s)"),
+        "1 ms above is not enough: {err}"
     );
     let slow = MINIMAL.replace("[upstream]", "[upstream]\ntimeout = \"2m\"");
     let err = Config::parse(&format!("{slow}\n[route.inbox]\n")).unwrap_err();

@@ -21,8 +21,8 @@ const HIT_RATE_STAT: &str = "Hit rate (5m)";
 /// An inbox on route `pay`, so the inbox series exist (at 0) for the
 /// dashboard and alert expressions. Valid against the test route: the
 /// visibility timeout (default 60 s) exceeds the upstream timeout (5 s)
-/// and the retention (1 h) exceeds max_backoff + visibility_timeout. The
-/// test's handler always answers 200, so nothing is queued.
+/// by more than the 1 s margin. The test's handler always answers 200, so
+/// nothing is queued.
 const INBOX: &str = "[route.inbox]\nmax_backoff = \"1m\"\n";
 
 /// The inbox gauges report the shared backlog of a scope: every instance
