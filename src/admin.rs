@@ -5,8 +5,10 @@
 //! deliveries, and so it can stay private while the proxy port faces
 //! senders.
 //!
-//! `/readyz` is 200 when the store answers and keeps what it is given: on
-//! Redis it also re-reads the eviction settings of every primary
+//! `/readyz` is 200 when the store can take a claim and keeps what it is
+//! given: on Redis the node must be a primary (a read-only replica or a
+//! node still loading is not ready, though it answers `PING`), and it
+//! re-reads the eviction settings of every primary
 //! ([`crate::store::eviction`]) and answers 503 while any of them may evict
 //! keys, unless `[store] allow_eviction = true` (SPEC §4 rule 10).
 //!

@@ -469,12 +469,29 @@ impl Store for RedisStore {
         Ok(deleted > 0)
     }
 
+    /// Ready means able to claim: `ROLE` must say `master`. A replica
+    /// (read-only: every claim would fail) or a node still loading its
+    /// data set (`LOADING`) is not ready, though it answers `PING`.
     async fn ping(&self) -> Result<(), StoreError> {
-        self.pool
+        let command = CustomCommand::new_static("ROLE", ClusterHash::Random, false);
+        let reply = self
+            .pool
             .next_connected()
-            .ping::<Value>(None)
+            .custom::<Value, Value>(command, Vec::new())
             .await
-            .map(|_| ())
-            .map_err(|e| classify(&e))
+            .map_err(|e| classify(&e))?;
+        let role = reply
+            .into_array()
+            .into_iter()
+            .next()
+            .and_then(|role| role.into_string())
+            .unwrap_or_default();
+        if role == "master" {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "the store is a {role:?}, not a primary: it refuses the writes a claim needs"
+            )))
+        }
     }
 }

@@ -146,6 +146,23 @@ async fn a_full_inbox_stops_acknowledging_and_drops_nothing() {
         "three acknowledged; beyond max_queued the sender gets the handler's failure"
     );
     assert_eq!(listed(gate.admin, "queued").await.len(), 3);
+    // The listing's edges: a full last page says it is the last, a
+    // repeated parameter and a trailing slash are refused.
+    let (status, page) = admin(gate.admin, "GET", "/admin/inbox/pay?state=queued&limit=3").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(3));
+    assert!(page["next_cursor"].is_null(), "no next page: {page}");
+    let (status, page) = admin(gate.admin, "GET", "/admin/inbox/pay?state=queued&limit=2").await;
+    assert_eq!((status, page["next_cursor"].as_u64()), (200, Some(2)));
+    let (status, _) = admin(
+        gate.admin,
+        "GET",
+        "/admin/inbox/pay?state=dead&state=queued",
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = admin(gate.admin, "GET", "/admin/inbox/pay/").await;
+    assert_eq!(status, 404);
     let series = "idemgate_inbox_full_total{route=\"pay\"}";
     assert_eq!(metric(gate.admin, series).await, Some(2.0));
     // The refused ones were released: the sender's own retry is a first

@@ -42,3 +42,36 @@ async fn readyz_follows_redis() {
         "protection resumes with the store"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_means_able_to_claim_not_a_read_only_replica() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let gate = GateProcess::start(&config_text(&redis_store(&replica), &upstream.url(), ""));
+    let readyz = format!("http://{}/readyz", gate.admin);
+    readyz_turns(&readyz, 200, Duration::from_secs(10)).await;
+
+    // The store idemgate talks to becomes a read-only replica: it still
+    // answers PING, but every claim would fail.
+    let url = primary.url();
+    let port = url
+        .rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .expect("redis://127.0.0.1:<port>/0");
+    replica.cli(&["REPLICAOF", "127.0.0.1", &port]);
+    let down_after = readyz_turns(&readyz, 503, Duration::from_secs(5)).await;
+    let (_, why) = http_get(&readyz).await.unwrap();
+    println!("/readyz answered 503 {down_after:?} after the store became a replica: {why}");
+    assert!(why.contains("not a primary"), "{why}");
+    let body = payment("replica-1");
+    let answer = post(&gate.url("/notify"), &signed(&body), &body).await;
+    assert_eq!(answer.status, 503, "no claim on a replica");
+    assert_eq!(upstream.calls(), 0);
+
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    readyz_turns(&readyz, 200, Duration::from_secs(10)).await;
+    let answer = post(&gate.url("/notify"), &signed(&body), &body).await;
+    assert_eq!(answer.status, 200);
+}
