@@ -60,7 +60,7 @@ async fn readyz_means_able_to_claim_not_a_read_only_replica() {
         .next()
         .and_then(|tail| tail.split('/').next())
         .expect("redis://127.0.0.1:<port>/0");
-    replica.cli(&["REPLICAOF", "127.0.0.1", &port]);
+    replica.cli(&["REPLICAOF", "127.0.0.1", port]);
     let down_after = readyz_turns(&readyz, 503, Duration::from_secs(5)).await;
     let (_, why) = http_get(&readyz).await.unwrap();
     println!("/readyz answered 503 {down_after:?} after the store became a replica: {why}");
