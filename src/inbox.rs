@@ -41,7 +41,7 @@ use crate::pipeline::settle;
 use crate::record::{
     InboxEntry, OwnerMint, Record, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
 };
-use crate::store::inbox::{Index, IndexKey};
+use crate::store::inbox::{Book, BooksKey, Index, IndexKey};
 use crate::store::{AnyStore, Completion, Lease, StoreError, StoreKey};
 pub(crate) use operator::{Action, Listing};
 pub(crate) use transition::Tally;
@@ -52,12 +52,13 @@ const PRUNE_PAGE: usize = 100;
 /// How often the backlog gauges are refreshed from the store.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
-/// A scope's three indexes.
+/// A scope's three indexes, and its books.
 #[derive(Debug, Clone)]
 pub(crate) struct Indexes {
     due: IndexKey,
     since: IndexKey,
     dead: IndexKey,
+    books: BooksKey,
 }
 
 impl Indexes {
@@ -66,6 +67,7 @@ impl Indexes {
             due: IndexKey::new(prefix, scope, Index::Due),
             since: IndexKey::new(prefix, scope, Index::Since),
             dead: IndexKey::new(prefix, scope, Index::Dead),
+            books: BooksKey::new(prefix, scope),
         }
     }
 }
@@ -232,6 +234,7 @@ impl Inboxes {
                 "another delivery holds the key: the claim was lost before it was queued".into(),
             ))),
             _ => {
+                self.enter(&indexes.books, Book::Acknowledged, hash).await;
                 tracing::warn!(
                     route = route.name,
                     key = hash,
@@ -243,6 +246,20 @@ impl Inboxes {
                     held: stage == Stage::Unknown,
                 })
             }
+        }
+    }
+
+    /// Writes one line into a scope's books. A failure is logged, not
+    /// returned: the delivery's own state is already written, and the
+    /// books exist to show such gaps (`IdemgateInboxBooksUnbalanced`).
+    async fn enter(&self, books: &BooksKey, line: Book, hash: &str) {
+        if let Err(error) = self.store.books_add(books, line).await {
+            tracing::error!(
+                key = hash,
+                line = line.as_str(),
+                %error,
+                "inbox: the books were not updated; they stay unbalanced by one"
+            );
         }
     }
 
@@ -289,8 +306,10 @@ impl Inboxes {
         self.prune_dead(route, &indexes.dead).await?;
         let (queued, oldest) = self.store.index_stats(&indexes.since).await?;
         let (dead, _) = self.store.index_stats(&indexes.dead).await?;
+        let books = self.store.books_read(&indexes.books).await?;
         let age = oldest.map_or(0.0, |at| now.saturating_sub(at) as f64 / 1e3);
         metrics.backlog(queued, age, dead);
+        metrics.books(&books);
         Ok(())
     }
 

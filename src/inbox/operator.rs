@@ -6,6 +6,7 @@
 
 use super::{Inboxes, transition};
 use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
+use crate::store::inbox::Book;
 use crate::store::{StoreError, StoreKey};
 
 /// Which deliveries a listing shows.
@@ -87,6 +88,7 @@ impl Inboxes {
             for index in [&indexes.due, &indexes.since, &indexes.dead] {
                 self.store.index_remove(index, hash).await?;
             }
+            self.enter(&indexes.books, Book::Dropped, hash).await;
             tracing::warn!(
                 route = self.config.routes[route].name,
                 key = hash,

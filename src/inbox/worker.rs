@@ -31,6 +31,7 @@ use crate::pipeline::backoff::Backoff;
 use crate::pipeline::forward::{self, ForwardError, UpstreamClient};
 use crate::pipeline::settle;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
+use crate::store::inbox::Book;
 use crate::store::{StoreError, StoreKey};
 
 /// How often an idle loop asks for due deliveries.
@@ -287,6 +288,11 @@ impl Workers {
         }
         if let Some(metrics) = &self.inboxes.metrics[index] {
             metrics.redelivery(tally);
+        }
+        if stage == Stage::Delivered {
+            self.inboxes
+                .enter(&self.indexes.books, Book::Delivered, hash)
+                .await;
         }
         match stage {
             Stage::Queued => {

@@ -8,6 +8,7 @@
 use metrics::{Counter, Gauge, counter, gauge};
 
 use crate::inbox::Tally;
+use crate::store::inbox::{Book, Books};
 
 /// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
 pub(crate) const QUEUED: &str = "idemgate_inbox_queued";
@@ -26,6 +27,13 @@ pub(crate) const REDELIVERIES_TOTAL: &str = "idemgate_inbox_redeliveries_total";
 /// (their senders got the handler's failure and retry on their own).
 pub(crate) const FULL_TOTAL: &str = "idemgate_inbox_full_total";
 
+/// `idemgate_inbox_books{route, line}`: the scope's books as the store
+/// keeps them (`acknowledged`, `delivered`, `dropped`), so that
+/// acknowledged = delivered + dropped + queued + dead can be checked.
+/// Shared like the backlog gauges (aggregate with `max`); they only grow,
+/// and survive restarts, because the store holds them.
+pub(crate) const BOOKS: &str = "idemgate_inbox_books";
+
 /// Registers help texts with the installed recorder.
 pub(crate) fn register_descriptions() {
     use metrics::{Unit, describe_counter, describe_gauge};
@@ -41,6 +49,10 @@ pub(crate) fn register_descriptions() {
     describe_gauge!(
         DEAD,
         "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)"
+    );
+    describe_gauge!(
+        BOOKS,
+        "Inbox books kept in the store: deliveries acknowledged, delivered and dropped since the scope began (shared: aggregate with max)"
     );
     describe_counter!(
         FULL_TOTAL,
@@ -64,6 +76,7 @@ pub(crate) struct InboxMetrics {
     /// operator, and the same alert.
     unknown_outcomes: Counter,
     full: Counter,
+    books: [Gauge; 3],
 }
 
 impl InboxMetrics {
@@ -80,9 +93,11 @@ impl InboxMetrics {
                 counter
             }),
             unknown_outcomes: counter!(super::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
-            full: counter!(FULL_TOTAL, "route" => route),
+            full: counter!(FULL_TOTAL, "route" => route.clone()),
+            books: Book::ALL.map(|line| gauge!(BOOKS, "route" => route.clone(), "line" => line.as_str())),
         };
         this.backlog(0, 0.0, 0);
+        this.books(&Books::default());
         this.unknown_outcomes.increment(0);
         this.full.increment(0);
         this
@@ -93,6 +108,13 @@ impl InboxMetrics {
         self.queued.set(queued as f64);
         self.oldest_age.set(oldest_age_seconds);
         self.dead.set(dead as f64);
+    }
+
+    /// Sets the books gauges from the store's books.
+    pub(crate) fn books(&self, books: &Books) {
+        for line in Book::ALL {
+            self.books[line as usize].set(books.get(line) as f64);
+        }
     }
 
     /// Counts a failed first delivery the full inbox did not take.

@@ -16,6 +16,7 @@
 //! [`index`] adds the durable inbox's sorted indexes of key hashes (two more
 //! tables in the same file).
 
+mod books;
 mod index;
 
 use std::path::Path;
@@ -170,6 +171,7 @@ impl EmbeddedStore {
         txn.open_table(EXPIRIES).map_err(backend)?;
         txn.open_table(index::SCORES).map_err(backend)?;
         txn.open_table(index::ORDER).map_err(backend)?;
+        txn.open_table(books::BOOKS).map_err(backend)?;
         txn.commit().map_err(backend)?;
         Ok(Self { db: Arc::new(db) })
     }

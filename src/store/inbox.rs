@@ -64,6 +64,71 @@ impl IndexKey {
     }
 }
 
+/// A scope's books: `{prefix}:{scope}:inbox:books`, how many deliveries
+/// entered the inbox and how many left it resolved. With the backlog
+/// (`since` index) and the held deliveries (`dead` index) they balance:
+/// acknowledged = delivered + dropped + queued + held. They live in the
+/// store, not in the process, so they survive restarts and every instance
+/// reads the same numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BooksKey(String);
+
+impl BooksKey {
+    /// `{prefix}:{scope}:inbox:books`: never a record or index key.
+    pub fn new(prefix: &str, scope: &str) -> Self {
+        Self(format!("{prefix}:{scope}:inbox:books"))
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One line of a scope's books.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Book {
+    /// A first delivery the inbox took (queued, or held as unknown): its
+    /// sender was acknowledged.
+    Acknowledged,
+    /// A redelivery the handler took.
+    Delivered,
+    /// A delivery an operator resolved without sending.
+    Dropped,
+}
+
+impl Book {
+    /// Every line, in label order.
+    pub const ALL: [Self; 3] = [Self::Acknowledged, Self::Delivered, Self::Dropped];
+
+    /// The line's name (a hash field on Redis, a metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acknowledged => "acknowledged",
+            Self::Delivered => "delivered",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
+/// A scope's books as read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Books {
+    counts: [u64; 3],
+}
+
+impl Books {
+    /// The count on `line`.
+    pub fn get(&self, line: Book) -> u64 {
+        self.counts[line as usize]
+    }
+
+    /// Sets the count on `line` (as read from the store).
+    pub fn set(&mut self, line: Book, count: u64) {
+        self.counts[line as usize] = count;
+    }
+}
+
 /// The inbox operations, futures boxed (one small allocation next to a
 /// network round trip or a durable commit), implemented by both backends.
 /// The pipeline reaches them through [`AnyStore`]; the trait is public so
@@ -100,6 +165,10 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
     fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)>;
     /// See [`AnyStore::index_prune`].
     fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64>;
+    /// See [`AnyStore::books_add`].
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()>;
+    /// See [`AnyStore::books_read`].
+    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books>;
 }
 
 impl AnyStore {
@@ -175,6 +244,16 @@ impl AnyStore {
     pub async fn index_prune(&self, index: &IndexKey, below: u64) -> Result<u64, StoreError> {
         self.inbox()?.index_prune(index, below).await
     }
+
+    /// Adds one to `line` of the books under `key`.
+    pub async fn books_add(&self, key: &BooksKey, line: Book) -> Result<(), StoreError> {
+        self.inbox()?.books_add(key, line).await
+    }
+
+    /// The books under `key`.
+    pub async fn books_read(&self, key: &BooksKey) -> Result<Books, StoreError> {
+        self.inbox()?.books_read(key).await
+    }
 }
 
 impl InboxOps for super::embedded::EmbeddedStore {
@@ -224,5 +303,13 @@ impl InboxOps for super::embedded::EmbeddedStore {
 
     fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64> {
         Box::pin(Self::index_prune(self, index.as_str(), below))
+    }
+
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()> {
+        Box::pin(Self::books_add(self, key.as_str(), line))
+    }
+
+    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books> {
+        Box::pin(Self::books_read(self, key.as_str()))
     }
 }

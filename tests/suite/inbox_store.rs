@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::support::RedisServer;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState};
 use idemgate::store::embedded::EmbeddedStore;
-use idemgate::store::inbox::{InboxOps, Index, IndexKey};
+use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Store, StoreKey};
 
@@ -102,6 +102,32 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     assert_eq!(
         store.index_page(&due, 0, 10).await.unwrap(),
         [("a".into(), 300)]
+    );
+
+    // The books: zero before anything is written, one per addition, per
+    // scope.
+    let books = BooksKey::new("contract", "inbox");
+    let other = BooksKey::new("contract", "elsewhere");
+    assert_eq!(store.books_read(&books).await.unwrap(), Books::default());
+    for line in [
+        Book::Acknowledged,
+        Book::Acknowledged,
+        Book::Acknowledged,
+        Book::Delivered,
+        Book::Dropped,
+    ] {
+        store.books_add(&books, line).await.unwrap();
+    }
+    store.books_add(&other, Book::Dropped).await.unwrap();
+    let read = store.books_read(&books).await.unwrap();
+    assert_eq!(
+        Book::ALL.map(|line| read.get(line)),
+        [3, 1, 1],
+        "acknowledged, delivered, dropped"
+    );
+    assert_eq!(
+        store.books_read(&other).await.unwrap().get(Book::Dropped),
+        1
     );
 }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 mod accounting;
+mod chaos;
 mod crash;
 mod dead;
 mod handler_down;

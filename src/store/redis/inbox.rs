@@ -10,7 +10,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use super::{RedisStore, classify, millis, owner_arg};
 use crate::record::{OwnerToken, Record};
-use crate::store::inbox::{InboxOps, IndexKey};
+use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey};
 use crate::store::{Call, StoreError, StoreKey};
 
 /// A score as Redis takes it: unix milliseconds are exact in a double.
@@ -68,10 +68,18 @@ impl RedisStore {
         index: &IndexKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
+        self.keyed(command, index.as_str(), args).await
+    }
+
+    /// One command on the single key `key` (routed by it on a Cluster).
+    async fn keyed(
+        &self,
+        command: &'static str,
+        key: &str,
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
         let command = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
-        let mut all = vec![Value::Bytes(Bytes::copy_from_slice(
-            index.as_str().as_bytes(),
-        ))];
+        let mut all = vec![Value::Bytes(Bytes::copy_from_slice(key.as_bytes()))];
         all.extend(args);
         self.pool
             .next_connected()
@@ -164,6 +172,36 @@ impl InboxOps for RedisStore {
             let args = vec![Value::from("-inf"), Value::from(format!("({below}"))];
             let removed = self.zcommand("ZREMRANGEBYSCORE", index, args).await?;
             Ok(u64::try_from(removed.as_i64().unwrap_or(0)).unwrap_or(0))
+        })
+    }
+
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()> {
+        Box::pin(async move {
+            let args = vec![Value::from(line.as_str()), Value::Integer(1)];
+            self.keyed("HINCRBY", key.as_str(), args).await.map(|_| ())
+        })
+    }
+
+    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books> {
+        Box::pin(async move {
+            let fields = Book::ALL
+                .iter()
+                .map(|line| Value::from(line.as_str()))
+                .collect();
+            let reply = self.keyed("HMGET", key.as_str(), fields).await?;
+            let mut books = Books::default();
+            for (line, value) in Book::ALL.into_iter().zip(reply.into_array()) {
+                let count = match value {
+                    Value::Null => 0,
+                    other => other
+                        .as_str()
+                        .and_then(|text| text.parse().ok())
+                        .or_else(|| other.as_u64())
+                        .ok_or_else(|| StoreError::Backend("unexpected books value".into()))?,
+                };
+                books.set(line, count);
+            }
+            Ok(books)
         })
     }
 }

@@ -31,10 +31,11 @@ const INBOX: &str = "[route.inbox]\nmax_backoff = \"1m\"\n";
 /// with `max`, and the dashboard shows all four inbox metrics.
 #[test]
 fn shared_inbox_gauges_are_aggregated_with_max() {
-    const SHARED: [&str; 3] = [
+    const SHARED: [&str; 4] = [
         "idemgate_inbox_queued",
         "idemgate_inbox_oldest_age_seconds",
         "idemgate_inbox_dead",
+        "idemgate_inbox_books",
     ];
     let rules: serde_yaml::Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),

@@ -93,6 +93,7 @@ fn promtool_unit_tests_fire_the_upstream_eviction_inbox_and_hot_key_alerts() {
         "IdemgateInboxBacklogAging",
         "IdemgateInboxDeadDeliveries",
         "IdemgateInboxFull",
+        "IdemgateInboxBooksUnbalanced",
         "IdemgateHitRateHigh",
         "IdemgateKeyRetryLoop",
     ] {
