@@ -195,6 +195,7 @@ pub async fn start(
         tracker.spawn(crate::replay_cache::tracking::keep_coherent(
             client,
             Arc::clone(cache),
+            format!("{}:replay-cache-epoch", config.store.key_prefix),
             shutdown.clone(),
         ));
     }

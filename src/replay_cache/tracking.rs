@@ -21,6 +21,17 @@
 //! flush with an empty invalidation (`FLUSHALL`, or its tracking table
 //! overflowed).
 //!
+//! That last message does not reach us: fred 10 passes on only
+//! invalidations whose key list is an array, and the flush message
+//! carries a null. So a flush is also noticed the way any client can: an
+//! epoch marker (`{key_prefix}:replay-cache-epoch`, a random value no
+//! record key can be) is read at every health check, written when absent,
+//! and the cache is flushed whenever it vanished or changed since the last
+//! look: after `FLUSHALL`, `FLUSHDB`, `SWAPDB` (for which Redis sends
+//! nothing at all) or a restart that lost the data set. A flush is thus
+//! seen within [`HEALTH_INTERVAL`]. On a Cluster the marker lives on one
+//! primary: flushing some primaries but not that one goes unseen.
+//!
 //! Standalone, Cluster (fred sends `CLIENT TRACKING` to every primary) and
 //! Sentinel (a failover is a reconnect) work alike.
 
@@ -28,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, EventInterface, TrackingInterface};
+use fred::interfaces::{ClientLike, EventInterface, KeysInterface, TrackingInterface};
 use fred::types::Value;
 use fred::types::client::Invalidation;
 use tokio::sync::broadcast::error::RecvError;
@@ -45,19 +56,27 @@ pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 const ARM_RETRY: Duration = Duration::from_millis(200);
 
 /// Runs until `shutdown`: arms tracking on `client`, applies its
-/// invalidations to `cache`, and flushes it whenever they may be lost.
+/// invalidations to `cache`, and flushes it whenever they may be lost;
+/// `marker` is the epoch marker's key (module docs).
 pub(crate) async fn keep_coherent(
     client: Client,
     cache: Arc<ReplayCache>,
+    marker: String,
     shutdown: CancellationToken,
 ) {
-    listen(&client, &cache, &shutdown).await;
+    let mut epoch = Epoch::new(marker);
+    listen(&client, &cache, &mut epoch, &shutdown).await;
     // Stopped (shutdown, or the client was closed): nothing reaches us.
     cache.suspend(FlushReason::Disconnected);
 }
 
 /// The listening loop; `None` once the client's event streams closed.
-async fn listen(client: &Client, cache: &ReplayCache, shutdown: &CancellationToken) -> Option<()> {
+async fn listen(
+    client: &Client,
+    cache: &ReplayCache,
+    epoch: &mut Epoch,
+    shutdown: &CancellationToken,
+) -> Option<()> {
     let mut invalidations = client.invalidation_rx();
     let mut reconnects = client.reconnect_rx();
     let mut errors = client.error_rx();
@@ -94,7 +113,14 @@ async fn listen(client: &Client, cache: &ReplayCache, shutdown: &CancellationTok
             event = errors.recv() => connection_event(&event.map(drop))?,
             event = topology.recv() => connection_event(&event.map(drop))?,
             event = unresponsive.recv() => connection_event(&event.map(drop))?,
-            _ = health.tick() => !healthy(client).await,
+            _ = health.tick() => {
+                let healthy = healthy(client).await;
+                if healthy && epoch.changed(client).await {
+                    tracing::warn!("replay cache: the store was flushed or swapped; flushing");
+                    cache.flush(FlushReason::Server);
+                }
+                !healthy
+            }
         };
         if lost {
             tracing::debug!("replay cache: tracking connection may have dropped; flushing");
@@ -134,6 +160,61 @@ async fn arm(client: &Client, cache: &ReplayCache) -> bool {
 
 async fn healthy(client: &Client) -> bool {
     client.ping::<Value>(None).await.is_ok()
+}
+
+/// The store's epoch as this instance last saw it (module docs).
+#[derive(Debug)]
+struct Epoch {
+    marker: String,
+    seen: Option<String>,
+}
+
+impl Epoch {
+    fn new(marker: String) -> Self {
+        Self { marker, seen: None }
+    }
+
+    /// Reads the marker (writing a fresh one when absent) and says whether
+    /// it differs from the one seen before. The first look, and a look
+    /// the store does not answer, say no.
+    async fn changed(&mut self, client: &Client) -> bool {
+        let Ok(mut current) = client.get::<Option<String>, _>(self.marker.as_str()).await else {
+            return false;
+        };
+        if current.is_none() {
+            let fresh = fresh_epoch();
+            let set: Result<Value, _> = client
+                .set(
+                    self.marker.as_str(),
+                    fresh.as_str(),
+                    None,
+                    Some(fred::types::SetOptions::NX),
+                    false,
+                )
+                .await;
+            if set.is_err() {
+                return false;
+            }
+            // Another instance may have written first: read the winner.
+            match client.get::<Option<String>, _>(self.marker.as_str()).await {
+                Ok(value) => current = value,
+                Err(_) => return false,
+            }
+        }
+        let changed = self.seen.is_some() && self.seen != current;
+        self.seen = current;
+        changed
+    }
+}
+
+/// A random epoch value.
+fn fresh_epoch() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Unique enough to tell two flushes apart.
+        bytes[..8].copy_from_slice(&crate::record::now_ms().to_be_bytes());
+    }
+    crate::signature::lower_hex(&bytes)
 }
 
 /// Drops what one invalidation names; an empty one means everything.

@@ -265,3 +265,57 @@ async fn losing_the_tracking_connection_flushes_the_cache() {
     assert_ne!(new_id, id, "a new connection");
     assert_eq!(upstream.calls(), 1);
 }
+
+/// After `command` (run with redis-cli) empties the store behind
+/// idemgate's back, an instance whose cache holds the answer must stop
+/// replaying it: the store no longer has the record, so the next copy is a
+/// first delivery again (Redis tells the tracking client nothing fred
+/// passes on; the epoch check sees it within its 1 s health interval).
+async fn a_flush_reaches_the_cache(command: &[&str]) {
+    let redis = RedisServer::start();
+    let upstream =
+        Upstream::scripted(|n, _| Reply::with_body(bytes::Bytes::from(format!("answer-{n}"))))
+            .await;
+    let text = config(&redis, &upstream, "");
+    let a = Gate::start(&text).await;
+    let b = Gate::start(&text).await;
+    let body = payment("flushed-1");
+    let first = deliver(&a.url("/notify"), &body).await;
+    assert_eq!(&first.body[..], b"answer-0");
+    until_cached(&b.url("/notify"), &body, &redis).await;
+    // Let each instance's health check see the epoch marker once.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    redis.cli(command);
+    let flushed = Instant::now();
+    let seen = poll(
+        "instance B forwarding the emptied key",
+        Duration::from_secs(4),
+        Duration::from_millis(20),
+        async || {
+            let answer = deliver(&b.url("/notify"), &body).await;
+            (answer.replayed() == Some("false")).then(|| (flushed.elapsed(), answer))
+        },
+    )
+    .await;
+    assert_eq!(&seen.1.body[..], b"answer-1");
+    println!(
+        "[replay_cache] {command:?} seen by the cache after {:?}",
+        seen.0
+    );
+    let replay = deliver(&a.url("/notify"), &body).await;
+    assert_eq!(&replay.body[..], b"answer-1", "A replays the new answer");
+    assert_eq!(upstream.calls(), 2);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_empties_every_instances_cache() {
+    a_flush_reaches_the_cache(&["FLUSHALL"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapdb_empties_every_instances_cache() {
+    a_flush_reaches_the_cache(&["SWAPDB", "0", "1"]).await;
+}
