@@ -84,6 +84,13 @@ pub enum Rejection {
     /// route's whitelist (named by its selector).
     #[error("field {0} missing or not an allowed value")]
     FieldInvalid(String),
+    /// A field a selector reads has a rival spelling the handler's stack
+    /// could read instead (a JSON key differing only in case, a form name
+    /// PHP files under the same name); named by its selector.
+    #[error(
+        "field {0} is ambiguous: the body also carries a spelling the handler could read in its place"
+    )]
+    FieldAmbiguous(String),
     /// The key was used before for a request with a different fingerprint.
     #[error("idempotency key reused with a different request")]
     FingerprintMismatch,
@@ -161,11 +168,13 @@ pub enum Reason {
     UnsignedParameters,
     /// The buffered-body budget is spent.
     OverCapacity,
+    /// A read field has a rival spelling.
+    FieldAmbiguous,
 }
 
 impl Reason {
     /// Every reason, for pre-registering label sets.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::BodyTooLarge,
         Self::BodyTimeout,
         Self::SignatureMissing,
@@ -186,6 +195,7 @@ impl Reason {
         Self::PathAmbiguous,
         Self::UnsignedParameters,
         Self::OverCapacity,
+        Self::FieldAmbiguous,
     ];
 
     /// The reason word.
@@ -211,6 +221,7 @@ impl Reason {
             Self::PathAmbiguous => "path_ambiguous",
             Self::UnsignedParameters => "unsigned_parameters",
             Self::OverCapacity => "over_capacity",
+            Self::FieldAmbiguous => "field_ambiguous",
         }
     }
 }
@@ -290,6 +301,11 @@ impl Rejection {
                 StatusCode::BAD_REQUEST,
                 Reason::FieldInvalid,
                 "Field value not allowed",
+            ),
+            Self::FieldAmbiguous(_) => (
+                StatusCode::BAD_REQUEST,
+                Reason::FieldAmbiguous,
+                "Field ambiguous",
             ),
             Self::FingerprintMismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -447,6 +463,11 @@ mod tests {
             (Rejection::PathAmbiguous, 400, "path_ambiguous"),
             (Rejection::UnsignedParameters, 400, "unsigned_parameters"),
             (Rejection::OverCapacity, 503, "over_capacity"),
+            (
+                Rejection::FieldAmbiguous("json:/status".into()),
+                400,
+                "field_ambiguous",
+            ),
         ]
     }
 

@@ -18,7 +18,16 @@
 //! leaf's text with references decoded, CDATA verbatim, and trimmed once
 //! by [`xml::normalise`] (the WeChat Pay v2 verifier signs these very
 //! values), an empty element reads as the empty value.
+//!
+//! A selector's field must also mean one thing to the handler's stack: a
+//! JSON key with a rival that differs only in case (Go matches keys case
+//! insensitively), or a form field with a rival PHP files under the same
+//! name (`trade.status`, `trade_status[]`), is refused as
+//! `field_ambiguous` (`ambiguity`). A form is read only from a body sent
+//! as `application/x-www-form-urlencoded` (or with no `Content-Type`):
+//! handlers parse a multipart or JSON body otherwise.
 
+mod ambiguity;
 pub mod json;
 pub mod xml;
 
@@ -82,11 +91,30 @@ impl Inbound {
             Err(json::JsonError::DuplicateKey) => {
                 Err(Rejection::BadRequestBody("json that names each key once"))
             }
+            Err(json::JsonError::NumberToken) => Err(Rejection::BadRequestBody(
+                "json without serde_json's private number token",
+            )),
         }
     }
 
-    /// The body parsed as `application/x-www-form-urlencoded` pairs.
+    /// The body parsed as `application/x-www-form-urlencoded` pairs; a
+    /// body declared as another type is refused (its handler would parse
+    /// it as that type).
     pub fn form(&self) -> Result<&[(String, String)], Rejection> {
+        let declared = self
+            .parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .map(|value| value.as_bytes().to_ascii_lowercase());
+        let is_form = |media: &[u8]| {
+            let essence = media.split(|b| *b == b';').next().unwrap_or_default();
+            essence.trim_ascii() == b"application/x-www-form-urlencoded"
+        };
+        if declared.is_some_and(|media| !is_form(&media)) {
+            return Err(Rejection::BadRequestBody(
+                "form sent as application/x-www-form-urlencoded",
+            ));
+        }
         if std::str::from_utf8(&self.body).is_err() {
             return Err(Rejection::BadRequestBody("form"));
         }
@@ -121,9 +149,18 @@ impl Inbound {
                     .find(|(k, _)| k == name)
                     .map(|(_, v)| Cow::Owned(v.into_owned().into_bytes()))
             }),
-            Selector::Json(pointer) => self.json()?.pointer(pointer).and_then(json_bytes),
+            Selector::Json(pointer) => ambiguity::json_pointer(self.json()?, pointer)
+                .map_err(|_| Rejection::FieldAmbiguous(selector.to_string()))?
+                .and_then(json_bytes),
             Selector::Form(field) => {
-                let mut values = self.form()?.iter().filter(|(k, _)| k == field);
+                let form = self.form()?;
+                if form
+                    .iter()
+                    .any(|(k, _)| k != field && ambiguity::php_name(k) == *field)
+                {
+                    return Err(Rejection::FieldAmbiguous(selector.to_string()));
+                }
+                let mut values = form.iter().filter(|(k, _)| k == field);
                 let first = values.next();
                 if values.next().is_some() {
                     return Err(Rejection::BadRequestBody("form with the field once"));

@@ -34,6 +34,11 @@ pub enum JsonError {
     /// An object names the same key twice.
     #[error("an object names a key twice")]
     DuplicateKey,
+    /// A string spells serde_json's private number token, which the
+    /// parser would read as a number (`{"$serde_json::private::Number":"1"}`
+    /// is 1 to idemgate, an object to the handler).
+    #[error("a string spells serde_json's private number token")]
+    NumberToken,
 }
 
 /// Parses a whole body as one JSON value whose objects name each key once.
@@ -45,12 +50,53 @@ pub fn parse(body: &[u8]) -> Result<Value, JsonError> {
             JsonError::Syntax
         }
     };
+    if spells_number_token(body) {
+        return Err(JsonError::NumberToken);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value = UniqueKeys
         .deserialize(&mut deserializer)
         .map_err(classify)?;
     deserializer.end().map_err(classify)?;
     Ok(value)
+}
+
+/// Whether a string literal of `body` decodes to [`NUMBER_TOKEN`]: the one
+/// spelling the visitor below can not tell from a real number. A linear
+/// scan; only strings holding a `$` or an escape are decoded.
+fn spells_number_token(body: &[u8]) -> bool {
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut suspect = false;
+        i += 1;
+        while i < body.len() && body[i] != b'"' {
+            match body[i] {
+                b'\\' => {
+                    suspect = true;
+                    i += 1;
+                }
+                b'$' => suspect = true,
+                _ => {}
+            }
+            i += 1;
+        }
+        if i >= body.len() {
+            return false;
+        }
+        i += 1;
+        if suspect
+            && serde_json::from_slice::<String>(&body[start..i])
+                .is_ok_and(|text| text == NUMBER_TOKEN)
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// Builds a [`Value`] like serde_json's own visitor, failing on a repeated
@@ -165,6 +211,24 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn the_private_number_token_is_refused_however_it_is_spelled() {
+        for body in [
+            r#"{"$serde_json::private::Number":"1"}"#,
+            r#"{"amount":{"$serde_json::private::Number":"1"}}"#,
+            r#"{"\u0024serde_json::private::Number":"1"}"#,
+            r#"{"\u0024\u0073erde_json::private::Number":"1"}"#,
+            r#"["$serde_json::private::Number"]"#,
+        ] {
+            assert_eq!(
+                parse(body.as_bytes()),
+                Err(JsonError::NumberToken),
+                "{body}"
+            );
+        }
+        assert!(parse(br#"{"price":"$10","esc":"a\"$b"}"#).is_ok());
     }
 
     #[test]

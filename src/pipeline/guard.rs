@@ -7,7 +7,9 @@
 //! a first delivery. Values come from the same selector reads as keys and
 //! fingerprints (`Inbound::value`), so a JSON body naming a key twice, a
 //! repeated form field or a repeated XML element is 400 `bad_request_body`
-//! here too; a guarded header
+//! here too, a field with a rival spelling the handler's stack could read
+//! instead (`{"status":…,"Status":…}`, `trade.status`) is 400
+//! `field_ambiguous`; a guarded header
 //! or query parameter that occurs more than once is `field_invalid`, since
 //! the guard and the handler could each read a different copy.
 

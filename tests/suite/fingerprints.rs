@@ -143,20 +143,20 @@ async fn repeated_form_fields_keep_their_order() {
     .replace("key = [\"json:/id\"]", "key = [\"form:id\"]");
     let gate = Gate::start(&text).await;
     let url = gate.url("/notify");
-    let first = deliver(&url, "id=f1&amount=10&amount=9999&ts=1").await;
+    let first = deliver_form(&url, "id=f1&amount=10&amount=9999&ts=1").await;
     assert_eq!(first.status, 200);
-    let swapped = deliver(&url, "ts=2&id=f1&amount=9999&amount=10").await;
+    let swapped = deliver_form(&url, "ts=2&id=f1&amount=9999&amount=10").await;
     assert_eq!(swapped.status, 422, "{:?}", swapped.body);
     assert_eq!(swapped.reason().as_deref(), Some("fingerprint_mismatch"));
     // pairs of different names still compare in any order
-    let reordered = deliver(&url, "ts=3&amount=10&amount=9999&id=f1").await;
+    let reordered = deliver_form(&url, "ts=3&amount=10&amount=9999&id=f1").await;
     assert_eq!(
         (reordered.status, reordered.replayed()),
         (200, Some("true"))
     );
     // a field a selector reads must be there once: which one would the
     // backend take?
-    let ambiguous_key = deliver(&url, "id=f2&id=f3&amount=1").await;
+    let ambiguous_key = deliver_form(&url, "id=f2&id=f3&amount=1").await;
     assert_bad_body(&ambiguous_key);
     assert_eq!(upstream.calls(), 1);
     gate.stop().await;

@@ -11,6 +11,7 @@
 mod support;
 
 mod admin;
+mod ambiguity;
 mod bounded_answers;
 mod buffer_budget;
 mod check_config;

@@ -131,11 +131,7 @@ async fn a_query_beside_a_signed_payment_body_is_refused() {
 async fn a_query_beside_a_signed_form_body_is_refused() {
     let (_redis, upstream, gate) = gate().await;
     let body = "id=order-1&amount=10";
-    let mut headers = signed(body);
-    headers.push((
-        "content-type".into(),
-        "application/x-www-form-urlencoded".into(),
-    ));
+    let headers = as_form(signed(body));
     let url = gate.url("/notify?amount=0.01");
     expect(
         &upstream,

@@ -56,11 +56,7 @@ async fn callback(gate: &Gate, trade: &str, amount: &str) -> Answer {
 
 async fn poller(gate: &Gate, trade: &str, amount: &str) -> Answer {
     let body = format!("out_trade_no={trade}&total_fee={amount}&trade_status=TRADE_SUCCESS");
-    let mut headers = signed_with(POLLER_SECRET, now_secs(), &body);
-    headers.push((
-        "content-type".to_owned(),
-        "application/x-www-form-urlencoded".to_owned(),
-    ));
+    let headers = as_form(signed_with(POLLER_SECRET, now_secs(), &body));
     send("POST", &gate.url("/internal/query-result"), &headers, body).await
 }
 

@@ -161,6 +161,11 @@ pub async fn admin_delete(admin: SocketAddr, path: &str, token: &str) -> Answer 
     .await
 }
 
+/// POSTs a freshly signed form-encoded delivery to the gate.
+pub async fn deliver_form(url: &str, body: &str) -> Answer {
+    send("POST", url, &super::as_form(signed(body)), body.to_owned()).await
+}
+
 /// POSTs a freshly signed delivery to the gate.
 pub async fn deliver(url: &str, body: &str) -> Answer {
     send("POST", url, &signed(body), body.to_owned()).await

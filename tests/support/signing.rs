@@ -29,6 +29,17 @@ pub fn signed_with(secret: &str, timestamp: u64, body: &str) -> Headers {
     ]
 }
 
+/// `headers` with their `Content-Type` replaced by the form type: a form
+/// body is read only when it is declared as one.
+pub fn as_form(mut headers: Headers) -> Headers {
+    headers.retain(|(name, _)| !name.eq_ignore_ascii_case("content-type"));
+    headers.push((
+        "content-type".into(),
+        "application/x-www-form-urlencoded".into(),
+    ));
+    headers
+}
+
 /// Headers signing `body` now with the route's secret.
 pub fn signed(body: &str) -> Headers {
     signed_with(SECRET, now_secs(), body)
