@@ -248,3 +248,42 @@ async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_delivery_stays_listed_whatever_another_route_of_its_scope_keeps() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let handler = Upstream::scripted(|_, _| Reply::status(503)).await;
+    let shared = "scope = \"shared\"\nfingerprint = [\"json:/id\", \"json:/amount\"]";
+    // Route pay keeps records an hour; route cb, in the same scope, 4 s.
+    let text = inbox_config(
+        &redis_store(&redis),
+        &handler.url(),
+        "backoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1\nvisibility_timeout = \"10s\"",
+    )
+    .replace(
+        "retention = \"1h\"",
+        &format!("retention = \"1h\"\n{shared}"),
+    );
+    let cb = format!(
+        "\n[[route]]\nname = \"cb\"\npath_prefix = \"/cb\"\n[route.signature]\nscheme = \"hmac\"\n\
+         secrets = [\"literal:{SECRET}\"]\nsignature = \"header:X-Signature\"\n\
+         message = \"{{timestamp}}.{{body}}\"\ntimestamp = \"header:X-Timestamp\"\ntolerance = \"3s\"\n\
+         [route.idempotency]\nkey = [\"json:/id\"]\nretention = \"4s\"\n{shared}\n[route.inbox]\n"
+    );
+    let gate = GateProcess::start(&format!("{text}{cb}"));
+    let first = Sender::new()
+        .deliver(&gate.url("/notify"), &payment("shared-dead"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200);
+    until_state(gate.admin, "shared-dead", "dead").await;
+    // Two gauge refreshes (every 5 s) after cb's retention would have run out.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let dead = listed(gate.admin, "dead").await;
+    assert_eq!(dead.len(), 1, "still listed: {dead:?}");
+    let series = "idemgate_inbox_dead{route=\"pay\"}";
+    assert_eq!(metric(gate.admin, series).await, Some(1.0));
+    let view = delivery(gate.admin, "shared-dead").await;
+    assert_eq!(view["state"], "dead", "{view}");
+}
