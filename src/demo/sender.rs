@@ -185,12 +185,12 @@ impl Sender {
         Ok(seen)
     }
 
-    /// Writes a complete HTTP/1.1 request on a raw connection, waits
-    /// `after`, and closes the connection without reading any answer.
+    /// Writes a complete HTTP/1.1 request on a raw connection, waits for
+    /// `until`, and closes the connection without reading any answer.
     pub(super) async fn hang_up(
         &self,
         delivery: &Delivery,
-        after: Duration,
+        until: impl std::future::Future<Output = ()>,
     ) -> Result<Seen, String> {
         let mut stream = TcpStream::connect(self.proxy)
             .await
@@ -208,7 +208,7 @@ impl Sender {
             .write_all(request.as_bytes())
             .await
             .map_err(|error| format!("writing to idemgate: {error}"))?;
-        tokio::time::sleep(after).await;
+        until.await;
         drop(stream);
         Ok(Seen::HungUp)
     }
