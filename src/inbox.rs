@@ -76,8 +76,9 @@ impl Indexes {
 /// sender is not acknowledged and gets the handler's failure.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NotQueued {
-    /// The scope already holds `max_queued` deliveries: the backlog is
-    /// bounded by refusing new ones, never by dropping old ones.
+    /// The scope already owes `max_queued` deliveries (queued, delivering,
+    /// dead or unknown): the backlog is bounded by refusing new ones, never
+    /// by dropping old ones.
     #[error("the inbox of scope {scope} is full ({queued} queued, max_queued {max})")]
     Full {
         /// The route's scope.
@@ -174,9 +175,13 @@ impl Inboxes {
             .as_ref()
             .expect("wants() checked the route has an inbox");
         let indexes = self.indexes(route);
-        // Checked, then added: instances queueing at the same moment can
-        // each pass, so the bound may be exceeded by that many.
-        let (queued, _) = self.store.index_stats(&indexes.since).await?;
+        // Every owed delivery counts, held ones too: none of them expires,
+        // so this is what bounds the store's memory. Checked, then added:
+        // instances queueing at the same moment can each pass, so the
+        // bound may be exceeded by that many.
+        let (pending, _) = self.store.index_stats(&indexes.since).await?;
+        let (held, _) = self.store.index_stats(&indexes.dead).await?;
+        let queued = pending.saturating_add(held);
         if queued >= inbox.max_queued {
             if let Some(metrics) = &self.metrics[index] {
                 metrics.full();

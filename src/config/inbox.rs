@@ -67,9 +67,10 @@ pub struct Inbox {
     /// Any other answer is a failed attempt, even one `cache_status`
     /// would store for a live attempt.
     pub delivered: CacheStatus,
-    /// Deliveries queued (not yet delivered, dead or dropped) in the
-    /// route's scope at most; beyond, a failing first delivery is not
-    /// acknowledged: its sender gets the handler's failure and retries.
+    /// Deliveries owed (queued, delivering, dead or unknown: not yet
+    /// delivered or dropped) in the route's scope at most; beyond, a
+    /// failing first delivery is not acknowledged: its sender gets the
+    /// handler's failure and retries.
     pub max_queued: u64,
 }
 

@@ -433,7 +433,7 @@ pub struct RawInbox {
     pub visibility_timeout: Option<String>,
     /// Handler statuses that mean a redelivery was taken.
     pub delivered_status: Option<Vec<String>>,
-    /// Deliveries queued in the route's scope at most.
+    /// Deliveries owed (queued or held) in the route's scope at most.
     pub max_queued: Option<u64>,
 }
 

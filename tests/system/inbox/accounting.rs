@@ -287,3 +287,32 @@ async fn a_dead_delivery_stays_listed_whatever_another_route_of_its_scope_keeps(
     let view = delivery(gate.admin, "shared-dead").await;
     assert_eq!(view["state"], "dead", "{view}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_deliveries_count_toward_max_queued() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let handler = Upstream::scripted(|_, _| Reply::status(503)).await;
+    let text = inbox_config(
+        &redis_store(&redis),
+        &handler.url(),
+        "backoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1\nvisibility_timeout = \"10s\"\nmax_queued = 1",
+    );
+    let gate = GateProcess::start(&text);
+    let sender = Sender::new();
+    let first = sender
+        .deliver(&gate.url("/notify"), &payment("held-a"))
+        .await
+        .unwrap();
+    assert_eq!((first.status, &first.body[..]), (200, ACK.as_bytes()));
+    until_state(gate.admin, "held-a", "dead").await;
+    // The dead delivery is still owed (it never expires), so the inbox is
+    // full: the next failure reaches its sender, unacknowledged.
+    let second = sender
+        .deliver(&gate.url("/notify"), &payment("held-b"))
+        .await
+        .unwrap();
+    assert_eq!(second.status, 503, "{:?}", second.body);
+    let series = "idemgate_inbox_full_total{route=\"pay\"}";
+    assert_eq!(metric(gate.admin, series).await, Some(1.0));
+}
