@@ -79,12 +79,12 @@ pub(crate) enum NotQueued {
     /// The scope already owes `max_queued` deliveries (queued, delivering,
     /// dead or unknown): the backlog is bounded by refusing new ones, never
     /// by dropping old ones.
-    #[error("the inbox of scope {scope} is full ({queued} queued, max_queued {max})")]
+    #[error("the inbox of scope {scope} is full ({owed} owed, max_queued {max})")]
     Full {
         /// The route's scope.
         scope: String,
-        /// Deliveries queued when it looked.
-        queued: u64,
+        /// Deliveries owed (queued or held) when it looked.
+        owed: u64,
         /// The bound.
         max: u64,
     },
@@ -181,14 +181,14 @@ impl Inboxes {
         // bound may be exceeded by that many.
         let (pending, _) = self.store.index_stats(&indexes.since).await?;
         let (held, _) = self.store.index_stats(&indexes.dead).await?;
-        let queued = pending.saturating_add(held);
-        if queued >= inbox.max_queued {
+        let owed = pending.saturating_add(held);
+        if owed >= inbox.max_queued {
             if let Some(metrics) = &self.metrics[index] {
                 metrics.full();
             }
             return Err(NotQueued::Full {
                 scope: route.idempotency.scope.clone(),
-                queued,
+                owed,
                 max: inbox.max_queued,
             });
         }

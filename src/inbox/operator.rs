@@ -85,10 +85,13 @@ impl Inboxes {
         if let Action::Done(_) = &action {
             let indexes = self.indexes(&self.config.routes[route]);
             let hash = key.hash();
+            // Booked as soon as the drop is written: an index that fails
+            // to update is repaired later (a worker or the dead-index
+            // prune finds the record dropped), a missing book line is not.
+            self.enter(&indexes.books, Book::Dropped, hash).await;
             for index in [&indexes.due, &indexes.since, &indexes.dead] {
                 self.store.index_remove(index, hash).await?;
             }
-            self.enter(&indexes.books, Book::Dropped, hash).await;
             tracing::warn!(
                 route = self.config.routes[route].name,
                 key = hash,
