@@ -2,9 +2,14 @@
 -- nobody does.
 --
 -- KEYS[1]  the record key
+-- KEYS[2]  only for a delivery the inbox now owes (queued or held): the
+--          scope's owed set for KEYS[1]'s hash slot (src/store/inbox.rs,
+--          "Owed sets"), which gets ARGV[4] in the same step as the record
 -- ARGV[1]  owner token (16 bytes) written by claim.lua
--- ARGV[2]  the encoded completed or unknown record (see src/record.rs)
--- ARGV[3]  TTL in milliseconds (retention, or unknown_hold)
+-- ARGV[2]  the encoded completed, unknown or inbox record (src/record.rs)
+-- ARGV[3]  TTL in milliseconds (retention, unknown_hold, or "kept until
+--          resolved" for an owed delivery)
+-- ARGV[4]  with KEYS[2]: the key hash
 --
 -- Reply:   1 stored over our own claim
 --          2 stored into a free key: our claim expired (or was lost with a
@@ -18,6 +23,9 @@ if current and string.sub(current, 3, 18) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if KEYS[2] then
+  redis.call('SADD', KEYS[2], ARGV[4])
+end
 if current then
   return 1
 end

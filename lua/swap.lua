@@ -1,10 +1,15 @@
 -- swap.lua: replace an inbox record if its owner is the one the writer read.
 --
 -- KEYS[1]  the record key
+-- KEYS[2]  the scope's owed set for KEYS[1]'s hash slot (src/store/inbox.rs,
+--          "Owed sets"): kept in step with the record
 -- ARGV[1]  the owner token (16 bytes) the writer expects to find
 -- ARGV[2]  the new encoded record (see src/record.rs; its own owner token
 --          is the writer's)
--- ARGV[3]  TTL in milliseconds (the route's retention)
+-- ARGV[3]  TTL in milliseconds
+-- ARGV[4]  the key hash (the owed set's member)
+-- ARGV[5]  '1': the new record is a delivery still owed (added to KEYS[2]);
+--          '0': resolved, delivered or dropped (taken out of KEYS[2])
 --
 -- Reply:   1 the key now holds ARGV[2]: written over the expected owner, or
 --            already there (a retried swap whose first reply was lost; a
@@ -21,6 +26,11 @@ if not current then
 end
 if string.sub(current, 3, 18) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  if ARGV[5] == '1' then
+    redis.call('SADD', KEYS[2], ARGV[4])
+  else
+    redis.call('SREM', KEYS[2], ARGV[4])
+  end
   return 1
 end
 if current == ARGV[2] then

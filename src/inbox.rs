@@ -4,27 +4,34 @@
 //!
 //! ```text
 //! pipeline (first delivery failed as `on` lists)
-//!   └─ Inboxes::enqueue   due+since index, then the record: state inbox/queued
-//!                         (the sender gets the ack; copies get it replayed)
+//!   └─ Inboxes::enqueue   due+since index, then the record with its owed-set
+//!                         entry (one step; replicated first with
+//!                         min_replicas_ack): state inbox/queued, and only
+//!                         then the sender gets the ack
 //! worker.rs (per scope, every instance)
 //!   └─ take due hashes (hidden for visibility_timeout) → look at the record
 //!      → owner-fenced swap to delivering → send → swap to the next stage
+//! repair.rs (per scope, every instance, every repair_every)
+//!   └─ owed set → index entries that went missing, put back
 //! operator.rs (admin API)   list, show, retry now (once), drop
 //! transition.rs             the stage rules, pure
 //! ```
 //!
 //! The record is the truth and every change to it is an owner-fenced swap
 //! (`store::inbox`), so two workers never send one delivery. The indexes
-//! are written before the record when a delivery is queued and repaired
-//! by whichever worker finds them stale, so a crash between two writes
-//! can leave a stale index entry but never a queued delivery nobody will
-//! look at. A worker sends only after its claim is confirmed, and only if
-//! the handler's whole timeout fits in its visibility window; what it can
-//! not confirm it leaves alone, and the next worker finds the claim
-//! expired and holds the delivery as unknown (conservative: never a
-//! second send).
+//! only say where to look: they are written before the record when a
+//! delivery is queued and repaired by whichever worker finds them stale,
+//! and every owed delivery is also in its scope's owed set, written in the
+//! same atomic step as its record, from which the repair pass restores
+//! any index entry that was lost (a Redis Cluster failover of the index's
+//! primary with replication lag). A worker sends only after its claim is
+//! confirmed (and, with `min_replicas_ack`, replicated), and only if the
+//! handler's whole timeout fits in its visibility window; what it can not
+//! confirm it leaves alone, and the next worker finds the claim expired
+//! and holds the delivery as unknown (conservative: never a second send).
 
 mod operator;
+mod repair;
 mod transition;
 mod worker;
 
@@ -157,11 +164,12 @@ impl Inboxes {
     }
 
     /// Queues a first delivery whose live call failed as `on` lists:
-    /// indexes first, then the record over the claim `lease` proves. An
-    /// error means nothing was queued (a stale index entry at most, which
-    /// a worker clears): the caller settles the claim as it would without
-    /// an inbox, so the sender is never told "ok" for a delivery the store
-    /// does not hold.
+    /// indexes first, then the record (with its owed-set entry) over the
+    /// claim `lease` proves. An error means the sender must not be
+    /// acknowledged: nothing was queued, or (with `min_replicas_ack`) the
+    /// queued record is not on enough replicas to survive a failover. The
+    /// caller settles the claim as it would without an inbox, so the
+    /// sender is never told "ok" for a delivery the store may not hold.
     pub(crate) async fn enqueue(
         &self,
         index: usize,
@@ -234,22 +242,44 @@ impl Inboxes {
             .record()
             .with_state(RecordState::Inbox(Box::new(entry)));
         let kept = stage.kept_for(route.idempotency.retention);
-        match self.store.complete(lease, &record, kept).await? {
-            Completion::TakenOver => Err(NotQueued::Store(StoreError::Backend(
+        // The record and its owed-set entry in one step; with
+        // `min_replicas_ack`, an error unless enough replicas have both.
+        let written = match self.store.complete(lease, &record, kept).await {
+            Ok(Completion::TakenOver) => Err(StoreError::Backend(
                 "another delivery holds the key: the claim was lost before it was queued".into(),
-            ))),
-            _ => {
-                self.enter(&indexes.books, Book::Acknowledged, hash).await;
-                tracing::warn!(
-                    route = route.name,
-                    key = hash,
-                    stage = stage.as_str(),
-                    "handler could not take the delivery: acknowledged and kept in the inbox"
-                );
-                Ok(Queued {
-                    ack,
-                    held: stage == Stage::Unknown,
-                })
+            )),
+            Ok(_) => Ok(()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            self.unqueue(&indexes, hash, held).await;
+            return Err(NotQueued::Store(error));
+        }
+        self.enter(&indexes.books, Book::Acknowledged, hash).await;
+        tracing::warn!(
+            route = route.name,
+            key = hash,
+            stage = stage.as_str(),
+            "handler could not take the delivery: acknowledged and kept in the inbox"
+        );
+        Ok(Queued {
+            ack,
+            held: stage == Stage::Unknown,
+        })
+    }
+
+    /// Takes back the index entries of a delivery [`Inboxes::enqueue`]
+    /// did not queue after all (best effort: a worker or the repair pass
+    /// clears what is left).
+    async fn unqueue(&self, indexes: &Indexes, hash: &str, held: bool) {
+        let written = if held {
+            vec![&indexes.dead]
+        } else {
+            vec![&indexes.since, &indexes.due]
+        };
+        for index in written {
+            if let Err(error) = self.store.index_remove(index, hash).await {
+                tracing::debug!(key = hash, %error, "inbox: index entry of an unqueued delivery left for the workers");
             }
         }
     }
@@ -281,6 +311,8 @@ impl Inboxes {
         for scope in scopes {
             let workers = worker::Workers::new(Arc::clone(self), scope, tracker.clone());
             tracker.spawn(workers.run(shutdown.clone()));
+            let repair = repair::Repair::new(Arc::clone(self), scope);
+            tracker.spawn(repair.run(shutdown.clone()));
         }
         if self.metrics.iter().any(Option::is_some) {
             tracker.spawn(Arc::clone(self).refresh_gauges(shutdown.clone()));

@@ -271,6 +271,19 @@ impl Record {
         }
     }
 
+    /// Whether this is an inbox delivery the inbox still owes (queued,
+    /// delivering, dead or unknown: `Some(true)`) or one it has resolved
+    /// (`Some(false)`); `None` for a record outside the inbox. The stores
+    /// keep each scope's owed set by it, in the same step as the record,
+    /// so an owed delivery can always be found from its own record
+    /// (`store::inbox`, "Owed sets").
+    pub fn owed(&self) -> Option<bool> {
+        match &self.state {
+            RecordState::Inbox(entry) => Some(!entry.stage.is_resolved()),
+            _ => None,
+        }
+    }
+
     /// Whole seconds since the answer was stored, for a replay's `Age`
     /// header (RFC 9111 §5.1); zero if the clock went back.
     pub fn answer_age_secs(&self, now_ms: u64) -> u64 {

@@ -68,6 +68,14 @@ impl StoreKey {
     pub fn hash(&self) -> &str {
         self.0.rsplit_once(':').map_or(&self.0, |(_, hash)| hash)
     }
+
+    /// `{prefix}:{route}`, the key space the key belongs to: what the
+    /// scope's other keys (inbox indexes, owed sets) are named under.
+    pub fn namespace(&self) -> &str {
+        self.0
+            .rsplit_once(':')
+            .map_or("", |(namespace, _)| namespace)
+    }
 }
 
 /// Proof of a successful claim; settle it with [`AnyStore::complete`] or

@@ -213,6 +213,7 @@ fn inbox(inbox: &Inbox) -> RawInbox {
         visibility_timeout: Some(format_duration(inbox.visibility_timeout)),
         delivered_status: Some(inbox.delivered.names()),
         max_queued: Some(inbox.max_queued),
+        repair_every: Some(format_duration(inbox.repair_every)),
     }
 }
 

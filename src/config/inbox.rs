@@ -23,7 +23,7 @@ use super::Upstream;
 use super::raw::{
     self, DEFAULT_ACK_CONTENT_TYPE, DEFAULT_ACK_STATUS, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY,
     DEFAULT_DELIVERED_STATUS, DEFAULT_INBOX_ON, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_MAX_QUEUED, DEFAULT_VISIBILITY_TIMEOUT, RawInbox,
+    DEFAULT_MAX_QUEUED, DEFAULT_REPAIR_EVERY, DEFAULT_VISIBILITY_TIMEOUT, RawInbox,
 };
 use super::route::{CacheStatus, Idempotency, Mode};
 use super::validate::Problems;
@@ -38,6 +38,9 @@ const MAX_CONCURRENCY: usize = 256;
 const VISIBILITY_MARGIN: Duration = Duration::from_secs(1);
 /// Shortest first delay: a tighter loop would hammer a failing handler.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Shortest repair interval: a pass reads every owed entry of the scope
+/// (and, on a Cluster, every slot's owed set).
+const MIN_REPAIR_EVERY: Duration = Duration::from_secs(1);
 
 /// What each item of `on = [...]` may be, for error messages.
 const ON_FORMS: &str =
@@ -72,6 +75,12 @@ pub struct Inbox {
     /// failing first delivery is not acknowledged: its sender gets the
     /// handler's failure and retries.
     pub max_queued: u64,
+    /// How often each instance checks the scope's indexes against the
+    /// deliveries the scope owes and puts back what is missing (the
+    /// scope uses the shortest of its routes'): bounds how long a
+    /// delivery whose index entry was lost (a Cluster failover with
+    /// replication lag) waits to be found again.
+    pub repair_every: Duration,
 }
 
 /// The handler failures that queue a delivery (`on = [...]`): a failure
@@ -216,6 +225,14 @@ pub(super) fn inbox(
             "must be at least 1 (to queue nothing, disable the inbox: enabled = false)",
         );
     }
+    let repair_every = problems.duration(
+        &format!("{key}.repair_every"),
+        raw.repair_every.as_deref(),
+        DEFAULT_REPAIR_EVERY,
+    );
+    if repair_every < MIN_REPAIR_EVERY {
+        problems.push(&format!("{key}.repair_every"), "must be at least 1s");
+    }
     Some(Inbox {
         on,
         ack,
@@ -226,6 +243,7 @@ pub(super) fn inbox(
         visibility_timeout,
         delivered,
         max_queued,
+        repair_every,
     })
 }
 

@@ -135,6 +135,10 @@ pub const DEFAULT_MAX_BACKOFF: &str = "1h";
 pub const DEFAULT_CONCURRENCY: usize = 4;
 /// Default `visibility_timeout`: above the default upstream timeout (30 s).
 pub const DEFAULT_VISIBILITY_TIMEOUT: &str = "60s";
+/// Default `repair_every`: a delivery whose index entry a failover lost is
+/// found again within a minute, for one pass a minute per instance and
+/// scope (16,384 small reads on a Cluster, one on a single Redis).
+pub const DEFAULT_REPAIR_EVERY: &str = "60s";
 
 /// The whole file.
 #[derive(Debug, Deserialize, Serialize)]
@@ -435,6 +439,8 @@ pub struct RawInbox {
     pub delivered_status: Option<Vec<String>>,
     /// Deliveries owed (queued or held) in the route's scope at most.
     pub max_queued: Option<u64>,
+    /// How often the scope's indexes are checked against its owed set.
+    pub repair_every: Option<String>,
 }
 
 #[cfg(test)]

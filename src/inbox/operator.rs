@@ -124,7 +124,12 @@ impl Inboxes {
         let mut record = found.with_state(RecordState::Inbox(Box::new(next)));
         record.owner = self.mint.next();
         let kept = super::kept_for(&record, route);
-        if self.store.swap(key, found.owner, &record, kept).await? {
+        if self
+            .store
+            .swap(key, found.owner, &record, kept)
+            .await?
+            .written()
+        {
             Ok(Action::Done(record))
         } else {
             Ok(Action::Raced)

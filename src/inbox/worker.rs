@@ -10,7 +10,10 @@
 //! 2. read the record and decide ([`super::transition::look`]);
 //! 3. claim it: swap to `delivering` under a fresh owner token, retried
 //!    with the same token while the store does not answer (a claim whose
-//!    reply was lost still succeeds for its writer);
+//!    reply was lost still succeeds for its writer). With
+//!    `min_replicas_ack`, a claim too few replicas acknowledged is undone
+//!    (swapped back to queued) and nothing is sent: a failover could
+//!    revert it, and the next worker would send the delivery again;
 //! 4. send it, only if the upstream timeout fits before the visibility
 //!    deadline the claim wrote;
 //! 5. swap to the next stage and fix the indexes; a store that refuses is
@@ -31,7 +34,7 @@ use crate::pipeline::backoff::Backoff;
 use crate::pipeline::forward::{self, ForwardError, UpstreamClient};
 use crate::pipeline::settle;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
-use crate::store::inbox::Book;
+use crate::store::inbox::{Book, Swapped};
 use crate::store::{StoreError, StoreKey};
 
 /// How often an idle loop asks for due deliveries.
@@ -40,6 +43,9 @@ const POLL_EVERY: Duration = Duration::from_millis(200);
 const EARLY: Duration = Duration::from_millis(50);
 /// Pauses between store attempts while claiming or settling.
 const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+/// How long a delivery whose claim too few replicas acknowledged waits
+/// before a worker tries again (the replicas are behind or away).
+const UNREPLICATED_PAUSE: Duration = Duration::from_secs(1);
 
 /// The workers of one scope on this instance.
 #[derive(Debug)]
@@ -206,8 +212,12 @@ impl Workers {
             .swap_until(key, found.owner, &claimed, route, deadline)
             .await
         {
-            Ok(true) => {}
-            Ok(false) => return,
+            Ok(Swapped::Written) => {}
+            Ok(Swapped::Refused) => return,
+            Ok(Swapped::Unreplicated) => {
+                self.unclaim(route, key, found, &claimed).await;
+                return;
+            }
             Err(error) => {
                 tracing::warn!(key = key.hash(), %error, "inbox: claim not confirmed; not sent");
                 return;
@@ -272,8 +282,11 @@ impl Workers {
             .swap_until(key, current.owner, &record, route, deadline)
             .await
         {
-            Ok(true) => {}
-            Ok(false) => {
+            // An outcome too few replicas have yet is still the outcome: a
+            // failover that reverts it leaves the claim, which the next
+            // worker holds as unknown (never a second send).
+            Ok(Swapped::Written | Swapped::Unreplicated) => {}
+            Ok(Swapped::Refused) => {
                 tracing::error!(
                     route = route.name,
                     key = hash,
@@ -327,7 +340,7 @@ impl Workers {
         record: &Record,
         route: &Route,
         deadline: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Swapped, StoreError> {
         let kept = kept_for(record, route);
         let mut pauses = STORE_RETRY;
         loop {
@@ -337,6 +350,37 @@ impl Workers {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Undoes a claim too few replicas acknowledged, before anything was
+    /// sent: the delivery as it was `found`, under a fresh owner, due
+    /// again after [`UNREPLICATED_PAUSE`]. If even that write fails, the
+    /// claim stands and the next worker holds the delivery as unknown.
+    async fn unclaim(&self, route: &Route, key: &StoreKey, found: &Record, claimed: &Record) {
+        let mut queued = found.clone();
+        queued.owner = self.inboxes.mint.next();
+        let store = &self.inboxes.store;
+        let kept = kept_for(&queued, route);
+        let hash = key.hash();
+        match store.swap(key, claimed.owner, &queued, kept).await {
+            Ok(swapped) if swapped.written() => {
+                let again = now_ms().saturating_add(millis(UNREPLICATED_PAUSE));
+                if let Err(error) = store.index_add(&self.indexes.due, hash, again).await {
+                    tracing::debug!(key = hash, %error, "inbox: due index not updated; the repair pass restores it");
+                }
+                tracing::warn!(
+                    route = route.name,
+                    key = hash,
+                    "inbox: too few replicas acknowledged the claim; not sent, queued again"
+                );
+            }
+            outcome => tracing::error!(
+                route = route.name,
+                key = hash,
+                ?outcome,
+                "inbox: a claim too few replicas acknowledged could not be undone; the delivery turns unknown when the claim expires (nothing was sent)"
+            ),
         }
     }
 

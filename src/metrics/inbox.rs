@@ -27,6 +27,12 @@ pub(crate) const REDELIVERIES_TOTAL: &str = "idemgate_inbox_redeliveries_total";
 /// (their senders got the handler's failure and retry on their own).
 pub(crate) const FULL_TOTAL: &str = "idemgate_inbox_full_total";
 
+/// `idemgate_inbox_repaired_total{route}`: index entries this instance's
+/// repair pass put back for deliveries the scope owes (found from their
+/// records' owed-set entries): each one a delivery that would otherwise
+/// have waited unseen, e.g. after a Redis Cluster failover.
+pub(crate) const REPAIRED_TOTAL: &str = "idemgate_inbox_repaired_total";
+
 /// `idemgate_inbox_books{route, line}`: the scope's books as the store
 /// keeps them (`acknowledged`, `delivered`, `dropped`), so that
 /// acknowledged = delivered + dropped + queued + dead can be checked.
@@ -59,6 +65,10 @@ pub(crate) fn register_descriptions() {
         "Failed first deliveries not acknowledged because the inbox held max_queued deliveries"
     );
     describe_counter!(
+        REPAIRED_TOTAL,
+        "Inbox deliveries whose missing index entry this instance's repair pass put back"
+    );
+    describe_counter!(
         REDELIVERIES_TOTAL,
         "Inbox redeliveries this instance finished, by result"
     );
@@ -76,6 +86,7 @@ pub(crate) struct InboxMetrics {
     /// operator, and the same alert.
     unknown_outcomes: Counter,
     full: Counter,
+    repaired: Counter,
     books: [Gauge; 3],
 }
 
@@ -94,12 +105,14 @@ impl InboxMetrics {
             }),
             unknown_outcomes: counter!(super::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
             full: counter!(FULL_TOTAL, "route" => route.clone()),
+            repaired: counter!(REPAIRED_TOTAL, "route" => route.clone()),
             books: Book::ALL.map(|line| gauge!(BOOKS, "route" => route.clone(), "line" => line.as_str())),
         };
         this.backlog(0, 0.0, 0);
         this.books(&Books::default());
         this.unknown_outcomes.increment(0);
         this.full.increment(0);
+        this.repaired.increment(0);
         this
     }
 
@@ -120,6 +133,11 @@ impl InboxMetrics {
     /// Counts a failed first delivery the full inbox did not take.
     pub(crate) fn full(&self) {
         self.full.increment(1);
+    }
+
+    /// Counts a delivery the repair pass put back into its index.
+    pub(crate) fn repaired(&self) {
+        self.repaired.increment(1);
     }
 
     /// Counts one finished redelivery.

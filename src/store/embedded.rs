@@ -18,6 +18,7 @@
 
 mod books;
 mod index;
+mod owed;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,8 +39,9 @@ const SWEEP_BATCH: usize = 1_000;
 
 /// An owner-checked write of [`EmbeddedStore::change_owned`].
 enum Change {
-    /// Store an outcome: over our claim, or into a free key.
-    Complete(Vec<u8>, Duration),
+    /// Store an outcome: over our claim, or into a free key; `true` for a
+    /// delivery the inbox now owes (entered into its owed set with it).
+    Complete(Vec<u8>, Duration, bool),
     /// Reset the TTL of our in-flight claim (rewrites the same record).
     Renew(Duration),
     /// Delete our claim.
@@ -172,6 +174,7 @@ impl EmbeddedStore {
         txn.open_table(index::SCORES).map_err(backend)?;
         txn.open_table(index::ORDER).map_err(backend)?;
         txn.open_table(books::BOOKS).map_err(backend)?;
+        txn.open_table(owed::OWED).map_err(backend)?;
         txn.commit().map_err(backend)?;
         Ok(Self { db: Arc::new(db) })
     }
@@ -200,18 +203,24 @@ impl EmbeddedStore {
     }
 
     /// Runs `op` on the record tables in one write transaction (see
-    /// [`EmbeddedStore::transact`]).
+    /// [`EmbeddedStore::transact`]); `op` gets the transaction too, for
+    /// the owed set that changes with an inbox record.
     async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Records<'_>, &mut Expiries<'_>, u64) -> Result<(T, bool), StoreError>
+        F: FnOnce(
+                &redb::WriteTransaction,
+                &mut Records<'_>,
+                &mut Expiries<'_>,
+                u64,
+            ) -> Result<(T, bool), StoreError>
             + Send
             + 'static,
     {
         self.transact(move |txn| {
             let mut records = txn.open_table(RECORDS).map_err(backend)?;
             let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
-            op(&mut records, &mut expiries, now_ms())
+            op(txn, &mut records, &mut expiries, now_ms())
         })
         .await
     }
@@ -224,8 +233,9 @@ impl EmbeddedStore {
         owner: OwnerToken,
         change: Change,
     ) -> Result<Owned, StoreError> {
+        let store_key = key.clone();
         let key = key.0.clone();
-        self.write(move |records, expiries, now| {
+        self.write(move |txn, records, expiries, now| {
             let entry = read_entry(records, &key, now)?;
             let owned = match (&entry, &change) {
                 (None, Change::Complete(..)) => Owned::Free,
@@ -248,7 +258,12 @@ impl EmbeddedStore {
                     delete_entry(records, expiries, &key)?;
                     return Ok((owned, true));
                 }
-                Change::Complete(bytes, ttl) => (bytes, ttl),
+                Change::Complete(bytes, ttl, owes) => {
+                    if owes {
+                        owed::mark(txn, &store_key, true)?;
+                    }
+                    (bytes, ttl)
+                }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
                 Change::Renew(ttl) => {
@@ -273,8 +288,9 @@ impl EmbeddedStore {
 
     /// Owner-fenced compare-and-set: if the live record under `key` has
     /// owner `expected`, replace it with `record` (encoded bytes) expiring
-    /// `ttl` from now and return true. If the live record's bytes already
-    /// equal `record` exactly (a retried swap whose first attempt landed),
+    /// `ttl` from now, put the key into its scope's owed set or take it out
+    /// (`owed`), and return true. If the live record's bytes already equal
+    /// `record` exactly (a retried swap whose first attempt landed),
     /// return true without writing. Otherwise (absent/expired, other owner)
     /// false. The owner check comes first, so a swap that keeps the owner
     /// always moves the expiry.
@@ -284,9 +300,11 @@ impl EmbeddedStore {
         expected: OwnerToken,
         record: Vec<u8>,
         ttl: Duration,
+        owed: bool,
     ) -> Result<bool, StoreError> {
+        let store_key = key.clone();
         let key = key.0.clone();
-        self.write(move |records, expiries, now| {
+        self.write(move |txn, records, expiries, now| {
             let Some(entry) = read_entry(records, &key, now)? else {
                 return Ok((false, false));
             };
@@ -306,6 +324,7 @@ impl EmbeddedStore {
                 expires_at_ms,
                 &record,
             )?;
+            owed::mark(txn, &store_key, owed)?;
             Ok((true, true))
         })
         .await
@@ -314,7 +333,7 @@ impl EmbeddedStore {
     /// Deletes up to `SWEEP_BATCH` expired records; returns how many.
     /// The app calls this periodically.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        self.write(|records, expiries, now| {
+        self.write(|_, records, expiries, now| {
             let mut expired: Vec<(u64, String)> = Vec::new();
             for item in expiries.range(..(now, "")).map_err(backend)? {
                 let (entry, _) = item.map_err(backend)?;
@@ -351,7 +370,7 @@ impl Store for EmbeddedStore {
         let encoded = record.encode().map_err(StoreError::from)?;
         let name = key.0.clone();
         let found = self
-            .write(move |records, expiries, now| {
+            .write(move |_, records, expiries, now| {
                 if let Some(entry) = read_entry(records, &name, now)? {
                     let ttl = Duration::from_millis(entry.expires_at_ms - now);
                     return Ok((Some((entry.record, ttl)), false));
@@ -387,7 +406,12 @@ impl Store for EmbeddedStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let change = Change::Complete(record.encode().map_err(StoreError::from)?.to_vec(), ttl);
+        let owes = record.owed() == Some(true);
+        let change = Change::Complete(
+            record.encode().map_err(StoreError::from)?.to_vec(),
+            ttl,
+            owes,
+        );
         Ok(match self.change_owned(key, owner, change).await? {
             Owned::Yes => Completion::Stored,
             Owned::Free => Completion::StoredInFreeKey,
@@ -427,7 +451,7 @@ impl Store for EmbeddedStore {
 
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let name = key.0.clone();
-        self.write(move |records, expiries, now| {
+        self.write(move |_, records, expiries, now| {
             let live = read_entry(records, &name, now)?.is_some();
             let existed = delete_entry(records, expiries, &name)?;
             Ok((live, existed))
@@ -444,119 +468,4 @@ impl Store for EmbeddedStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::record::Fingerprint;
-
-    fn key() -> StoreKey {
-        StoreKey::new("idemgate", "payments", &"a".repeat(64))
-    }
-
-    fn record(owner: u8, state: RecordState) -> Record {
-        Record {
-            owner: OwnerToken([owner; 16]),
-            fingerprint: Fingerprint([7; 32]),
-            created_at_ms: 1_000,
-            answered_at_ms: 1_000,
-            trace: None,
-            state,
-        }
-    }
-
-    fn bytes(record: &Record) -> Vec<u8> {
-        record.encode().unwrap().to_vec()
-    }
-
-    async fn stored(store: &EmbeddedStore) -> (Record, Duration) {
-        let existing = store.lookup(&key()).await.unwrap().expect("a live record");
-        (existing.record, existing.ttl.unwrap())
-    }
-
-    #[tokio::test]
-    async fn swap_is_fenced_by_owner_and_idempotent() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
-        let first = record(1, RecordState::InFlight);
-        let next = record(2, RecordState::Unknown);
-        let ten = Duration::from_secs(10);
-        let hour = Duration::from_secs(3_600);
-        store.claim(&key(), first.clone(), ten).await.unwrap();
-
-        // Expected owner: replaced, with the new TTL.
-        assert!(
-            store
-                .swap(&key(), first.owner, bytes(&next), hour)
-                .await
-                .unwrap()
-        );
-        let (now_stored, ttl) = stored(&store).await;
-        assert_eq!(now_stored, next);
-        assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
-
-        // The same swap retried: true, nothing written (TTL untouched).
-        assert!(
-            store
-                .swap(&key(), first.owner, bytes(&next), ten)
-                .await
-                .unwrap()
-        );
-        let (now_stored, ttl) = stored(&store).await;
-        assert_eq!(now_stored, next);
-        assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
-
-        // Another owner's record with other bytes: untouched.
-        let third = record(3, RecordState::InFlight);
-        assert!(
-            !store
-                .swap(&key(), first.owner, bytes(&third), ten)
-                .await
-                .unwrap()
-        );
-        assert!(
-            !store
-                .swap(&key(), third.owner, bytes(&third), ten)
-                .await
-                .unwrap()
-        );
-        assert_eq!(stored(&store).await.0, next);
-
-        // The sweeper's index follows the new expiry: nothing to sweep.
-        assert_eq!(store.sweep().await.unwrap(), 0);
-    }
-
-    #[tokio::test]
-    async fn swap_of_an_absent_or_expired_record_fails() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
-        let first = record(1, RecordState::InFlight);
-        let hour = Duration::from_secs(3_600);
-        assert!(
-            !store
-                .swap(&key(), first.owner, bytes(&first), hour)
-                .await
-                .unwrap()
-        );
-        assert!(store.lookup(&key()).await.unwrap().is_none());
-
-        // Expired (not yet swept) counts as absent, even for equal bytes.
-        store
-            .claim(&key(), first.clone(), Duration::ZERO)
-            .await
-            .unwrap();
-        let next = record(1, RecordState::Unknown);
-        assert!(
-            !store
-                .swap(&key(), first.owner, bytes(&next), hour)
-                .await
-                .unwrap()
-        );
-        assert!(
-            !store
-                .swap(&key(), first.owner, bytes(&first), hour)
-                .await
-                .unwrap()
-        );
-        assert!(store.lookup(&key()).await.unwrap().is_none());
-        assert_eq!(store.sweep().await.unwrap(), 1);
-    }
-}
+mod tests;

@@ -1,14 +1,16 @@
 //! The store operations of the durable inbox (`crate::inbox`).
 //!
-//! Two kinds, each on one key, each atomic (so every one is Redis Cluster
-//! safe):
+//! Each is atomic, and each touches one key or keys of one hash slot, so
+//! every one is Redis Cluster safe:
 //!
 //! | op | effect |
 //! |----|--------|
-//! | swap | owner-fenced compare-and-set of a whole record: how a worker claims a queued delivery and how it settles it |
+//! | swap | owner-fenced compare-and-set of a whole record, with its owed-set entry: how a worker claims a queued delivery and how it settles it |
 //! | index_add / index_remove | put a key hash into a scope's index at a score, or take it out (Redis `ZADD` / `ZREM`) |
 //! | index_take | hand out up to N due hashes and push each to a later score in one step: taken with a visibility timeout |
 //! | index_page / index_stats / index_prune | list, count and trim an index (admin API, gauges) |
+//! | owed / owed_prune | every delivery a scope owes, read from the owed sets; take out an entry whose record is resolved or gone |
+//! | books_add / books_read | a scope's books |
 //!
 //! The record is the truth; the indexes only say where to look. A scope
 //! has three ([`IndexKey`]): `due` (queued or delivering, scored by when a
@@ -16,20 +18,60 @@
 //! they were first queued: the oldest-age gauge and the queued listing)
 //! and `dead` (dead or unknown, scored by when they got there). Because
 //! they are separate keys, they are written one after another; a crash in
-//! between leaves an index entry a worker later finds stale and repairs,
-//! never a queued record without a `due` entry (the entry is written
-//! first).
+//! between leaves an index entry a worker later finds stale and repairs.
+//!
+//! # Owed sets
+//!
+//! An index is one key, so on a Redis Cluster it lives on one primary
+//! while the records live on all of them: a failover of that primary with
+//! replication lag, or any lost index write, can leave a queued record
+//! that no index names. So every delivery the inbox owes (queued,
+//! delivering, dead or unknown) is also a member of its scope's owed set
+//! ([`OwedKey`]), written **in the same atomic step as the record**
+//! (`complete` when it is queued, `swap` for every later stage, resolved
+//! stages taking it out). On a Cluster the set is split by hash slot and
+//! each record's entry sits in the set of the record's own slot
+//! (`{prefix}:{scope}:inbox:owed:{<tag of the slot>}`, see
+//! `redis/slots.rs`), so record and entry live and fail over together.
+//! `crate::inbox`'s repair pass reads the owed sets and puts back every
+//! index entry that went missing: a delivery is always findable from its
+//! own record. Entries whose record is gone or resolved without the set
+//! hearing of it (a released claim, a purge, an eviction) are pruned by
+//! `owed_prune`, which takes an entry out only if the record is still
+//! the one the pass read.
 //!
 //! `swap` succeeds when the record's owner is the expected one, and also
 //! when the record already is exactly the one being written: a retried
 //! swap whose reply was lost (Redis restarted, connection dropped) then
 //! succeeds for its own writer, so a worker whose claim landed unseen still
-//! sends the delivery once.
+//! sends the delivery once. With `[store] min_replicas_ack`, a swap that
+//! too few replicas acknowledged says so ([`Swapped::Unreplicated`]): a
+//! worker does not send a delivery whose claim a failover could undo.
 
 use std::time::Duration;
 
 use super::{AnyStore, Backend, Call, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record};
+
+/// What a [`AnyStore::swap`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swapped {
+    /// The store holds the new record (and, with `min_replicas_ack`,
+    /// enough replicas acknowledged it).
+    Written,
+    /// Written on the primary, but fewer replicas than `min_replicas_ack`
+    /// acknowledged it in time: a failover may still undo it.
+    Unreplicated,
+    /// Nothing written: the key is free or another owner wrote it.
+    Refused,
+}
+
+impl Swapped {
+    /// Whether the primary holds the new record.
+    pub fn written(self) -> bool {
+        self != Self::Refused
+    }
+}
 
 /// One of a scope's three inbox indexes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -59,6 +101,29 @@ impl IndexKey {
     }
 
     /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A scope's owed set: `{prefix}:{scope}:inbox:owed` (split by hash slot
+/// on a Cluster), every delivery the scope owes (module docs, "Owed sets").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwedKey(String);
+
+impl OwedKey {
+    /// `{prefix}:{scope}:inbox:owed`: never a record or index key.
+    pub fn new(prefix: &str, scope: &str) -> Self {
+        Self(format!("{prefix}:{scope}:inbox:owed"))
+    }
+
+    /// The owed set of the scope `key` belongs to.
+    pub fn of(key: &StoreKey) -> Self {
+        Self(format!("{}:inbox:owed", key.namespace()))
+    }
+
+    /// The key as stored (the name every slot's set starts with on a
+    /// Cluster).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -141,7 +206,7 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
-    ) -> Call<'a, bool>;
+    ) -> Call<'a, Swapped>;
     /// See [`AnyStore::index_add`].
     fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
     /// See [`AnyStore::index_remove`].
@@ -165,6 +230,10 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
     fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)>;
     /// See [`AnyStore::index_prune`].
     fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64>;
+    /// See [`AnyStore::owed`].
+    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>>;
+    /// See [`AnyStore::owed_prune`].
+    fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool>;
     /// See [`AnyStore::books_add`].
     fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()>;
     /// See [`AnyStore::books_read`].
@@ -183,16 +252,17 @@ impl AnyStore {
         }
     }
 
-    /// Replaces the record under `key` with `record` for `ttl` if its
-    /// owner is `expected` (or it already is `record`). Returns whether the
-    /// store now holds `record`.
+    /// Replaces the inbox record under `key` with `record` for `ttl` if
+    /// its owner is `expected` (or it already is `record`), and keeps the
+    /// scope's owed set in step (module docs). Says whether the store now
+    /// holds `record`, and whether enough replicas have it.
     pub async fn swap(
         &self,
         key: &StoreKey,
         expected: OwnerToken,
         record: &Record,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Swapped, StoreError> {
         let swapped = self.inbox()?.swap(key, expected, record, ttl).await;
         self.forget(key);
         swapped
@@ -245,6 +315,23 @@ impl AnyStore {
         self.inbox()?.index_prune(index, below).await
     }
 
+    /// Every key hash in the scope's owed set (all slots' sets on a
+    /// Cluster), in no particular order.
+    pub async fn owed(&self, set: &OwedKey) -> Result<Vec<String>, StoreError> {
+        self.inbox()?.owed(set).await
+    }
+
+    /// Takes `key` out of its scope's owed set if its record is absent, or
+    /// is still the record whose owner was `read` (`None`: none was
+    /// found). Returns whether it was taken out.
+    pub async fn owed_prune(
+        &self,
+        key: &StoreKey,
+        read: Option<OwnerToken>,
+    ) -> Result<bool, StoreError> {
+        self.inbox()?.owed_prune(key, read).await
+    }
+
     /// Adds one to `line` of the books under `key`.
     pub async fn books_add(&self, key: &BooksKey, line: Book) -> Result<(), StoreError> {
         self.inbox()?.books_add(key, line).await
@@ -263,10 +350,16 @@ impl InboxOps for super::embedded::EmbeddedStore {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
-    ) -> Call<'a, bool> {
+    ) -> Call<'a, Swapped> {
         Box::pin(async move {
             let bytes = record.encode()?.to_vec();
-            Self::swap(self, key, expected, bytes, ttl).await
+            let owed = record.owed().unwrap_or(false);
+            let written = Self::swap(self, key, expected, bytes, ttl, owed).await?;
+            Ok(if written {
+                Swapped::Written
+            } else {
+                Swapped::Refused
+            })
         })
     }
 
@@ -303,6 +396,14 @@ impl InboxOps for super::embedded::EmbeddedStore {
 
     fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64> {
         Box::pin(Self::index_prune(self, index.as_str(), below))
+    }
+
+    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>> {
+        Box::pin(Self::owed(self, set.as_str()))
+    }
+
+    fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool> {
+        Box::pin(Self::owed_prune(self, key, read))
     }
 
     fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()> {

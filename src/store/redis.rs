@@ -17,6 +17,7 @@
 //! command back until the previous one was acknowledged.
 
 mod inbox;
+pub(crate) mod slots;
 
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ struct Scripts {
     lookup: Script,
     swap: Script,
     take: Script,
+    prune: Script,
 }
 
 impl Scripts {
@@ -54,10 +56,11 @@ impl Scripts {
             lookup: Script::from_lua(include_str!("../../lua/lookup.lua")),
             swap: Script::from_lua(include_str!("../../lua/swap.lua")),
             take: Script::from_lua(include_str!("../../lua/take.lua")),
+            prune: Script::from_lua(include_str!("../../lua/prune.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.claim,
             &self.complete,
@@ -66,6 +69,7 @@ impl Scripts {
             &self.lookup,
             &self.swap,
             &self.take,
+            &self.prune,
         ]
     }
 }
@@ -83,6 +87,9 @@ pub struct RedisStore {
     pool: Pool,
     scripts: Scripts,
     replica_ack: Option<ReplicaAck>,
+    /// Whether the deployment is a Cluster: then a scope's owed set is
+    /// split by hash slot (`store::inbox`, "Owed sets").
+    clustered: bool,
     /// What the pool was built from, for the tracking client.
     config: FredConfig,
     command_timeout: Duration,
@@ -243,6 +250,7 @@ impl RedisStore {
             pool,
             scripts: Scripts::new(),
             replica_ack,
+            clustered: config.server.is_clustered(),
             config,
             command_timeout,
             tracking: None,
@@ -411,18 +419,38 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let client = self.pool.next_connected();
-        let args = vec![
+        let mut args = vec![
             owner_arg(owner),
             Value::Bytes(record.encode().map_err(StoreError::from)?),
             Value::Integer(millis(ttl)),
         ];
-        let reply = self.eval(client, &self.scripts.complete, key, args).await?;
+        let owes = record.owed() == Some(true);
+        let reply = if owes {
+            // A delivery the inbox now owes: its owed-set entry in the
+            // same step (store::inbox, "Owed sets").
+            args.push(Value::from(key.hash()));
+            let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+            self.scripts
+                .complete
+                .evalsha_with_reload(client, keys, args)
+                .await
+                .map_err(|e| classify(&e))?
+        } else {
+            self.eval(client, &self.scripts.complete, key, args).await?
+        };
         let completion = match reply.as_i64() {
             Some(1) => Completion::Stored,
             Some(2) => Completion::StoredInFreeKey,
             _ => Completion::TakenOver,
         };
         if completion.stored() && !self.replicated(client, key).await? {
+            // The sender of an owed delivery is acknowledged only for what
+            // a failover can not undo; an answer in hand is kept anyway.
+            if owes {
+                return Err(StoreError::Unavailable(
+                    "too few replicas acknowledged the queued delivery".into(),
+                ));
+            }
             tracing::warn!(
                 key = key.hash(),
                 "stored answer not yet acknowledged by enough replicas"

@@ -5,11 +5,15 @@
 use std::time::Duration;
 
 use crate::support::RedisServer;
-use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState};
+use bytes::Bytes;
+use idemgate::record::{
+    Fingerprint, InboxEntry, OwnerMint, Record, RecordState, Stage, StoredBody, StoredRequest,
+    StoredResponse,
+};
 use idemgate::store::embedded::EmbeddedStore;
-use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey};
+use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey, OwedKey, Swapped};
 use idemgate::store::redis::RedisStore;
-use idemgate::store::{ClaimOutcome, Store, StoreKey};
+use idemgate::store::{ClaimOutcome, Completion, Store, StoreKey};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -22,20 +26,23 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     };
     let mut taken = lease.record().with_state(RecordState::Unknown);
     taken.owner = mint.next();
-    assert!(
+    assert_eq!(
         store.swap(&key, lease.owner(), &taken, LONG).await.unwrap(),
+        Swapped::Written,
         "expected owner: written"
     );
     let stored = Store::lookup(store, &key).await.unwrap().expect("a record");
     assert_eq!(stored.record, taken);
-    assert!(
+    assert_eq!(
         store.swap(&key, lease.owner(), &taken, LONG).await.unwrap(),
+        Swapped::Written,
         "a retried swap whose first attempt landed succeeds for its writer"
     );
     let mut rival = taken.clone();
     rival.owner = mint.next();
-    assert!(
-        !store.swap(&key, lease.owner(), &rival, LONG).await.unwrap(),
+    assert_eq!(
+        store.swap(&key, lease.owner(), &rival, LONG).await.unwrap(),
+        Swapped::Refused,
         "a second writer that read the same owner loses"
     );
     assert_eq!(
@@ -43,11 +50,12 @@ async fn contract<S: Store + InboxOps>(store: &S) {
         taken
     );
     let absent = StoreKey::new("contract", "inbox", "absent");
-    assert!(
-        !store
+    assert_eq!(
+        store
             .swap(&absent, lease.owner(), &taken, LONG)
             .await
             .unwrap(),
+        Swapped::Refused,
         "a free key is not written"
     );
     assert!(Store::lookup(store, &absent).await.unwrap().is_none());
@@ -131,6 +139,110 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     );
 }
 
+/// An inbox record in `stage` over `base` (fresh owner).
+fn inbox_record(base: &Record, mint: &OwnerMint, stage: Stage) -> Record {
+    let entry = InboxEntry {
+        ack: StoredResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: StoredBody::Kept(Bytes::from_static(b"success")),
+        },
+        stage,
+        attempts: 0,
+        limit: 3,
+        due_ms: 1,
+        route: "pay".into(),
+        last_error: String::new(),
+        last_answer: None,
+        request: StoredRequest {
+            method: Bytes::from_static(b"POST"),
+            target: Bytes::from_static(b"/notify"),
+            headers: Vec::new(),
+            body: Bytes::from_static(b"{}"),
+        },
+    };
+    let mut record = base.with_state(RecordState::Inbox(Box::new(entry)));
+    record.owner = mint.next();
+    record
+}
+
+/// Claims `key` and queues it the way the inbox does (`complete` with an
+/// owed inbox record); returns the queued record.
+async fn queue<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey) -> Record {
+    let first = Record::in_flight(mint.next(), Fingerprint([2; 32]), None);
+    let ClaimOutcome::Claimed(lease) = store.claim(key, first, LONG).await.unwrap() else {
+        panic!("a free key");
+    };
+    let mut queued = inbox_record(lease.record(), mint, Stage::Queued);
+    queued.owner = lease.owner();
+    let done = store
+        .complete(key, lease.owner(), &queued, LONG)
+        .await
+        .unwrap();
+    assert_eq!(done, Completion::Stored);
+    queued
+}
+
+async fn owed<S: InboxOps>(store: &S, set: &OwedKey) -> Vec<String> {
+    let mut members = store.owed(set).await.unwrap();
+    members.sort();
+    members
+}
+
+/// The owed sets: written with the record (queued by `complete`, every
+/// stage by `swap`), so every delivery the inbox owes is listed; pruned
+/// only when the record is gone or still the one read.
+async fn owed_contract<S: Store + InboxOps>(store: &S) {
+    let mint = OwnerMint::new();
+    let set = OwedKey::new("contract", "owed");
+    let hashes: Vec<String> = ["1", "2", "3"].map(|c| c.repeat(64)).to_vec();
+    let keys: Vec<StoreKey> = hashes
+        .iter()
+        .map(|hash| StoreKey::new("contract", "owed", hash))
+        .collect();
+    assert!(owed(store, &set).await.is_empty());
+    let mut queued = Vec::new();
+    for key in &keys {
+        queued.push(queue(store, &mint, key).await);
+    }
+    assert_eq!(owed(store, &set).await, hashes, "queued: owed");
+    let elsewhere = StoreKey::new("contract", "other", &hashes[0]);
+    queue(store, &mint, &elsewhere).await;
+    assert_eq!(owed(store, &set).await, hashes, "scopes are apart");
+
+    // Dead is still owed; delivered is not.
+    let dead = inbox_record(&queued[0], &mint, Stage::Dead);
+    let swapped = store.swap(&keys[0], queued[0].owner, &dead, LONG).await;
+    assert_eq!(swapped.unwrap(), Swapped::Written);
+    assert_eq!(owed(store, &set).await, hashes);
+    let delivered = inbox_record(&dead, &mint, Stage::Delivered);
+    let swapped = store.swap(&keys[0], dead.owner, &delivered, LONG).await;
+    assert_eq!(swapped.unwrap(), Swapped::Written);
+    assert_eq!(owed(store, &set).await, hashes[1..], "resolved: not owed");
+
+    // A released claim leaves its entry behind; the prune takes it out
+    // because the record is gone.
+    assert!(store.release(&keys[1], queued[1].owner).await.unwrap());
+    assert_eq!(owed(store, &set).await, hashes[1..]);
+    assert!(store.owed_prune(&keys[1], None).await.unwrap());
+    assert!(!store.owed_prune(&keys[1], None).await.unwrap(), "once");
+    assert_eq!(owed(store, &set).await, hashes[2..]);
+
+    // A record that changed since it was read is left alone.
+    let stale = mint.next();
+    assert!(!store.owed_prune(&keys[2], Some(stale)).await.unwrap());
+    assert!(!store.owed_prune(&keys[2], None).await.unwrap());
+    assert_eq!(owed(store, &set).await, hashes[2..]);
+    assert!(
+        store
+            .owed_prune(&keys[2], Some(queued[2].owner))
+            .await
+            .unwrap(),
+        "the record read: the caller's judgement stands"
+    );
+    assert!(owed(store, &set).await.is_empty());
+}
+
 #[tokio::test]
 async fn redis_store_meets_the_inbox_contract() {
     let redis = RedisServer::start();
@@ -138,6 +250,7 @@ async fn redis_store_meets_the_inbox_contract() {
         .await
         .unwrap();
     contract(&store).await;
+    owed_contract(&store).await;
 }
 
 #[tokio::test]
@@ -145,4 +258,5 @@ async fn embedded_store_meets_the_inbox_contract() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(&dir.path().join("inbox.redb")).unwrap();
     contract(&store).await;
+    owed_contract(&store).await;
 }

@@ -32,6 +32,7 @@ const RECORDS: &str = "idemgate:pay:*";
 
 mod cluster;
 mod failover;
+mod inbox_failover;
 mod instances;
 mod killed_instance;
 mod restart;
@@ -214,12 +215,28 @@ impl Cluster {
         self.node_mut(port).proc.kill();
     }
 
+    /// Sends `signal` (`-STOP`, `-CONT`) to the node on `port`.
+    fn signal(&mut self, port: u16, signal: &str) {
+        let pid = self.node_mut(port).proc.pid();
+        send_signal(pid, signal);
+    }
+
     /// Starts a killed node again with its nodes.conf (and no data).
     fn restart(&mut self, port: u16) {
         let dir = self.dir.path().to_owned();
         let node = self.node_mut(port);
         node.proc = spawn_cluster_node(&dir, node.port, node.bus);
     }
+}
+
+/// Sends `signal` (`-STOP` freezes a node: it keeps its connections but
+/// answers nothing, as a node lagging behind would; `-CONT` thaws it).
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// `CLUSTER NODES` as the node on `port` sees it.
@@ -280,7 +297,7 @@ fn slot(id: &str) -> u16 {
 struct SentinelSetup {
     sentinels: Vec<(u16, Proc)>,
     primary: Proc,
-    _replica: Proc,
+    replica: Proc,
     primary_port: u16,
     replica_port: u16,
     dir: tempfile::TempDir,
@@ -330,7 +347,7 @@ impl SentinelSetup {
         let setup = Self {
             sentinels,
             primary,
-            _replica: replica,
+            replica,
             primary_port,
             replica_port,
             dir,

@@ -21,6 +21,8 @@ mod crash;
 mod dead;
 mod handler_down;
 mod redis_restart;
+mod repair;
+mod replicated;
 mod unknown;
 
 /// One test at a time (see the module docs).

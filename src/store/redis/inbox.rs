@@ -1,6 +1,9 @@
-//! The inbox operations on Redis: `swap.lua` and `take.lua` for the two
-//! that read before they write, plain sorted-set commands for the rest.
-//! Every call names one key, so each is atomic and Cluster safe.
+//! The inbox operations on Redis: `swap.lua`, `take.lua` and `prune.lua`
+//! for the ones that read before they write, plain commands for the rest.
+//! Every call names one key, or a record and the owed set of its own hash
+//! slot, so each is atomic and Cluster safe. On a Cluster a scope's owed
+//! set is one set per hash slot (`slots.rs`); reading them all is 16,384
+//! `SMEMBERS`, pipelined, once per repair pass.
 
 use std::time::Duration;
 
@@ -8,10 +11,14 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::{RedisStore, classify, millis, owner_arg};
+use super::{RedisStore, classify, millis, owner_arg, slots};
 use crate::record::{OwnerToken, Record};
-use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey};
+use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
+
+/// Owed-set reads sent in one pipeline while a repair pass reads every
+/// slot's set: bounded, so a pass never queues 16,384 replies at once.
+const OWED_PIPELINE: usize = 1_024;
 
 /// A score as Redis takes it: unix milliseconds are exact in a double.
 fn score(ms: u64) -> Value {
@@ -61,6 +68,42 @@ fn scored(reply: Value) -> Result<Vec<(String, u64)>, StoreError> {
 }
 
 impl RedisStore {
+    /// The owed set `key`'s entry lives in: the scope's one set, or on a
+    /// Cluster the set named by the tag of `key`'s own hash slot, so a
+    /// script can change both (`store::inbox`, "Owed sets").
+    pub(super) fn owed_set(&self, key: &StoreKey) -> String {
+        let set = OwedKey::of(key);
+        if self.clustered {
+            let tag = slots::tag(slots::slot_of(key.as_str()));
+            format!("{}:{{{tag}}}", set.as_str())
+        } else {
+            set.as_str().to_owned()
+        }
+    }
+
+    /// Every slot's part of the owed set `set` on a Cluster, read in
+    /// pipelines of [`OWED_PIPELINE`].
+    async fn owed_by_slot(&self, set: &OwedKey) -> Result<Vec<String>, StoreError> {
+        let mut found = Vec::new();
+        let slots: Vec<u16> = (0..slots::SLOTS).collect();
+        for chunk in slots.chunks(OWED_PIPELINE) {
+            let pipeline = self.pool.next_connected().pipeline();
+            for slot in chunk {
+                let key = format!("{}:{{{}}}", set.as_str(), slots::tag(*slot));
+                let command = CustomCommand::new_static("SMEMBERS", ClusterHash::FirstKey, false);
+                let _: Value = pipeline
+                    .custom(command, vec![Value::from(key)])
+                    .await
+                    .map_err(|e| classify(&e))?;
+            }
+            let replies: Vec<Value> = pipeline.all().await.map_err(|e| classify(&e))?;
+            for reply in replies {
+                found.extend(members(reply)?);
+            }
+        }
+        Ok(found)
+    }
+
     /// One sorted-set command on `index`.
     async fn zcommand(
         &self,
@@ -96,14 +139,32 @@ impl InboxOps for RedisStore {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
-    ) -> Call<'a, bool> {
+    ) -> Call<'a, Swapped> {
         Box::pin(async move {
+            let owed = record.owed().unwrap_or(false);
             let args = vec![
                 owner_arg(expected),
                 Value::Bytes(record.encode()?),
                 Value::Integer(millis(ttl)),
+                Value::from(key.hash()),
+                Value::from(if owed { "1" } else { "0" }),
             ];
-            self.eval_flag(&self.scripts.swap, key, args).await
+            let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+            let client = self.pool.next_connected();
+            let reply: Value = self
+                .scripts
+                .swap
+                .evalsha_with_reload(client, keys, args)
+                .await
+                .map_err(|e| classify(&e))?;
+            if reply.as_i64() != Some(1) {
+                return Ok(Swapped::Refused);
+            }
+            Ok(if self.replicated(client, key).await? {
+                Swapped::Written
+            } else {
+                Swapped::Unreplicated
+            })
         })
     }
 
@@ -172,6 +233,30 @@ impl InboxOps for RedisStore {
             let args = vec![Value::from("-inf"), Value::from(format!("({below}"))];
             let removed = self.zcommand("ZREMRANGEBYSCORE", index, args).await?;
             Ok(u64::try_from(removed.as_i64().unwrap_or(0)).unwrap_or(0))
+        })
+    }
+
+    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>> {
+        Box::pin(async move {
+            if self.clustered {
+                return self.owed_by_slot(set).await;
+            }
+            members(self.keyed("SMEMBERS", set.as_str(), Vec::new()).await?)
+        })
+    }
+
+    fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool> {
+        Box::pin(async move {
+            let read = read.map_or_else(|| Value::from(""), owner_arg);
+            let args = vec![Value::from(key.hash()), read];
+            let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+            let reply: Value = self
+                .scripts
+                .prune
+                .evalsha_with_reload(self.pool.next_connected(), keys, args)
+                .await
+                .map_err(|e| classify(&e))?;
+            Ok(reply.as_i64() == Some(1))
         })
     }
 

@@ -63,9 +63,13 @@ impl Workload {
 }
 
 /// What a failover test does to its Redis deployment.
-trait Failover {
+pub(super) trait Failover {
     /// SIGKILL the primary (of the slots under test).
     fn kill_primary(&mut self);
+    /// Freeze (`true`, SIGSTOP) or thaw (SIGCONT) the replica that will be
+    /// promoted: while frozen it receives nothing, so the primary's
+    /// writes since pile up as replication lag.
+    fn freeze_replica(&mut self, frozen: bool);
     /// The replica has been promoted and the deployment routes to it.
     fn promoted(&self) -> bool;
     /// Port of the replica that is promoted.
@@ -77,16 +81,21 @@ trait Failover {
     fn replica_back(&self) -> bool;
 }
 
-struct ClusterFailover<'a> {
-    cluster: &'a mut Cluster,
-    victim: NodeInfo,
-    replica: u16,
-    survivor: u16,
+pub(super) struct ClusterFailover<'a> {
+    pub(super) cluster: &'a mut Cluster,
+    pub(super) victim: NodeInfo,
+    pub(super) replica: u16,
+    pub(super) survivor: u16,
 }
 
 impl Failover for ClusterFailover<'_> {
     fn kill_primary(&mut self) {
         self.cluster.kill(self.victim.port);
+    }
+
+    fn freeze_replica(&mut self, frozen: bool) {
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        self.cluster.signal(self.replica, signal);
     }
 
     fn promoted(&self) -> bool {
@@ -109,13 +118,18 @@ impl Failover for ClusterFailover<'_> {
     }
 }
 
-struct SentinelFailover<'a> {
-    setup: &'a mut SentinelSetup,
+pub(super) struct SentinelFailover<'a> {
+    pub(super) setup: &'a mut SentinelSetup,
 }
 
 impl Failover for SentinelFailover<'_> {
     fn kill_primary(&mut self) {
         self.setup.primary.kill();
+    }
+
+    fn freeze_replica(&mut self, frozen: bool) {
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        send_signal(self.setup.replica.pid(), signal);
     }
 
     fn promoted(&self) -> bool {
