@@ -29,23 +29,32 @@
 //! and the cache is flushed whenever it vanished or changed since the last
 //! look: after `FLUSHALL`, `FLUSHDB`, `SWAPDB` (for which Redis sends
 //! nothing at all) or a restart that lost the data set. A flush is thus
-//! seen within [`HEALTH_INTERVAL`]. On a Cluster the marker lives on one
-//! primary: flushing some primaries but not that one goes unseen.
+//! seen within [`HEALTH_INTERVAL`]. On a Cluster a flush empties one
+//! primary, so there is one marker per primary
+//! (`{key_prefix}:replay-cache-epoch:{<tag>}`, the tag of a slot that
+//! primary serves: `store::redis::slots`), taken from the client's view of
+//! the slot map at every check; a marker that moves with its slots to a
+//! promoted replica is new to this instance and only read, never taken
+//! for a flush.
 //!
 //! Standalone, Cluster (fred sends `CLIENT TRACKING` to every primary) and
 //! Sentinel (a failover is a reconnect) work alike.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, EventInterface, KeysInterface, TrackingInterface};
+use fred::interfaces::{
+    ClientLike, ClusterInterface, EventInterface, KeysInterface, TrackingInterface,
+};
 use fred::types::Value;
 use fred::types::client::Invalidation;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::{FlushReason, ReplayCache};
+use crate::store::redis::slots;
 
 /// How often the tracking connection is checked with `PING`: bounds how
 /// long a silently dead connection can leave stale entries behind (a purge
@@ -57,7 +66,8 @@ const ARM_RETRY: Duration = Duration::from_millis(200);
 
 /// Runs until `shutdown`: arms tracking on `client`, applies its
 /// invalidations to `cache`, and flushes it whenever they may be lost;
-/// `marker` is the epoch marker's key (module docs).
+/// `marker` is the epoch marker's key, or on a Cluster the name every
+/// primary's marker starts with (module docs).
 pub(crate) async fn keep_coherent(
     client: Client,
     cache: Arc<ReplayCache>,
@@ -162,49 +172,79 @@ async fn healthy(client: &Client) -> bool {
     client.ping::<Value>(None).await.is_ok()
 }
 
-/// The store's epoch as this instance last saw it (module docs).
+/// The store's epoch as this instance last saw it (module docs): each
+/// marker's value, by marker key.
 #[derive(Debug)]
 struct Epoch {
-    marker: String,
-    seen: Option<String>,
+    base: String,
+    seen: HashMap<String, String>,
 }
 
 impl Epoch {
-    fn new(marker: String) -> Self {
-        Self { marker, seen: None }
+    fn new(base: String) -> Self {
+        Self {
+            base,
+            seen: HashMap::new(),
+        }
     }
 
-    /// Reads the marker (writing a fresh one when absent) and says whether
-    /// it differs from the one seen before. The first look, and a look
-    /// the store does not answer, say no.
-    async fn changed(&mut self, client: &Client) -> bool {
-        let Ok(mut current) = client.get::<Option<String>, _>(self.marker.as_str()).await else {
-            return false;
+    /// The marker keys to read now: one per primary on a Cluster (named
+    /// by the tag of the first slot it serves), else the one.
+    fn markers(&self, client: &Client) -> Vec<String> {
+        let Some(state) = client.cached_cluster_state().filter(|_| client.is_clustered()) else {
+            return vec![self.base.clone()];
         };
-        if current.is_none() {
-            let fresh = fresh_epoch();
-            let set: Result<Value, _> = client
-                .set(
-                    self.marker.as_str(),
-                    fresh.as_str(),
-                    None,
-                    Some(fred::types::SetOptions::NX),
-                    false,
-                )
-                .await;
-            if set.is_err() {
-                return false;
-            }
-            // Another instance may have written first: read the winner.
-            match client.get::<Option<String>, _>(self.marker.as_str()).await {
-                Ok(value) => current = value,
-                Err(_) => return false,
+        let mut first_slots: HashMap<String, u16> = HashMap::new();
+        for range in state.slots() {
+            let slot = first_slots
+                .entry(range.primary.to_string())
+                .or_insert(range.start);
+            *slot = (*slot).min(range.start);
+        }
+        let mut markers: Vec<String> = first_slots
+            .values()
+            .map(|slot| format!("{}:{{{}}}", self.base, slots::tag(*slot)))
+            .collect();
+        markers.sort();
+        markers
+    }
+
+    /// Reads every marker (writing a fresh one where absent) and says
+    /// whether one differs from the value seen before. A marker's first
+    /// look, and a look the store does not answer, say no.
+    async fn changed(&mut self, client: &Client) -> bool {
+        let mut changed = false;
+        for marker in self.markers(client) {
+            let Some(current) = read_or_start(client, &marker).await else {
+                continue;
+            };
+            if let Some(seen) = self.seen.insert(marker, current.clone()) {
+                changed |= seen != current;
             }
         }
-        let changed = self.seen.is_some() && self.seen != current;
-        self.seen = current;
         changed
     }
+}
+
+/// The value of `marker`, written first (fresh) when absent; `None` if
+/// the store does not answer.
+async fn read_or_start(client: &Client, marker: &str) -> Option<String> {
+    if let Some(value) = client.get::<Option<String>, _>(marker).await.ok()? {
+        return Some(value);
+    }
+    let fresh = fresh_epoch();
+    let _: Value = client
+        .set(
+            marker,
+            fresh.as_str(),
+            None,
+            Some(fred::types::SetOptions::NX),
+            false,
+        )
+        .await
+        .ok()?;
+    // Another instance may have written first: read the winner.
+    client.get::<Option<String>, _>(marker).await.ok()?
 }
 
 /// A random epoch value.

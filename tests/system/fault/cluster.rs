@@ -214,3 +214,77 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
         started,
     );
 }
+
+/// Issue 27 §3 on a Cluster: `FLUSHALL` on one primary (not the one the
+/// old single epoch marker lived on) empties every instance's replay
+/// cache, so a key that primary held is forwarded again, not replayed
+/// from memory for the rest of its retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let upstream = Upstream::start().await;
+    let store = format!(
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        cluster.url()
+    );
+    let text = config_text(&store, &upstream.url(), "");
+    let (a, b) = (GateProcess::start(&text), GateProcess::start(&text));
+    let primaries = cluster.primaries();
+    let old_marker = fred::util::redis_keyslot(b"idemgate:replay-cache-epoch");
+    let flushed = primaries
+        .iter()
+        .find(|p| !p.owns(old_marker))
+        .expect("a primary without the old marker");
+    let id = (0..1000)
+        .map(|i| format!("cluster-flush-{i}"))
+        .find(|id| flushed.owns(slot(id)))
+        .expect("a key on that primary");
+    let first = deliver(&a.url("/notify"), &payment(&id)).await;
+    assert_eq!(first.replayed(), Some("false"), "{first:?}");
+    let hits = "idemgate_replay_cache_hits_total";
+    poll(
+        "instance B answering from its cache",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        async || {
+            let before = metric(b.admin, hits).await.unwrap_or(0.0);
+            let replay = deliver(&b.url("/notify"), &payment(&id)).await;
+            assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
+            (metric(b.admin, hits).await.unwrap_or(0.0) > before).then_some(())
+        },
+    )
+    .await;
+
+    assert_eq!(cli(flushed.port, &["FLUSHALL"]).trim(), "OK");
+    let flushed_at = Instant::now();
+    let seen = poll(
+        "instance B forwarding after FLUSHALL on one primary",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        async || {
+            let answer = deliver(&b.url("/notify"), &payment(&id)).await;
+            (answer.replayed() == Some("false")).then(|| flushed_at.elapsed())
+        },
+    )
+    .await;
+    let server_flushes = metric(
+        b.admin,
+        "idemgate_replay_cache_flushes_total{reason=\"server\"}",
+    )
+    .await;
+    assert!(server_flushes >= Some(1.0), "{server_flushes:?}");
+    assert_executed_times(&upstream, std::slice::from_ref(&id), 2);
+    println!(
+        "[fault] redis_cluster_flush_of_one_primary_reaches_every_replay_cache: FLUSHALL on \
+         :{} seen by instance B after {:.2} s",
+        flushed.port,
+        seen.as_secs_f64()
+    );
+    report_time(
+        "redis_cluster_flush_of_one_primary_reaches_every_replay_cache",
+        started,
+    );
+}
