@@ -191,7 +191,10 @@ impl Epoch {
     /// The marker keys to read now: one per primary on a Cluster (named
     /// by the tag of the first slot it serves), else the one.
     fn markers(&self, client: &Client) -> Vec<String> {
-        let Some(state) = client.cached_cluster_state().filter(|_| client.is_clustered()) else {
+        let Some(state) = client
+            .cached_cluster_state()
+            .filter(|_| client.is_clustered())
+        else {
             return vec![self.base.clone()];
         };
         let mut first_slots: HashMap<String, u16> = HashMap::new();
