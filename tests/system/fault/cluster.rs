@@ -169,20 +169,8 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
         assert_eq!(first.replayed(), Some("false"), "{first:?}");
     }
     // B replays each key until its cache answers it (a hit, no store read).
-    let hits = "idemgate_replay_cache_hits_total";
     for id in &ids {
-        poll(
-            "instance B answering from its cache",
-            Duration::from_secs(5),
-            Duration::from_millis(20),
-            async || {
-                let before = metric(b.admin, hits).await.unwrap_or(0.0);
-                let replay = deliver(&b.url("/notify"), &payment(id)).await;
-                assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
-                (metric(b.admin, hits).await.unwrap_or(0.0) > before).then_some(())
-            },
-        )
-        .await;
+        until_cached(&b, id).await;
     }
     let mut slowest = Duration::ZERO;
     for id in &ids {
@@ -244,19 +232,7 @@ async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
         .expect("a key on that primary");
     let first = deliver(&a.url("/notify"), &payment(&id)).await;
     assert_eq!(first.replayed(), Some("false"), "{first:?}");
-    let hits = "idemgate_replay_cache_hits_total";
-    poll(
-        "instance B answering from its cache",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        async || {
-            let before = metric(b.admin, hits).await.unwrap_or(0.0);
-            let replay = deliver(&b.url("/notify"), &payment(&id)).await;
-            assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
-            (metric(b.admin, hits).await.unwrap_or(0.0) > before).then_some(())
-        },
-    )
-    .await;
+    until_cached(&b, &id).await;
 
     assert_eq!(cli(flushed.port, &["FLUSHALL"]).trim(), "OK");
     let flushed_at = Instant::now();
@@ -287,4 +263,22 @@ async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
         "redis_cluster_flush_of_one_primary_reaches_every_replay_cache",
         started,
     );
+}
+
+/// Replays `id` through `gate` until its replay cache answers it (a hit:
+/// no store read), bounded at 5 s.
+async fn until_cached(gate: &GateProcess, id: &str) {
+    let hits = "idemgate_replay_cache_hits_total";
+    poll(
+        "the instance answering from its cache",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        async || {
+            let before = metric(gate.admin, hits).await.unwrap_or(0.0);
+            let replay = deliver(&gate.url("/notify"), &payment(id)).await;
+            assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
+            (metric(gate.admin, hits).await.unwrap_or(0.0) > before).then_some(())
+        },
+    )
+    .await;
 }
