@@ -252,7 +252,8 @@ def main():
             + " |"
         )
 
-    # Targets (issue 17).
+    # Performance targets (README "Performance"): replays, first
+    # deliveries and peak RSS, each against its reference.
     def target(ok, text):
         return ("PASS" if ok else "FAIL") if ok is not None else "n/a", text
 

@@ -1,4 +1,4 @@
--- claim.lua: claim an idempotency key, or report who holds it.
+-- claim.lua: claim an idempotency key (SET NX PX), or report who holds it.
 --
 -- KEYS[1]  the record key: {key_prefix}:{route}:{sha256 hex}
 -- ARGV[1]  the encoded in-flight record (see src/record.rs)
@@ -17,10 +17,13 @@
 -- new claims alone. One round trip for every outcome: a duplicate learns
 -- the stored answer without a second GET. Byte 2 of a record is its state;
 -- "\2" (completed), "\4" (completed, answer not stored) and "\5" (in the
--- inbox: its ack is replayed) need no TTL.
+-- inbox: its ack is replayed) need no TTL. The write says NX although the
+-- read just found the key free: it states the intent (a claim never
+-- overwrites) and would stop a write over a record should the read ever
+-- be wrong, at no cost.
 local existing = redis.call('GET', KEYS[1])
 if not existing then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   return nil
 end
 local state = string.sub(existing, 2, 2)

@@ -9,8 +9,8 @@
 //! given: on Redis the node must be a primary (a read-only replica or a
 //! node still loading is not ready, though it answers `PING`), and it
 //! re-reads the eviction settings of every primary
-//! ([`crate::store::eviction`]) and answers 503 while any of them may evict
-//! keys, unless `[store] allow_eviction = true` (SPEC §4 rule 10).
+//! ([`AnyStore::probe_eviction`]) and answers 503 while any of them may
+//! evict keys, unless `[store] allow_eviction = true` (contract §4 rule 10).
 //!
 //! The record API names one record in exactly one of three ways, so a key
 //! value that happens to look like a hash is never mistaken for one:
@@ -19,7 +19,7 @@
 //! |---|---|
 //! | `/admin/records/{route}?hash=<64 hex>` | the key hash, as every log line prints it (`key=…`) |
 //! | `/admin/records/{route}?key=<value>` | a single-part key value, percent-encoded (`+` is a plus sign, not a space) |
-//! | `/admin/records/{route}/{key}` | the same key value in the path (SPEC §6), percent-decoded |
+//! | `/admin/records/{route}/{key}` | the same key value in the path (contract §6), percent-decoded |
 //!
 //! `GET` shows the record; `DELETE` purges it so the next delivery is
 //! forwarded — how an operator resolves an unknown outcome after checking
@@ -56,7 +56,6 @@ use crate::inbox::{Action, Inboxes};
 use crate::pipeline::identify::hash_key_parts;
 use crate::record::{RecordState, Stage, now_ms};
 use crate::signature::lower_hex;
-use crate::store::eviction::{EvictionWatch, Trigger};
 use crate::store::{AnyStore, Existing, Observed, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
@@ -67,7 +66,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) struct Admin {
     config: Arc<Config>,
     store: Arc<AnyStore>,
-    eviction: Arc<EvictionWatch>,
     metrics: Option<PrometheusHandle>,
     inboxes: Arc<Inboxes>,
     hot_keys: Arc<HotKeys>,
@@ -101,12 +99,11 @@ impl Admin {
         reason.response(&self.config.problem_types, detail)
     }
 
-    /// An admin handler over the shared config, store, eviction watcher,
-    /// metrics handle, inboxes and hot-key tables.
+    /// An admin handler over the shared config, store, metrics handle,
+    /// inboxes and hot-key tables.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
-        eviction: Arc<EvictionWatch>,
         metrics: Option<PrometheusHandle>,
         inboxes: Arc<Inboxes>,
         hot_keys: Arc<HotKeys>,
@@ -114,7 +111,6 @@ impl Admin {
         Self {
             config,
             store,
-            eviction,
             metrics,
             inboxes,
             hot_keys,
@@ -132,8 +128,8 @@ impl Admin {
             Ok(Err(error)) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
             Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
         }
-        let _ = tokio::time::timeout_at(deadline, self.eviction.check(Trigger::Probe)).await;
-        match self.eviction.not_ready() {
+        let _ = tokio::time::timeout_at(deadline, self.store.probe_eviction()).await;
+        match self.store.eviction_problem() {
             None => text(StatusCode::OK, "ready"),
             Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, &problem),
         }
@@ -260,9 +256,8 @@ impl Admin {
     /// and a queued or held one leaves the queue, the listings and the
     /// gauges before its record goes.
     async fn purge(&self, route: &Route, key: &StoreKey, key_hash: &str) -> Response<ProxyBody> {
-        let route_index = self.config.routes.iter().position(|r| r.name == route.name);
-        if let Some(index) = route_index.filter(|_| route.inbox.is_some()) {
-            match self.inboxes.drop_delivery(index, key).await {
+        if let Some(inbox) = self.inboxes.route(&route.name) {
+            match self.inboxes.drop_delivery(inbox, key).await {
                 // Dropped (and unindexed), resolved already, or no inbox
                 // delivery at all: the record may go.
                 Ok(Action::Done(_) | Action::NotFound | Action::WrongStage(Stage::Delivered)) => {}
@@ -434,7 +429,7 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         "key_hash": key_hash,
         "state": state,
         "age_ms": now_ms().saturating_sub(record.created_at_ms),
-        "ttl_ms": existing.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "ttl_ms": existing.ttl.map(crate::time::millis),
         "fingerprint": hex::encode(record.fingerprint.0),
     });
     if let RecordState::Inbox(entry) = &record.state {

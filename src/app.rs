@@ -9,11 +9,12 @@
 //! and say so (they are unknown outcomes) within a short window.
 //!
 //! Background upkeep under the same tracker and cancellation token: the
-//! embedded store's sweeper, the metrics recorder's upkeep, the Redis
-//! eviction watcher (`store::eviction`), the inbox's redelivery workers
-//! and backlog gauges (`inbox`), the `file:` secret watcher
-//! (`rotation`, every `[secrets] watch_interval`), and on Redis the replay
-//! cache's invalidation listener (`replay_cache::tracking`).
+//! metrics recorder's upkeep, the inbox's redelivery workers and backlog
+//! gauges (`inbox`), the `file:` secret watcher (`rotation`, every
+//! `[secrets] watch_interval`), and whatever the store's backend needs,
+//! which the store starts itself (`AnyStore::spawn_upkeep`: the embedded
+//! store's sweeper, or on Redis the eviction watcher and the replay
+//! cache's invalidation listener).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,11 +33,8 @@ use crate::inbox::Inboxes;
 use crate::metrics::DURATION_BUCKETS;
 use crate::pipeline::Pipeline;
 use crate::server;
-use crate::store::eviction::EvictionWatch;
 use crate::store::{AnyStore, StoreError};
 
-/// How often the embedded store deletes expired records.
-const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// How often the Prometheus recorder drains its histogram buffers.
 const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Time background work gets, once the grace period is over, to give up
@@ -60,7 +58,8 @@ pub enum StartError {
     },
 }
 
-/// Installs the global Prometheus recorder with idemgate's buckets and
+/// Installs the global Prometheus recorder with idemgate's buckets,
+/// describes every metric once (each owner's own `describe()`), and
 /// returns the handle the admin listener renders.
 pub fn install_metrics() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
@@ -71,8 +70,20 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;
-    crate::metrics::register_descriptions();
+    describe_metrics();
     Ok(handle)
+}
+
+/// Registers every metric's help text once: each module that owns metrics
+/// describes its own.
+fn describe_metrics() {
+    crate::metrics::register_descriptions();
+    crate::store::metrics::describe();
+    crate::replay_cache::metrics::describe();
+    crate::pipeline::metrics::describe();
+    crate::inbox::metrics::describe();
+    crate::rotation::describe();
+    crate::telemetry::describe();
 }
 
 /// A started idemgate.
@@ -90,17 +101,20 @@ impl RunningApp {
     /// Starts shutdown and waits for it to complete.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        let _ = self.finished.await;
+        joined("shutdown", self.finished).await;
     }
 
     /// Waits until the app has shut down (after `stop`-like cancellation).
     pub async fn wait(self) {
-        let _ = self.finished.await;
+        joined("shutdown", self.finished).await;
     }
+}
 
-    /// A token that starts shutdown when cancelled.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
+/// Waits for a task and says so if it panicked (its panic was printed
+/// already; shutdown goes on with the rest).
+async fn joined(what: &str, task: JoinHandle<()>) {
+    if let Err(error) = task.await {
+        tracing::error!(%error, "{what} task ended abnormally");
     }
 }
 
@@ -110,7 +124,7 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|source| StartError::Bind { address, source })
 }
 
-/// Logs what each protected route captures and refuses (SPEC §4 rule 9),
+/// Logs what each protected route captures and refuses (contract §4 rule 9),
 /// then the configuration's warnings.
 fn warn_about(config: &Config) {
     for line in crate::pipeline::route::spellings_report(config) {
@@ -129,7 +143,7 @@ pub async fn start(
     warn_about(&config);
     let config = Arc::new(config);
     let mut store = AnyStore::connect(&config.store).await?;
-    let tracking = store.with_replay_cache(config.limits.replay_cache_bytes)?;
+    store.with_replay_cache(config.limits.replay_cache_bytes)?;
     let store = Arc::new(store);
     let proxy_listener = bind(config.listen.proxy).await?;
     let admin_listener = bind(config.listen.admin).await?;
@@ -154,22 +168,18 @@ pub async fn start(
         &config.hot_keys,
         config.routes.iter().map(|route| route.name.as_str()),
     ));
+    let routes = crate::pipeline::runtime::build(&config, &inboxes, &hot_keys);
     let pipeline = Arc::new(Pipeline::new(
         Arc::clone(&config),
         Arc::clone(&store),
         Arc::clone(&inboxes),
         tracker.clone(),
         grace_over.clone(),
-        &hot_keys,
-    ));
-    let eviction = Arc::new(EvictionWatch::new(
-        Arc::clone(&store),
-        config.store.allow_eviction,
+        &routes,
     ));
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
         Arc::clone(&store),
-        Arc::clone(&eviction),
         metrics.clone(),
         Arc::clone(&inboxes),
         hot_keys,
@@ -188,18 +198,13 @@ pub async fn start(
         limits.clone(),
         shutdown.clone(),
     ));
-    spawn_upkeep(&tracker, &shutdown, &store, metrics);
+    spawn_metrics_upkeep(&tracker, &shutdown, metrics);
     inboxes.start(&tracker, &shutdown);
-    tracker.spawn(eviction.run(shutdown.clone()));
-    if let (Some(client), Some(cache)) = (tracking, store.replay_cache()) {
-        tracker.spawn(crate::replay_cache::tracking::keep_coherent(
-            client,
-            Arc::clone(cache),
-            format!("{}:replay-cache-epoch", config.store.key_prefix),
-            shutdown.clone(),
-        ));
-    }
+    store.spawn_upkeep(&tracker, &shutdown);
     crate::rotation::zero_metrics(&config);
+    if config.tracing.is_some() {
+        crate::telemetry::zero_metrics();
+    }
     if let Some(interval) = config.secrets_watch {
         tracker.spawn(crate::rotation::watch(
             Arc::clone(&config),
@@ -212,8 +217,8 @@ pub async fn start(
     let finished = tokio::spawn(async move {
         token.cancelled().await;
         let deadline = tokio::time::Instant::now() + limits.shutdown_grace;
-        let _ = proxy.await;
-        let _ = admin_server.await;
+        joined("proxy listener", proxy).await;
+        joined("admin listener", admin_server).await;
         tracker.close();
         if tokio::time::timeout_at(deadline, tracker.wait())
             .await
@@ -238,29 +243,13 @@ pub async fn start(
     })
 }
 
-fn spawn_upkeep(
+/// Drains the Prometheus recorder's histogram buffers every
+/// [`METRICS_UPKEEP_EVERY`] until `shutdown`.
+fn spawn_metrics_upkeep(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
-    store: &Arc<AnyStore>,
     metrics: Option<PrometheusHandle>,
 ) {
-    if let Some(embedded) = store.embedded() {
-        let embedded = embedded.clone();
-        let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            let mut ticker = tokio::time::interval(SWEEP_EVERY);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    _ = ticker.tick() => {
-                        if let Err(error) = embedded.sweep().await {
-                            tracing::warn!(%error, "embedded store sweep failed");
-                        }
-                    }
-                }
-            }
-        });
-    }
     if let Some(handle) = metrics {
         let shutdown = shutdown.clone();
         tracker.spawn(async move {

@@ -6,40 +6,47 @@
 //! `route[0].idempotency.lease: …`, and all errors are reported at once so an
 //! operator fixes a file in one pass.
 //!
-//! This file keeps [`Config`] itself, loading, warnings and secret reload;
-//! each section's types and checks live in a submodule and are re-exported
-//! here, so every type is named `config::X`:
+//! This file keeps [`Config`] and the types several sections share
+//! ([`Route`], [`Upstream`], …), loading, warnings and secret reload. The
+//! signature schemes, the presets' knowledge of each sender and the key
+//! material are `crate::signature`'s, the selectors `crate::extract`'s:
+//! this module reads the file into them and re-exports them, so every type
+//! a configuration holds is also named `config::X`. The submodules, from
+//! the file's text to the checked whole:
 //!
-//! * `raw` — the serde structs, as written in the file, and the defaults;
-//! * `validate` — `Problems` and the `TryFrom<RawConfig>` that drives the rest;
-//! * `scheme` — `[route.signature]`: HMAC, and `preset` the named senders
-//!   (with `public_key` for the RSA ones);
-//! * `route` — `[[route]]` and its idempotency policy;
-//! * `coverage` — which key and fingerprint parts a route's signature
-//!   covers, and the rule that refuses a key on unsigned parts (SPEC §4
-//!   rule 12; `unsigned_key`);
-//! * `guard` — `[[route.guard]]`, business-field whitelists;
-//! * `hot_keys` — `[hot_keys]`, the per-route top-k of keys;
-//! * `inbox` — `[route.inbox]`, failed deliveries acknowledged and redelivered;
-//! * `store` — `[store]`;
-//! * `secret`, `selector`, `redact` — secrets, request selectors and
-//!   templates, and URL redaction, shared by the sections above.
+//! * `raw` — the serde structs, as written in the file, and the defaults:
+//!   each setting is declared there once (`raw/schema.rs` holds the
+//!   reference file and `check-config`'s output to that declaration);
+//! * `validate` — the `TryFrom<RawConfig>` that drives the sections;
+//! * one module per section, each reading its table and printing it back
+//!   for `check-config`: `limits`, `store`, `hot_keys`, `otel`
+//!   (`[tracing]`), `route` (`[[route]]`), `scheme` (`[route.signature]`,
+//!   with `scheme/preset` for the named senders), `idempotency`, `guard`,
+//!   `inbox`;
+//! * `cross` — the checks that compare one section with another, and
+//!   `coverage`, the signed-coverage rule among them (contract §4 rule 12);
+//! * `effective` — the sections' printouts put together (`to_toml`);
+//! * shared leaves: `problems` (the error collector), `read` (typed
+//!   readers), `choice` (settings spelled as one of a few words), `status`
+//!   (status class lists), `redact` (credentials out of URLs).
 
 mod choice;
 mod coverage;
+mod cross;
 mod effective;
 mod guard;
 mod hot_keys;
+mod idempotency;
 mod inbox;
+mod limits;
 mod otel;
-mod preset;
-pub mod public_key;
+mod problems;
 pub mod raw;
+mod read;
 mod redact;
 mod route;
 mod scheme;
-pub mod secret;
-pub mod selector;
+mod status;
 mod store;
 mod validate;
 
@@ -49,28 +56,28 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::ProblemTypes;
-use http::Uri;
+use http::{Method, Uri};
 
+use choice::choices;
 use raw::RawConfig;
 
+pub use crate::extract::{Segment, Selector, Template};
+pub use crate::signature::{
+    Algorithm, Credential, DEFAULT_TOLERANCE, Encoding, HmacScheme, Preset, PresetKind, PublicKeys,
+    RawPublicKey, ReloadError, ReloadFailure, RsaDigest, Scheme, Secret, Strength, TimestampRule,
+    TimestampUnit, decode_hex_key, decode_whsec, secret_strength,
+};
 pub use choice::Choice;
-pub use coverage::UnsignedKey;
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
+pub use idempotency::{
+    FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, UnsignedKey,
+};
 pub use inbox::{Ack, Inbox, InboxTriggers};
+pub use limits::Limits;
 pub use otel::Tracing;
-pub use preset::{Credential, Preset, PresetKind, decode_hex_key};
-pub use public_key::{PublicKeys, RawPublicKey, RsaDigest};
 pub(crate) use redact::redact_url;
-pub use route::{
-    CacheStatus, FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, Route,
-};
-pub use scheme::{
-    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Scheme, TimestampRule, TimestampUnit,
-    decode_whsec, secret_strength,
-};
-pub use secret::{ReloadError, ReloadFailure, Secret, Strength};
-pub use selector::{Segment, Selector, Template};
+pub use status::CacheStatus;
 pub use store::{ReplicaAck, StoreBackend, StoreConfig};
 
 /// Every problem found in a configuration file, each prefixed by its key.
@@ -96,6 +103,11 @@ pub enum OnUnavailable {
     Forward,
 }
 
+choices! {
+    Unmatched { "forward" => Forward, "reject" => Reject }
+    OnUnavailable { "reject" => Reject, "forward" => Forward }
+}
+
 /// Listener addresses.
 #[derive(Debug, Clone)]
 pub struct Listen {
@@ -103,44 +115,6 @@ pub struct Listen {
     pub proxy: SocketAddr,
     /// `/metrics`, `/healthz`, `/readyz`, `/admin/*`.
     pub admin: SocketAddr,
-}
-
-/// Resource limits.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest accepted request body in bytes.
-    pub max_body_bytes: u64,
-    /// Time allowed to receive the request headers.
-    pub header_read_timeout: Duration,
-    /// Time in-flight work gets after SIGTERM.
-    pub shutdown_grace: Duration,
-    /// Time allowed to receive the body after the headers (slow-body guard).
-    pub body_read_timeout: Duration,
-    /// Time a connection may stay open with no request in progress; a
-    /// connection's first request must start within
-    /// `header_read_timeout` of accept (`crate::server`).
-    pub idle_timeout: Duration,
-    /// Bytes of request bodies buffered at once across all connections;
-    /// a body that would go beyond gets 503 `over_capacity`.
-    pub max_buffered_bytes: u64,
-    /// Open proxy connections at most; further ones wait in the listen
-    /// backlog until one closes.
-    pub max_connections: usize,
-    /// Header fields per request at most (hyper answers 431 beyond).
-    pub max_headers: usize,
-    /// Request-head bytes at most (hyper answers 431 beyond).
-    pub max_header_bytes: usize,
-    /// Duplicates of one key that may wait at once.
-    pub max_waiting_per_key: usize,
-    /// Largest upstream answer body stored for replay; larger ones stream
-    /// to the sender and their key is completed without a body.
-    pub max_stored_answer_bytes: usize,
-    /// Bytes of completed records kept in memory so replays skip the
-    /// store (`crate::replay_cache`); 0 turns the cache off.
-    pub replay_cache_bytes: usize,
-    /// Threads that serve requests, resolved (at least 1); one selects
-    /// tokio's current-thread scheduler (why: the crate docs, "Runtime").
-    pub worker_threads: usize,
 }
 
 /// `[upstream]` or a route's override.
@@ -160,6 +134,32 @@ impl fmt::Debug for Upstream {
             .field("timeout", &self.timeout)
             .finish()
     }
+}
+
+/// One protected route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Metric label and store key component.
+    pub name: String,
+    /// Path prefix that selects it, as configured (stage 1 compares its
+    /// canonical form: `pipeline::route`).
+    pub path_prefix: String,
+    /// Whether the prefix matches only in its own letter case.
+    pub case_sensitive: bool,
+    /// Accepted methods.
+    pub methods: Vec<Method>,
+    /// Upstream of this route.
+    pub upstream: Upstream,
+    /// Signature checking.
+    pub scheme: Scheme,
+    /// Deduplication rules.
+    pub idempotency: Idempotency,
+    /// Business-field whitelists, checked after the signature and before
+    /// the key is read.
+    pub guards: Vec<Guard>,
+    /// Failed deliveries acknowledged and redelivered; `None`: the
+    /// table is absent or disabled, and failures reach the sender.
+    pub inbox: Option<Inbox>,
 }
 
 /// The whole validated configuration.

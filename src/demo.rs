@@ -21,7 +21,7 @@
 //!   their luck.
 //!
 //! Each scenario uses its own payment numbers, checks what the sender got
-//! and what the handler did against SPEC §1–§4, and becomes one row of the
+//! and what the handler did against contract §1–§4, and becomes one row of the
 //! printed table. [`run`] returns `Ok(true)` only if every row is `ok`.
 //!
 //! Layout: `setup` (the configuration and the temporary directory for the

@@ -27,8 +27,7 @@ pub use problem::{PROBLEM_JSON, ProblemBaseError, ProblemTypes};
 
 /// Why idemgate itself answered instead of the upstream.
 ///
-/// The variants mirror the table of SPEC §3 one to one, plus the 404 for
-/// `unmatched = "reject"`. Keeping them in one enum means one match decides
+/// The variants mirror the table of contract §3 one to one. Keeping them in one enum means one match decides
 /// every status, reason and problem text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
@@ -43,7 +42,7 @@ pub enum Rejection {
     )]
     PathAmbiguous,
     /// Query parameters beside a signed body that the signature does not
-    /// cover and the backend could read in place of signed ones (SPEC §4
+    /// cover and the backend could read in place of signed ones (contract §4
     /// rule 12).
     #[error(
         "query parameters are not covered by the signature of this body; send the notification to a URL without them"
@@ -123,9 +122,9 @@ pub enum Rejection {
 /// The `reason` word of a [`Rejection`]: the `reason` member of its problem
 /// document and the closed label set of `idemgate_rejections_total`.
 ///
-/// Declared in the order of SPEC §3 (plus `route_not_found` and
-/// `path_ambiguous`); metrics index their counters by discriminant, so
-/// [`Reason::ALL`] follows the declaration order.
+/// Metrics index their counters by discriminant, so [`Reason::ALL`]
+/// follows the declaration order; contract §3 lists every reason in
+/// pipeline order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// The body exceeds `limits.max_body_bytes`.

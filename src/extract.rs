@@ -1,4 +1,9 @@
-//! A buffered request and the reading of selector values out of it.
+//! A buffered request, the selectors that name values in it, and the
+//! reading of those values out of it.
+//!
+//! [`Selector`] and the message [`Template`] (`selector.rs`) are parsed
+//! from the configuration once; they live here, below both `config` and
+//! `signature`, because both name request values with them.
 //!
 //! [`Inbound`] owns the request head and body bytes and parses the body at
 //! most once per format, only when a selector asks for it: a route that
@@ -29,6 +34,7 @@
 
 mod ambiguity;
 pub mod json;
+mod selector;
 pub mod xml;
 
 use std::borrow::Cow;
@@ -38,8 +44,9 @@ use bytes::Bytes;
 use http::request::Parts;
 
 use crate::budget::Reserved;
-use crate::config::Selector;
 use crate::error::Rejection;
+
+pub use selector::{Segment, Selector, Template};
 
 /// A request whose body has been read in full.
 #[derive(Debug)]

@@ -24,7 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use crate::config::HotKeysConfig;
-pub use summary::{Sighting, Summary, Tally};
+use crate::time::millis;
+pub use summary::{RedeliveryResult, Sighting, Summary};
 
 /// Table entries per reported key: the headroom space-saving needs so
 /// that the top `k` are found among keys that come and go (a key is kept
@@ -163,11 +164,6 @@ impl HotKeys {
         self.window
     }
 
-    /// The table of the route at `index` (route order), if tracked.
-    pub fn route(&self, index: usize) -> Option<&Arc<RouteHotKeys>> {
-        self.routes.get(index)
-    }
-
     /// The table of the route named `name`, if tracked.
     pub fn named(&self, name: &str) -> Option<&Arc<RouteHotKeys>> {
         self.routes.iter().find(|route| route.name == name)
@@ -184,9 +180,30 @@ impl HotKeys {
     }
 }
 
-/// A duration in whole milliseconds, saturating.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+/// The sightings the hot-key tests observe, shared by this module's
+/// tests and its children's.
+#[cfg(test)]
+pub(crate) mod sightings {
+    use super::Sighting;
+
+    /// A first delivery.
+    pub(crate) const FIRST: Sighting = Sighting {
+        outcome: "forwarded",
+        reason: None,
+        duplicate: false,
+    };
+    /// A replay: a duplicate.
+    pub(crate) const REPLAY: Sighting = Sighting {
+        outcome: "replayed",
+        reason: None,
+        duplicate: true,
+    };
+    /// A 409 `in_flight`: a duplicate.
+    pub(crate) const CONFLICT: Sighting = Sighting {
+        outcome: "rejected",
+        reason: Some("in_flight"),
+        duplicate: true,
+    };
 }
 
 #[cfg(test)]
@@ -194,16 +211,7 @@ mod tests {
     use super::*;
     use crate::config::TopK;
 
-    const FIRST: Sighting = Sighting {
-        outcome: "forwarded",
-        reason: None,
-        duplicate: false,
-    };
-    const CONFLICT: Sighting = Sighting {
-        outcome: "rejected",
-        reason: Some("in_flight"),
-        duplicate: true,
-    };
+    use sightings::{CONFLICT, FIRST};
 
     fn settings(k: usize, window: Duration) -> HotKeysConfig {
         HotKeysConfig {
@@ -216,7 +224,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_window_slides_with_the_clock() {
         let hot = HotKeys::new(&settings(2, Duration::from_secs(60)), ["pay", "refund"]);
-        let pay = hot.route(0).expect("tracked");
+        let pay = hot.named("pay").expect("tracked");
         assert_eq!(pay.name(), "pay");
         pay.observe(&[1; 32], FIRST);
         tokio::time::advance(Duration::from_secs(30)).await;
@@ -254,7 +262,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_k_keys_are_reported_from_a_table_of_4k() {
         let hot = HotKeys::new(&settings(3, Duration::from_secs(60)), ["pay"]);
-        let pay = hot.route(0).expect("tracked");
+        let pay = hot.named("pay").expect("tracked");
         for n in 0..50u8 {
             for _ in 0..=n % 5 {
                 pay.observe(&[n; 32], FIRST);
@@ -270,7 +278,7 @@ mod tests {
         off.enabled = false;
         let hot = HotKeys::new(&off, ["pay"]);
         assert!(!hot.enabled());
-        assert!(hot.route(0).is_none());
+        assert!(hot.routes().is_empty());
         assert!(hot.named("pay").is_none());
     }
 }

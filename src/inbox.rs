@@ -30,6 +30,8 @@
 //! confirm it leaves alone, and the next worker finds the claim expired
 //! and holds the delivery as unknown (conservative: never a second send).
 
+mod enqueue;
+pub(crate) mod metrics;
 mod operator;
 mod repair;
 mod transition;
@@ -41,17 +43,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, OnUpstreamTimeout, Route};
-use crate::metrics::inbox::InboxMetrics;
-use crate::pipeline::forward::{ForwardError, UpstreamAnswer};
-use crate::pipeline::settle;
-use crate::record::{
-    InboxEntry, OwnerMint, Record, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
-};
+use crate::config::{Config, Inbox, Route};
+use crate::record::{OwnerMint, Record, RecordState, StoredResponse, now_ms};
 use crate::store::inbox::{Book, BooksKey, Index, IndexKey};
-use crate::store::{AnyStore, Completion, Lease, StoreError, StoreKey};
+use crate::store::{AnyStore, StoreError, StoreKey};
+pub(crate) use enqueue::NotQueued;
+use metrics::InboxMetrics;
 pub(crate) use operator::{Action, Listing};
-pub(crate) use transition::Tally;
+pub(crate) use transition::RedeliveryResult;
 
 /// Dead-index entries checked against their records per refresh.
 const PRUNE_PAGE: usize = 100;
@@ -79,35 +78,40 @@ impl Indexes {
     }
 }
 
-/// Why [`Inboxes::enqueue`] did not keep a delivery: either way its
-/// sender is not acknowledged and gets the handler's failure.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum NotQueued {
-    /// The scope already owes `max_queued` deliveries (queued, delivering,
-    /// dead or unknown): the backlog is bounded by refusing new ones, never
-    /// by dropping old ones.
-    #[error("the inbox of scope {scope} is full ({owed} owed, max_queued {max})")]
-    Full {
-        /// The route's scope.
-        scope: String,
-        /// Deliveries owed (queued or held) when it looked.
-        owed: u64,
-        /// The bound.
-        max: u64,
-    },
-    /// The store did not take it.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+/// One route's inbox, built once at start-up: the route's settings, its
+/// `[route.inbox]` rules, its metrics and its scope's indexes. The
+/// pipeline's per-route runtime holds the same one, so queueing, the
+/// workers and the admin API never look a route up by number.
+#[derive(Debug)]
+pub(crate) struct RouteInbox {
+    /// The route's settings (upstream, idempotency).
+    pub(crate) settings: Route,
+    /// `[route.inbox]`.
+    pub(crate) rules: Inbox,
+    metrics: InboxMetrics,
+    indexes: Indexes,
 }
 
-/// A delivery [`Inboxes::enqueue`] kept.
-#[derive(Debug)]
-pub(crate) struct Queued {
-    /// What the sender is told (and every copy after it).
-    pub(crate) ack: StoredResponse,
-    /// Whether it was held as unknown (the live call timed out under
-    /// `on_upstream_timeout = "hold"`) rather than queued.
-    pub(crate) held: bool,
+impl RouteInbox {
+    /// The route's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// The route's scope: the key space its records and indexes share.
+    pub(crate) fn scope(&self) -> &str {
+        &self.settings.idempotency.scope
+    }
+
+    /// How long `record` is kept: until its delivery is resolved, then
+    /// the route's retention.
+    fn kept_for(&self, record: &Record) -> Duration {
+        let retention = self.settings.idempotency.retention;
+        match &record.state {
+            RecordState::Inbox(entry) => entry.stage.kept_for(retention),
+            _ => retention,
+        }
+    }
 }
 
 /// The inboxes of every route that has one, shared by the pipeline (which
@@ -117,171 +121,38 @@ pub(crate) struct Inboxes {
     config: Arc<Config>,
     store: Arc<AnyStore>,
     mint: OwnerMint,
-    /// Per route index: its metrics, if it has an inbox.
-    metrics: Vec<Option<InboxMetrics>>,
+    /// Every route with an inbox, in route order.
+    routes: Vec<Arc<RouteInbox>>,
 }
 
 impl Inboxes {
     /// The inboxes `config` declares (none is fine: then nothing runs).
     pub(crate) fn new(config: Arc<Config>, store: Arc<AnyStore>) -> Self {
-        let metrics = config
+        let prefix = &config.store.key_prefix;
+        let routes = config
             .routes
             .iter()
-            .map(|route| route.inbox.as_ref().map(|_| InboxMetrics::new(&route.name)))
+            .filter_map(|route| {
+                let rules = route.inbox.clone()?;
+                Some(Arc::new(RouteInbox {
+                    metrics: InboxMetrics::new(&route.name),
+                    indexes: Indexes::of(prefix, &route.idempotency.scope),
+                    settings: route.clone(),
+                    rules,
+                }))
+            })
             .collect();
         Self {
             config,
             store,
             mint: OwnerMint::new(),
-            metrics,
+            routes,
         }
     }
 
-    fn indexes(&self, route: &Route) -> Indexes {
-        Indexes::of(&self.config.store.key_prefix, &route.idempotency.scope)
-    }
-
-    /// Whether route `index` queues this result of its live call: the
-    /// route has an inbox, the route does not store the answer, and `on`
-    /// lists the failure.
-    pub(crate) fn wants(
-        &self,
-        index: usize,
-        result: &Result<UpstreamAnswer, ForwardError>,
-    ) -> bool {
-        let route = &self.config.routes[index];
-        let Some(inbox) = &route.inbox else {
-            return false;
-        };
-        match result {
-            Ok(answer) => {
-                let status = answer.status.as_u16();
-                !route.idempotency.cache_status.contains(status) && inbox.on.status(status)
-            }
-            Err(ForwardError::Refused) => inbox.on.refused,
-            Err(ForwardError::Broken | ForwardError::Timeout) => inbox.on.timeout,
-        }
-    }
-
-    /// Queues a first delivery whose live call failed as `on` lists:
-    /// indexes first, then the record (with its owed-set entry) over the
-    /// claim `lease` proves. An error means the sender must not be
-    /// acknowledged: nothing was queued, or (with `min_replicas_ack`) the
-    /// queued record is not on enough replicas to survive a failover. The
-    /// caller settles the claim as it would without an inbox, so the
-    /// sender is never told "ok" for a delivery the store may not hold.
-    pub(crate) async fn enqueue(
-        &self,
-        index: usize,
-        lease: &Lease,
-        request: StoredRequest,
-        result: &Result<UpstreamAnswer, ForwardError>,
-    ) -> Result<Queued, NotQueued> {
-        let route = &self.config.routes[index];
-        let inbox = route
-            .inbox
-            .as_ref()
-            .expect("wants() checked the route has an inbox");
-        let indexes = self.indexes(route);
-        // Every owed delivery counts, held ones too: none of them expires,
-        // so this is what bounds the store's memory. Checked, then added:
-        // instances queueing at the same moment can each pass, so the
-        // bound may be exceeded by that many.
-        let (pending, _) = self.store.index_stats(&indexes.since).await?;
-        let (held, _) = self.store.index_stats(&indexes.dead).await?;
-        let owed = pending.saturating_add(held);
-        if owed >= inbox.max_queued {
-            if let Some(metrics) = &self.metrics[index] {
-                metrics.full();
-            }
-            return Err(NotQueued::Full {
-                scope: route.idempotency.scope.clone(),
-                owed,
-                max: inbox.max_queued,
-            });
-        }
-        let now = now_ms();
-        let (error, answer, unknown) = match result {
-            Ok(answer) => (
-                format!("handler answered {}", answer.status.as_u16()),
-                Some(settle::stored(answer)),
-                false,
-            ),
-            Err(error) => (error.to_string(), None, *error != ForwardError::Refused),
-        };
-        let held = unknown && route.idempotency.on_upstream_timeout == OnUpstreamTimeout::Hold;
-        let mut entry = InboxEntry {
-            ack: ack(inbox),
-            stage: if held { Stage::Unknown } else { Stage::Queued },
-            attempts: 0,
-            limit: inbox.max_attempts,
-            due_ms: now,
-            route: route.name.clone(),
-            last_error: String::new(),
-            last_answer: answer,
-            request,
-        };
-        entry.set_error(&if unknown {
-            format!("outcome unknown: {error}")
-        } else {
-            error
-        });
-        let hash = lease.key().hash();
-        if held {
-            self.store.index_add(&indexes.dead, hash, now).await?;
-        } else {
-            entry.due_ms = now + millis(transition::delay(inbox, 0, transition::jitter()));
-            self.store.index_add(&indexes.since, hash, now).await?;
-            self.store
-                .index_add(&indexes.due, hash, entry.due_ms)
-                .await?;
-        }
-        let ack = entry.ack.clone();
-        let stage = entry.stage;
-        let record = lease
-            .record()
-            .with_state(RecordState::Inbox(Box::new(entry)));
-        let kept = stage.kept_for(route.idempotency.retention);
-        // The record and its owed-set entry in one step; with
-        // `min_replicas_ack`, an error unless enough replicas have both.
-        let written = match self.store.complete(lease, &record, kept).await {
-            Ok(Completion::TakenOver) => Err(StoreError::Backend(
-                "another delivery holds the key: the claim was lost before it was queued".into(),
-            )),
-            Ok(_) => Ok(()),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = written {
-            self.unqueue(&indexes, hash, held).await;
-            return Err(NotQueued::Store(error));
-        }
-        self.enter(&indexes.books, Book::Acknowledged, hash).await;
-        tracing::warn!(
-            route = route.name,
-            key = hash,
-            stage = stage.as_str(),
-            "handler could not take the delivery: acknowledged and kept in the inbox"
-        );
-        Ok(Queued {
-            ack,
-            held: stage == Stage::Unknown,
-        })
-    }
-
-    /// Takes back the index entries of a delivery [`Inboxes::enqueue`]
-    /// did not queue after all (best effort: a worker or the repair pass
-    /// clears what is left).
-    async fn unqueue(&self, indexes: &Indexes, hash: &str, held: bool) {
-        let written = if held {
-            vec![&indexes.dead]
-        } else {
-            vec![&indexes.since, &indexes.due]
-        };
-        for index in written {
-            if let Err(error) = self.store.index_remove(index, hash).await {
-                tracing::debug!(key = hash, %error, "inbox: index entry of an unqueued delivery left for the workers");
-            }
-        }
+    /// The inbox of the route named `name`, if it has one.
+    pub(crate) fn route(&self, name: &str) -> Option<&Arc<RouteInbox>> {
+        self.routes.iter().find(|inbox| inbox.name() == name)
     }
 
     /// Writes one line into a scope's books. A failure is logged, not
@@ -303,9 +174,9 @@ impl Inboxes {
     /// cancelled.
     pub(crate) fn start(self: &Arc<Self>, tracker: &TaskTracker, shutdown: &CancellationToken) {
         let mut scopes: Vec<&str> = Vec::new();
-        for route in self.config.routes.iter().filter(|r| r.inbox.is_some()) {
-            if !scopes.contains(&route.idempotency.scope.as_str()) {
-                scopes.push(&route.idempotency.scope);
+        for inbox in &self.routes {
+            if !scopes.contains(&inbox.scope()) {
+                scopes.push(inbox.scope());
             }
         }
         for scope in scopes {
@@ -314,7 +185,7 @@ impl Inboxes {
             let repair = repair::Repair::new(Arc::clone(self), scope);
             tracker.spawn(repair.run(shutdown.clone()));
         }
-        if self.metrics.iter().any(Option::is_some) {
+        if !self.routes.is_empty() {
             tracker.spawn(Arc::clone(self).refresh_gauges(shutdown.clone()));
         }
     }
@@ -328,25 +199,24 @@ impl Inboxes {
                 () = shutdown.cancelled() => break,
                 _ = ticker.tick() => {}
             }
-            for (route, metrics) in self.config.routes.iter().zip(&self.metrics) {
-                let Some(metrics) = metrics else { continue };
-                if let Err(error) = self.refresh(route, metrics).await {
-                    tracing::debug!(route = route.name, %error, "inbox gauges not refreshed");
+            for inbox in &self.routes {
+                if let Err(error) = self.refresh(inbox).await {
+                    tracing::debug!(route = inbox.name(), %error, "inbox gauges not refreshed");
                 }
             }
         }
     }
 
-    async fn refresh(&self, route: &Route, metrics: &InboxMetrics) -> Result<(), StoreError> {
-        let indexes = self.indexes(route);
+    async fn refresh(&self, inbox: &RouteInbox) -> Result<(), StoreError> {
+        let indexes = &inbox.indexes;
         let now = now_ms();
-        self.prune_dead(route, &indexes.dead).await?;
+        self.prune_dead(inbox).await?;
         let (queued, oldest) = self.store.index_stats(&indexes.since).await?;
         let (dead, _) = self.store.index_stats(&indexes.dead).await?;
         let books = self.store.books_read(&indexes.books).await?;
         let age = oldest.map_or(0.0, |at| now.saturating_sub(at) as f64 / 1e3);
-        metrics.backlog(queued, age, dead);
-        metrics.books(&books);
+        inbox.metrics.backlog(queued, age, dead);
+        inbox.metrics.books(&books);
         Ok(())
     }
 
@@ -355,10 +225,11 @@ impl Inboxes {
     /// by an operator, or gone. Each entry is judged by its own record,
     /// never by the retention of whichever route of the scope looks
     /// (held records do not expire: [`Stage::kept_for`]).
-    async fn prune_dead(&self, route: &Route, dead: &IndexKey) -> Result<(), StoreError> {
+    async fn prune_dead(&self, inbox: &RouteInbox) -> Result<(), StoreError> {
         let prefix = &self.config.store.key_prefix;
+        let dead = &inbox.indexes.dead;
         for (hash, _) in self.store.index_page(dead, 0, PRUNE_PAGE).await? {
-            let key = StoreKey::new(prefix, &route.idempotency.scope, &hash);
+            let key = StoreKey::new(prefix, inbox.scope(), &hash);
             let held = match self.store.lookup(&key).await? {
                 Some(existing) => matches!(
                     &existing.record.state,
@@ -372,18 +243,10 @@ impl Inboxes {
         }
         Ok(())
     }
-
-    fn route(&self, name: &str) -> Option<(usize, &Route)> {
-        self.config
-            .routes
-            .iter()
-            .enumerate()
-            .find(|(_, route)| route.name == name && route.inbox.is_some())
-    }
 }
 
 /// The acknowledgement a route's inbox sends.
-fn ack(inbox: &crate::config::Inbox) -> StoredResponse {
+fn ack(inbox: &Inbox) -> StoredResponse {
     let headers = inbox
         .ack
         .content_type
@@ -400,18 +263,4 @@ fn ack(inbox: &crate::config::Inbox) -> StoredResponse {
         headers,
         body: crate::record::StoredBody::Kept(inbox.ack.body.clone()),
     }
-}
-
-/// How long `record` is kept: until its delivery is resolved, then the
-/// route's retention.
-fn kept_for(record: &Record, route: &Route) -> Duration {
-    let retention = route.idempotency.retention;
-    match &record.state {
-        RecordState::Inbox(entry) => entry.stage.kept_for(retention),
-        _ => retention,
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

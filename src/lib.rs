@@ -4,28 +4,37 @@
 //! It sits in front of a legacy handler, verifies each delivery's signature
 //! and freshness, claims the delivery's key atomically in a shared store,
 //! forwards only the first delivery, stores the handler's answer and
-//! replays it to every duplicate. The product contract is `SPEC.md`
-//! (mirrored in `config/idemgate.toml` and the README).
+//! replays it to every duplicate. The product contract is
+//! `docs/contract.md` (cited in the code as "contract §N");
+//! `config/idemgate.toml` is the reference of every setting and the README
+//! the user guide.
 //!
 //! # Architecture
 //!
 //! ```text
-//! sender ──► server.rs ──► pipeline.rs ────────────────────────────────► response
-//!                            │ 1 route     pipeline/route.rs    400 ───┤  (unmatched: forward | 404)
-//!                            │ 2 body      pipeline/body.rs     413 ───┤
-//!                            │ 3 verify    pipeline/verify.rs   401 ───┤  error.rs: the ONE
-//!                            │ 4 identify  pipeline/identify.rs 400 ───┤  Rejection → status,
-//!                            │ 5 claim     pipeline/claim.rs    503/409/422  reason, problem+json
-//!                            │ 6 forward   pipeline/forward.rs  502/504┤
-//!                            │ 7 settle    pipeline/settle.rs  (complete | release | unknown)
-//!                            │             pipeline/outcome.rs + persist.rs: stored until it sticks
+//! sender ──► server.rs ──► pipeline.rs ─────────────────────────────────────► response
+//!                            │ 1 route    pipeline/route.rs   400 ──┤ (unmatched: forward | 404)
+//!                            │   (hands the request its pipeline/runtime.rs RouteRuntime)
+//!                            │ 2 body     pipeline/body.rs    413 ──┤  error.rs: the ONE
+//!                            │ 3 verify   pipeline/verify.rs  401 ──┤  Rejection → status,
+//!                            │   guard    pipeline/guard.rs   400 ──┤  reason, problem+json
+//!                            │ 4 identify pipeline/identify.rs 400 ─┤
+//!                            │ 5 claim    pipeline/claim.rs   503/409/422
+//!                            │ 6 forward  pipeline/deliver.rs → upstream/  502/504
+//!                            │ 7 settle   pipeline/settle.rs + outcome.rs (complete | release | unknown)
+//!                            │            or inbox/ (queued; the sender gets the ack)
+//!                            │   mode     pipeline/shadow.rs (enforce | shadow)
 //!                            ▼
-//!                         store.rs (trait) ── store/redis.rs (fred + lua/*.lua)
-//!                            │             └─ store/embedded.rs (redb)
-//!                            └ replay_cache.rs: completed records in memory,
-//!                              replay_cache/tracking.rs: CLIENT TRACKING invalidations
-//!         admin.rs: /metrics /healthz /readyz      metrics.rs: names, buckets, helpers
+//!          store.rs (contract) ── store/redis (fred + lua/*.lua) │ store/embedded (redb)
+//!                              └── replay_cache.rs in front of it; store/upkeep.rs its own
+//!                                  background work (sweeper, eviction watch, tracking)
+//!          inbox/ ── redelivers through upstream/ and the store; never through pipeline/
+//!          admin/ ── /metrics /healthz /readyz /admin/*   metrics.rs: buckets, shared names (a leaf)
 //! ```
+//!
+//! Each module depends only on modules below it; `.ci/module-cycles`
+//! checks that no two top-level modules (and no two of `config/`'s)
+//! import each other.
 //!
 //! # Runtime
 //!
@@ -38,32 +47,53 @@
 //! connection each. This is the one place the choice is explained; the
 //! measured difference is in `bench/RESULTS.md` (Optimisations).
 //!
+//! # Conventions
+//!
+//! A poisoned lock is recovered (`PoisonError::into_inner`), never turned
+//! into a second panic: every lock guards a map or counter updated in
+//! single statements, valid whatever panicked. Time is unix milliseconds
+//! ([`time`]).
+//!
 //! # Layout
 //!
-//! * [`config`] — the TOML file: raw serde structs, selectors, validation.
-//! * [`app`] — wires config into store, pipeline, listeners; owns shutdown.
-//! * [`server`] — accept loop, HTTP/1+2, progress and idle bounds,
-//!   HTTP/2 stream limits, graceful drain.
-//! * [`body`] — the one body type, and the one way to build a buffered one.
-//! * [`budget`] — the process-wide bound on buffered request bodies.
-//! * [`pipeline`] — the request stages, sequenced in one place.
-//! * [`path`] — canonical request paths (routing and `path_prefix` checks).
-//! * [`encoding`] — the lenient base64 engine secrets and signatures share.
-//! * [`extract`] — a buffered request and selector reads out of it.
-//! * [`signature`] — the HMAC core and the signature schemes.
-//! * [`store`] — the store contract; Redis and embedded backends.
+//! * [`config`] — the TOML file: raw serde structs, section validators,
+//!   cross-section checks, the effective-config printer.
+//! * [`app`] — wires config into store, per-route runtimes, pipeline,
+//!   inbox, listeners; owns shutdown.
+//! * `server` — accept loop, HTTP/1+2, progress and idle bounds, HTTP/2
+//!   stream limits, graceful drain.
+//! * [`pipeline`] — the request stages, sequenced in one place; the
+//!   per-route runtime; the pipeline's metrics.
+//! * `upstream` — talking to the handler: the pooled client, forwarding,
+//!   quick-ack, the stored form of an answer.
+//! * `inbox` — the durable inbox: queueing, redelivery workers, the repair
+//!   pass, operator actions, its metrics.
+//! * [`store`] — the store contract; Redis and embedded backends, the
+//!   inbox's store operations, the store's metrics and background work.
+//! * [`replay_cache`] — completed records in memory, in front of the store.
 //! * [`record`] — the versioned record encoding both stores share.
+//! * [`signature`] — the HMAC core, the signature schemes, the senders'
+//!   presets and key material (secrets, RSA public keys).
+//! * [`extract`] — a buffered request, selectors and message templates,
+//!   and selector reads out of the request.
+//! * [`path`] — canonical request paths (routing and `path_prefix` checks).
 //! * [`error`] — every rejection's status, reason and problem+json.
-//! * [`metrics`] — metric names, labels and recording helpers.
+//! * `metrics` — histogram buckets, build info and the names several
+//!   modules share; each module keeps its own metrics beside it.
 //! * [`hot_keys`] — per-route top-k keys by deliveries in a sliding window.
-//! * [`log_writer`] — log lines to stderr in timed batches.
 //! * [`admin`] — the admin listener.
 //! * [`rotation`] — `file:` secrets re-read on SIGHUP or when they change.
-//! * [`demo`] — `idemgate demo`, a self-contained demonstration.
 //! * [`telemetry`] — optional OpenTelemetry trace export (`[tracing]`).
+//! * [`log_writer`] — log lines to stderr in timed batches.
+//! * [`demo`] — `idemgate demo`, a self-contained demonstration.
+//! * [`time`] — unix milliseconds, and the one `Duration` conversion.
+//! * `body`, `budget`, `backoff`, `encoding` — the one body type, the
+//!   process-wide bound on buffered bodies, doubling pauses, the lenient
+//!   base64 engine.
 
 pub mod admin;
 pub mod app;
+pub(crate) mod backoff;
 pub(crate) mod body;
 pub(crate) mod budget;
 pub mod config;
@@ -84,3 +114,5 @@ pub(crate) mod server;
 pub mod signature;
 pub mod store;
 pub mod telemetry;
+pub mod time;
+pub(crate) mod upstream;

@@ -21,7 +21,7 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Exit code for an invalid configuration (SPEC §8).
+/// Exit code for an invalid configuration (contract §8).
 const EXIT_BAD_CONFIG: u8 = 2;
 
 #[derive(Debug, Parser)]

@@ -9,20 +9,39 @@
 //! 4 identify pipeline/identify.rs       400
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
-//! 6 forward  pipeline/forward.rs        502 | 504   (detached from the sender)
+//! 6 forward  pipeline/deliver.rs        a detached task, through crate::upstream: 502 | 504
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
 //!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
 //!                                       retries until stored (the answer is in hand)
-//!            crate::inbox               or, for a failure `[route.inbox] on` lists:
-//!                                       queued, and the sender gets the ack
+//!            pipeline/deliver.rs        or, for a failure `[route.inbox] on` lists:
+//!                                       queued in crate::inbox, the sender gets the ack
+//!   mode     pipeline/shadow.rs         enforce answers the verdict; shadow sends on
 //! ```
+//!
+//! Words, one per thing a request carries on its way:
+//!
+//! * *delivery*: a request to a protected route, selected with its
+//!   [`runtime::RouteRuntime`]; stage 4 gives it a *key* and a
+//!   *fingerprint* ([`identify::Identity`]).
+//! * *claim* and *lease*: stage 5 takes the key ([`crate::store::Lease`]);
+//!   a [`claim::Decision`] says forward, replay or refuse.
+//! * *verdict* (`shadow::Verdict`): how enforce mode answers a request a
+//!   rule stopped; the request itself is *withheld* (`shadow::Withheld`),
+//!   so shadow mode can still send it on.
+//! * *claim action* ([`settle::ClaimAction`]): what the store is told to do
+//!   with a claim once the handler answered (keep a record, or release);
+//!   *settled* (`report::Settled`): what the log line says came of it.
+//! * *finished* (`report::Finished`): a request's end, counted and logged
+//!   exactly once; an *ending* (`report::Ending`) is either one still to be
+//!   recorded or the answer of one a detached first delivery recorded.
+//! * *log reason* (`report::LogReason`): the `reason=` of the log line.
 //!
 //! Each stage takes its input and returns the next type or a
 //! [`Rejection`]; no stage calls another. The stages run as enforce mode
 //! would; shadow mode has its say in one place afterwards
 //! ([`shadow`]). A first delivery's forward and
 //! settle run as a task of their own under the app's `TaskTracker`, so the
-//! sender hanging up cancels nothing (SPEC §4 rule 3) and shutdown waits
+//! sender hanging up cancels nothing (contract §4 rule 3) and shutdown waits
 //! for it. Its answer is stored before the sender gets it; if the store
 //! refuses it, the sender gets the answer at once and the task keeps
 //! storing it ([`persist`]) until it sticks, the lease is provably lost or
@@ -31,20 +50,19 @@
 //! counted and logged once: recording consumes it, so it can not happen
 //! twice.
 
-pub(crate) mod backoff;
 pub(crate) mod body;
 pub(crate) mod claim;
-pub(crate) mod forward;
+mod deliver;
 pub(crate) mod guard;
 pub mod identify;
-mod inbox;
 pub(crate) mod lease_timing;
+pub(crate) mod metrics;
 mod outcome;
 pub mod parameters;
 pub(crate) mod persist;
-pub(crate) mod quick_ack;
 mod report;
 pub mod route;
+pub(crate) mod runtime;
 #[cfg(test)]
 mod scripted;
 pub(crate) mod settle;
@@ -65,33 +83,31 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use self::metrics::{Outcome, RouteMetrics, UNMATCHED_ROUTE};
 use crate::body::ProxyBody;
 use crate::config::{self, Config, OnUnavailable};
 use crate::error::Rejection;
 use crate::extract::Inbound;
-use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
-use crate::metrics::{self, Outcome, RouteMetrics};
-use crate::record::{StoredRequest, now_ms};
-use crate::store::{AnyStore, Lease};
+use crate::record::now_ms;
+use crate::store::AnyStore;
+use crate::upstream::{self, UpstreamClient};
 use claim::{Claimer, Decision};
-use forward::{ForwardError, UpstreamClient};
 use identify::Identity;
-use lease_timing::LeaseTiming;
-use report::{Ending, Finished, Labels, Origin, Settled};
+use report::{Ending, Finished, Labels, Origin};
 use route::{Router, Selection, Target};
-use settle::Settlement;
-use shadow::{Enforced, Held, Verdict};
+use runtime::RouteRuntime;
+use shadow::{Enforced, Verdict, Withheld};
 use verify::{Unverified, Verified};
 
 /// What became of a request no route selected.
 enum Unmatched {
     /// Answered: passed through, or refused (404, 413, 408).
     Finished(Finished),
-    /// Its form body's `_method` field reaches route `index`.
+    /// Its form body's `_method` field reaches `route`.
     Ambiguous {
         /// The route it may reach.
-        index: usize,
+        route: Arc<RouteRuntime>,
         /// The request, its body read.
         inbound: Inbound,
     },
@@ -104,8 +120,8 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Pipeline {
     config: Arc<Config>,
-    /// Stage 1: the routes' canonical prefixes.
-    router: Router,
+    /// Stage 1: the routes' canonical prefixes, each with its runtime.
+    router: Router<Arc<RouteRuntime>>,
     store: Arc<AnyStore>,
     client: UpstreamClient,
     /// Stage 5, with what duplicates on this instance share.
@@ -114,8 +130,8 @@ pub(crate) struct Pipeline {
     /// Cancelled when shutdown's grace period runs out: answers still not
     /// stored by then are given up (and counted as unknown outcomes).
     grace_over: CancellationToken,
-    /// Metric handles per route, in route order, then the unmatched ones.
-    meters: Vec<RouteMetrics>,
+    /// The metric handles of requests no route selected.
+    unmatched: RouteMetrics,
     /// Where first deliveries the handler could not take are queued.
     inboxes: Arc<Inboxes>,
     /// `[tracing]` is configured: deliveries make spans ([`trace`]).
@@ -127,27 +143,22 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Assembles a pipeline; `tracker` owns the detached upstream calls,
-    /// which stop retrying a store write once `grace_over` is cancelled;
-    /// each route's deliveries feed its table in `hot_keys`.
+    /// Assembles a pipeline over the routes' runtimes (in route order);
+    /// `tracker` owns the detached upstream calls, which stop retrying a
+    /// store write once `grace_over` is cancelled.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
         inboxes: Arc<Inboxes>,
         tracker: TaskTracker,
         grace_over: CancellationToken,
-        hot_keys: &HotKeys,
+        routes: &[Arc<RouteRuntime>],
     ) -> Self {
-        let meters = config
-            .routes
-            .iter()
-            .enumerate()
-            .map(|(index, route)| {
-                RouteMetrics::new(&route.name, route.scheme.secret_count())
-                    .with_hot_keys(hot_keys.route(index).cloned())
-            })
-            .chain([RouteMetrics::new(metrics::UNMATCHED_ROUTE, 0)])
-            .collect();
+        let router = Router::of(
+            routes
+                .iter()
+                .map(|route| (&route.settings, Arc::clone(route))),
+        );
         let tracing = config.tracing.is_some();
         let claimer = Claimer::new(
             Arc::clone(&store),
@@ -160,12 +171,12 @@ impl Pipeline {
             budget: crate::budget::Budget::new(config.limits.max_buffered_bytes),
         };
         Self {
-            meters,
-            router: Router::new(&config.routes),
+            unmatched: RouteMetrics::new(UNMATCHED_ROUTE, 0),
+            router,
             body_limits,
             config,
             store,
-            client: forward::client(),
+            client: upstream::client(),
             claimer,
             tracker,
             grace_over,
@@ -211,40 +222,41 @@ impl Pipeline {
             peer,
             started,
         };
-        let (route_index, ending) = match selection {
+        let (route, ending) = match selection {
             Selection::Unmatched => match self.unmatched(request, peer).await {
                 Unmatched::Finished(finished) => (None, finished.into()),
-                Unmatched::Ambiguous { index, inbound } => {
+                Unmatched::Ambiguous { route, inbound } => {
                     // A `_method` field of its form body reaches a route:
                     // refused as stage 1 refuses an override header.
                     let enforced = Enforced::Stopped {
                         verdict: Verdict::Refuse(Rejection::PathAmbiguous),
-                        held: Held::Unclaimed(inbound),
+                        held: Withheld::Unclaimed(inbound),
                     };
-                    (Some(index), self.apply_mode(index, enforced, peer).await)
+                    let ending = self.apply_mode(&route, enforced, peer).await;
+                    (Some(route), ending)
                 }
             },
-            Selection::Ambiguous { index } => {
+            Selection::Ambiguous { route } => {
                 // Stage 1 can not tell which request this is: enforce mode
                 // refuses it, shadow mode streams it on unread.
                 let enforced = Enforced::Stopped {
                     verdict: Verdict::Refuse(Rejection::PathAmbiguous),
-                    held: Held::Unread(request),
+                    held: Withheld::Unread(request),
                 };
-                (Some(index), self.apply_mode(index, enforced, peer).await)
+                let ending = self.apply_mode(&route, enforced, peer).await;
+                (Some(route), ending)
             }
-            Selection::Route(target) => (
-                Some(target.index),
-                Arc::clone(&self).protected(target, request, &origin).await,
-            ),
+            Selection::Route(target) => {
+                let route = Arc::clone(&target.route);
+                let ending = Arc::clone(&self).protected(target, request, &origin).await;
+                (Some(route), ending)
+            }
         };
         match ending {
-            Ending::Pending(finished) => {
-                let route_name =
-                    route_index.map_or(metrics::UNMATCHED_ROUTE, |i| &self.config.routes[i].name);
-                let meters = &self.meters[route_index.unwrap_or(self.config.routes.len())];
-                finished.record(route_name, meters, &origin)
-            }
+            Ending::Pending(finished) => match &route {
+                Some(route) => finished.record(&route.meters, route.hot_keys.as_deref(), &origin),
+                None => finished.record(&self.unmatched, None, &origin),
+            },
             Ending::Recorded(response) => response,
         }
     }
@@ -270,14 +282,14 @@ impl Pipeline {
                 }
             };
             let parts = &inbound.parts;
-            if let Some(Selection::Ambiguous { index }) = self.router.with_body(
+            if let Some(Selection::Ambiguous { route }) = self.router.with_body(
                 &parts.method,
                 parts.uri.path(),
                 parts.uri.query(),
                 &parts.headers,
                 &inbound.body,
             ) {
-                return Unmatched::Ambiguous { index, inbound };
+                return Unmatched::Ambiguous { route, inbound };
             }
             Request::from_parts(inbound.parts, crate::body::full(inbound.body))
         } else {
@@ -289,18 +301,32 @@ impl Pipeline {
                 &self.config.problem_types,
             ));
         }
+        Unmatched::Finished(
+            self.pass_through_metered(&self.unmatched, &self.config.upstream, request, peer)
+                .await,
+        )
+    }
+
+    /// Passes a request through untouched to `upstream`, counting the call
+    /// in `meters`: the passthrough of an unmatched request, and shadow
+    /// mode's send of a request it could not read.
+    async fn pass_through_metered(
+        &self,
+        meters: &RouteMetrics,
+        upstream: &config::Upstream,
+        request: Request<ProxyBody>,
+        peer: Option<SocketAddr>,
+    ) -> Finished {
         let started = Instant::now();
-        let result =
-            forward::pass_through(&self.client, &self.config.upstream, request, peer).await;
-        let meters = &self.meters[self.config.routes.len()];
+        let result = upstream::pass_through(&self.client, upstream, request, peer).await;
         meters.upstream(started.elapsed());
-        Unmatched::Finished(match result {
+        match result {
             Ok(response) => Finished::passed_through(response),
             Err(error) => {
-                meters.upstream_error(error.kind());
+                meters.upstream_error(self::metrics::UpstreamErrorKind::of(error));
                 Finished::rejected(error.rejection(), &self.config.problem_types)
             }
-        })
+        }
     }
 
     /// A request to a protected route: the stages as enforce mode runs
@@ -308,13 +334,13 @@ impl Pipeline {
     /// ([`Pipeline::apply_mode`]).
     async fn protected(
         self: Arc<Self>,
-        target: Target,
+        target: Target<Arc<RouteRuntime>>,
         request: Request<Incoming>,
         origin: &Origin,
     ) -> Ending {
-        let index = target.index;
+        let route = Arc::clone(&target.route);
         let (enforced, labels) = Arc::clone(&self).enforce(target, request, origin).await;
-        self.apply_mode(index, enforced, origin.peer)
+        self.apply_mode(&route, enforced, origin.peer)
             .await
             .labelled(labels)
     }
@@ -324,78 +350,16 @@ impl Pipeline {
     /// are what the log line says about the delivery.
     async fn enforce(
         self: Arc<Self>,
-        target: Target,
+        target: Target<Arc<RouteRuntime>>,
         request: Request<Incoming>,
         origin: &Origin,
     ) -> (Enforced, Labels) {
         let peer = origin.peer;
-        let index = target.index;
-        let route = &self.config.routes[index];
-        let inbound = match body::read(request, &self.body_limits).await {
-            Ok(inbound) => inbound,
-            Err(rejection) => {
-                return (
-                    Finished::rejected(rejection, &self.config.problem_types).into(),
-                    Labels::default(),
-                );
-            }
-        };
-        let parts = &inbound.parts;
-        let reselected = self.router.with_body(
-            &parts.method,
-            parts.uri.path(),
-            parts.uri.query(),
-            &parts.headers,
-            &inbound.body,
-        );
-        if reselected.is_some_and(|again| !matches!(again, Selection::Route(t) if t.index == index))
-        {
-            // A `_method` field of the form body reaches another route.
-            let stopped = Enforced::Stopped {
-                verdict: Verdict::Refuse(Rejection::PathAmbiguous),
-                held: Held::Unclaimed(inbound),
-            };
-            return (stopped, Labels::default());
-        }
-        let verified = match trace::verify(self.tracing)
-            .in_scope(|| verify::verify(inbound, route, now_ms()))
-        {
-            Ok(verified) => {
-                if let Some(secret) = verified.authenticity().secret_index {
-                    self.meters[index].secret_match(secret);
-                }
-                verified
-            }
-            Err(refused) => {
-                let Unverified { inbound, rejection } = *refused;
-                let stopped = Enforced::Stopped {
-                    verdict: Verdict::Refuse(rejection),
-                    held: Held::Unclaimed(inbound),
-                };
-                return (stopped, Labels::default());
-            }
-        };
-        if let Err(rejection) = guard::check(verified.inbound(), &route.guards) {
-            let stopped = Enforced::Stopped {
-                verdict: Verdict::Refuse(rejection),
-                held: Held::Unclaimed(verified.into_inbound()),
-            };
-            return (stopped, Labels::default());
-        }
-        let identity = match identify::identify(
-            &verified,
-            route,
-            &target.canonical,
-            &self.config.store.key_prefix,
-        ) {
-            Ok(identity) => identity,
-            Err(rejection) => {
-                let stopped = Enforced::Stopped {
-                    verdict: Verdict::Refuse(rejection),
-                    held: Held::Unclaimed(verified.into_inbound()),
-                };
-                return (stopped, Labels::default());
-            }
+        let runtime = &target.route;
+        let route = &runtime.settings;
+        let (verified, identity) = match self.admit(&target, request).await {
+            Ok(admitted) => admitted,
+            Err(stopped) => return (stopped, Labels::default()),
         };
         let secret_index = verified.authenticity().secret_index;
         let rules = &route.idempotency;
@@ -410,7 +374,7 @@ impl Pipeline {
         let enforced = match decision {
             Ok(Decision::Forward(lease)) => Enforced::Ended(
                 Arc::clone(&self)
-                    .first_delivery(index, verified, &identity, lease, origin)
+                    .first_delivery(runtime, verified, &identity, lease, origin)
                     .await,
             ),
             Ok(Decision::Replay {
@@ -424,21 +388,21 @@ impl Pipeline {
                         answer,
                         answered_at_ms,
                     },
-                    held: Held::Duplicate(verified.into_inbound()),
+                    held: Withheld::Duplicate(verified.into_inbound()),
                 }
             }
             Ok(Decision::Refuse(rejection, first)) => {
                 first_trace = first;
                 Enforced::Stopped {
                     verdict: Verdict::Refuse(rejection),
-                    held: Held::Duplicate(verified.into_inbound()),
+                    held: Withheld::Duplicate(verified.into_inbound()),
                 }
             }
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
                     OnUnavailable::Forward => self
-                        .unprotected(index, verified.inbound(), peer, Outcome::Unprotected)
+                        .unprotected(runtime, verified.inbound(), peer, Outcome::Unprotected)
                         .await
                         .into(),
                     OnUnavailable::Reject => Finished::rejected(
@@ -463,128 +427,72 @@ impl Pipeline {
         (enforced, labels)
     }
 
+    /// Stages 2 to 4 for a routed request: its body, a second look at the
+    /// route once the body is read, the signature, the guards and the
+    /// key. A request a stage refuses is handed back unclaimed, with the
+    /// verdict, for the mode to decide on.
+    async fn admit(
+        &self,
+        target: &Target<Arc<RouteRuntime>>,
+        request: Request<Incoming>,
+    ) -> Result<(Verified, Identity), Enforced> {
+        let runtime = &target.route;
+        let route = &runtime.settings;
+        let refused = |rejection, inbound| Enforced::Stopped {
+            verdict: Verdict::Refuse(rejection),
+            held: Withheld::Unclaimed(inbound),
+        };
+        let inbound = body::read(request, &self.body_limits)
+            .await
+            .map_err(|rejection| Finished::rejected(rejection, &self.config.problem_types))?;
+        let parts = &inbound.parts;
+        let reselected = self.router.with_body(
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query(),
+            &parts.headers,
+            &inbound.body,
+        );
+        if reselected.is_some_and(
+            |again| !matches!(again, Selection::Route(t) if Arc::ptr_eq(&t.route, runtime)),
+        ) {
+            // A `_method` field of the form body reaches another route.
+            return Err(refused(Rejection::PathAmbiguous, inbound));
+        }
+        let verified = trace::verify(self.tracing)
+            .in_scope(|| verify::verify(inbound, route, now_ms()))
+            .map_err(|refusal| {
+                let Unverified { inbound, rejection } = *refusal;
+                refused(rejection, inbound)
+            })?;
+        if let Some(secret) = verified.authenticity().secret_index {
+            runtime.meters.secret_match(secret);
+        }
+        if let Err(rejection) = guard::check(verified.inbound(), &route.guards) {
+            return Err(refused(rejection, verified.into_inbound()));
+        }
+        match identify::identify(
+            &verified,
+            route,
+            &target.canonical,
+            &self.config.store.key_prefix,
+        ) {
+            Ok(identity) => Ok((verified, identity)),
+            Err(rejection) => Err(refused(rejection, verified.into_inbound())),
+        }
+    }
+
     /// Forwards without a claim: shadow mode, or a fail-open store outage.
     async fn unprotected(
         &self,
-        index: usize,
+        route: &RouteRuntime,
         inbound: &Inbound,
         peer: Option<SocketAddr>,
         outcome: Outcome,
     ) -> Finished {
         let result = self
-            .forward_metered(index, inbound.parts.clone(), inbound.body.clone(), peer)
+            .forward_metered(route, inbound.parts.clone(), inbound.body.clone(), peer)
             .await;
         Finished::upstream(outcome, result, &self.config.problem_types)
-    }
-
-    /// Sends a buffered request to the route's upstream and records the
-    /// upstream latency and error metrics.
-    async fn forward_metered(
-        &self,
-        index: usize,
-        mut parts: http::request::Parts,
-        body: bytes::Bytes,
-        peer: Option<SocketAddr>,
-    ) -> Result<forward::UpstreamAnswer, ForwardError> {
-        let route = &self.config.routes[index];
-        let started = Instant::now();
-        let max_stored = self.config.limits.max_stored_answer_bytes;
-        let span = trace::forward(self.tracing, &mut parts.headers);
-        let result = forward::forward(&self.client, &route.upstream, parts, body, peer, max_stored)
-            .instrument(span.clone())
-            .await;
-        trace::answered(&span, &result);
-        forward::meter(route, &self.meters[index], &result, started.elapsed());
-        result
-    }
-
-    /// Forwards a claimed delivery and settles its lease in a detached
-    /// task; the sender's connection only waits for the result. The task
-    /// also counts and logs the request, so a sender that hangs up (the
-    /// incident this product exists for) is still on the dashboard.
-    async fn first_delivery(
-        self: Arc<Self>,
-        index: usize,
-        verified: Verified,
-        identity: &Identity,
-        lease: Lease,
-        origin: &Origin,
-    ) -> Ending {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let this = Arc::clone(&self);
-        let origin = origin.clone();
-        let peer = origin.peer;
-        let labels = Labels {
-            key_hash: Some(identity.key_hash.clone()),
-            key_digest: Some(identity.key_digest),
-            secret_index: verified.authenticity().secret_index,
-            first_trace: None,
-        };
-        let (parts, body) = verified.into_inbound().into_parts();
-        self.meters[index].in_flight(1.0);
-        let task = async move {
-            let route = &this.config.routes[index];
-            // Kept as the live attempt sends it, forwarding header included.
-            let kept = route.inbox.as_ref().map(|_| {
-                let request = StoredRequest::capture(&parts, body.clone());
-                match peer.and_then(|peer| forward::forwarded_for(&parts.headers, peer)) {
-                    Some(value) => {
-                        request.with_header(forward::X_FORWARDED_FOR.as_str(), value.as_bytes())
-                    }
-                    None => request,
-                }
-            });
-            let result = lease_timing::while_renewing(
-                &this.store,
-                &lease,
-                LeaseTiming::of(&route.idempotency),
-                this.forward_metered(index, parts, body, peer),
-            )
-            .await;
-            let meters = &this.meters[index];
-            if let Some(ack) = this.queue(index, &lease, kept, &result).await {
-                meters.in_flight(-1.0);
-                let response = Finished::new(
-                    Outcome::Forwarded,
-                    settle::acknowledged(&ack, &this.config.problem_types),
-                )
-                .with_upstream_status(report::upstream_status(&result))
-                .settled(Settled::Queued)
-                .labelled(labels)
-                .record(&route.name, meters, &origin);
-                let _ = reply.send(response);
-                this.claimer.settled(lease.key());
-                return;
-            }
-            let settlement = settle::settlement(&result, lease.record(), &route.idempotency);
-            let (settled, still_failing) = this
-                .settle_once(index, &lease, &settlement)
-                .instrument(trace::settle(this.tracing))
-                .await;
-            meters.in_flight(-1.0);
-            let response =
-                Finished::upstream(Outcome::Forwarded, result, &this.config.problem_types)
-                    .settled(settled)
-                    .labelled(labels)
-                    .record(&route.name, meters, &origin);
-            let _ = reply.send(response);
-            if let (Some(failure), Settlement::Keep(record, ttl)) = (still_failing, &settlement) {
-                this.keep_storing(index, &lease, record, *ttl, failure)
-                    .await;
-            }
-            this.claimer.settled(lease.key());
-        };
-        self.tracker
-            .spawn(task.instrument(tracing::Span::current()));
-        answer.await.map_or_else(
-            |_| {
-                tracing::error!(
-                    key = identity.key_hash,
-                    "upstream task ended without an answer"
-                );
-                Finished::rejected(Rejection::UpstreamError, &self.config.problem_types).into()
-            },
-            Ending::Recorded,
-        )
     }
 }

@@ -44,7 +44,6 @@ pub mod inbox;
 mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -160,7 +159,7 @@ impl StoredBody {
 /// Where a key's first delivery stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// Claimed; the upstream call runs (or its owner died, see SPEC §4 rule 4).
+    /// Claimed; the upstream call runs (or its owner died, see contract §4 rule 4).
     InFlight,
     /// Answered; replay this.
     Completed(StoredResponse),
@@ -226,12 +225,7 @@ fn prefix<T: TryFrom<usize>>(field: &'static str, len: usize) -> Result<T, TooLo
     T::try_from(len).map_err(|_| TooLong { field, len })
 }
 
-/// Current wall-clock time in unix milliseconds.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::time::now_ms;
 
 impl Record {
     /// A fresh in-flight record for a claim.

@@ -1,5 +1,5 @@
 //! The replay shield: completed records kept in memory, so a duplicate of
-//! an answered delivery is replayed without a store round trip (SPEC §9,
+//! an answered delivery is replayed without a store round trip (contract §9,
 //! "Replay cache"; `[limits] replay_cache_bytes`).
 //!
 //! # What may be cached
@@ -24,7 +24,8 @@
 //!   swaps);
 //! * on Redis, writes by anyone else: the fill reads over a connection
 //!   with `CLIENT TRACKING` on, so Redis pushes an invalidation for every
-//!   key it read the moment that key changes ([`tracking`]).
+//!   key it read the moment that key changes (the store's listener,
+//!   `store/redis/tracking.rs`).
 //!
 //! A fill that an invalidation overtakes must not land, or it would put a
 //! record back that the store no longer holds: each fill holds a ticket
@@ -38,18 +39,23 @@
 //! tracking is armed again ([`ReplayCache::suspend`], [`ReplayCache::resume`]).
 //! The embedded store has one process and no tracking: its cache is
 //! coherent from the start.
+//!
+//! The cache is a plain in-memory structure: it knows nothing of the store
+//! or of Redis. The store owns it, fills it and invalidates it, and runs
+//! the listener above as part of its own upkeep. Its metrics live beside
+//! it (`metrics.rs`).
 
-pub(crate) mod tracking;
+pub(crate) mod metrics;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::metrics::replay_cache::{CacheMetrics, Eviction};
+use self::metrics::{CacheMetrics, Eviction};
 use crate::record::{Record, RecordState, StoredBody};
-use crate::store::{Existing, StoreKey};
 
 /// Bytes an entry costs beyond its key, headers and body: the map node,
 /// the recency links, the record and the header vector. An estimate on the
@@ -116,10 +122,18 @@ struct Entry {
     weight: usize,
 }
 
-/// What the cache holds for a key: a completed record and its remaining
-/// retention, as [`Existing`] so the claim stage decides from it exactly
-/// as from a store read.
-pub type Hit = Existing;
+/// A record and its remaining TTL (`None`: no expiry): what a fill read
+/// from the store, and what the cache answers for a key. The store's
+/// `Existing` has the same two fields and converts to and from it, so the
+/// claim stage decides from a hit exactly as from a store read; the cache
+/// keeps its own type so that it needs nothing from the store.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The record.
+    pub record: Record,
+    /// Remaining TTL; a hit always has one.
+    pub ttl: Option<Duration>,
+}
 
 impl ReplayCache {
     /// A cache of at most `capacity` bytes. `coherent`: whether it may be
@@ -153,17 +167,17 @@ impl ReplayCache {
 
     /// The cached completed record of `key`, if any and still within its
     /// retention; counts a hit. An expired entry is dropped.
-    pub fn get(&self, key: &StoreKey) -> Option<Hit> {
+    pub fn get(&self, key: &str) -> Option<Found> {
         let now = Instant::now();
         let mut state = self.state();
-        let entry = state.entries.get(key.as_str())?;
+        let entry = state.entries.get(key)?;
         if entry.expires_at <= now {
-            let entry = state.entries.pop(key.as_str())?;
+            let entry = state.entries.pop(key)?;
             state.bytes -= entry.weight;
             self.metrics.evicted(Eviction::Expired, state.bytes);
             return None;
         }
-        let hit = Existing {
+        let hit = Found {
             record: entry.record.clone(),
             ttl: Some(entry.expires_at - now),
         };
@@ -180,20 +194,17 @@ impl ReplayCache {
 
     /// Starts a fill of `key`: `None` while the cache is not coherent,
     /// while another fill of `key` is out, or if `key` is cached already.
-    pub fn begin_fill(self: &Arc<Self>, key: &StoreKey) -> Option<Fill> {
+    pub fn begin_fill(self: &Arc<Self>, key: &str) -> Option<Fill> {
         let mut state = self.state();
-        if !state.coherent
-            || state.fills.contains_key(key.as_str())
-            || state.entries.contains(key.as_str())
-        {
+        if !state.coherent || state.fills.contains_key(key) || state.entries.contains(key) {
             return None;
         }
         state.next_ticket += 1;
         let ticket = state.next_ticket;
-        state.fills.insert(key.as_str().to_owned(), ticket);
+        state.fills.insert(key.to_owned(), ticket);
         Some(Fill {
             cache: Arc::clone(self),
-            key: key.as_str().to_owned(),
+            key: key.to_owned(),
             ticket,
             sent_at: Instant::now(),
         })
@@ -257,7 +268,7 @@ impl ReplayCache {
 
     /// Stores what fill `ticket` of `key` read, if the ticket still stands
     /// and the record may be cached.
-    fn land(&self, key: &str, ticket: u64, sent_at: Instant, found: Option<Existing>) {
+    fn land(&self, key: &str, ticket: u64, sent_at: Instant, found: Option<Found>) {
         let mut state = self.state();
         if state.fills.get(key) != Some(&ticket) {
             return;
@@ -303,7 +314,7 @@ impl ReplayCache {
 
 /// A completed record and when its retention ends, if it may be cached:
 /// completed, with a known, positive remaining TTL counted from `sent_at`.
-fn cacheable(found: Existing, sent_at: Instant) -> Option<(Record, Instant)> {
+fn cacheable(found: Found, sent_at: Instant) -> Option<(Record, Instant)> {
     let ttl = found.ttl.filter(|ttl| !ttl.is_zero())?;
     matches!(found.record.state, RecordState::Completed(_)).then(|| (found.record, sent_at + ttl))
 }
@@ -363,7 +374,7 @@ impl Fill {
 
     /// Caches what the read found, unless the key changed meanwhile.
     /// (Its `Drop` then finds the ticket gone and does nothing.)
-    pub fn land(self, found: Option<Existing>) {
+    pub fn land(self, found: Option<Found>) {
         self.cache.land(&self.key, self.ticket, self.sent_at, found);
     }
 }

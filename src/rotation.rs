@@ -23,7 +23,20 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ADMIN_LABEL, Config, ReloadFailure, Scheme};
-use crate::metrics::SECRET_RELOAD_FAILURES_TOTAL;
+
+/// `idemgate_secret_reload_failures_total{route, reason}`: `file:`
+/// secrets and public keys whose reload (SIGHUP or the file watcher) kept
+/// the old value: `unreadable`, `invalid` (not decodable) or `weak`
+/// (below the scheme's strength rule). `route="_admin"`: `[admin] token`.
+pub(crate) const SECRET_RELOAD_FAILURES_TOTAL: &str = "idemgate_secret_reload_failures_total";
+
+/// Registers the help text of [`SECRET_RELOAD_FAILURES_TOTAL`].
+pub(crate) fn describe() {
+    metrics::describe_counter!(
+        SECRET_RELOAD_FAILURES_TOTAL,
+        "Reloads of a file: secret or public key that kept the old value, by route and reason"
+    );
+}
 
 /// Re-reads every `file:` secret and public key of `config` and logs the
 /// outcome, naming what triggered it (`"SIGHUP"`, `"file change"`).

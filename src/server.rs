@@ -110,7 +110,9 @@ pub(crate) async fn serve<H, F>(
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
+        }
         connections.spawn(connection(
             Arc::clone(&builder),
             stream,

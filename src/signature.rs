@@ -14,19 +14,37 @@
 //!   official verifier library accepts (`tests/vectors/ALGORITHMS.md`).
 //! * [`alipay`], [`wechatpay_v2`], [`wechatpay_v3`], [`adyen`], [`twilio`]
 //!   — the payment channels' own schemes, RSA ones through
-//!   [`crate::config::PublicKeys`] (`tests/vectors/payments/ALGORITHMS.md`);
+//!   [`PublicKeys`] (`tests/vectors/payments/ALGORITHMS.md`);
 //!   each file lists where idemgate is deliberately stricter than the SDK.
 //!
 //! A preset whose channel names no single event id in a header derives one
 //! from signed fields ([`Authenticity::signed_id`], [`signed_id`]), so its
 //! default key can never come from an unsigned part of the request.
 //!
+//! The validated forms the verifiers read, and what idemgate knows about
+//! each sender, live here too, below the configuration that builds them
+//! (`crate::config` imports this module, never the other way round):
+//!
+//! * `scheme.rs` — [`Scheme`], [`HmacScheme`] and their parameters.
+//! * `preset.rs` — [`PresetKind`] and [`Preset`]: each sender's
+//!   credential, window, retry horizon, default key and fingerprint, the
+//!   fields a payment channel signs, and its keys' strength and form.
+//! * `coverage.rs` — which request parts a scheme signs (signed coverage).
+//! * `secret.rs`, `public_key.rs` — key material: [`Secret`] (HMAC keys,
+//!   also the admin token and Redis credentials) and [`PublicKeys`] (RSA),
+//!   both resolved from `env:`, `file:` or `literal:` and re-read on SIGHUP.
+//!
 //! Nothing here touches the store or logs a secret, a signature or a body.
 
 pub mod adyen;
 pub mod alipay;
+mod coverage;
 pub mod github;
 pub mod hmac;
+mod preset;
+mod public_key;
+mod scheme;
+mod secret;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
@@ -43,12 +61,19 @@ use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::config::{
-    Algorithm, DEFAULT_TOLERANCE, Preset, PresetKind, Scheme, Secret, TimestampUnit,
-};
 use crate::encoding::BASE64;
 use crate::error::Rejection;
 use crate::extract::Inbound;
+
+pub use coverage::{RequestPart, unsigned};
+pub use preset::{
+    Credential, EventId, Preset, PresetKind, decode_hex_key, decode_whsec, secret_strength,
+};
+pub use public_key::{MAX_RSA_BITS, MIN_RSA_BITS, PublicKeys, RawPublicKey, RsaDigest};
+pub use scheme::{
+    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, Scheme, TimestampRule, TimestampUnit,
+};
+pub use secret::{Derivation, Exposed, ReloadError, ReloadFailure, Secret, Strength};
 
 /// Longest signature header value read; anything longer is refused before
 /// any parsing (a real one is well under 1 KiB even with several secrets).
@@ -186,7 +211,7 @@ pub fn check_window(
         TimestampUnit::Seconds => timestamp.saturating_mul(1_000),
         TimestampUnit::Millis => timestamp,
     };
-    let tolerance_ms = u64::try_from(tolerance.as_millis()).unwrap_or(u64::MAX);
+    let tolerance_ms = crate::time::millis(tolerance);
     let too_old = now_ms.saturating_sub(timestamp_ms) > tolerance_ms;
     let too_new = timestamp_ms.saturating_sub(now_ms) > tolerance_ms;
     if too_old || (too_new && direction == Direction::Both) {

@@ -18,23 +18,30 @@
 //! take the key and owner token alone: the owner check is all they need,
 //! and it lets [`AnyStore::release_abandoned`] release a claim whose reply
 //! never came back without making up a lease.
-//! Interpreting an existing record (SPEC §4 rule 4: an in-flight record
+//! Interpreting an existing record (contract §4 rule 4: an in-flight record
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.
 //!
-//! [`eviction`] watches the other way a record can vanish: a Redis whose
-//! `maxmemory-policy` lets it evict keys (SPEC §4 rule 10).
+//! `eviction.rs` watches the other way a record can vanish: a Redis whose
+//! `maxmemory-policy` lets it evict keys (contract §4 rule 10).
 //!
 //! `cached.rs` puts the replay cache in front (`crate::replay_cache`):
 //! [`AnyStore::cached`] answers completed records from memory, and every
 //! write through `AnyStore` (complete, release, purge, inbox swap) drops its
 //! key from the cache *after* the write, so nothing stale can land later.
+//!
+//! The store owns its background work (`upkeep.rs`,
+//! [`AnyStore::spawn_upkeep`]): the embedded store's sweeper, Redis's
+//! eviction watcher and the replay cache's invalidation listener. Its
+//! metrics live beside it (`metrics.rs`).
 
 mod cached;
 pub mod embedded;
-pub(crate) mod eviction;
+mod eviction;
 pub mod inbox;
+pub(crate) mod metrics;
 pub mod redis;
+mod upkeep;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,8 +50,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
-use crate::metrics::{StoreMetrics, StoreOp};
 use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong};
 use crate::replay_cache::ReplayCache;
 
@@ -53,7 +60,7 @@ use crate::replay_cache::ReplayCache;
 pub struct StoreKey(String);
 
 impl StoreKey {
-    /// Builds the key of SPEC §5 from its three parts.
+    /// Builds the key of contract §5 from its three parts.
     pub fn new(prefix: &str, route: &str, key_hash_hex: &str) -> Self {
         Self(format!("{prefix}:{route}:{key_hash_hex}"))
     }
@@ -139,7 +146,7 @@ impl Existing {
     /// Classifies the record. An in-flight claim is written with
     /// `TTL = lease + unknown_hold` and renewed while its owner lives, so a
     /// remaining TTL of at most `unknown_hold` means the owner stopped
-    /// renewing: the outcome is unknown (SPEC §4 rule 4).
+    /// renewing: the outcome is unknown (contract §4 rule 4).
     pub fn observe(&self, unknown_hold: Duration) -> Observed<'_> {
         let remaining = self.ttl.unwrap_or(unknown_hold);
         match &self.record.state {
@@ -169,7 +176,7 @@ pub enum Completion {
     Stored,
     /// Stored into a free key: the claim had expired (or was lost with a
     /// restarted, evicted or purged store) while the answer was in hand.
-    /// The upstream did act, so its outcome must hold the key (SPEC §4
+    /// The upstream did act, so its outcome must hold the key (contract §4
     /// rule 10).
     StoredInFreeKey,
     /// Another owner holds the key: nothing was written.
@@ -347,6 +354,8 @@ pub struct AnyStore {
     metrics: StoreMetrics,
     /// Completed records kept in memory (`[limits] replay_cache_bytes`).
     cache: Option<Arc<ReplayCache>>,
+    /// The background work's state ([`AnyStore::spawn_upkeep`]).
+    upkeep: upkeep::Upkeep,
 }
 
 /// The two implementations (and, in unit tests, a scripted one).
@@ -394,6 +403,7 @@ impl AnyStore {
             backend,
             metrics: StoreMetrics::new(),
             cache: None,
+            upkeep: upkeep::Upkeep::new(config),
         })
     }
 
@@ -405,21 +415,14 @@ impl AnyStore {
             backend: Backend::Test(backend),
             metrics: StoreMetrics::new(),
             cache: None,
+            upkeep: upkeep::Upkeep::for_tests(),
         }
     }
 
     /// The Redis store, if that is the backend (for the eviction watcher).
-    pub fn redis(&self) -> Option<&redis::RedisStore> {
+    fn redis(&self) -> Option<&redis::RedisStore> {
         match &self.backend {
             Backend::Redis(store) => Some(store),
-            _ => None,
-        }
-    }
-
-    /// The embedded store, if that is the backend (for its sweeper).
-    pub fn embedded(&self) -> Option<&embedded::EmbeddedStore> {
-        match &self.backend {
-            Backend::Embedded(store) => Some(store),
             _ => None,
         }
     }

@@ -1,4 +1,4 @@
-//! OpenTelemetry trace export (`[tracing]`, issue 16): the tracer provider
+//! OpenTelemetry trace export (`[tracing]`, README "Tracing"): the tracer provider
 //! and the `tracing` layer that turns idemgate's delivery spans into
 //! OpenTelemetry spans and ships them to an OTLP/HTTP collector.
 //!
@@ -120,8 +120,20 @@ impl Drop for Telemetry {
     }
 }
 
+/// Why a span was dropped: every `reason` of [`SPANS_DROPPED_TOTAL`].
+pub(crate) const DROP_REASONS: [&str; 2] = ["queue_full", "export_failed"];
+
+/// Creates every [`SPANS_DROPPED_TOTAL`] series at 0, so a dashboard or
+/// alert reads 0 rather than nothing before the first drop (called by the
+/// app when `[tracing]` is on).
+pub(crate) fn zero_metrics() {
+    for reason in DROP_REASONS {
+        metrics::counter!(SPANS_DROPPED_TOTAL, "reason" => reason).increment(0);
+    }
+}
+
 /// Registers the help text of [`SPANS_DROPPED_TOTAL`].
-pub(crate) fn register_descriptions() {
+pub(crate) fn describe() {
     metrics::describe_counter!(
         SPANS_DROPPED_TOTAL,
         "Finished trace spans not exported, by reason (queue_full, export_failed)"

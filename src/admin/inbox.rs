@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use super::{Admin, json, key_hash_of, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
-use crate::inbox::{Action, Listing};
+use crate::inbox::{Action, Listing, RouteInbox};
 use crate::record::{InboxEntry, Record, RecordState, StoredBody, StoredResponse, now_ms};
 use crate::store::StoreKey;
 
@@ -135,22 +135,22 @@ impl Admin {
             Some((route, action)) => (route, action),
             None => (rest, ""),
         };
-        let Some(index) = self.config.routes.iter().position(|r| r.name == route_name) else {
+        if !self.config.routes.iter().any(|r| r.name == route_name) {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
-        };
-        let route = &self.config.routes[index];
-        if route.inbox.is_none() {
+        }
+        let Some(inbox) = self.inboxes.route(route_name) else {
             return self.problem(
                 AdminReason::InboxNotConfigured,
                 "this route has no [route.inbox]",
             );
-        }
+        };
+        let route = &inbox.settings;
         let query = request.uri().query();
         if action.is_empty() {
             if request.method() != Method::GET {
                 return self.problem(AdminReason::MethodNotAllowed, "GET");
             }
-            return self.inbox_page(index, query).await;
+            return self.inbox_page(inbox, query).await;
         }
         let method = match action {
             "delivery" => Method::GET,
@@ -176,8 +176,8 @@ impl Admin {
                 Some(existing) => Action::Done(existing.record),
                 None => Action::NotFound,
             }),
-            "retry" => self.inboxes.retry(index, &key).await,
-            _ => self.inboxes.drop_delivery(index, &key).await,
+            "retry" => self.inboxes.retry(inbox, &key).await,
+            _ => self.inboxes.drop_delivery(inbox, &key).await,
         };
         match result {
             Ok(Action::Done(record)) => match &record.state {
@@ -209,14 +209,14 @@ impl Admin {
         }
     }
 
-    async fn inbox_page(&self, index: usize, query: Option<&str>) -> Response<ProxyBody> {
+    async fn inbox_page(&self, inbox: &RouteInbox, query: Option<&str>) -> Response<ProxyBody> {
         let (listing, limit, cursor) = match listing_query(query) {
             Ok(parsed) => parsed,
             Err(problem) => return self.problem(AdminReason::BadRequest, &problem),
         };
-        let route = &self.config.routes[index];
+        let route = &inbox.settings;
         // One more than the page, to know whether another page follows.
-        let mut page = match self.inboxes.list(index, listing, cursor, limit + 1).await {
+        let mut page = match self.inboxes.list(inbox, listing, cursor, limit + 1).await {
             Ok(page) => page,
             Err(error) => {
                 return self.problem(AdminReason::StoreUnavailable, &error.to_string());

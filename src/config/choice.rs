@@ -2,12 +2,9 @@
 //!
 //! Each such enum names its words once, in [`Choice::NAMES`]: validation
 //! reads the file with that list and `check-config` prints the effective
-//! value with it, so the two can never drift apart.
-
-use super::{
-    Algorithm, Encoding, Mode, OnInFlight, OnUnavailable, OnUpstreamTimeout, TimestampUnit,
-    Unmatched, UnsignedKey,
-};
+//! value with it, so the two can never drift apart. The lists are written
+//! with [`choices!`] beside the validator of the setting they belong to;
+//! this file only defines the trait, so it imports no other config module.
 
 /// An enum configured by one of a few words.
 pub trait Choice: Copy + PartialEq + 'static {
@@ -31,30 +28,24 @@ pub trait Choice: Copy + PartialEq + 'static {
     }
 }
 
-/// Implements [`Choice`] for each enum from its word list.
+/// Implements [`Choice`] for each enum from its word list:
+/// `choices! { Mode { "enforce" => Enforce, "shadow" => Shadow } }`.
 macro_rules! choices {
     ($($kind:ty { $($word:literal => $value:ident),+ $(,)? })+) => {$(
-        impl Choice for $kind {
+        impl $crate::config::Choice for $kind {
             const NAMES: &'static [(&'static str, Self)] = &[$(($word, Self::$value)),+];
         }
     )+};
 }
-
-choices! {
-    Unmatched { "forward" => Forward, "reject" => Reject }
-    OnUnavailable { "reject" => Reject, "forward" => Forward }
-    OnInFlight { "wait" => Wait, "conflict" => Conflict }
-    OnUpstreamTimeout { "hold" => Hold, "release" => Release }
-    Mode { "enforce" => Enforce, "shadow" => Shadow }
-    Algorithm { "sha256" => Sha256, "sha512" => Sha512 }
-    Encoding { "hex" => Hex, "base64" => Base64 }
-    TimestampUnit { "s" => Seconds, "ms" => Millis }
-    UnsignedKey { "refuse" => Refuse, "accept" => Accept }
-}
+pub(super) use choices;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{
+        Algorithm, Encoding, Mode, OnInFlight, OnUnavailable, OnUpstreamTimeout, TimestampUnit,
+        Unmatched, UnsignedKey,
+    };
 
     fn names_round_trip<T: Choice + std::fmt::Debug>() {
         for (name, value) in T::NAMES {

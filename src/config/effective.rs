@@ -2,21 +2,20 @@
 //!
 //! Every setting is written out, defaults included, in the same schema the
 //! file is read with ([`RawConfig`]), so operators can diff two
-//! deployments' output and feed it back to `check-config`. Nothing secret
-//! is printed: secrets appear as their source (`env:NAME`, `file:PATH`,
-//! `literal:<redacted>`) and URLs go through [`redact_url`].
+//! deployments' output and feed it back to `check-config`. Each section
+//! prints itself beside its validator (`Limits::to_raw`, `route::to_raw`,
+//! …), so reading and printing a setting sit together; this file puts the
+//! sections together and prints the few small top-level ones. Nothing
+//! secret is printed: secrets appear as their source (`env:NAME`,
+//! `file:PATH`, `literal:<redacted>`) and URLs go through [`redact_url`].
 
 use std::time::Duration;
 
 use super::choice::Choice;
-use super::raw::{
-    RawAdmin, RawConfig, RawGuard, RawIdempotency, RawInbox, RawLimits, RawListen, RawRoute,
-    RawSecrets, RawSignature, RawStore, RawUpstream, format_duration,
-};
-use super::{
-    Config, HmacScheme, Inbox, KeyPart, Preset, PresetKind, Route, Scheme, Secret, StoreBackend,
-    redact_url,
-};
+use super::raw::{RawAdmin, RawConfig, RawListen, RawSecrets, RawUpstream, format_duration};
+use super::redact::redact_url;
+use super::route;
+use super::{Config, Tracing};
 
 impl Config {
     /// The effective configuration as a TOML document (see the module docs).
@@ -26,12 +25,6 @@ impl Config {
     }
 
     fn effective(&self) -> RawConfig {
-        let store = &self.store;
-        let redis = matches!(store.backend, StoreBackend::Redis { .. });
-        let (kind, url, path) = match &store.backend {
-            StoreBackend::Redis { url } => ("redis", Some(redact_url(url)), None),
-            StoreBackend::Embedded { path } => ("embedded", None, Some(path.display().to_string())),
-        };
         RawConfig {
             unmatched: Some(self.unmatched.name().to_owned()),
             problem_type_base: Some(self.problem_types.base().to_owned()),
@@ -39,34 +32,8 @@ impl Config {
                 proxy: Some(self.listen.proxy.to_string()),
                 admin: Some(self.listen.admin.to_string()),
             },
-            limits: RawLimits {
-                max_body_bytes: Some(self.limits.max_body_bytes),
-                header_read_timeout: Some(format_duration(self.limits.header_read_timeout)),
-                shutdown_grace: Some(format_duration(self.limits.shutdown_grace)),
-                body_read_timeout: Some(format_duration(self.limits.body_read_timeout)),
-                idle_timeout: Some(format_duration(self.limits.idle_timeout)),
-                max_buffered_bytes: Some(self.limits.max_buffered_bytes),
-                max_connections: Some(self.limits.max_connections),
-                max_headers: Some(self.limits.max_headers),
-                max_header_bytes: Some(self.limits.max_header_bytes),
-                max_waiting_per_key: Some(self.limits.max_waiting_per_key),
-                max_stored_answer_bytes: Some(self.limits.max_stored_answer_bytes),
-                replay_cache_bytes: Some(self.limits.replay_cache_bytes),
-                worker_threads: Some(self.limits.worker_threads),
-            },
-            store: RawStore {
-                kind: kind.to_owned(),
-                url,
-                path,
-                key_prefix: Some(store.key_prefix.clone()),
-                command_timeout: Some(format_duration(store.command_timeout)),
-                on_unavailable: Some(self.on_unavailable.name().to_owned()),
-                min_replicas_ack: redis.then(|| store.replica_ack.map_or(0, |ack| ack.replicas)),
-                replica_ack_timeout: store.replica_ack.map(|ack| format_duration(ack.timeout)),
-                allow_eviction: redis.then_some(store.allow_eviction),
-                username: store.username.as_ref().map(|s| s.source().to_owned()),
-                password: store.password.as_ref().map(|s| s.source().to_owned()),
-            },
+            limits: self.limits.to_raw(),
+            store: self.store.to_raw(self.on_unavailable),
             upstream: RawUpstream {
                 url: redact_url(&self.upstream.url.to_string()),
                 timeout: Some(format_duration(self.upstream.timeout)),
@@ -80,140 +47,13 @@ impl Config {
                 )),
             },
             hot_keys: self.hot_keys.to_raw(),
-            tracing: self.tracing.as_ref().map(super::Tracing::raw),
-            routes: self.routes.iter().map(|route| self.route(route)).collect(),
-        }
-    }
-
-    fn route(&self, route: &Route) -> RawRoute {
-        let own_upstream = route.upstream.url != self.upstream.url;
-        RawRoute {
-            name: route.name.clone(),
-            path_prefix: route.path_prefix.clone(),
-            methods: Some(route.methods.iter().map(ToString::to_string).collect()),
-            case_sensitive: Some(route.case_sensitive),
-            upstream: own_upstream.then(|| redact_url(&route.upstream.url.to_string())),
-            signature: signature(&route.scheme),
-            idempotency: idempotency(route),
-            inbox: route.inbox.as_ref().map(inbox),
-            guards: route
-                .guards
+            tracing: self.tracing.as_ref().map(Tracing::to_raw),
+            routes: self
+                .routes
                 .iter()
-                .map(|guard| RawGuard {
-                    field: guard.field.to_string(),
-                    one_of: guard.one_of.clone(),
-                    optional: Some(guard.optional),
-                })
+                .map(|r| route::to_raw(r, &self.upstream))
                 .collect(),
         }
-    }
-}
-
-fn sources(secrets: &[Secret]) -> Vec<String> {
-    secrets.iter().map(|s| s.source().to_owned()).collect()
-}
-
-fn signature(scheme: &Scheme) -> RawSignature {
-    let mut raw = RawSignature {
-        scheme: String::new(),
-        secrets: Vec::new(),
-        algorithm: None,
-        signature: None,
-        encoding: None,
-        prefix: None,
-        message: None,
-        timestamp: None,
-        timestamp_unit: None,
-        tolerance: None,
-        public_keys: Vec::new(),
-        public_url: None,
-        allow_rsa1: None,
-    };
-    match scheme {
-        Scheme::None => raw.scheme = "none".to_owned(),
-        Scheme::Hmac(hmac) => hmac_signature(&mut raw, hmac),
-        Scheme::Preset(preset) => preset_signature(&mut raw, preset),
-    }
-    raw
-}
-
-fn hmac_signature(raw: &mut RawSignature, hmac: &HmacScheme) {
-    raw.scheme = "hmac".to_owned();
-    raw.secrets = sources(&hmac.secrets);
-    raw.algorithm = Some(hmac.algorithm.name().to_owned());
-    raw.signature = Some(hmac.signature.to_string());
-    raw.encoding = Some(hmac.encoding.name().to_owned());
-    raw.prefix = Some(hmac.prefix.clone());
-    raw.message = Some(hmac.message.to_string());
-    if let Some(rule) = &hmac.timestamp {
-        raw.timestamp = Some(rule.selector.to_string());
-        raw.timestamp_unit = Some(rule.unit.name().to_owned());
-        raw.tolerance = Some(format_duration(rule.tolerance));
-    }
-}
-
-fn preset_signature(raw: &mut RawSignature, preset: &Preset) {
-    raw.scheme = preset.kind.name().to_owned();
-    raw.secrets = sources(&preset.keys);
-    raw.public_keys = preset.public_keys.sources();
-    raw.public_url.clone_from(&preset.public_url);
-    raw.allow_rsa1 = (preset.kind == PresetKind::Alipay).then_some(preset.allow_rsa1);
-    raw.tolerance = preset.tolerance.map(format_duration);
-}
-
-fn idempotency(route: &Route) -> RawIdempotency {
-    let policy = &route.idempotency;
-    // A preset's own key (which may be the signed message id, a part no
-    // selector can name) is what an absent `key` means, so it is left out.
-    let preset_default = match &route.scheme {
-        Scheme::Preset(preset) => Some(vec![preset.kind.default_key()]),
-        _ => None,
-    };
-    let key = policy
-        .key
-        .as_ref()
-        .filter(|parts| Some(*parts) != preset_default.as_ref())
-        .map(|parts| parts.iter().map(KeyPart::to_string).collect());
-    RawIdempotency {
-        key,
-        require_key: Some(policy.require_key),
-        fingerprint: Some(policy.fingerprint.iter().map(ToString::to_string).collect()),
-        fingerprint_ignore: Some(
-            policy
-                .fingerprint_ignore
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        ),
-        lease: Some(format_duration(policy.lease)),
-        retention: Some(format_duration(policy.retention)),
-        on_in_flight: Some(policy.on_in_flight.name().to_owned()),
-        wait_timeout: Some(format_duration(policy.wait_timeout)),
-        cache_status: Some(policy.cache_status.names()),
-        on_upstream_timeout: Some(policy.on_upstream_timeout.name().to_owned()),
-        unknown_hold: Some(format_duration(policy.unknown_hold)),
-        mode: Some(policy.mode.name().to_owned()),
-        scope: Some(policy.scope.clone()),
-        on_unavailable: Some(policy.on_unavailable.name().to_owned()),
-        unsigned_key: Some(policy.unsigned_key.name().to_owned()),
-    }
-}
-
-fn inbox(inbox: &Inbox) -> RawInbox {
-    RawInbox {
-        enabled: Some(true),
-        on: Some(inbox.on.names()),
-        ack_status: Some(inbox.ack.status),
-        ack_body: Some(String::from_utf8_lossy(&inbox.ack.body).into_owned()),
-        ack_content_type: inbox.ack.content_type.clone(),
-        max_attempts: Some(inbox.max_attempts),
-        backoff: Some(format_duration(inbox.backoff)),
-        max_backoff: Some(format_duration(inbox.max_backoff)),
-        concurrency: Some(inbox.concurrency),
-        visibility_timeout: Some(format_duration(inbox.visibility_timeout)),
-        delivered_status: Some(inbox.delivered.names()),
-        max_queued: Some(inbox.max_queued),
-        repair_every: Some(format_duration(inbox.repair_every)),
     }
 }
 

@@ -9,8 +9,8 @@
 //! and its corrected retry is handled as a first delivery.
 
 use super::Selector;
+use super::problems::Problems;
 use super::raw::RawGuard;
-use super::validate::Problems;
 
 /// One validated `[[route.guard]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,18 @@ impl Guard {
     }
 }
 
+impl From<&Guard> for RawGuard {
+    /// The guard as `check-config` prints it.
+    fn from(guard: &Guard) -> Self {
+        Self {
+            field: guard.field.to_string(),
+            one_of: guard.one_of.clone(),
+            optional: Some(guard.optional),
+        }
+    }
+}
+
+/// Validates the `[[route.guard]]` tables under `key` (`route[0].guard`).
 pub(super) fn guards(problems: &mut Problems, key: &str, raw: &[RawGuard]) -> Vec<Guard> {
     raw.iter()
         .enumerate()

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
+use super::problems::Problems;
 use super::raw::{self, RawHotKeys, format_duration};
-use super::validate::Problems;
 
 /// Shortest accepted window: one second still splits into slices of a
 /// sixth of a second.

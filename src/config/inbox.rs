@@ -8,9 +8,9 @@
 //! backoff until the handler accepts it or `max_attempts` is spent. This
 //! module only parses and checks the table; the runtime lives elsewhere.
 //!
-//! The checks that span sections live here too, so `route.rs` calls one
-//! function: the visibility timeout against the upstream timeout, the
-//! statuses against `cache_status`, and shadow mode. The retention is not
+//! The checks that compare this table with the rest of the route (the
+//! visibility timeout against the upstream timeout, the statuses against
+//! `cache_status`, shadow mode) are `cross.rs`'s. The retention is not
 //! checked against the redelivery schedule: a delivery in the inbox is
 //! kept until it is resolved, and its retention starts then
 //! (`crate::record::Stage::kept_for`).
@@ -19,14 +19,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::Upstream;
+use super::problems::Problems;
 use super::raw::{
-    self, DEFAULT_ACK_CONTENT_TYPE, DEFAULT_ACK_STATUS, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY,
+    DEFAULT_ACK_CONTENT_TYPE, DEFAULT_ACK_STATUS, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY,
     DEFAULT_DELIVERED_STATUS, DEFAULT_INBOX_ON, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_QUEUED, DEFAULT_REPAIR_EVERY, DEFAULT_VISIBILITY_TIMEOUT, RawInbox,
+    format_duration,
 };
-use super::route::{CacheStatus, Idempotency, Mode};
-use super::validate::Problems;
+use super::status::CacheStatus;
 
 /// Most redeliveries one delivery may get: more is a typo, not a policy.
 const MAX_ATTEMPTS: u32 = 1000;
@@ -35,7 +35,7 @@ const MAX_CONCURRENCY: usize = 256;
 /// What a redelivery needs inside its visibility window besides the
 /// handler's own timeout: the claiming write before the call and the
 /// settling write after it, each a store round trip that may be retried.
-const VISIBILITY_MARGIN: Duration = Duration::from_secs(1);
+pub(super) const VISIBILITY_MARGIN: Duration = Duration::from_secs(1);
 /// Shortest first delay: a tighter loop would hammer a failing handler.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Shortest repair interval: a pass reads every owed entry of the scope
@@ -128,18 +128,12 @@ pub struct Ack {
     pub content_type: Option<String>,
 }
 
-/// Validates `raw` (the route's `[route.inbox]`, if any) against the rest
-/// of the route; `route_key` is e.g. `route[0]`. `None` when the table is
-/// absent or disabled. An enabled inbox takes the statuses it queues out
-/// of a default (not written) `cache_status`; a written one must not
-/// overlap them.
+/// Validates `raw` (the route's `[route.inbox]`, if any); `route_key` is
+/// e.g. `route[0]`. `None` when the table is absent or disabled.
 pub(super) fn inbox(
     problems: &mut Problems,
     route_key: &str,
     raw: Option<&RawInbox>,
-    cache_status_written: bool,
-    upstream: &Upstream,
-    idempotency: &mut Idempotency,
 ) -> Option<Inbox> {
     let raw = raw?;
     if !raw.enabled.unwrap_or(true) {
@@ -147,76 +141,8 @@ pub(super) fn inbox(
     }
     let key = format!("{route_key}.inbox");
     let on = triggers(problems, &key, raw.on.as_deref());
-    if cache_status_written {
-        check_overlap(problems, &key, &on.statuses, &idempotency.cache_status);
-    } else {
-        // The default ["2xx", "4xx"] was not chosen with the inbox in
-        // mind (it would clash with the default "429"): what is queued is
-        // simply not stored.
-        subtract(&mut idempotency.cache_status, &on.statuses);
-    }
     let ack = ack(problems, &key, raw);
-    let max_attempts = raw.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
-        problems.push(
-            &format!("{key}.max_attempts"),
-            format!("must be 1-{MAX_ATTEMPTS}"),
-        );
-    }
-    let concurrency = raw.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
-        problems.push(
-            &format!("{key}.concurrency"),
-            format!("must be 1-{MAX_CONCURRENCY}"),
-        );
-    }
-    let backoff = problems.duration(
-        &format!("{key}.backoff"),
-        raw.backoff.as_deref(),
-        DEFAULT_BACKOFF,
-    );
-    if backoff < MIN_BACKOFF {
-        problems.push(&format!("{key}.backoff"), "must be at least 100ms");
-    }
-    let max_backoff = problems.duration(
-        &format!("{key}.max_backoff"),
-        raw.max_backoff.as_deref(),
-        DEFAULT_MAX_BACKOFF,
-    );
-    if max_backoff < backoff {
-        problems.push_derived(
-            &format!("{key}.max_backoff"),
-            &[&format!("{key}.backoff")],
-            format!(
-                "must be at least backoff ({})",
-                raw::format_duration(backoff)
-            ),
-        );
-    }
-    let visibility_timeout = problems.duration(
-        &format!("{key}.visibility_timeout"),
-        raw.visibility_timeout.as_deref(),
-        DEFAULT_VISIBILITY_TIMEOUT,
-    );
-    let needed = upstream.timeout.saturating_add(VISIBILITY_MARGIN);
-    if visibility_timeout < needed {
-        problems.push_derived(
-            &format!("{key}.visibility_timeout"),
-            &["upstream.timeout"],
-            format!(
-                "must be at least the upstream timeout ({}) plus {} ({}): a worker claims the delivery, waits up to the upstream timeout for the handler and then writes the outcome, all inside this window; with less, it gives up before sending (or another worker takes the delivery over) and the delivery is held as unknown",
-                raw::format_duration(upstream.timeout),
-                raw::format_duration(VISIBILITY_MARGIN),
-                raw::format_duration(needed),
-            ),
-        );
-    }
-    if idempotency.mode == Mode::Shadow {
-        problems.push(
-            &format!("{route_key}.idempotency.mode"),
-            "\"shadow\" claims nothing, so nothing can be queued: disable the inbox (enabled = false) or use \"enforce\"",
-        );
-    }
+    let schedule = Schedule::read(problems, &key, raw);
     let delivered = delivered(problems, &key, raw.delivered_status.as_deref(), &on);
     let max_queued = raw.max_queued.unwrap_or(DEFAULT_MAX_QUEUED);
     if max_queued == 0 {
@@ -236,15 +162,75 @@ pub(super) fn inbox(
     Some(Inbox {
         on,
         ack,
-        max_attempts,
-        backoff,
-        max_backoff,
-        concurrency,
-        visibility_timeout,
+        max_attempts: schedule.max_attempts,
+        backoff: schedule.backoff,
+        max_backoff: schedule.max_backoff,
+        concurrency: schedule.concurrency,
+        visibility_timeout: schedule.visibility_timeout,
         delivered,
         max_queued,
         repair_every,
     })
+}
+
+/// The redelivery schedule: how often, how many at once, how long each.
+struct Schedule {
+    max_attempts: u32,
+    concurrency: usize,
+    backoff: Duration,
+    max_backoff: Duration,
+    visibility_timeout: Duration,
+}
+
+impl Schedule {
+    fn read(problems: &mut Problems, key: &str, raw: &RawInbox) -> Self {
+        let max_attempts = raw.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
+            problems.push(
+                &format!("{key}.max_attempts"),
+                format!("must be 1-{MAX_ATTEMPTS}"),
+            );
+        }
+        let concurrency = raw.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+        if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+            problems.push(
+                &format!("{key}.concurrency"),
+                format!("must be 1-{MAX_CONCURRENCY}"),
+            );
+        }
+        let backoff = problems.duration(
+            &format!("{key}.backoff"),
+            raw.backoff.as_deref(),
+            DEFAULT_BACKOFF,
+        );
+        if backoff < MIN_BACKOFF {
+            problems.push(&format!("{key}.backoff"), "must be at least 100ms");
+        }
+        let max_backoff = problems.duration(
+            &format!("{key}.max_backoff"),
+            raw.max_backoff.as_deref(),
+            DEFAULT_MAX_BACKOFF,
+        );
+        if max_backoff < backoff {
+            problems.push_derived(
+                &format!("{key}.max_backoff"),
+                &[&format!("{key}.backoff")],
+                format!("must be at least backoff ({})", format_duration(backoff)),
+            );
+        }
+        let visibility_timeout = problems.duration(
+            &format!("{key}.visibility_timeout"),
+            raw.visibility_timeout.as_deref(),
+            DEFAULT_VISIBILITY_TIMEOUT,
+        );
+        Self {
+            max_attempts,
+            concurrency,
+            backoff,
+            max_backoff,
+            visibility_timeout,
+        }
+    }
 }
 
 fn triggers(problems: &mut Problems, key: &str, items: Option<&[String]>) -> InboxTriggers {
@@ -317,52 +303,6 @@ fn delivered(
     delivered
 }
 
-/// An answer can not be both stored (and replayed) and queued (and
-/// redelivered): every overlap between `on` and `cache_status` is a problem.
-fn check_overlap(problems: &mut Problems, key: &str, on: &CacheStatus, cached: &CacheStatus) {
-    // Both lists are as written (classes and single codes), so each range
-    // names itself.
-    let name = |&(low, high): &(u16, u16)| {
-        if low == high {
-            low.to_string()
-        } else {
-            format!("{}xx", low / 100)
-        }
-    };
-    for queued in &on.ranges {
-        let stored = cached
-            .ranges
-            .iter()
-            .find(|(low, high)| queued.0 <= *high && *low <= queued.1);
-        if let Some(stored) = stored {
-            let (name, other) = (name(queued), name(stored));
-            problems.push(
-                &format!("{key}.on"),
-                format!(
-                    "{name:?} overlaps idempotency.cache_status {other:?}: an answer can not be both stored and queued"
-                ),
-            );
-        }
-    }
-}
-
-/// Takes every status `queued` covers out of `cached`.
-fn subtract(cached: &mut CacheStatus, queued: &CacheStatus) {
-    for &(q_low, q_high) in &queued.ranges {
-        cached.ranges = cached
-            .ranges
-            .iter()
-            .flat_map(|&(low, high)| {
-                let below = (low < q_low).then(|| (low, high.min(q_low - 1)));
-                let above = (high > q_high).then(|| (low.max(q_high + 1), high));
-                [below, above]
-            })
-            .flatten()
-            .filter(|(low, high)| low <= high)
-            .collect();
-    }
-}
-
 fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
     let status = raw.ack_status.unwrap_or(DEFAULT_ACK_STATUS);
     let body = raw.ack_body.clone().unwrap_or_default();
@@ -392,6 +332,27 @@ fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
         status,
         content_type: (!body.is_empty()).then(|| content_type.to_owned()),
         body: Bytes::from(body),
+    }
+}
+
+impl Inbox {
+    /// The table as `check-config` prints it.
+    pub(super) fn to_raw(&self) -> RawInbox {
+        RawInbox {
+            enabled: Some(true),
+            on: Some(self.on.names()),
+            ack_status: Some(self.ack.status),
+            ack_body: Some(String::from_utf8_lossy(&self.ack.body).into_owned()),
+            ack_content_type: self.ack.content_type.clone(),
+            max_attempts: Some(self.max_attempts),
+            backoff: Some(format_duration(self.backoff)),
+            max_backoff: Some(format_duration(self.max_backoff)),
+            concurrency: Some(self.concurrency),
+            visibility_timeout: Some(format_duration(self.visibility_timeout)),
+            delivered_status: Some(self.delivered.names()),
+            max_queued: Some(self.max_queued),
+            repair_every: Some(format_duration(self.repair_every)),
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! `[tracing]`: the checked OpenTelemetry export settings (issue 16).
+//! `[tracing]`: the checked OpenTelemetry export settings (README "Tracing").
 //!
 //! Owns [`Tracing`] and its validation: the collector URL must be a plain
 //! `http://` OTLP/HTTP endpoint (spans go out through idemgate's own hyper
@@ -12,9 +12,9 @@ use std::fmt;
 
 use http::Uri;
 
+use super::problems::Problems;
 use super::raw::{self, RawTracing};
 use super::redact::redact_url;
-use super::validate::Problems;
 
 /// Largest `queue_size`: a million spans is about a gigabyte of memory,
 /// beyond any sane buffer in front of a collector.
@@ -59,7 +59,7 @@ impl Tracing {
     }
 
     /// The raw form `check-config` prints.
-    pub(super) fn raw(&self) -> RawTracing {
+    pub(super) fn to_raw(&self) -> RawTracing {
         RawTracing {
             otlp_endpoint: Some(redact_url(&self.otlp_endpoint.to_string())),
             sampling_ratio: Some(self.sampling_ratio),
@@ -192,7 +192,7 @@ mod tests {
         });
         assert!(problems.is_empty(), "{problems:?}");
         let tracing = tracing.expect("on");
-        let printed = tracing.raw().otlp_endpoint.unwrap();
+        let printed = tracing.to_raw().otlp_endpoint.unwrap();
         assert_eq!(printed, "http://u:<redacted>@127.0.0.1:4318/");
         assert!(!format!("{tracing:?}").contains("otel-pw"), "{tracing:?}");
         for wrong in [

@@ -10,6 +10,8 @@
 //! names the offending key in every error.
 
 mod duration;
+#[cfg(test)]
+mod schema;
 pub(super) mod strict;
 
 use serde::{Deserialize, Serialize};
@@ -341,7 +343,7 @@ pub struct RawGuard {
 }
 
 /// `[route.signature]`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSignature {
     /// Scheme name.
@@ -367,7 +369,7 @@ pub struct RawSignature {
     pub tolerance: Option<String>,
     /// RSA public keys (alipay, wechatpay-v3); any one may verify.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub public_keys: Vec<super::public_key::RawPublicKey>,
+    pub public_keys: Vec<crate::signature::RawPublicKey>,
     /// The scheme and host the sender called (twilio signs the full URL).
     pub public_url: Option<String>,
     /// Accept Alipay's legacy SHA1withRSA (`sign_type=RSA`).

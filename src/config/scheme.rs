@@ -1,83 +1,28 @@
-//! The signature schemes a route can require, and their validation.
+//! `[route.signature]`, validated: the checks that turn a [`RawSignature`]
+//! into a [`Scheme`].
 //!
-//! Owns `[route.signature]`: the generic `scheme = "hmac"` description
-//! ([`HmacScheme`]), the named senders ([`Preset`]) that fix every parameter
-//! themselves, and the checks that turn a [`RawSignature`] into a [`Scheme`].
-//! Kept apart from the idempotency rules because the two are configured,
-//! validated and read (by `signature` vs. the later stages) independently.
+//! The schemes themselves, the generic `scheme = "hmac"` and the named
+//! senders' presets, are `crate::signature`'s; this file reads the table
+//! into them, holds each secret to its scheme's strength, and refuses the
+//! keys a scheme does not read. The preset-only checks are in
+//! `scheme/preset.rs`.
 
-use std::time::Duration;
+mod preset;
 
-use super::raw::RawSignature;
-use super::validate::Problems;
-use base64::Engine;
+use super::choice::{Choice, choices};
+use super::problems::Problems;
+use super::raw::{RawSignature, format_duration};
+use crate::extract::{Selector, Template};
+use crate::signature::{
+    Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, PresetKind, Scheme, Secret, Strength,
+    TimestampRule, TimestampUnit, secret_strength,
+};
+use preset::{preset, preset_only_keys};
 
-use super::preset::{Preset, PresetKind, preset, preset_only_keys};
-use super::secret::Strength;
-use super::{Secret, Selector, Template};
-use crate::encoding::BASE64;
-
-/// The default signature tolerance: five minutes either side of now.
-///
-/// It is the window Standard Webhooks, Stripe and Slack document for their
-/// own signatures, so the presets apply it as theirs and the generic
-/// `scheme = "hmac"` uses it when `tolerance` is not set: wide enough for
-/// ordinary clock skew and queueing, narrow enough to refuse replays of an
-/// old captured delivery.
-pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
-
-/// The least key material a route's secrets must hold, in key bytes after
-/// the scheme's own decoding (`None`: the generic `scheme = "hmac"`).
-///
-/// A floor of 16 bytes (128 bits) where the sender lets the operator
-/// choose or issues longer; the issued length itself where the sender
-/// issues one fixed length, so a truncated key is refused as well.
-/// Every genuine secret of these senders passes; a weaker one is refused
-/// at start-up and by `check-config`, and kept out on reload.
-pub fn secret_strength(preset: Option<PresetKind>) -> Strength {
-    const FLOOR: usize = 16;
-    match preset {
-        None => Strength::at_least(
-            FLOOR,
-            "an hmac secret needs at least 16 bytes (128 bits); generate one with `openssl rand -hex 32`",
-        ),
-        Some(PresetKind::StandardWebhooks) => Strength::at_least(
-            FLOOR,
-            "a standard-webhooks key is \"whsec_\" + base64 of at least 16 bytes (the spec asks for 24 to 64; Svix issues 24); copy the whole secret from the sender",
-        ),
-        Some(PresetKind::Stripe) => Strength::at_least(
-            FLOOR,
-            "Stripe issues \"whsec_\" + 32 characters; copy the whole signing secret from the dashboard",
-        ),
-        Some(PresetKind::Github) => Strength::at_least(
-            FLOOR,
-            "set a GitHub webhook secret of at least 16 bytes, e.g. `openssl rand -hex 32`, on both sides",
-        ),
-        Some(PresetKind::Slack) => Strength::at_least(
-            FLOOR,
-            "Slack issues a 32-character signing secret; copy the whole value from the app's Basic Information page",
-        ),
-        Some(PresetKind::Shopify) => Strength::at_least(
-            FLOOR,
-            "Shopify issues a 32-hex client secret (\"shpss_\" + 32 hex); copy the whole value",
-        ),
-        Some(PresetKind::WechatpayV2) => Strength::exactly(
-            32,
-            "WeChat Pay's API v2 key is exactly 32 characters, as set in the merchant platform",
-        ),
-        Some(PresetKind::Adyen) => Strength::exactly(
-            32,
-            "Adyen issues 64 hex characters (32 bytes); copy the whole HMAC key from the Customer Area",
-        ),
-        Some(PresetKind::Twilio) => Strength::at_least(
-            FLOOR,
-            "Twilio issues a 32-hex auth token; copy the whole value from the Console",
-        ),
-        // Never applied: these take `public_keys`, and `secrets` is an error.
-        Some(PresetKind::Alipay | PresetKind::WechatpayV3) => {
-            Strength::at_least(FLOOR, "this scheme verifies with public_keys, not secrets")
-        }
-    }
+choices! {
+    Algorithm { "sha256" => Sha256, "sha512" => Sha512 }
+    Encoding { "hex" => Hex, "base64" => Base64 }
+    TimestampUnit { "s" => Seconds, "ms" => Millis }
 }
 
 /// Holds each secret to `strength`, naming the refused one by its index.
@@ -101,102 +46,7 @@ fn strong(
         .collect()
 }
 
-/// Decodes a Standard Webhooks `whsec_…` secret (or a bare base64 key)
-/// into MAC key bytes, once when the configuration is loaded and again on
-/// each reload, so verification never sees the text form.
-pub fn decode_whsec(text: &[u8]) -> Option<Vec<u8>> {
-    let encoded = text.strip_prefix(b"whsec_").unwrap_or(text);
-    BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
-}
-
-/// HMAC digest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    /// HMAC-SHA-256.
-    Sha256,
-    /// HMAC-SHA-512.
-    Sha512,
-}
-
-/// Text encoding of a presented signature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    /// Lower- or upper-case hex.
-    Hex,
-    /// Standard base64 (padding optional).
-    Base64,
-}
-
-/// Units of a timestamp value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimestampUnit {
-    /// Unix seconds.
-    Seconds,
-    /// Unix milliseconds.
-    Millis,
-}
-
-/// The freshness check of a route.
-#[derive(Debug, Clone)]
-pub struct TimestampRule {
-    /// Where the timestamp is read.
-    pub selector: Selector,
-    /// Its unit.
-    pub unit: TimestampUnit,
-    /// Largest allowed |now − timestamp|.
-    pub tolerance: Duration,
-}
-
-/// The generic `scheme = "hmac"` parameters.
-#[derive(Debug, Clone)]
-pub struct HmacScheme {
-    /// Any one may match (rotation).
-    pub secrets: Vec<Secret>,
-    /// Digest.
-    pub algorithm: Algorithm,
-    /// Where the presented signature is read.
-    pub signature: Selector,
-    /// How it is encoded.
-    pub encoding: Encoding,
-    /// Stripped before decoding, e.g. `sha256=`.
-    pub prefix: String,
-    /// The signed content.
-    pub message: Template,
-    /// Freshness check, if any.
-    pub timestamp: Option<TimestampRule>,
-}
-
-/// How a route authenticates deliveries.
-#[derive(Debug, Clone)]
-pub enum Scheme {
-    /// No verification (warned about at start-up).
-    None,
-    /// Generic HMAC.
-    Hmac(HmacScheme),
-    /// A published sender's scheme.
-    Preset(Preset),
-}
-
-impl Scheme {
-    /// How many secrets the scheme tries (the range of `secret_index`).
-    pub fn secret_count(&self) -> usize {
-        match self {
-            Self::None => 0,
-            Self::Hmac(h) => h.secrets.len(),
-            Self::Preset(preset) => preset.credential_count(),
-        }
-    }
-
-    /// The signature tolerance, which `retention` must exceed (SPEC §4 rule 8).
-    pub fn tolerance(&self) -> Option<Duration> {
-        match self {
-            Self::None => None,
-            Self::Hmac(h) => h.timestamp.as_ref().map(|t| t.tolerance),
-            Self::Preset(preset) => preset.tolerance,
-        }
-    }
-}
-
+/// Validates `[route.signature]` under `key` (`route[0].signature`).
 pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
     let secrets: Vec<Secret> = raw
         .secrets
@@ -271,6 +121,7 @@ pub(super) fn hmac_only_keys(raw: &RawSignature) -> [(&'static str, bool); 7] {
     ]
 }
 
+/// The generic scheme: every parameter from the table.
 fn hmac_scheme(
     problems: &mut Problems,
     key: &str,
@@ -296,18 +147,7 @@ fn hmac_scheme(
         raw.algorithm.as_deref(),
         Algorithm::Sha256,
     );
-    let signature = match &raw.signature {
-        Some(text) => problems
-            .take(&format!("{key}.signature"), Selector::parse(text))
-            .unwrap_or(Selector::Query(String::new())),
-        None => {
-            problems.push(
-                &format!("{key}.signature"),
-                "required with scheme = \"hmac\", e.g. \"header:X-Signature\"",
-            );
-            Selector::Query(String::new())
-        }
-    };
+    let signature = signature_selector(problems, key, raw.signature.as_deref());
     let encoding = problems.choice(
         &format!("{key}.encoding"),
         raw.encoding.as_deref(),
@@ -319,7 +159,39 @@ fn hmac_scheme(
             .unwrap_or_else(Template::body_only),
         None => Template::body_only(),
     };
-    let timestamp = raw.timestamp.as_ref().and_then(|text| {
+    let timestamp = timestamp_rule(problems, key, raw);
+    HmacScheme {
+        secrets,
+        algorithm,
+        signature,
+        encoding,
+        prefix: raw.prefix.clone().unwrap_or_default(),
+        message,
+        timestamp,
+    }
+}
+
+/// Where `scheme = "hmac"` reads the presented signature (required).
+fn signature_selector(problems: &mut Problems, key: &str, text: Option<&str>) -> Selector {
+    let stand_in = || Selector::Query(String::new());
+    match text {
+        Some(text) => problems
+            .take(&format!("{key}.signature"), Selector::parse(text))
+            .unwrap_or_else(stand_in),
+        None => {
+            problems.push(
+                &format!("{key}.signature"),
+                "required with scheme = \"hmac\", e.g. \"header:X-Signature\"",
+            );
+            stand_in()
+        }
+    }
+}
+
+/// The freshness check of `scheme = "hmac"`: none without a `timestamp`
+/// selector, and then `timestamp_unit` and `tolerance` have no effect.
+fn timestamp_rule(problems: &mut Problems, key: &str, raw: &RawSignature) -> Option<TimestampRule> {
+    let rule = raw.timestamp.as_ref().and_then(|text| {
         let selector = problems.take(&format!("{key}.timestamp"), Selector::parse(text))?;
         let unit = problems.choice(
             &format!("{key}.timestamp_unit"),
@@ -353,13 +225,42 @@ fn hmac_scheme(
             }
         }
     }
-    HmacScheme {
-        secrets,
-        algorithm,
-        signature,
-        encoding,
-        prefix: raw.prefix.clone().unwrap_or_default(),
-        message,
-        timestamp,
+    rule
+}
+
+/// `[route.signature]` as `check-config` prints it: every key the scheme
+/// reads, defaults included, secrets and keys by their source only.
+pub(super) fn to_raw(scheme: &Scheme) -> RawSignature {
+    let sources = |secrets: &[Secret]| secrets.iter().map(|s| s.source().to_owned()).collect();
+    match scheme {
+        Scheme::None => RawSignature {
+            scheme: "none".to_owned(),
+            ..RawSignature::default()
+        },
+        Scheme::Hmac(hmac) => {
+            let timestamp = hmac.timestamp.as_ref();
+            RawSignature {
+                scheme: "hmac".to_owned(),
+                secrets: sources(&hmac.secrets),
+                algorithm: Some(hmac.algorithm.name().to_owned()),
+                signature: Some(hmac.signature.to_string()),
+                encoding: Some(hmac.encoding.name().to_owned()),
+                prefix: Some(hmac.prefix.clone()),
+                message: Some(hmac.message.to_string()),
+                timestamp: timestamp.map(|rule| rule.selector.to_string()),
+                timestamp_unit: timestamp.map(|rule| rule.unit.name().to_owned()),
+                tolerance: timestamp.map(|rule| format_duration(rule.tolerance)),
+                ..RawSignature::default()
+            }
+        }
+        Scheme::Preset(preset) => RawSignature {
+            scheme: preset.kind.name().to_owned(),
+            secrets: sources(&preset.keys),
+            public_keys: preset.public_keys.sources(),
+            public_url: preset.public_url.clone(),
+            allow_rsa1: (preset.kind == PresetKind::Alipay).then_some(preset.allow_rsa1),
+            tolerance: preset.tolerance.map(format_duration),
+            ..RawSignature::default()
+        },
     }
 }

@@ -17,10 +17,23 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw;
-use super::redact_url;
-use super::secret::Secret;
-use super::validate::Problems;
+use super::OnUnavailable;
+use super::choice::Choice;
+use super::problems::Problems;
+use super::raw::{self, format_duration};
+use super::redact::redact_url;
+use crate::signature::Secret;
+
+/// The URL schemes fred connects with: a single server, a Cluster or
+/// Sentinel, each plain or over TLS.
+const REDIS_SCHEMES: [&str; 6] = [
+    "redis://",
+    "rediss://",
+    "redis-cluster://",
+    "rediss-cluster://",
+    "redis-sentinel://",
+    "rediss-sentinel://",
+];
 
 /// Which store backs the claims.
 #[derive(Clone)]
@@ -74,7 +87,7 @@ pub struct StoreConfig {
     pub command_timeout: Duration,
     /// Keep `/readyz` at 200 although Redis may evict keys (`maxmemory`
     /// with a policy other than `noeviction`). Off by default: an evicted
-    /// record or claim lets a duplicate execute again (SPEC §4 rule 10).
+    /// record or claim lets a duplicate execute again (contract §4 rule 10).
     pub allow_eviction: bool,
     /// Redis connections in the pool: one per worker thread, so a worker's
     /// commands never wait for another thread's connection task, and fred
@@ -142,32 +155,78 @@ fn credential(
     Some(secret)
 }
 
+/// Validates `[store]`; `connections` is the Redis pool size (one per
+/// worker thread).
 pub(super) fn store_config(
     problems: &mut Problems,
     raw: &raw::RawStore,
     connections: usize,
 ) -> StoreConfig {
-    let backend = match raw.kind.as_str() {
+    let backend = backend(problems, raw);
+    let key_prefix = raw
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
+    if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
+        problems.push(
+            "store.key_prefix",
+            "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
+        );
+    }
+    let redis = matches!(backend, StoreBackend::Redis { .. });
+    let replica_ack = replica_ack(problems, raw, redis);
+    let allow_eviction = raw.allow_eviction.unwrap_or(false);
+    if raw.allow_eviction.is_some() && !redis {
+        problems.push(
+            "store.allow_eviction",
+            "only valid with kind = \"redis\" (the embedded store never evicts)",
+        );
+    }
+    if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
+        problems.push(
+            "store.replica_ack_timeout",
+            "has no effect without min_replicas_ack",
+        );
+    }
+    let (username, password) = credentials(problems, raw, &backend);
+    let command_timeout = problems.duration(
+        "store.command_timeout",
+        raw.command_timeout.as_deref(),
+        raw::DEFAULT_COMMAND_TIMEOUT,
+    );
+    if command_timeout.is_zero() {
+        problems.push("store.command_timeout", "must be greater than zero");
+    }
+    StoreConfig {
+        backend,
+        replica_ack,
+        username,
+        password,
+        allow_eviction,
+        key_prefix,
+        connections,
+        command_timeout,
+    }
+}
+
+/// `kind` with its `url` (Redis) or `path` (embedded), and only that one.
+fn backend(problems: &mut Problems, raw: &raw::RawStore) -> StoreBackend {
+    let nowhere = || StoreBackend::Embedded {
+        path: PathBuf::new(),
+    };
+    match raw.kind.as_str() {
         "redis" => {
             if raw.path.is_some() {
                 problems.push("store.path", "only valid with kind = \"embedded\"");
             }
             let url = raw.url.clone().unwrap_or_default();
-            let known = [
-                "redis://",
-                "rediss://",
-                "redis-cluster://",
-                "rediss-cluster://",
-                "redis-sentinel://",
-                "rediss-sentinel://",
-            ];
-            if !known.iter().any(|scheme| url.starts_with(scheme)) {
+            if !REDIS_SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
                 problems.push(
                     "store.url",
                     format!(
                         "{:?} is not a Redis URL; expected one of {}",
                         redact_url(&url),
-                        known.join(" ")
+                        REDIS_SCHEMES.join(" ")
                     ),
                 );
             }
@@ -186,9 +245,7 @@ pub(super) fn store_config(
                         "store.path",
                         "required with kind = \"embedded\", e.g. \"data/idemgate.redb\"",
                     );
-                    StoreBackend::Embedded {
-                        path: PathBuf::new(),
-                    }
+                    nowhere()
                 }
             }
         }
@@ -197,55 +254,38 @@ pub(super) fn store_config(
                 "store.kind",
                 format!("{other:?} is not valid; expected \"redis\" or \"embedded\""),
             );
-            StoreBackend::Embedded {
-                path: PathBuf::new(),
-            }
+            nowhere()
         }
-    };
-    let key_prefix = raw
-        .key_prefix
-        .clone()
-        .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
-    if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
-        problems.push(
-            "store.key_prefix",
-            "must be non-empty and free of '{' and '}' (they would change the cluster slot)",
-        );
     }
-    let replica_ack = match raw.min_replicas_ack {
-        None | Some(0) => None,
-        Some(replicas) => {
-            if !matches!(backend, StoreBackend::Redis { .. }) {
-                problems.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
-            }
-            let timeout = problems.duration(
-                "store.replica_ack_timeout",
-                raw.replica_ack_timeout.as_deref(),
-                raw::DEFAULT_REPLICA_ACK_TIMEOUT,
-            );
-            if timeout.is_zero() {
-                problems.push(
-                    "store.replica_ack_timeout",
-                    "must be greater than zero (0 would make WAIT block forever)",
-                );
-            }
-            Some(ReplicaAck { replicas, timeout })
-        }
-    };
-    let allow_eviction = raw.allow_eviction.unwrap_or(false);
-    if raw.allow_eviction.is_some() && !matches!(backend, StoreBackend::Redis { .. }) {
-        problems.push(
-            "store.allow_eviction",
-            "only valid with kind = \"redis\" (the embedded store never evicts)",
-        );
+}
+
+/// `min_replicas_ack` (0: off) and its `replica_ack_timeout`.
+fn replica_ack(problems: &mut Problems, raw: &raw::RawStore, redis: bool) -> Option<ReplicaAck> {
+    let replicas = raw.min_replicas_ack.filter(|replicas| *replicas > 0)?;
+    if !redis {
+        problems.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
     }
-    if replica_ack.is_none() && raw.replica_ack_timeout.is_some() {
+    let timeout = problems.duration(
+        "store.replica_ack_timeout",
+        raw.replica_ack_timeout.as_deref(),
+        raw::DEFAULT_REPLICA_ACK_TIMEOUT,
+    );
+    if timeout.is_zero() {
         problems.push(
             "store.replica_ack_timeout",
-            "has no effect without min_replicas_ack",
+            "must be greater than zero (0 would make WAIT block forever)",
         );
     }
-    let redis_url = match &backend {
+    Some(ReplicaAck { replicas, timeout })
+}
+
+/// `username` and `password`, each unless the Redis URL already has one.
+fn credentials(
+    problems: &mut Problems,
+    raw: &raw::RawStore,
+    backend: &StoreBackend,
+) -> (Option<Secret>, Option<Secret>) {
+    let redis_url = match backend {
         StoreBackend::Redis { url } => Some(url.as_str()),
         StoreBackend::Embedded { .. } => None,
     };
@@ -264,19 +304,32 @@ pub(super) fn store_config(
         redis_url,
         url_password,
     );
-    StoreConfig {
-        backend,
-        replica_ack,
-        username,
-        password,
-        allow_eviction,
-        key_prefix,
-        connections,
-        command_timeout: problems.duration(
-            "store.command_timeout",
-            raw.command_timeout.as_deref(),
-            raw::DEFAULT_COMMAND_TIMEOUT,
-        ),
+    (username, password)
+}
+
+impl StoreConfig {
+    /// The table as `check-config` prints it, with the store-wide
+    /// `on_unavailable` (a [`super::Config`] field) and the URL redacted.
+    pub(super) fn to_raw(&self, on_unavailable: OnUnavailable) -> raw::RawStore {
+        let redis = matches!(self.backend, StoreBackend::Redis { .. });
+        let (kind, url, path) = match &self.backend {
+            StoreBackend::Redis { url } => ("redis", Some(redact_url(url)), None),
+            StoreBackend::Embedded { path } => ("embedded", None, Some(path.display().to_string())),
+        };
+        let source = |secret: &Option<Secret>| secret.as_ref().map(|s| s.source().to_owned());
+        raw::RawStore {
+            kind: kind.to_owned(),
+            url,
+            path,
+            key_prefix: Some(self.key_prefix.clone()),
+            command_timeout: Some(format_duration(self.command_timeout)),
+            on_unavailable: Some(on_unavailable.name().to_owned()),
+            min_replicas_ack: redis.then(|| self.replica_ack.map_or(0, |ack| ack.replicas)),
+            replica_ack_timeout: self.replica_ack.map(|ack| format_duration(ack.timeout)),
+            allow_eviction: redis.then_some(self.allow_eviction),
+            username: source(&self.username),
+            password: source(&self.password),
+        }
     }
 }
 

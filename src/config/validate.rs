@@ -1,104 +1,21 @@
-//! Turning a [`RawConfig`] into a [`Config`]: the validation plumbing.
+//! Turning a [`RawConfig`] into a [`Config`]: the validation driver.
 //!
-//! Owns [`Problems`] (errors collected with their key paths, so every
-//! mistake in a file is reported at once), the small shared checks
-//! (addresses, upstream URLs, `on_unavailable`) and the top-level
-//! `TryFrom`, which hands each section to the module that owns it.
+//! Hands each section to the module that owns it, in file order, reads the
+//! few small top-level ones itself (`unmatched`, `problem_type_base`,
+//! `[listen]`, `[upstream]`, `[admin]`, `[secrets]`), runs the checks
+//! between routes (`cross.rs`) and returns every [`Problems`] entry at once.
 
-use std::fmt;
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use http::Uri;
-
-use super::choice::Choice;
+use super::cross;
 use super::hot_keys::hot_keys;
+use super::limits::limits;
 use super::otel::tracing;
-use super::raw::{self, RawConfig, parse_duration};
-use super::route::{check_shared_scope, route};
+use super::problems::Problems;
+use super::raw::{self, RawConfig, RawListen, RawRoute, RawUpstream};
+use super::read::{socket, upstream_url};
+use super::route::route;
 use super::store::store_config;
-use super::{
-    Config, ConfigError, Limits, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream,
-    redact_url,
-};
+use super::{Config, ConfigError, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream};
 use crate::error::ProblemTypes;
-use crate::path::canonical_prefix;
-
-/// More worker threads than this is a typo, not a machine.
-const MAX_WORKER_THREADS: usize = 1024;
-
-/// Collects errors with their key paths.
-#[derive(Default)]
-pub(super) struct Problems(pub(super) Vec<String>);
-
-impl Problems {
-    pub(super) fn push(&mut self, key: &str, message: impl fmt::Display) {
-        self.0.push(format!("{key}: {message}"));
-    }
-
-    /// Whether `key` already has a problem, e.g. its value did not parse
-    /// and a stand-in is in its place.
-    pub(super) fn failed(&self, key: &str) -> bool {
-        self.0.iter().any(|problem| {
-            problem
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.starts_with(": "))
-        })
-    }
-
-    /// Pushes a problem found by comparing `key` with other settings,
-    /// unless `key` or one of `inputs` already failed: the stand-in value
-    /// of a key that did not parse would make the comparison a second,
-    /// bogus error.
-    pub(super) fn push_derived(&mut self, key: &str, inputs: &[&str], message: impl fmt::Display) {
-        if !self.failed(key) && !inputs.iter().any(|input| self.failed(input)) {
-            self.push(key, message);
-        }
-    }
-
-    pub(super) fn take<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
-        result.map_err(|e| self.push(key, e)).ok()
-    }
-
-    pub(super) fn duration(&mut self, key: &str, text: Option<&str>, default: &str) -> Duration {
-        self.take(
-            key,
-            parse_duration(text.unwrap_or(default)).map_err(|e| e.to_string()),
-        )
-        .unwrap_or(Duration::from_secs(1))
-    }
-
-    /// Like [`Self::duration`], with the default already a `Duration`.
-    pub(super) fn duration_or(
-        &mut self,
-        key: &str,
-        text: Option<&str>,
-        default: Duration,
-    ) -> Duration {
-        match text {
-            None => default,
-            Some(text) => self.duration(key, Some(text), ""),
-        }
-    }
-
-    /// The value `text` names, `default` when it is absent; an unknown
-    /// word is a problem that lists the valid ones.
-    pub(super) fn choice<T: Choice>(&mut self, key: &str, text: Option<&str>, default: T) -> T {
-        let Some(text) = text else { return default };
-        if let Some(value) = T::from_name(text) {
-            return value;
-        }
-        let names: Vec<String> = T::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
-        self.push(
-            key,
-            format!(
-                "{text:?} is not valid; expected one of {}",
-                names.join(", ")
-            ),
-        );
-        default
-    }
-}
 
 impl TryFrom<RawConfig> for Config {
     type Error = ConfigError;
@@ -106,163 +23,16 @@ impl TryFrom<RawConfig> for Config {
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
-        let problem_types = match raw.problem_type_base.as_deref() {
-            None => ProblemTypes::default(),
-            Some(base) => problems
-                .take(
-                    "problem_type_base",
-                    ProblemTypes::new(base).map_err(|e| e.to_string()),
-                )
-                .unwrap_or_default(),
-        };
-        let listen = Listen {
-            proxy: socket(
-                &mut problems,
-                "listen.proxy",
-                raw.listen.proxy,
-                raw::DEFAULT_PROXY_ADDR,
-            ),
-            admin: socket(
-                &mut problems,
-                "listen.admin",
-                raw.listen.admin,
-                raw::DEFAULT_ADMIN_ADDR,
-            ),
-        };
-        let limits = Limits {
-            max_body_bytes: raw
-                .limits
-                .max_body_bytes
-                .unwrap_or(raw::DEFAULT_MAX_BODY_BYTES),
-            header_read_timeout: problems.duration(
-                "limits.header_read_timeout",
-                raw.limits.header_read_timeout.as_deref(),
-                raw::DEFAULT_HEADER_READ_TIMEOUT,
-            ),
-            shutdown_grace: problems.duration(
-                "limits.shutdown_grace",
-                raw.limits.shutdown_grace.as_deref(),
-                raw::DEFAULT_SHUTDOWN_GRACE,
-            ),
-            body_read_timeout: problems.duration(
-                "limits.body_read_timeout",
-                raw.limits.body_read_timeout.as_deref(),
-                raw::DEFAULT_BODY_READ_TIMEOUT,
-            ),
-            idle_timeout: problems.duration(
-                "limits.idle_timeout",
-                raw.limits.idle_timeout.as_deref(),
-                raw::DEFAULT_IDLE_TIMEOUT,
-            ),
-            max_buffered_bytes: raw
-                .limits
-                .max_buffered_bytes
-                .unwrap_or(raw::DEFAULT_MAX_BUFFERED_BYTES),
-            max_connections: raw
-                .limits
-                .max_connections
-                .unwrap_or(raw::DEFAULT_MAX_CONNECTIONS),
-            max_headers: raw.limits.max_headers.unwrap_or(raw::DEFAULT_MAX_HEADERS),
-            max_header_bytes: raw
-                .limits
-                .max_header_bytes
-                .unwrap_or(raw::DEFAULT_MAX_HEADER_BYTES),
-            max_waiting_per_key: raw
-                .limits
-                .max_waiting_per_key
-                .unwrap_or(raw::DEFAULT_MAX_WAITING_PER_KEY),
-            max_stored_answer_bytes: raw
-                .limits
-                .max_stored_answer_bytes
-                .unwrap_or(raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
-            replay_cache_bytes: raw
-                .limits
-                .replay_cache_bytes
-                .unwrap_or(raw::DEFAULT_REPLAY_CACHE_BYTES),
-            worker_threads: match raw
-                .limits
-                .worker_threads
-                .unwrap_or(raw::DEFAULT_WORKER_THREADS)
-            {
-                0 => std::thread::available_parallelism().map_or(1, usize::from),
-                threads => threads,
-            },
-        };
-        if limits.worker_threads > MAX_WORKER_THREADS {
-            problems.push(
-                "limits.worker_threads",
-                format!("must be at most {MAX_WORKER_THREADS}"),
-            );
-        }
-        for (key, value, least) in [
-            ("limits.max_connections", limits.max_connections, 1),
-            ("limits.max_headers", limits.max_headers, 1),
-            ("limits.max_header_bytes", limits.max_header_bytes, 8192),
-        ] {
-            if value < least {
-                problems.push(key, format!("must be at least {least}"));
-            }
-        }
-        if limits.body_read_timeout.is_zero() {
-            problems.push("limits.body_read_timeout", "must be greater than zero");
-        }
-        if limits.header_read_timeout.is_zero() {
-            problems.push("limits.header_read_timeout", "must be greater than zero");
-        }
-        if limits.idle_timeout.is_zero() {
-            problems.push("limits.idle_timeout", "must be greater than zero");
-        }
-        if limits.max_body_bytes == 0 {
-            problems.push("limits.max_body_bytes", "must be at least 1");
-        }
-        if limits.max_buffered_bytes < limits.max_body_bytes {
-            problems.push(
-                "limits.max_buffered_bytes",
-                format!(
-                    "must be at least limits.max_body_bytes ({}), or no body of the largest accepted size could ever be read",
-                    limits.max_body_bytes
-                ),
-            );
-        }
-        if limits.max_buffered_bytes > raw::MAX_BUFFERED_BYTES {
-            problems.push(
-                "limits.max_buffered_bytes",
-                format!("must be at most {}", raw::MAX_BUFFERED_BYTES),
-            );
-        }
-        if limits.max_stored_answer_bytes > raw::MAX_STORED_ANSWER_BYTES {
-            problems.push(
-                "limits.max_stored_answer_bytes",
-                format!("must be at most {}", raw::MAX_STORED_ANSWER_BYTES),
-            );
-        }
-        if limits.replay_cache_bytes > raw::MAX_REPLAY_CACHE_BYTES {
-            problems.push(
-                "limits.replay_cache_bytes",
-                format!("must be at most {}", raw::MAX_REPLAY_CACHE_BYTES),
-            );
-        }
+        let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
+        let listen = listen(&mut problems, raw.listen);
+        let limits = limits(&mut problems, &raw.limits);
         let store = store_config(&mut problems, &raw.store, limits.worker_threads);
-        let on_unavailable = on_unavailable(
-            &mut problems,
+        let on_unavailable = problems.choice(
             "store.on_unavailable",
             raw.store.on_unavailable.as_deref(),
             OnUnavailable::Reject,
         );
-        let upstream = Upstream {
-            url: upstream_url(&mut problems, "upstream.url", &raw.upstream.url),
-            timeout: problems.duration(
-                "upstream.timeout",
-                raw.upstream.timeout.as_deref(),
-                raw::DEFAULT_UPSTREAM_TIMEOUT,
-            ),
-        };
-        if upstream.timeout.is_zero() {
-            problems.push("upstream.timeout", "must be greater than zero");
-        }
-        if store.command_timeout.is_zero() {
-            problems.push("store.command_timeout", "must be greater than zero");
-        }
+        let upstream = upstream(&mut problems, &raw.upstream);
         let admin_token = raw
             .admin
             .token
@@ -275,92 +45,80 @@ impl TryFrom<RawConfig> for Config {
         ))
         .filter(|interval| !interval.is_zero());
         let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
-
         let tracing = tracing(&mut problems, raw.tracing);
-        let mut routes: Vec<Route> = Vec::new();
-        for (index, raw_route) in raw.routes.into_iter().enumerate() {
-            let key = format!("route[{index}]");
-            if let Some(route) = route(&mut problems, &key, raw_route, &upstream, on_unavailable) {
-                if routes.iter().any(|r| r.name == route.name) {
-                    problems.push(&format!("{key}.name"), "duplicate route name");
-                }
-                check_shared_scope(&mut problems, &key, &route, &routes);
-                let shadowed = routes.iter().find(|r| {
-                    let fold = !(r.case_sensitive && route.case_sensitive);
-                    canonical_prefix(&r.path_prefix, fold)
-                        == canonical_prefix(&route.path_prefix, fold)
-                        && r.methods.iter().any(|m| route.methods.contains(m))
-                });
-                if let Some(other) = shadowed {
-                    problems.push(
-                        &format!("{key}.path_prefix"),
-                        format!(
-                            "route {:?} already matches {:?} for the same methods",
-                            other.name, route.path_prefix
-                        ),
-                    );
-                }
-                routes.push(route);
-            }
+        let routes = routes(&mut problems, raw.routes, &upstream, on_unavailable);
+        if !problems.0.is_empty() {
+            return Err(ConfigError(problems.0));
         }
-        if problems.0.is_empty() {
-            Ok(Self {
-                unmatched,
-                listen,
-                limits,
-                store,
-                upstream,
-                on_unavailable,
-                admin_token,
-                problem_types,
-                secrets_watch,
-                hot_keys,
-                routes,
-                tracing,
-            })
-        } else {
-            Err(ConfigError(problems.0))
-        }
+        Ok(Self {
+            unmatched,
+            listen,
+            limits,
+            store,
+            upstream,
+            on_unavailable,
+            admin_token,
+            problem_types,
+            secrets_watch,
+            hot_keys,
+            routes,
+            tracing,
+        })
     }
 }
 
-fn socket(problems: &mut Problems, key: &str, text: Option<String>, default: &str) -> SocketAddr {
-    let text = text.unwrap_or_else(|| default.to_owned());
-    problems
-        .take(
-            key,
-            text.parse()
-                .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
-        )
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
-}
-
-pub(super) fn upstream_url(problems: &mut Problems, key: &str, text: &str) -> Uri {
-    let parsed = text.parse::<Uri>().ok().filter(|uri| {
-        uri.scheme_str() == Some("http") && uri.authority().is_some() && uri.query().is_none()
-    });
-    match parsed {
-        Some(uri) => uri,
-        None => {
-            problems.push(
-                key,
-                format!(
-                    "{:?} is not an http:// base URL such as \"http://127.0.0.1:3000\"",
-                    redact_url(text)
-                ),
-            );
-            Uri::from_static("http://127.0.0.1:1")
-        }
+/// `problem_type_base`, default the `urn:idemgate:problem:` URN.
+fn problem_types(problems: &mut Problems, base: Option<&str>) -> ProblemTypes {
+    match base {
+        None => ProblemTypes::default(),
+        Some(base) => problems
+            .take(
+                "problem_type_base",
+                ProblemTypes::new(base).map_err(|e| e.to_string()),
+            )
+            .unwrap_or_default(),
     }
 }
 
-pub(super) fn on_unavailable(
+/// `[listen]`.
+fn listen(problems: &mut Problems, raw: RawListen) -> Listen {
+    Listen {
+        proxy: socket(problems, "listen.proxy", raw.proxy, raw::DEFAULT_PROXY_ADDR),
+        admin: socket(problems, "listen.admin", raw.admin, raw::DEFAULT_ADMIN_ADDR),
+    }
+}
+
+/// `[upstream]`: the default upstream of every route.
+fn upstream(problems: &mut Problems, raw: &RawUpstream) -> Upstream {
+    let upstream = Upstream {
+        url: upstream_url(problems, "upstream.url", &raw.url),
+        timeout: problems.duration(
+            "upstream.timeout",
+            raw.timeout.as_deref(),
+            raw::DEFAULT_UPSTREAM_TIMEOUT,
+        ),
+    };
+    if upstream.timeout.is_zero() {
+        problems.push("upstream.timeout", "must be greater than zero");
+    }
+    upstream
+}
+
+/// Every `[[route]]`, each checked against the ones before it.
+fn routes(
     problems: &mut Problems,
-    key: &str,
-    text: Option<&str>,
-    default: OnUnavailable,
-) -> OnUnavailable {
-    problems.choice(key, text, default)
+    raw: Vec<RawRoute>,
+    upstream: &Upstream,
+    on_unavailable: OnUnavailable,
+) -> Vec<Route> {
+    let mut routes: Vec<Route> = Vec::with_capacity(raw.len());
+    for (index, raw_route) in raw.into_iter().enumerate() {
+        let key = format!("route[{index}]");
+        let route = route(problems, &key, raw_route, upstream, on_unavailable);
+        cross::among_routes(problems, &key, &route, &routes);
+        routes.push(route);
+    }
+    routes
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The first six scenarios, each an at-least-once misbehaviour of a real
-//! gateway, with the payment number and timings it uses and what SPEC
+//! gateway, with the payment number and timings it uses and what the contract
 //! §1–§4 says must come of it; the seventh (the handler down, on the
 //! `orders` route's inbox) lives in [`super::inbox_scenario`].
 //!

@@ -41,7 +41,7 @@ impl Delivery {
     /// signed with `secret`. Calling it again for a retry re-signs it with a
     /// fresh timestamp, as real gateways do.
     pub(super) fn new(id: &str, secret: &[u8], age: Duration) -> Self {
-        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        let age_ms = crate::time::millis(age);
         let body = serde_json::json!({
             "paymentNo": id,
             "status": "SUCCESS",

@@ -5,7 +5,7 @@ fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
-/// SPEC §3, row by row: a rejection of each reason, its status and word.
+/// contract §3, row by row: a rejection of each reason, its status and word.
 fn spec_table() -> Vec<(Rejection, u16, &'static str)> {
     vec![
         (Rejection::BodyTooLarge, 413, "body_too_large"),
@@ -62,7 +62,7 @@ fn spec_table() -> Vec<(Rejection, u16, &'static str)> {
     ]
 }
 
-/// SPEC §3, row by row: status and reason word.
+/// contract §3, row by row: status and reason word.
 #[test]
 fn every_row_of_the_spec_table() {
     let mut reasons = Vec::new();
@@ -149,6 +149,8 @@ async fn a_configured_base_types_every_document() {
 
 /// The document operators read, kept complete by this test.
 const PROBLEMS_DOC: &str = include_str!("../../docs/problems.md");
+/// The contract, whose §3 and §6 tables list the same problems.
+const CONTRACT_DOC: &str = include_str!("../../docs/contract.md");
 
 /// The row of `docs/problems.md` for one problem: word, status, title.
 fn doc_row(word: &str, status: StatusCode, title: &str) -> String {
@@ -178,6 +180,7 @@ fn every_problem_is_documented() {
     );
     for row in rows {
         assert!(PROBLEMS_DOC.contains(&row), "docs/problems.md lacks {row}");
+        assert!(CONTRACT_DOC.contains(&row), "docs/contract.md lacks {row}");
     }
 }
 

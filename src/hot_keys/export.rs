@@ -97,13 +97,8 @@ mod tests {
 
     use super::*;
     use crate::config::{HotKeysConfig, TopK};
-    use crate::hot_keys::Sighting;
 
-    const REPLAY: Sighting = Sighting {
-        outcome: "replayed",
-        reason: None,
-        duplicate: true,
-    };
+    use crate::hot_keys::sightings::REPLAY;
 
     fn hot(enabled: bool) -> HotKeys {
         let settings = HotKeysConfig {
@@ -117,7 +112,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn renders_exactly_the_current_top_k() {
         let hot = hot(true);
-        let pay = hot.route(0).expect("tracked");
+        let pay = hot.named("pay").expect("tracked");
         for n in 1..=3u8 {
             for _ in 0..n {
                 pay.observe(&[n; 32], REPLAY);
@@ -147,7 +142,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn route_names_are_escaped_and_idle_windows_empty() {
         let hot = hot(true);
-        hot.route(1).expect("tracked").observe(&[9; 32], REPLAY);
+        hot.named("we\"ird")
+            .expect("tracked")
+            .observe(&[9; 32], REPLAY);
         let mut text = String::new();
         hot.render_prometheus(&mut text);
         assert!(text.contains("route=\"we\\\"ird\""), "{text}");

@@ -48,7 +48,7 @@ pub struct Sighting {
 
 /// One tracked key, as a read reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tally {
+pub struct RedeliveryResult {
     /// SHA-256 of the key parts (what logs print as `key=`).
     pub digest: [u8; 32],
     /// Deliveries seen in the window.
@@ -96,8 +96,8 @@ impl Entry {
         self.deliveries() + self.error.iter().map(|&n| u64::from(n)).sum::<u64>()
     }
 
-    fn tally(&self) -> Tally {
-        Tally {
+    fn tally(&self) -> RedeliveryResult {
+        RedeliveryResult {
             digest: self.digest,
             deliveries: self.deliveries(),
             duplicates: self.duplicates.iter().map(|&n| u64::from(n)).sum(),
@@ -205,9 +205,10 @@ impl Summary {
     /// The `k` keys with the most deliveries in the window at `now_ms`,
     /// most first (ties: more duplicates, then the most recent, then the
     /// digest, so the order is stable).
-    pub fn top(&mut self, k: usize, now_ms: u64) -> Vec<Tally> {
+    pub fn top(&mut self, k: usize, now_ms: u64) -> Vec<RedeliveryResult> {
         self.advance(now_ms);
-        let mut tallies: Vec<Tally> = self.entries[..self.len].iter().map(Entry::tally).collect();
+        let mut tallies: Vec<RedeliveryResult> =
+            self.entries[..self.len].iter().map(Entry::tally).collect();
         tallies.sort_unstable_by(|a, b| {
             b.deliveries
                 .cmp(&a.deliveries)
@@ -269,16 +270,7 @@ impl Summary {
 mod tests {
     use super::*;
 
-    const FIRST: Sighting = Sighting {
-        outcome: "forwarded",
-        reason: None,
-        duplicate: false,
-    };
-    const REPLAY: Sighting = Sighting {
-        outcome: "replayed",
-        reason: None,
-        duplicate: true,
-    };
+    use crate::hot_keys::sightings::{FIRST, REPLAY};
     const MINUTE_MS: u64 = 60_000;
 
     fn digest(n: u32) -> [u8; 32] {

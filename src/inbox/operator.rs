@@ -4,7 +4,7 @@
 //! worker's, so an operator and a worker never both act on one delivery,
 //! and both are logged.
 
-use super::{Inboxes, transition};
+use super::{Inboxes, RouteInbox, transition};
 use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
 use crate::store::inbox::Book;
 use crate::store::{StoreError, StoreKey};
@@ -37,12 +37,12 @@ impl Inboxes {
     /// (`Dead`).
     pub(crate) async fn list(
         &self,
-        route: usize,
+        inbox: &RouteInbox,
         listing: Listing,
         offset: usize,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let indexes = self.indexes(&self.config.routes[route]);
+        let indexes = &inbox.indexes;
         let index = match listing {
             Listing::Queued => &indexes.since,
             Listing::Dead => &indexes.dead,
@@ -52,19 +52,23 @@ impl Inboxes {
 
     /// Retries a dead or unknown delivery now, once: if that attempt fails
     /// too, it is dead again.
-    pub(crate) async fn retry(&self, route: usize, key: &StoreKey) -> Result<Action, StoreError> {
+    pub(crate) async fn retry(
+        &self,
+        inbox: &RouteInbox,
+        key: &StoreKey,
+    ) -> Result<Action, StoreError> {
         let action = self
             .act(key, |entry| transition::retry_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
-            let indexes = self.indexes(&self.config.routes[route]);
+            let indexes = &inbox.indexes;
             let hash = key.hash();
             let now = now_ms();
             self.store.index_add(&indexes.since, hash, now).await?;
             self.store.index_add(&indexes.due, hash, now).await?;
             self.store.index_remove(&indexes.dead, hash).await?;
             tracing::warn!(
-                route = self.config.routes[route].name,
+                route = inbox.name(),
                 key = hash,
                 "inbox: operator retry: queued for one attempt now"
             );
@@ -76,14 +80,14 @@ impl Inboxes {
     /// still get the ack.
     pub(crate) async fn drop_delivery(
         &self,
-        route: usize,
+        inbox: &RouteInbox,
         key: &StoreKey,
     ) -> Result<Action, StoreError> {
         let action = self
             .act(key, |entry| transition::drop_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
-            let indexes = self.indexes(&self.config.routes[route]);
+            let indexes = &inbox.indexes;
             let hash = key.hash();
             // Booked as soon as the drop is written: an index that fails
             // to update is repaired later (a worker or the dead-index
@@ -93,7 +97,7 @@ impl Inboxes {
                 self.store.index_remove(index, hash).await?;
             }
             tracing::warn!(
-                route = self.config.routes[route].name,
+                route = inbox.name(),
                 key = hash,
                 "inbox: operator drop: resolved without sending"
             );
@@ -118,12 +122,12 @@ impl Inboxes {
         let Some(next) = change(entry) else {
             return Ok(Action::WrongStage(entry.stage));
         };
-        let Some((_, route)) = self.route(&next.route) else {
+        let Some(inbox) = self.route(&next.route) else {
             return Ok(Action::NotFound);
         };
         let mut record = found.with_state(RecordState::Inbox(Box::new(next)));
         record.owner = self.mint.next();
-        let kept = super::kept_for(&record, route);
+        let kept = inbox.kept_for(&record);
         if self
             .store
             .swap(key, found.owner, &record, kept)

@@ -66,12 +66,10 @@ impl Repair {
     pub(super) fn new(inboxes: Arc<Inboxes>, scope: &str) -> Self {
         let prefix = inboxes.config.store.key_prefix.clone();
         let every = inboxes
-            .config
             .routes
             .iter()
-            .filter(|r| r.idempotency.scope == scope)
-            .filter_map(|r| r.inbox.as_ref())
-            .map(|inbox| inbox.repair_every)
+            .filter(|inbox| inbox.scope() == scope)
+            .map(|inbox| inbox.rules.repair_every)
             .min()
             .unwrap_or(Duration::from_secs(60));
         Self {
@@ -161,12 +159,8 @@ impl Repair {
                 }
             }
             done.restored += 1;
-            if let Some(metrics) = self
-                .inboxes
-                .route(&entry.route)
-                .and_then(|(index, _)| self.inboxes.metrics[index].as_ref())
-            {
-                metrics.repaired();
+            if let Some(inbox) = self.inboxes.route(&entry.route) {
+                inbox.metrics.repaired();
             }
             tracing::warn!(
                 scope = self.scope,

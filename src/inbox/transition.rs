@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use crate::config::{Inbox, OnUpstreamTimeout};
 use crate::record::{InboxEntry, Stage, StoredResponse};
+use crate::time::millis;
 
 /// What a worker finds when it looks at a taken delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Look {
+pub(crate) enum WorkerStep {
     /// Due: claim it as this entry (stage delivering) and send it.
     Send(Box<InboxEntry>),
     /// Not due before this time (unix ms): put it back in the index there.
@@ -51,7 +52,7 @@ pub(crate) enum Attempt {
 /// How a redelivery is counted (`result` label of
 /// `idemgate_inbox_redeliveries_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tally {
+pub(crate) enum RedeliveryResult {
     /// The handler took it.
     Delivered,
     /// Failed; rescheduled.
@@ -62,7 +63,7 @@ pub(crate) enum Tally {
     Dead,
 }
 
-impl Tally {
+impl RedeliveryResult {
     /// Every result, in label order.
     pub(crate) const ALL: [Self; 4] = [Self::Delivered, Self::Failed, Self::Unknown, Self::Dead];
 
@@ -96,26 +97,24 @@ pub(crate) fn jitter() -> f64 {
     0.75 + 0.5 * f64::from(draw) / f64::from(u32::MAX)
 }
 
-fn ms(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// What a worker should do with `entry` at `now`. A queued entry is due a
 /// little early (`early`) so a wake-up that lands just before its time
 /// does not waste a round trip.
-pub(crate) fn look(entry: &InboxEntry, rules: &Inbox, now: u64, early: Duration) -> Look {
+pub(crate) fn look(entry: &InboxEntry, rules: &Inbox, now: u64, early: Duration) -> WorkerStep {
     match entry.stage {
-        Stage::Queued if entry.due_ms > now.saturating_add(ms(early)) => Look::NotYet(entry.due_ms),
+        Stage::Queued if entry.due_ms > now.saturating_add(millis(early)) => {
+            WorkerStep::NotYet(entry.due_ms)
+        }
         Stage::Queued => {
             let mut sending = entry.clone();
             sending.stage = Stage::Delivering;
             sending.attempts = entry.attempts.saturating_add(1);
-            sending.due_ms = now.saturating_add(ms(rules.visibility_timeout));
-            Look::Send(Box::new(sending))
+            sending.due_ms = now.saturating_add(millis(rules.visibility_timeout));
+            WorkerStep::Send(Box::new(sending))
         }
-        Stage::Delivering if entry.due_ms > now => Look::NotYet(entry.due_ms),
-        Stage::Delivering => Look::Abandoned,
-        stage => Look::Settled(stage),
+        Stage::Delivering if entry.due_ms > now => WorkerStep::NotYet(entry.due_ms),
+        Stage::Delivering => WorkerStep::Abandoned,
+        stage => WorkerStep::Settled(stage),
     }
 }
 
@@ -127,7 +126,7 @@ pub(crate) fn after(
     on_timeout: OnUpstreamTimeout,
     now: u64,
     jitter: f64,
-) -> (InboxEntry, Tally) {
+) -> (InboxEntry, RedeliveryResult) {
     let mut next = entry.clone();
     next.due_ms = now;
     let counted = match attempt {
@@ -135,7 +134,7 @@ pub(crate) fn after(
             next.stage = Stage::Delivered;
             next.last_answer = Some(answer);
             next.last_error.clear();
-            Tally::Delivered
+            RedeliveryResult::Delivered
         }
         Attempt::Failed { error, answer } => {
             next.set_error(&error);
@@ -144,10 +143,10 @@ pub(crate) fn after(
             }
             if next.attempts >= next.limit {
                 next.stage = Stage::Dead;
-                Tally::Dead
+                RedeliveryResult::Dead
             } else {
                 reschedule(&mut next, rules, now, jitter);
-                Tally::Failed
+                RedeliveryResult::Failed
             }
         }
         Attempt::Unknown(error) => {
@@ -159,7 +158,7 @@ pub(crate) fn after(
                 }
                 OnUpstreamTimeout::Release => reschedule(&mut next, rules, now, jitter),
             }
-            Tally::Unknown
+            RedeliveryResult::Unknown
         }
     };
     (next, counted)
@@ -167,7 +166,7 @@ pub(crate) fn after(
 
 fn reschedule(entry: &mut InboxEntry, rules: &Inbox, now: u64, jitter: f64) {
     entry.stage = Stage::Queued;
-    entry.due_ms = now.saturating_add(ms(delay(rules, entry.attempts, jitter)));
+    entry.due_ms = now.saturating_add(millis(delay(rules, entry.attempts, jitter)));
 }
 
 /// An operator's "send now, once" for a dead or unknown delivery: queued
@@ -237,9 +236,9 @@ mod tests {
         queued.due_ms = 10_000;
         assert_eq!(
             look(&queued, &rules, 5_000, secs(0.1)),
-            Look::NotYet(10_000)
+            WorkerStep::NotYet(10_000)
         );
-        let Look::Send(sending) = look(&queued, &rules, 9_950, secs(0.1)) else {
+        let WorkerStep::Send(sending) = look(&queued, &rules, 9_950, secs(0.1)) else {
             panic!("due within the early margin");
         };
         assert_eq!(sending.stage, Stage::Delivering);
@@ -247,9 +246,12 @@ mod tests {
         assert_eq!(sending.due_ms, 9_950 + 60_000);
         assert_eq!(
             look(&sending, &rules, 60_000, secs(0.1)),
-            Look::NotYet(69_950)
+            WorkerStep::NotYet(69_950)
         );
-        assert_eq!(look(&sending, &rules, 69_950, secs(0.1)), Look::Abandoned);
+        assert_eq!(
+            look(&sending, &rules, 69_950, secs(0.1)),
+            WorkerStep::Abandoned
+        );
         for stage in [
             Stage::Delivered,
             Stage::Dead,
@@ -258,7 +260,7 @@ mod tests {
         ] {
             assert_eq!(
                 look(&entry(stage), &rules, 0, secs(0.1)),
-                Look::Settled(stage)
+                WorkerStep::Settled(stage)
             );
         }
     }
@@ -270,51 +272,42 @@ mod tests {
             error: "handler answered 503".into(),
             answer: None,
         };
+        let fail = |sending: &InboxEntry| {
+            after(sending, failed(), &rules, OnUpstreamTimeout::Hold, 100, 1.0)
+        };
         let mut sending = entry(Stage::Delivering);
         sending.attempts = 1;
         sending.limit = 3;
-        let (next, counted) = after(
-            &sending,
-            failed(),
-            &rules,
-            OnUpstreamTimeout::Hold,
-            100,
-            1.0,
+        let (next, counted) = fail(&sending);
+        assert_eq!(
+            (next.stage, counted),
+            (Stage::Queued, RedeliveryResult::Failed)
         );
-        assert_eq!((next.stage, counted), (Stage::Queued, Tally::Failed));
         assert_eq!(next.due_ms, 100 + 2_000);
         assert_eq!(next.last_error, "handler answered 503");
         assert!(next.last_answer.is_some(), "an earlier answer is kept");
         sending.attempts = 3;
-        let (next, counted) = after(
-            &sending,
-            failed(),
-            &rules,
-            OnUpstreamTimeout::Hold,
-            100,
-            1.0,
-        );
-        assert_eq!((next.stage, counted), (Stage::Dead, Tally::Dead));
+        let (next, counted) = fail(&sending);
+        assert_eq!((next.stage, counted), (Stage::Dead, RedeliveryResult::Dead));
     }
 
     #[test]
     fn an_unknown_outcome_is_held_or_released_as_the_route_says() {
         let rules = rules();
         let sending = entry(Stage::Delivering);
-        let unknown = || Attempt::Unknown("upstream timed out".into());
-        let (held, counted) = after(&sending, unknown(), &rules, OnUpstreamTimeout::Hold, 7, 1.0);
-        assert_eq!((held.stage, counted), (Stage::Unknown, Tally::Unknown));
+        let unknown = |sending: &InboxEntry, rule| {
+            let attempt = Attempt::Unknown("upstream timed out".into());
+            after(sending, attempt, &rules, rule, 7, 1.0)
+        };
+        let (held, counted) = unknown(&sending, OnUpstreamTimeout::Hold);
+        assert_eq!(
+            (held.stage, counted),
+            (Stage::Unknown, RedeliveryResult::Unknown)
+        );
         assert!(held.last_error.starts_with("outcome unknown"));
         let mut early = sending;
         early.attempts = 1;
-        let (released, _) = after(
-            &early,
-            unknown(),
-            &rules,
-            OnUpstreamTimeout::Release,
-            7,
-            1.0,
-        );
+        let (released, _) = unknown(&early, OnUpstreamTimeout::Release);
         assert_eq!(released.stage, Stage::Queued);
     }
 
@@ -329,7 +322,10 @@ mod tests {
             1,
             1.0,
         );
-        assert_eq!((next.stage, counted), (Stage::Delivered, Tally::Delivered));
+        assert_eq!(
+            (next.stage, counted),
+            (Stage::Delivered, RedeliveryResult::Delivered)
+        );
         assert_eq!(next.last_answer, Some(answer));
         assert!(next.last_error.is_empty());
     }

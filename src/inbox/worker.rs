@@ -27,15 +27,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::transition::{self, Attempt, Look};
-use super::{Inboxes, Indexes, kept_for, millis};
-use crate::config::Route;
-use crate::pipeline::backoff::Backoff;
-use crate::pipeline::forward::{self, ForwardError, UpstreamClient};
-use crate::pipeline::settle;
+use super::transition::{self, Attempt, WorkerStep};
+use super::{Inboxes, Indexes, RouteInbox};
+use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
 use crate::store::inbox::{Book, Swapped};
 use crate::store::{StoreError, StoreKey};
+use crate::time::millis;
+use crate::upstream::{self, ForwardError, UpstreamClient};
 
 /// How often an idle loop asks for due deliveries.
 const POLL_EVERY: Duration = Duration::from_millis(200);
@@ -66,11 +65,10 @@ impl Workers {
     pub(super) fn new(inboxes: Arc<Inboxes>, scope: &str, tracker: TaskTracker) -> Arc<Self> {
         let routes = || {
             inboxes
-                .config
                 .routes
                 .iter()
-                .filter(|r| r.idempotency.scope == scope)
-                .filter_map(|r| r.inbox.as_ref())
+                .filter(|inbox| inbox.scope() == scope)
+                .map(|inbox| &inbox.rules)
         };
         let concurrency = routes()
             .map(|inbox| inbox.concurrency)
@@ -85,7 +83,7 @@ impl Workers {
             indexes: Indexes::of(&prefix, scope),
             prefix,
             scope: scope.to_owned(),
-            client: forward::client(),
+            client: upstream::client(),
             permits: Arc::new(Semaphore::new(concurrency)),
             visibility,
             inboxes,
@@ -168,7 +166,7 @@ impl Workers {
                 return;
             }
         };
-        let Some((index, route)) = self.inboxes.route(&entry.route) else {
+        let Some(inbox) = self.inboxes.route(&entry.route) else {
             tracing::error!(
                 key = hash,
                 route = entry.route,
@@ -176,30 +174,21 @@ impl Workers {
             );
             return;
         };
-        let rules = route.inbox.as_ref().expect("route() returns inbox routes");
-        match transition::look(entry, rules, now_ms(), EARLY) {
-            Look::NotYet(at) => {
-                let _ = store.index_add(&self.indexes.due, hash, at).await;
-            }
-            Look::Settled(stage) => self.unindex(hash, stage.is_held()).await,
-            Look::Abandoned => {
+        match transition::look(entry, &inbox.rules, now_ms(), EARLY) {
+            WorkerStep::NotYet(at) => self.due_at(hash, at).await,
+            WorkerStep::Settled(stage) => self.unindex(hash, stage.is_held()).await,
+            WorkerStep::Abandoned => {
                 let attempt =
                     Attempt::Unknown("the worker redelivering it vanished mid-call".into());
-                let _ = self
-                    .settle(index, route, &key, &record, entry, attempt)
-                    .await;
+                self.settle(inbox, &key, &record, entry, attempt).await;
             }
-            Look::Send(sending) => {
-                self.claim_and_send(index, route, &key, &record, sending)
-                    .await
-            }
+            WorkerStep::Send(sending) => self.claim_and_send(inbox, &key, &record, sending).await,
         }
     }
 
     async fn claim_and_send(
         &self,
-        index: usize,
-        route: &Route,
+        inbox: &RouteInbox,
         key: &StoreKey,
         found: &Record,
         sending: Box<InboxEntry>,
@@ -209,13 +198,13 @@ impl Workers {
         let mut claimed = found.with_state(RecordState::Inbox(sending));
         claimed.owner = token;
         match self
-            .swap_until(key, found.owner, &claimed, route, deadline)
+            .swap_until(key, found.owner, &claimed, inbox, deadline)
             .await
         {
             Ok(Swapped::Written) => {}
             Ok(Swapped::Refused) => return,
             Ok(Swapped::Unreplicated) => {
-                self.unclaim(route, key, found, &claimed).await;
+                self.unclaim(inbox, key, found, &claimed).await;
                 return;
             }
             Err(error) => {
@@ -226,7 +215,7 @@ impl Workers {
         let RecordState::Inbox(entry) = &claimed.state else {
             unreachable!("built as an inbox record above")
         };
-        let fits = now_ms().saturating_add(millis(route.upstream.timeout)) < deadline;
+        let fits = now_ms().saturating_add(millis(inbox.settings.upstream.timeout)) < deadline;
         let request = entry
             .request
             .clone()
@@ -239,34 +228,33 @@ impl Workers {
             return;
         };
         let max_stored = self.inboxes.config.limits.max_stored_answer_bytes;
-        let result = forward::forward(
+        let result = upstream::forward(
             &self.client,
-            &route.upstream,
+            &inbox.settings.upstream,
             parts,
             entry.request.body.clone(),
             None,
             max_stored,
         )
         .await;
-        let attempt = attempt_of(route, result);
-        let _ = self
-            .settle(index, route, key, &claimed, entry, attempt)
-            .await;
+        let attempt = attempt_of(inbox, result);
+        self.settle(inbox, key, &claimed, entry, attempt).await;
     }
 
     /// Writes the stage after `attempt` over `current` (whose owner the
-    /// swap expects) and fixes the indexes.
+    /// swap expects) and fixes the indexes. An outcome the store would not
+    /// take is logged: the claim stands, and the next worker holds the
+    /// delivery as unknown when it expires (never a second send).
     async fn settle(
         &self,
-        index: usize,
-        route: &Route,
+        inbox: &RouteInbox,
         key: &StoreKey,
         current: &Record,
         entry: &InboxEntry,
         attempt: Attempt,
-    ) -> Result<(), ()> {
-        let rules = route.inbox.as_ref().expect("an inbox route");
-        let on_timeout = route.idempotency.on_upstream_timeout;
+    ) {
+        let rules = &inbox.rules;
+        let on_timeout = inbox.settings.idempotency.on_upstream_timeout;
         let now = now_ms();
         let (next, tally) =
             transition::after(entry, attempt, rules, on_timeout, now, transition::jitter());
@@ -279,7 +267,7 @@ impl Workers {
         let deadline = now.saturating_add(millis(rules.visibility_timeout));
         let hash = key.hash();
         match self
-            .swap_until(key, current.owner, &record, route, deadline)
+            .swap_until(key, current.owner, &record, inbox, deadline)
             .await
         {
             // An outcome too few replicas have yet is still the outcome: a
@@ -288,37 +276,29 @@ impl Workers {
             Ok(Swapped::Written | Swapped::Unreplicated) => {}
             Ok(Swapped::Refused) => {
                 tracing::error!(
-                    route = route.name,
+                    route = inbox.name(),
                     key = hash,
                     "inbox: another worker took the delivery over before its outcome was stored (it judged this one vanished)"
                 );
-                return Err(());
+                return;
             }
             Err(error) => {
-                tracing::error!(route = route.name, key = hash, %error, "inbox: outcome not stored; the delivery turns unknown when its claim expires");
-                return Err(());
+                tracing::error!(route = inbox.name(), key = hash, %error, "inbox: outcome not stored; the delivery turns unknown when its claim expires");
+                return;
             }
         }
-        if let Some(metrics) = &self.inboxes.metrics[index] {
-            metrics.redelivery(tally);
-        }
+        inbox.metrics.redelivery(tally);
         if stage == Stage::Delivered {
             self.inboxes
                 .enter(&self.indexes.books, Book::Delivered, hash)
                 .await;
         }
         match stage {
-            Stage::Queued => {
-                let _ = self
-                    .inboxes
-                    .store
-                    .index_add(&self.indexes.due, hash, due)
-                    .await;
-            }
+            Stage::Queued => self.due_at(hash, due).await,
             _ => self.unindex(hash, stage.is_held()).await,
         }
         tracing::info!(
-            route = route.name,
+            route = inbox.name(),
             key = hash,
             stage = stage.as_str(),
             result = tally.as_str(),
@@ -327,7 +307,6 @@ impl Workers {
             error = last_error,
             "inbox redelivery"
         );
-        Ok(())
     }
 
     /// Swaps `record` in over `expected`, asking again while the store is
@@ -338,10 +317,10 @@ impl Workers {
         key: &StoreKey,
         expected: OwnerToken,
         record: &Record,
-        route: &Route,
+        inbox: &RouteInbox,
         deadline: u64,
     ) -> Result<Swapped, StoreError> {
-        let kept = kept_for(record, route);
+        let kept = inbox.kept_for(record);
         let mut pauses = STORE_RETRY;
         loop {
             match self.inboxes.store.swap(key, expected, record, kept).await {
@@ -357,26 +336,28 @@ impl Workers {
     /// sent: the delivery as it was `found`, under a fresh owner, due
     /// again after [`UNREPLICATED_PAUSE`]. If even that write fails, the
     /// claim stands and the next worker holds the delivery as unknown.
-    async fn unclaim(&self, route: &Route, key: &StoreKey, found: &Record, claimed: &Record) {
+    async fn unclaim(&self, inbox: &RouteInbox, key: &StoreKey, found: &Record, claimed: &Record) {
         let mut queued = found.clone();
         queued.owner = self.inboxes.mint.next();
-        let store = &self.inboxes.store;
-        let kept = kept_for(&queued, route);
+        let kept = inbox.kept_for(&queued);
         let hash = key.hash();
-        match store.swap(key, claimed.owner, &queued, kept).await {
+        match self
+            .inboxes
+            .store
+            .swap(key, claimed.owner, &queued, kept)
+            .await
+        {
             Ok(swapped) if swapped.written() => {
-                let again = now_ms().saturating_add(millis(UNREPLICATED_PAUSE));
-                if let Err(error) = store.index_add(&self.indexes.due, hash, again).await {
-                    tracing::debug!(key = hash, %error, "inbox: due index not updated; the repair pass restores it");
-                }
+                self.due_at(hash, now_ms().saturating_add(millis(UNREPLICATED_PAUSE)))
+                    .await;
                 tracing::warn!(
-                    route = route.name,
+                    route = inbox.name(),
                     key = hash,
                     "inbox: too few replicas acknowledged the claim; not sent, queued again"
                 );
             }
             outcome => tracing::error!(
-                route = route.name,
+                route = inbox.name(),
                 key = hash,
                 ?outcome,
                 "inbox: a claim too few replicas acknowledged could not be undone; the delivery turns unknown when the claim expires (nothing was sent)"
@@ -394,8 +375,25 @@ impl Workers {
                 return;
             }
         }
-        let _ = store.index_remove(&self.indexes.since, hash).await;
-        let _ = store.index_remove(&self.indexes.due, hash).await;
+        for index in [&self.indexes.since, &self.indexes.due] {
+            if let Err(error) = store.index_remove(index, hash).await {
+                tracing::debug!(key = hash, %error, "inbox: index entry left; the next worker to take it finds the delivery settled");
+            }
+        }
+    }
+
+    /// Puts `hash` back into the due index at `at` (unix ms). A failure is
+    /// logged only: the take already pushed the entry one visibility
+    /// timeout ahead, and the repair pass restores a missing one.
+    async fn due_at(&self, hash: &str, at: u64) {
+        if let Err(error) = self
+            .inboxes
+            .store
+            .index_add(&self.indexes.due, hash, at)
+            .await
+        {
+            tracing::debug!(key = hash, %error, "inbox: due index not updated; the delivery is due again when its take expires");
+        }
     }
 }
 
@@ -405,19 +403,17 @@ impl Workers {
 pub(crate) const REDELIVERY_HEADER: &str = "idemgate-redelivery";
 
 /// How a redelivery's upstream result counts.
-fn attempt_of(route: &Route, result: Result<forward::UpstreamAnswer, ForwardError>) -> Attempt {
+fn attempt_of(
+    inbox: &RouteInbox,
+    result: Result<upstream::UpstreamAnswer, ForwardError>,
+) -> Attempt {
     match result {
-        Ok(answer)
-            if route
-                .inbox
-                .as_ref()
-                .is_some_and(|inbox| inbox.delivered.contains(answer.status.as_u16())) =>
-        {
-            Attempt::Delivered(settle::stored(&answer))
+        Ok(answer) if inbox.rules.delivered.contains(answer.status.as_u16()) => {
+            Attempt::Delivered(upstream::stored(&answer))
         }
         Ok(answer) => Attempt::Failed {
             error: format!("handler answered {}", answer.status.as_u16()),
-            answer: Some(settle::stored(&answer)),
+            answer: Some(upstream::stored(&answer)),
         },
         Err(ForwardError::Refused) => Attempt::Failed {
             error: ForwardError::Refused.to_string(),

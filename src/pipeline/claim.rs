@@ -1,7 +1,7 @@
 //! Stage 5 and the decisions 6b–6e: claim the key, or decide from the
 //! record already there.
 //!
-//! Order matters and follows SPEC §1: a record with a different fingerprint
+//! Order matters and follows contract §1: a record with a different fingerprint
 //! is a 422 whatever its state; then a completed record is replayed, an
 //! unknown one (or an in-flight one whose owner stopped renewing) is a 409
 //! `outcome_unknown`, and a live in-flight one is waited for (re-claiming,
@@ -37,17 +37,17 @@
 //! wait.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::backoff::Backoff;
 use super::identify::Identity;
 use super::lease_timing::LeaseTiming;
 use super::single_flight::{Flight, SingleFlight};
+use crate::backoff::Backoff;
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext};
@@ -105,7 +105,7 @@ struct LocalWaiters {
 impl LocalWaiters {
     /// A handle to wait on `key`, unless `limit` waiters hold one already.
     fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
-        let mut waiting = self.waiting.lock().expect("waiters lock");
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         let notify = waiting.entry(key.to_owned()).or_default();
         // The map holds one handle; every other one is a waiter.
         (Arc::strong_count(notify) <= limit).then(|| Arc::clone(notify))
@@ -113,7 +113,7 @@ impl LocalWaiters {
 
     /// Drops a waiter's handle, and the key's entry with the last one.
     fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
-        let mut waiting = self.waiting.lock().expect("waiters lock");
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         // The map's handle plus ours: nobody else is waiting.
         if Arc::strong_count(notify) == 2 {
             waiting.remove(key);
@@ -122,7 +122,11 @@ impl LocalWaiters {
 
     /// Wakes every local waiter on `key`.
     fn settled(&self, key: &str) {
-        let notify = self.waiting.lock().expect("waiters lock").remove(key);
+        let notify = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
         if let Some(notify) = notify {
             notify.notify_waiters();
         }
@@ -305,7 +309,11 @@ impl Claimer {
                 return Ok(in_flight);
             };
             let pause = backoff.next_pause().min(deadline - now);
-            let _ = tokio::time::timeout(pause, notify.notified()).await;
+            // Woken by the settle, or the pause is over: look again either way.
+            tokio::select! {
+                () = notify.notified() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
             self.waiters.unsubscribe(key, &notify);
         }
     }

@@ -103,7 +103,7 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Re
     Ok(Some(hash_key_parts(values.iter().map(AsRef::as_ref))))
 }
 
-/// The 4-byte length SPEC §2 puts before each joined part. Parts come out
+/// The 4-byte length contract §2 puts before each joined part. Parts come out
 /// of a request bounded by `max_body_bytes` and the header limits, far
 /// below 4 GiB; a longer one would saturate, never wrap to a small length
 /// that could make two joins read alike.
@@ -112,7 +112,7 @@ fn length_prefix(part: &[u8]) -> u32 {
 }
 
 /// SHA-256 over key parts, each preceded by its length as 4 bytes
-/// big-endian: the unambiguous join of SPEC §2. The admin API uses it to
+/// big-endian: the unambiguous join of contract §2. The admin API uses it to
 /// find a record from the key an operator knows.
 pub fn hash_key_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
     let mut hasher = Sha256::new();

@@ -1,4 +1,4 @@
-//! The clock of a claim (SPEC §4 rule 4): the TTL it is written with, how
+//! The clock of a claim (contract §4 rule 4): the TTL it is written with, how
 //! often its owner renews it, and how long a refused duplicate is told to
 //! wait.
 //!
@@ -59,7 +59,7 @@ impl LeaseTiming {
 }
 
 /// Runs `work` while renewing `lease` every [`LeaseTiming::renewal_period`],
-/// so a slow upstream never lets the claim lapse (SPEC §4 rule 4). Renewal
+/// so a slow upstream never lets the claim lapse (contract §4 rule 4). Renewal
 /// failures are logged and retried at the next tick; the work is never
 /// interrupted.
 pub(crate) async fn while_renewing<T>(

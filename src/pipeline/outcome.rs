@@ -13,7 +13,8 @@ use super::Pipeline;
 use super::lease_timing::LeaseTiming;
 use super::persist::{Persist, Persisted};
 use super::report::Settled;
-use super::settle::Settlement;
+use super::runtime::RouteRuntime;
+use super::settle::ClaimAction;
 use crate::record::{Record, RecordState, StoredBody};
 use crate::store::{Completion, Lease, StoreError};
 
@@ -24,20 +25,19 @@ impl Pipeline {
     /// ([`Pipeline::keep_storing`] takes over).
     pub(super) async fn settle_once(
         &self,
-        index: usize,
+        route: &RouteRuntime,
         lease: &Lease,
-        settlement: &Settlement,
+        settlement: &ClaimAction,
     ) -> (Settled, Option<StoreError>) {
-        let route = &self.config.routes[index];
         let key = lease.key().hash();
         let (record, ttl) = match settlement {
-            Settlement::Keep(record, ttl) => (record, *ttl),
-            Settlement::Release => {
+            ClaimAction::Keep(record, ttl) => (record, *ttl),
+            ClaimAction::Release => {
                 let settled = match self.store.release(lease).await {
                     Ok(true) => Settled::Released,
                     Ok(false) => {
                         tracing::warn!(
-                            route = route.name,
+                            route = route.name(),
                             key,
                             "claim expired or taken over before it was released"
                         );
@@ -45,7 +45,7 @@ impl Pipeline {
                     }
                     Err(error) => {
                         tracing::error!(
-                            route = route.name,
+                            route = route.name(),
                             key,
                             %error,
                             "could not release the claim: it turns unknown when its lease runs out"
@@ -58,18 +58,18 @@ impl Pipeline {
         };
         match &record.state {
             RecordState::Unknown => {
-                self.meters[index].unknown_outcome();
+                route.meters.unknown_outcome();
                 tracing::warn!(
-                    route = route.name,
+                    route = route.name(),
                     key,
                     hold_s = ttl.as_secs(),
                     "outcome unknown: the key is blocked until the hold ends or an operator purges it"
                 );
             }
             RecordState::Completed(answer) if answer.body == StoredBody::TooLarge => {
-                self.meters[index].answer_not_stored(false);
+                route.meters.answer_not_stored(false);
                 tracing::warn!(
-                    route = route.name,
+                    route = route.name(),
                     key,
                     limit = self.config.limits.max_stored_answer_bytes,
                     "answer larger than max_stored_answer_bytes: sent on, not stored; duplicates get answer_not_stored"
@@ -77,40 +77,40 @@ impl Pipeline {
             }
             _ => {}
         }
-        match self.persist(index, lease, record, ttl).once().await {
+        match self.persist(route, lease, record, ttl).once().await {
             Ok(done) => {
                 let settled = Settled::after_persist(record, &done);
-                self.report_persisted(index, lease, record, done);
+                self.report_persisted(route, lease, record, done);
                 (settled, None)
             }
             Err(failure) => (Settled::Unknown, Some(failure)),
         }
     }
 
-    /// Keeps storing an outcome the store refused (SPEC §4 rule 10).
+    /// Keeps storing an outcome the store refused (contract §4 rule 10).
     pub(super) async fn keep_storing(
         &self,
-        index: usize,
+        route: &RouteRuntime,
         lease: &Lease,
         record: &Record,
         ttl: Duration,
         failure: StoreError,
     ) {
         let done = self
-            .persist(index, lease, record, ttl)
+            .persist(route, lease, record, ttl)
             .until_stored(failure, &self.grace_over)
             .await;
-        self.report_persisted(index, lease, record, done);
+        self.report_persisted(route, lease, record, done);
     }
 
     fn persist<'a>(
         &'a self,
-        index: usize,
+        route: &RouteRuntime,
         lease: &'a Lease,
         record: &'a Record,
         ttl: Duration,
     ) -> Persist<'a> {
-        let rules = &self.config.routes[index].idempotency;
+        let rules = &route.settings.idempotency;
         Persist::new(
             &self.store,
             lease,
@@ -122,14 +122,19 @@ impl Pipeline {
 
     /// Logs how storing an outcome ended; every way it was not stored is an
     /// unknown outcome (counted once: an unknown record was counted already).
-    fn report_persisted(&self, index: usize, lease: &Lease, record: &Record, done: Persisted) {
-        let route = &self.config.routes[index];
+    fn report_persisted(
+        &self,
+        route: &RouteRuntime,
+        lease: &Lease,
+        record: &Record,
+        done: Persisted,
+    ) {
         let key = lease.key().hash();
         let why = match done {
             Persisted::Stored(Completion::Stored) => return,
             Persisted::Stored(_) => {
                 tracing::warn!(
-                    route = route.name,
+                    route = route.name(),
                     key,
                     "the claim expired while the store was away; the outcome now holds the free key"
                 );
@@ -142,10 +147,10 @@ impl Pipeline {
             Persisted::GaveUp(error) => error.to_string(),
         };
         if record.state != RecordState::Unknown {
-            self.meters[index].unknown_outcome();
+            route.meters.unknown_outcome();
         }
         tracing::error!(
-            route = route.name,
+            route = route.name(),
             key,
             why,
             "outcome unknown: the upstream answered but its outcome could not be stored; check the backend, then purge the record if it did not act"

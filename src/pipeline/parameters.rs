@@ -1,5 +1,5 @@
 //! Request parameters a backend may read besides (or instead of) what the
-//! signature covers (SPEC §4 rule 12).
+//! signature covers (contract §4 rule 12).
 //!
 //! Frameworks merge parameters: servlet `getParameter`, PHP `$_REQUEST`
 //! and Spring's `@RequestParam` read the query string and a form body as

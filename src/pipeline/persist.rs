@@ -1,5 +1,5 @@
 //! Stage 7 when the store blinks: an answer in hand is stored until it
-//! sticks (SPEC §4 rule 10).
+//! sticks (contract §4 rule 10).
 //!
 //! Once the upstream has answered, the delivery has had its effect; losing
 //! the answer would let the key run again once its claim expires. So a
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 use crate::record::Record;
 use crate::store::{AnyStore, Completion, Lease, StoreError};
 
@@ -98,7 +98,7 @@ impl<'a> Persist<'a> {
             tracing::warn!(
                 key = self.lease.key().hash(),
                 error = %failure,
-                retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                retry_in_ms = crate::time::millis(pause),
                 "could not store the outcome yet; retrying"
             );
             tokio::select! {
@@ -107,7 +107,9 @@ impl<'a> Persist<'a> {
             }
             // Keeps our claim from turning unknown while the store refuses
             // only the larger write; a failure here changes nothing.
-            let _ = self.store.renew(self.lease, self.claim_ttl).await;
+            if let Err(error) = self.store.renew(self.lease, self.claim_ttl).await {
+                tracing::debug!(%error, "lease not renewed while the answer waits to be stored");
+            }
             match self.once().await {
                 Ok(done) => return done,
                 Err(error) => failure = error,

@@ -16,13 +16,14 @@ use std::net::SocketAddr;
 use http::{Method, Response};
 use tokio::time::Instant;
 
-use super::forward::{self, ForwardError};
+use super::metrics::{Outcome, RouteMetrics};
 use super::persist::Persisted;
 use super::{settle, trace};
 use crate::body::ProxyBody;
 use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
-use crate::metrics::{Outcome, RouteMetrics};
+use crate::hot_keys::{RouteHotKeys, Sighting};
 use crate::record::{Record, RecordState, TraceContext};
+use crate::upstream::{self, ForwardError};
 
 /// The target of the request line: the module it was logged from before
 /// it moved here, kept so `RUST_LOG` filters and log queries keep working.
@@ -30,7 +31,7 @@ const LOG_TARGET: &str = "idemgate::pipeline";
 
 /// The `reason=` of a request's log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Note {
+pub(super) enum LogReason {
     /// A rejection, enforced or (in shadow mode) the one enforce would
     /// have made: counted in `idemgate_rejections_total`.
     Rejection(Reason),
@@ -39,7 +40,7 @@ pub(super) enum Note {
     AnswerNotStored,
 }
 
-impl Note {
+impl LogReason {
     /// The word the log line shows.
     pub(super) fn as_str(self) -> &'static str {
         match self {
@@ -131,7 +132,7 @@ pub(super) struct Origin {
 pub(super) struct Finished {
     pub(super) outcome: Outcome,
     pub(super) response: Response<ProxyBody>,
-    pub(super) reason: Option<Note>,
+    pub(super) reason: Option<LogReason>,
     pub(super) labels: Labels,
     /// The upstream's status, when the request was forwarded and answered.
     upstream_status: Option<u16>,
@@ -166,7 +167,7 @@ impl From<Finished> for Ending {
 
 /// The upstream's status in a forward's result, if it answered.
 pub(super) fn upstream_status(
-    result: &Result<forward::UpstreamAnswer, ForwardError>,
+    result: &Result<upstream::UpstreamAnswer, ForwardError>,
 ) -> Option<u16> {
     result.as_ref().ok().map(|answer| answer.status.as_u16())
 }
@@ -188,7 +189,7 @@ impl Finished {
     pub(super) fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
         let reason = rejection.reason();
         Self::new(Outcome::Rejected, rejection.into_response(types))
-            .with_reason_note(Note::Rejection(reason))
+            .with_reason_note(LogReason::Rejection(reason))
     }
 
     /// A passthrough answered by the upstream: the answer is its own.
@@ -201,7 +202,7 @@ impl Finished {
     /// 502/504 when the upstream failed (outcome unchanged: it was sent).
     pub(super) fn upstream(
         outcome: Outcome,
-        result: Result<forward::UpstreamAnswer, ForwardError>,
+        result: Result<upstream::UpstreamAnswer, ForwardError>,
         types: &ProblemTypes,
     ) -> Self {
         let status = upstream_status(&result);
@@ -219,17 +220,17 @@ impl Finished {
     /// Notes the rejection this request was answered with (or, in shadow
     /// mode, would have been): logged and counted.
     pub(super) fn with_reason(self, reason: Reason) -> Self {
-        self.with_reason_note(Note::Rejection(reason))
+        self.with_reason_note(LogReason::Rejection(reason))
     }
 
-    fn with_reason_note(mut self, note: Note) -> Self {
+    fn with_reason_note(mut self, note: LogReason) -> Self {
         self.reason = Some(note);
         self
     }
 
     /// Notes a replay whose answer was not stored: logged only.
     pub(super) fn answer_not_stored(self) -> Self {
-        self.with_reason_note(Note::AnswerNotStored)
+        self.with_reason_note(LogReason::AnswerNotStored)
     }
 
     /// Notes the upstream's status, if it answered.
@@ -250,28 +251,32 @@ impl Finished {
         self
     }
 
-    /// Counts and logs the request, and hands back its answer.
+    /// Counts and logs the request in `meters` (and, for a delivery of a
+    /// known key, in the route's `hot_keys`), and hands back its answer.
     pub(super) fn record(
         self,
-        route: &str,
         meters: &RouteMetrics,
+        hot_keys: Option<&RouteHotKeys>,
         origin: &Origin,
     ) -> Response<ProxyBody> {
+        let route = meters.name();
         let elapsed = origin.started.elapsed();
         meters.request(self.outcome, elapsed);
         let rejection = match self.reason {
-            Some(Note::Rejection(reason)) => Some(reason),
+            Some(LogReason::Rejection(reason)) => Some(reason),
             _ => None,
         };
         if let Some(reason) = rejection {
             meters.rejection(reason);
         }
-        if let Some(digest) = &self.labels.key_digest {
-            meters.hot_key(
+        if let (Some(table), Some(digest)) = (hot_keys, &self.labels.key_digest) {
+            table.observe(
                 digest,
-                self.outcome,
-                rejection,
-                self.reason.map(Note::as_str),
+                Sighting {
+                    outcome: self.outcome.as_str(),
+                    reason: self.reason.map(LogReason::as_str),
+                    duplicate: is_duplicate(self.outcome, rejection),
+                },
             );
         }
         let trace_id = trace::finish(&tracing::Span::current(), route, &self);
@@ -282,7 +287,7 @@ impl Finished {
             path = origin.path.as_str(),
             peer = origin.peer.map(tracing::field::display),
             outcome = self.outcome.as_str(),
-            reason = self.reason.map(Note::as_str),
+            reason = self.reason.map(LogReason::as_str),
             key = self.labels.key_hash.as_deref(),
             secret_index = self.labels.secret_index,
             first_trace = self.labels.first_trace.map(tracing::field::display),
@@ -295,6 +300,18 @@ impl Finished {
         );
         self.response
     }
+}
+
+/// Whether a delivery counts as a duplicate of its key in the hot-key
+/// table: a delivery of a key already claimed, that is a replay (or, in
+/// shadow mode, one enforce would have stopped), or a 409
+/// `in_flight`/`outcome_unknown` or 422 `fingerprint_mismatch`.
+fn is_duplicate(outcome: Outcome, rejection: Option<Reason>) -> bool {
+    matches!(outcome, Outcome::Replayed | Outcome::ShadowDuplicate)
+        || matches!(
+            rejection,
+            Some(Reason::InFlight | Reason::OutcomeUnknown | Reason::FingerprintMismatch)
+        )
 }
 
 #[cfg(test)]
@@ -340,6 +357,29 @@ mod tests {
             (unknown, gave_up(), Settled::Unknown),
         ] {
             assert_eq!(Settled::after_persist(&record, &done), settled, "{done:?}");
+        }
+    }
+
+    /// Replays and the 409/422 answers for a claimed key are duplicates;
+    /// a first delivery or another rejection is not.
+    #[test]
+    fn duplicates_are_deliveries_of_a_claimed_key() {
+        let cases: [(Outcome, Option<Reason>, bool); 8] = [
+            (Outcome::Forwarded, None, false),
+            (Outcome::Replayed, None, true),
+            (Outcome::ShadowDuplicate, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::InFlight), true),
+            (Outcome::Rejected, Some(Reason::OutcomeUnknown), true),
+            (Outcome::Rejected, Some(Reason::FingerprintMismatch), true),
+            (Outcome::Rejected, Some(Reason::StoreUnavailable), false),
+            (Outcome::Forwarded, Some(Reason::UpstreamTimeout), false),
+        ];
+        for (outcome, rejection, duplicate) in cases {
+            assert_eq!(
+                is_duplicate(outcome, rejection),
+                duplicate,
+                "{outcome:?} {rejection:?}"
+            );
         }
     }
 

@@ -5,7 +5,7 @@
 //! format suffixes (`/notify.json`), decode `%2F` or treat `\` as `/`. A
 //! request that the backend routes to a protected handler but idemgate
 //! takes for "no route" would be passed through unverified, so stage 1
-//! follows one rule (SPEC §4 rule 9): **handle it as the route, or refuse
+//! follows one rule (contract §4 rule 9): **handle it as the route, or refuse
 //! it, never pass it through.**
 //!
 //! * **Canonical path** ([`crate::path::canonical_path`]): `;` parameters cut from every
@@ -72,40 +72,45 @@ pub struct Canonical {
 
 /// A request selected for a protected route.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// Index into `Config::routes`.
-    pub index: usize,
+pub struct Target<R = usize> {
+    /// The route: what the router was built with for it (the pipeline's
+    /// per-route runtime; its position in `Config::routes` for
+    /// [`Router::new`]).
+    pub route: R,
     /// The canonical method and path.
     pub canonical: Canonical,
 }
 
 /// What stage 1 decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selection {
+pub enum Selection<R = usize> {
     /// Handle the request as this route: verify, claim, forward once.
-    Route(Target),
-    /// A looser reading of the request reaches route `index`, which the
+    Route(Target<R>),
+    /// A looser reading of the request reaches `route`, which the
     /// canonical path does not select: refuse with 400 `path_ambiguous`.
     Ambiguous {
         /// The route it may reach (the label its rejection is counted under).
-        index: usize,
+        route: R,
     },
     /// No protected route is near: `unmatched` decides.
     Unmatched,
 }
 
-/// One route's prefix in the form stage 1 compares with.
+/// One route's prefix in the form stage 1 compares with, and the route
+/// it stands for.
 #[derive(Debug, Clone)]
-struct Prefix {
+struct Prefix<R> {
     /// Canonical prefix, folded unless case-sensitive; `/` for the root.
     path: String,
     /// Its segments (none for the root).
     segments: Vec<String>,
     case_sensitive: bool,
     methods: Vec<Method>,
+    /// What a selection of this prefix hands over.
+    route: R,
 }
 
-impl Prefix {
+impl<R> Prefix<R> {
     fn method(&self, method: &str) -> Option<&Method> {
         self.methods
             .iter()
@@ -131,19 +136,33 @@ impl Prefix {
     }
 }
 
-/// The routes in the form stage 1 compares with, built once at start-up.
+/// The routes in the form stage 1 compares with, built once at start-up,
+/// each with what a selection hands over (`R`).
 #[derive(Debug, Clone)]
-pub struct Router {
-    prefixes: Vec<Prefix>,
+pub struct Router<R = usize> {
+    prefixes: Vec<Prefix<R>>,
 }
 
 impl Router {
-    /// Canonicalises every route's prefix once, so selecting allocates
-    /// nothing per route.
+    /// The router of `routes`, a selection naming a route by its position
+    /// (what `check-config`'s report and the tests compare).
     pub fn new(routes: &[Route]) -> Self {
+        Self::of(
+            routes
+                .iter()
+                .enumerate()
+                .map(|(index, route)| (route, index)),
+        )
+    }
+}
+
+impl<R: Clone> Router<R> {
+    /// Canonicalises every route's prefix once, so selecting allocates
+    /// nothing per route; a selection hands over the route's `R`.
+    pub fn of<'a>(routes: impl IntoIterator<Item = (&'a Route, R)>) -> Self {
         let prefixes = routes
-            .iter()
-            .map(|route| {
+            .into_iter()
+            .map(|(route, handed)| {
                 let path = canonical_prefix(&route.path_prefix, !route.case_sensitive);
                 Prefix {
                     segments: path
@@ -154,6 +173,7 @@ impl Router {
                     path,
                     case_sensitive: route.case_sensitive,
                     methods: route.methods.clone(),
+                    route: handed,
                 }
             })
             .collect();
@@ -168,7 +188,7 @@ impl Router {
         path: &str,
         query: Option<&str>,
         headers: &HeaderMap,
-    ) -> Selection {
+    ) -> Selection<R> {
         self.decide(method, path, &method_overrides(headers, query))
     }
 
@@ -205,7 +225,7 @@ impl Router {
         query: Option<&str>,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Option<Selection> {
+    ) -> Option<Selection<R>> {
         let from_body = parameters::body_overrides(headers, body);
         let mut overrides = method_overrides(headers, query);
         match from_body {
@@ -225,12 +245,12 @@ impl Router {
 
     /// The selection of a request whose method may also be any of
     /// `overrides`.
-    fn decide(&self, method: &Method, path: &str, overrides: &[Cow<'_, str>]) -> Selection {
+    fn decide(&self, method: &Method, path: &str, overrides: &[Cow<'_, str>]) -> Selection<R> {
         let strict = canonical_path(path).and_then(|exact| self.strict(method, &exact));
         if overrides.is_empty() && method != Method::HEAD && is_plain(path) {
             // Letters, digits, '-', '_' and '/' only, and no other method
             // to consider: no looser reading differs from the canonical one.
-            return strict.map_or(Selection::Unmatched, Selection::Route);
+            return strict.map_or(Selection::Unmatched, |(_, target)| Selection::Route(target));
         }
         let mut methods = vec![method.as_str()];
         if method == Method::HEAD {
@@ -238,7 +258,7 @@ impl Router {
         }
         methods.extend(overrides.iter().map(AsRef::as_ref));
         let readings = loose_readings(path);
-        let selected = strict.as_ref().map(|t| t.index);
+        let selected = strict.as_ref().map(|(position, _)| *position);
         let floor = selected.map_or(0, |i| self.prefixes[i].path.len());
         let conflict = self
             .prefixes
@@ -254,15 +274,17 @@ impl Router {
             })
             .max_by_key(|(_, prefix)| prefix.path.len());
         match (conflict, strict) {
-            (Some((index, _)), _) => Selection::Ambiguous { index },
-            (None, Some(target)) => Selection::Route(target),
+            (Some((_, prefix)), _) => Selection::Ambiguous {
+                route: prefix.route.clone(),
+            },
+            (None, Some((_, target))) => Selection::Route(target),
             (None, None) => Selection::Unmatched,
         }
     }
 
     /// The longest prefix covering the canonical path among the routes
-    /// accepting the method.
-    fn strict(&self, method: &Method, exact: &str) -> Option<Target> {
+    /// accepting the method, with its position among the prefixes.
+    fn strict(&self, method: &Method, exact: &str) -> Option<(usize, Target<R>)> {
         let folded = fold(exact);
         let (index, prefix, method) = self
             .prefixes
@@ -283,13 +305,16 @@ impl Router {
         } else {
             folded.into_owned()
         };
-        Some(Target {
+        Some((
             index,
-            canonical: Canonical {
-                method: method.clone(),
-                path,
+            Target {
+                route: prefix.route.clone(),
+                canonical: Canonical {
+                    method: method.clone(),
+                    path,
+                },
             },
-        })
+        ))
     }
 }
 
@@ -389,10 +414,10 @@ pub fn spellings_report(config: &Config) -> Vec<String> {
                 None => (target.as_str(), None),
             };
             let group = match router.select(&method, path, query, &headers) {
-                Selection::Route(t) if t.index == index => "handled as the route".to_owned(),
+                Selection::Route(t) if t.route == index => "handled as the route".to_owned(),
                 Selection::Route(t) => format!(
                     "handled as route[{}] {:?}",
-                    t.index, config.routes[t.index].name
+                    t.route, config.routes[t.route].name
                 ),
                 Selection::Ambiguous { .. } => "refused with 400 path_ambiguous".to_owned(),
                 Selection::Unmatched if config.unmatched == Unmatched::Forward => {

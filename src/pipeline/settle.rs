@@ -1,6 +1,6 @@
 //! Stage 7: decide what the store keeps, and shape the answer.
 //!
-//! [`settlement`] maps the upstream result to a store action (SPEC §4):
+//! [`claim_action`] maps the upstream result to a store action (contract §4):
 //! an answer whose status is in `cache_status` is completed for
 //! `retention`; any other answer and a refused connection release the
 //! claim; a timeout or a connection broken mid-exchange records the outcome
@@ -16,21 +16,20 @@
 //! `Idempotent-Replayed`, and a replay is the stored status, headers and
 //! body byte for byte.
 
-use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::forward::{AnswerBody, ForwardError, UpstreamAnswer};
 use crate::body::{ProxyBody, full};
 use crate::config::{Idempotency, OnUpstreamTimeout};
 use crate::error::{ProblemTypes, answer_not_stored};
 use crate::record::{Record, RecordState, StoredBody, StoredResponse};
+use crate::upstream::{self, ForwardError, UpstreamAnswer};
 
 /// Header telling the sender whether it got a replay.
 pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// What the store should do with a claim once the upstream call ended.
 #[derive(Debug)]
-pub(crate) enum Settlement {
+pub(crate) enum ClaimAction {
     /// Keep this record (completed, or unknown) for the given TTL.
     Keep(Record, std::time::Duration),
     /// Delete the claim: the next retry is a first delivery.
@@ -38,48 +37,23 @@ pub(crate) enum Settlement {
 }
 
 /// Chooses the store action for an upstream result (see module docs).
-pub(crate) fn settlement(
+pub(crate) fn claim_action(
     result: &Result<UpstreamAnswer, ForwardError>,
     claimed: &Record,
     rules: &Idempotency,
-) -> Settlement {
+) -> ClaimAction {
     match result {
-        Ok(answer) if rules.cache_status.contains(answer.status.as_u16()) => Settlement::Keep(
-            claimed.with_state(RecordState::Completed(stored(answer))),
+        Ok(answer) if rules.cache_status.contains(answer.status.as_u16()) => ClaimAction::Keep(
+            claimed.with_state(RecordState::Completed(upstream::stored(answer))),
             rules.retention,
         ),
-        Ok(_) | Err(ForwardError::Refused) => Settlement::Release,
+        Ok(_) | Err(ForwardError::Refused) => ClaimAction::Release,
         Err(ForwardError::Broken | ForwardError::Timeout) => match rules.on_upstream_timeout {
             OnUpstreamTimeout::Hold => {
-                Settlement::Keep(claimed.with_state(RecordState::Unknown), rules.unknown_hold)
+                ClaimAction::Keep(claimed.with_state(RecordState::Unknown), rules.unknown_hold)
             }
-            OnUpstreamTimeout::Release => Settlement::Release,
+            OnUpstreamTimeout::Release => ClaimAction::Release,
         },
-    }
-}
-
-/// The storable form of an answer. `Content-Length` is left out: hyper
-/// recomputes the same value from the body on replay.
-pub(crate) fn stored(answer: &UpstreamAnswer) -> StoredResponse {
-    let headers = answer
-        .headers
-        .iter()
-        .filter(|(name, _)| *name != header::CONTENT_LENGTH)
-        .map(|(name, value)| {
-            (
-                Bytes::copy_from_slice(name.as_str().as_bytes()),
-                Bytes::copy_from_slice(value.as_bytes()),
-            )
-        })
-        .collect();
-    let body = match &answer.body {
-        AnswerBody::Buffered(bytes) => StoredBody::Kept(bytes.clone()),
-        AnswerBody::Streaming(_) => StoredBody::TooLarge,
-    };
-    StoredResponse {
-        status: answer.status.as_u16(),
-        headers,
-        body,
     }
 }
 
@@ -177,6 +151,8 @@ fn set_age(headers: &mut http::HeaderMap, age_secs: u64) {
 mod tests {
     use super::*;
     use crate::record::{Fingerprint, OwnerToken};
+    use crate::upstream::{AnswerBody, stored};
+    use bytes::Bytes;
     use http::HeaderMap;
     use http_body_util::BodyExt;
 
@@ -205,32 +181,32 @@ mod tests {
     fn statuses_and_failures_map_to_store_actions() {
         let rules = rules();
         assert!(
-            matches!(settlement(&Ok(answer(200)), &claimed(), &rules), Settlement::Keep(r, ttl)
+            matches!(claim_action(&Ok(answer(200)), &claimed(), &rules), ClaimAction::Keep(r, ttl)
             if matches!(r.state, RecordState::Completed(_)) && ttl == rules.retention)
         );
         assert!(matches!(
-            settlement(&Ok(answer(404)), &claimed(), &rules),
-            Settlement::Keep(..)
+            claim_action(&Ok(answer(404)), &claimed(), &rules),
+            ClaimAction::Keep(..)
         ));
         assert!(matches!(
-            settlement(&Ok(answer(500)), &claimed(), &rules),
-            Settlement::Release
+            claim_action(&Ok(answer(500)), &claimed(), &rules),
+            ClaimAction::Release
         ));
         assert!(matches!(
-            settlement(&Err(ForwardError::Refused), &claimed(), &rules),
-            Settlement::Release
+            claim_action(&Err(ForwardError::Refused), &claimed(), &rules),
+            ClaimAction::Release
         ));
         for error in [ForwardError::Broken, ForwardError::Timeout] {
             assert!(
-                matches!(settlement(&Err(error), &claimed(), &rules), Settlement::Keep(r, ttl)
+                matches!(claim_action(&Err(error), &claimed(), &rules), ClaimAction::Keep(r, ttl)
                 if r.state == RecordState::Unknown && ttl == rules.unknown_hold)
             );
         }
         let mut releasing = rules;
         releasing.on_upstream_timeout = OnUpstreamTimeout::Release;
         assert!(matches!(
-            settlement(&Err(ForwardError::Timeout), &claimed(), &releasing),
-            Settlement::Release
+            claim_action(&Err(ForwardError::Timeout), &claimed(), &releasing),
+            ClaimAction::Release
         ));
     }
 
@@ -256,7 +232,7 @@ mod tests {
         assert_eq!(stored.body, StoredBody::TooLarge);
         let rules = rules();
         assert!(
-            matches!(settlement(&Ok(original), &claimed(), &rules), Settlement::Keep(r, _)
+            matches!(claim_action(&Ok(original), &claimed(), &rules), ClaimAction::Keep(r, _)
             if matches!(&r.state, RecordState::Completed(s) if s.body == StoredBody::TooLarge))
         );
         let response = replay(&stored, &ProblemTypes::default(), None);

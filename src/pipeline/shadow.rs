@@ -17,13 +17,13 @@ use std::time::Duration;
 use http::Request;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::time::Instant;
 
-use super::{Ending, Finished, Pipeline, forward, settle};
+use super::metrics::Outcome;
+use super::runtime::RouteRuntime;
+use super::{Ending, Finished, Pipeline, settle};
 use crate::config::{Idempotency, Mode};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
-use crate::metrics::Outcome;
 use crate::record::now_ms;
 use crate::record::{StoredBody, StoredResponse};
 
@@ -37,7 +37,7 @@ pub(super) enum Enforced {
     Ended(Ending),
     /// Stopped by a rule: enforce mode answers with the verdict, shadow
     /// mode sends the held request on.
-    Stopped { verdict: Verdict, held: Held },
+    Stopped { verdict: Verdict, held: Withheld },
 }
 
 impl From<Finished> for Enforced {
@@ -71,7 +71,7 @@ impl Verdict {
 }
 
 /// A stopped request, as shadow mode sends it on.
-pub(super) enum Held {
+pub(super) enum Withheld {
     /// Stage 1 could not settle its path: the body is still unread and is
     /// streamed on as it is.
     Unread(Request<Incoming>),
@@ -95,7 +95,7 @@ impl Pipeline {
     /// run ends.
     pub(super) async fn apply_mode(
         &self,
-        index: usize,
+        route: &RouteRuntime,
         enforced: Enforced,
         peer: Option<SocketAddr>,
     ) -> Ending {
@@ -103,15 +103,15 @@ impl Pipeline {
             Enforced::Ended(ending) => return ending,
             Enforced::Stopped { verdict, held } => (verdict, held),
         };
-        let finished = match self.config.routes[index].idempotency.mode {
-            Mode::Enforce => self.answer(index, verdict),
-            Mode::Shadow => self.send_on(index, held, verdict.noted(), peer).await,
+        let finished = match route.settings.idempotency.mode {
+            Mode::Enforce => self.answer(route, verdict),
+            Mode::Shadow => self.send_on(route, held, verdict.noted(), peer).await,
         };
         finished.into()
     }
 
     /// Enforce mode: the verdict is the answer.
-    fn answer(&self, index: usize, verdict: Verdict) -> Finished {
+    fn answer(&self, route: &RouteRuntime, verdict: Verdict) -> Finished {
         match verdict {
             Verdict::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
             Verdict::Replay {
@@ -124,7 +124,7 @@ impl Pipeline {
                     settle::replay(&answer, &self.config.problem_types, Some(age)),
                 );
                 if answer.body == StoredBody::TooLarge {
-                    self.meters[index].answer_not_stored(true);
+                    route.meters.answer_not_stored(true);
                     replayed.answer_not_stored()
                 } else {
                     replayed
@@ -138,37 +138,29 @@ impl Pipeline {
     /// request whose upstream fails is answered as that failure alone.
     async fn send_on(
         &self,
-        index: usize,
-        held: Held,
+        route: &RouteRuntime,
+        held: Withheld,
         noted: Option<Reason>,
         peer: Option<SocketAddr>,
     ) -> Finished {
         let sent = match held {
-            Held::Unread(request) => {
-                let route = &self.config.routes[index];
-                let started = Instant::now();
-                let result = forward::pass_through(
-                    &self.client,
-                    &route.upstream,
-                    request.map(BodyExt::boxed),
-                    peer,
-                )
-                .await;
-                self.meters[index].upstream(started.elapsed());
-                match result {
-                    Ok(response) => Finished::passed_through(response),
-                    Err(error) => {
-                        self.meters[index].upstream_error(error.kind());
-                        return Finished::rejected(error.rejection(), &self.config.problem_types);
-                    }
+            Withheld::Unread(request) => {
+                let upstream = &route.settings.upstream;
+                let request = request.map(BodyExt::boxed);
+                let sent = self
+                    .pass_through_metered(&route.meters, upstream, request, peer)
+                    .await;
+                if sent.outcome == Outcome::Rejected {
+                    return sent;
                 }
+                sent
             }
-            Held::Unclaimed(inbound) => {
-                self.unprotected(index, &inbound, peer, Outcome::Passthrough)
+            Withheld::Unclaimed(inbound) => {
+                self.unprotected(route, &inbound, peer, Outcome::Passthrough)
                     .await
             }
-            Held::Duplicate(inbound) => {
-                self.unprotected(index, &inbound, peer, Outcome::ShadowDuplicate)
+            Withheld::Duplicate(inbound) => {
+                self.unprotected(route, &inbound, peer, Outcome::ShadowDuplicate)
                     .await
             }
         };

@@ -1,4 +1,4 @@
-//! One store read at a time per key on this instance (SPEC §4 rule 11).
+//! One store read at a time per key on this instance (contract §4 rule 11).
 //!
 //! A storm of concurrent duplicates of one key would otherwise ask the
 //! store for the same record once each: with a large stored answer that is
@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::watch;
 
@@ -52,7 +52,7 @@ struct Landing<'a, K: Hash + Eq, S> {
 
 impl<K: Hash + Eq, S> Drop for Landing<'_, K, S> {
     fn drop(&mut self) {
-        let mut flights = self.flights.lock().expect("flights lock");
+        let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
         let ours = flights
             .get(self.key)
             .is_some_and(|receiver| receiver.same_channel(&self.sender.subscribe()));
@@ -74,7 +74,7 @@ impl<K: Hash + Eq + Clone, S: Clone> SingleFlight<K, S> {
     ) -> Flight<T, S> {
         let sender = loop {
             let mut receiver = {
-                let mut flights = self.flights.lock().expect("flights lock");
+                let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
                 match flights.get(key) {
                     Some(receiver) => receiver.clone(),
                     None => {
@@ -110,7 +110,10 @@ impl<K: Hash + Eq + Clone, S: Clone> SingleFlight<K, S> {
     /// Flights under way (for tests).
     #[cfg(test)]
     fn in_progress(&self) -> usize {
-        self.flights.lock().expect("flights lock").len()
+        self.flights
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 }
 

@@ -1,4 +1,4 @@
-//! The OpenTelemetry spans of a delivery (issue 16): what they are named,
+//! The OpenTelemetry spans of a delivery (README "Tracing"): what they are named,
 //! what they carry, and how a duplicate links to its first delivery.
 //!
 //! ```text
@@ -35,10 +35,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::forward::{ForwardError, UpstreamAnswer};
-use super::report::{Finished, Note};
+use super::report::{Finished, LogReason};
 use crate::record::TraceContext;
 use crate::telemetry::TARGET;
+use crate::upstream::{ForwardError, UpstreamAnswer};
 
 /// Slots of [`DeliveryCounts`]: 64 KiB of counters.
 const COUNT_SLOTS: usize = 8192;
@@ -162,7 +162,7 @@ pub(super) fn finish(span: &Span, route: &str, finished: &Finished) -> Option<St
     if span.is_disabled() {
         return None;
     }
-    let reason = finished.reason.map(Note::as_str);
+    let reason = finished.reason.map(LogReason::as_str);
     let status = finished.response.status().as_u16();
     span.set_attribute("idemgate.route", route.to_owned());
     span.set_attribute("idemgate.outcome", finished.outcome.as_str());

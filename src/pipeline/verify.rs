@@ -3,7 +3,7 @@
 //! This is the only place a [`Verified`] can be made, so unverified bytes
 //! can not reach the store or, in enforce mode, the upstream. It is pure
 //! computation: a forged or stale request causes no store access, no
-//! upstream call and no side effect (SPEC §1 stage 3).
+//! upstream call and no side effect (contract §1 stage 3).
 //!
 //! A signature that holds is not yet enough: query parameters beside the
 //! signed body that the backend could read in place of signed ones are

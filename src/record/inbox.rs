@@ -52,7 +52,7 @@ pub enum Stage {
     /// Every attempt failed; kept for the operator.
     Dead,
     /// A redelivery timed out or its worker died mid-call: the handler may
-    /// have acted. Held for the operator, never resent automatically.
+    /// have acted. Withheld for the operator, never resent automatically.
     Unknown,
     /// An operator resolved it without sending.
     Dropped,

@@ -1,6 +1,6 @@
 //! The first delivery's trace context, kept in its record so that every
 //! later copy of the delivery — replays, 409s, 422s, on any instance — can
-//! link its span to the attempt that ran the handler (issue 16: one query
+//! link its span to the attempt that ran the handler (so one trace query
 //! shows a callback's whole retry story).
 //!
 //! Stored as 25 fixed bytes (flags, trace id, span id) in the record

@@ -6,8 +6,9 @@ use bytes::Bytes;
 use super::*;
 use crate::record::StoredResponse;
 
-fn key(n: u32) -> StoreKey {
-    StoreKey::new("idemgate", "r", &format!("{n:064x}"))
+/// A store key as `store::StoreKey` spells it.
+fn key(n: u32) -> String {
+    format!("idemgate:r:{n:064x}")
 }
 
 fn record(state: RecordState) -> Record {
@@ -22,8 +23,8 @@ fn completed(body_len: usize) -> RecordState {
     })
 }
 
-fn found(state: RecordState, ttl: Duration) -> Option<Existing> {
-    Some(Existing {
+fn found(state: RecordState, ttl: Duration) -> Option<Found> {
+    Some(Found {
         record: record(state),
         ttl: Some(ttl),
     })
@@ -34,7 +35,7 @@ fn secs(n: u64) -> Duration {
 }
 
 /// Fills `key` with a completed record of `body_len` bytes and `ttl`.
-fn fill(cache: &Arc<ReplayCache>, key: &StoreKey, body_len: usize, ttl: Duration) {
+fn fill(cache: &Arc<ReplayCache>, key: &str, body_len: usize, ttl: Duration) {
     let fill = cache.begin_fill(key).expect("a fill may start");
     fill.land(found(completed(body_len), ttl));
 }
@@ -75,7 +76,7 @@ async fn only_completed_records_with_a_ttl_are_cached() {
             .land(found(state, secs(10)));
         assert!(cache.get(&key(1)).is_none());
     }
-    cache.begin_fill(&key(1)).unwrap().land(Some(Existing {
+    cache.begin_fill(&key(1)).unwrap().land(Some(Found {
         record: record(completed(1)),
         ttl: None,
     }));

@@ -26,8 +26,7 @@
 
 use serde_json::Value;
 
-use super::{Authenticity, SignatureEncoding, matching_secret, signed_id};
-use crate::config::{Algorithm, Preset};
+use super::{Algorithm, Authenticity, Preset, SignatureEncoding, matching_secret, signed_id};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

@@ -23,8 +23,7 @@
 //! payment and each partial refund (which keeps `trade_status=TRADE_SUCCESS`
 //! but adds its own `out_biz_no`).
 
-use super::{Authenticity, decode_base64_signature, signed_id};
-use crate::config::{Preset, RsaDigest};
+use super::{Authenticity, Preset, RsaDigest, decode_base64_signature, signed_id};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

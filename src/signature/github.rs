@@ -10,8 +10,7 @@
 //! default key: a redelivery (same body, same delivery id) is a replay,
 //! and two events with byte-identical bodies are one delivery.
 
-use super::{Authenticity, SignatureEncoding, body_id, preset_signature, single_header};
-use crate::config::Preset;
+use super::{Authenticity, Preset, SignatureEncoding, body_id, preset_signature, single_header};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

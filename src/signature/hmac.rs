@@ -5,19 +5,18 @@
 //! directions. The presented signature is decoded (hex case-insensitive,
 //! base64 with or without padding) and compared as bytes. A header the
 //! template names must appear once: a key or fingerprint reads the value
-//! signed here (`crate::config::coverage`).
+//! signed here (`coverage.rs`).
 
 use std::borrow::Cow;
 
 use base64::Engine;
 
 use super::{
-    Authenticity, BASE64, Direction, SignatureEncoding, check_window, matching_secret,
-    parse_timestamp,
+    Authenticity, BASE64, Direction, Encoding, HmacScheme, SignatureEncoding, check_window,
+    matching_secret, parse_timestamp,
 };
-use crate::config::{Encoding, HmacScheme, Segment, Selector};
 use crate::error::Rejection;
-use crate::extract::Inbound;
+use crate::extract::{Inbound, Segment, Selector};
 
 /// Decodes a presented signature in the configured encoding.
 pub fn decode_signature(text: &[u8], encoding: Encoding) -> Option<Vec<u8>> {
@@ -96,10 +95,9 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{
-        Algorithm, Scheme, Secret, Selector, Template, TimestampRule, TimestampUnit,
-    };
+    use crate::extract::{Selector, Template};
     use crate::signature::BASE64;
+    use crate::signature::{Algorithm, Scheme, Secret, TimestampRule, TimestampUnit};
     use crate::signature::{Direction, check_window, mac, verify as verify_scheme};
     use bytes::Bytes;
     use proptest::prelude::*;
@@ -122,7 +120,7 @@ mod tests {
                 } else {
                     TimestampUnit::Seconds
                 },
-                tolerance: crate::config::DEFAULT_TOLERANCE,
+                tolerance: crate::signature::DEFAULT_TOLERANCE,
             }),
         }
     }

@@ -12,8 +12,7 @@
 //! key: a retry (same body, same webhook id) is a replay, and two
 //! webhooks with byte-identical bodies are one delivery.
 
-use super::{Authenticity, SignatureEncoding, body_id, preset_signature, single_header};
-use crate::config::Preset;
+use super::{Authenticity, Preset, SignatureEncoding, body_id, preset_signature, single_header};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

@@ -4,10 +4,9 @@
 //! both directions, as in slack_sdk's `SignatureVerifier`.
 
 use super::{
-    Authenticity, Direction, SignatureEncoding, parse_timestamp, preset_signature, preset_window,
-    single_header,
+    Authenticity, Direction, Preset, SignatureEncoding, parse_timestamp, preset_signature,
+    preset_window, single_header,
 };
-use crate::config::Preset;
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

@@ -35,8 +35,7 @@ use base64::engine::general_purpose::STANDARD;
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use super::{Authenticity, keyed, matching_key, signed_id, single_header};
-use crate::config::Preset;
+use super::{Authenticity, Preset, keyed, matching_key, signed_id, single_header};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

@@ -31,8 +31,7 @@
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
-use super::{Authenticity, keyed, matching_key, signed_id};
-use crate::config::Preset;
+use super::{Authenticity, Preset, keyed, matching_key, signed_id};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

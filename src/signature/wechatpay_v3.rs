@@ -12,9 +12,9 @@
 //! rotation is an added `public_keys` entry and a SIGHUP).
 
 use super::{
-    Authenticity, Direction, decode_base64_signature, parse_timestamp, preset_window, single_header,
+    Authenticity, Direction, Preset, RsaDigest, decode_base64_signature, parse_timestamp,
+    preset_window, single_header,
 };
-use crate::config::{Preset, RsaDigest};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 

@@ -5,40 +5,35 @@
 
 use std::sync::Arc;
 
+use super::metrics::StoreOp;
 use super::{AnyStore, Backend, Call, Existing, StoreError, StoreKey};
-use crate::metrics::StoreOp;
-use crate::replay_cache::{Fill, ReplayCache};
+use crate::replay_cache::{Fill, Found, ReplayCache};
 
 impl AnyStore {
     /// Puts a replay cache of `bytes` in front of the store (0: none).
-    /// On Redis it is filled over a tracking client, returned here for
-    /// `replay_cache::tracking::keep_coherent`, which must run for the
-    /// cache to fill at all; the embedded store needs no listener.
-    pub fn with_replay_cache(
-        &mut self,
-        bytes: usize,
-    ) -> Result<Option<fred::clients::Client>, StoreError> {
+    /// On Redis it is filled over a tracking client whose listener
+    /// ([`AnyStore::spawn_upkeep`]) must run for the cache to fill at all;
+    /// the embedded store needs no listener.
+    pub fn with_replay_cache(&mut self, bytes: usize) -> Result<(), StoreError> {
         if bytes == 0 {
             self.cache = None;
-            return Ok(None);
+            return Ok(());
         }
-        let tracking = match &mut self.backend {
-            Backend::Redis(store) => Some(store.enable_tracking()?),
-            _ => None,
+        let tracked = match &mut self.backend {
+            Backend::Redis(store) => {
+                store.enable_tracking()?;
+                true
+            }
+            _ => false,
         };
-        self.cache = Some(Arc::new(ReplayCache::new(bytes, tracking.is_none())));
-        Ok(tracking)
-    }
-
-    /// The replay cache, if one is configured.
-    pub fn replay_cache(&self) -> Option<&Arc<ReplayCache>> {
-        self.cache.as_ref()
+        self.cache = Some(Arc::new(ReplayCache::new(bytes, !tracked)));
+        Ok(())
     }
 
     /// The cached completed record of `key`: decided from with no round
     /// trip (`crate::replay_cache`).
     pub fn cached(&self, key: &StoreKey) -> Option<Existing> {
-        self.cache.as_ref()?.get(key)
+        self.cache.as_ref()?.get(key.as_str()).map(Existing::from)
     }
 
     /// Notes that a claim found `key` completed in the store: counts a
@@ -47,7 +42,7 @@ impl AnyStore {
     pub fn begin_fill(&self, key: &StoreKey) -> Option<Fill> {
         let cache = self.cache.as_ref()?;
         cache.missed();
-        cache.begin_fill(key)
+        cache.begin_fill(key.as_str())
     }
 
     /// Runs `fill`: reads its key (on Redis over the tracking client) and
@@ -59,7 +54,7 @@ impl AnyStore {
             _ => self.backend().lookup(key),
         };
         if let Ok(found) = self.metered(StoreOp::Lookup, call).await {
-            fill.land(found);
+            fill.land(found.map(Found::from));
         }
     }
 
@@ -70,6 +65,26 @@ impl AnyStore {
     pub(crate) fn forget(&self, key: &StoreKey) {
         if let Some(cache) = &self.cache {
             cache.invalidate(key.as_str());
+        }
+    }
+}
+
+/// The cache's view of a record read from the store: the same two fields.
+impl From<Existing> for Found {
+    fn from(existing: Existing) -> Self {
+        Self {
+            record: existing.record,
+            ttl: existing.ttl,
+        }
+    }
+}
+
+/// A cache hit as the claim stage reads a store read.
+impl From<Found> for Existing {
+    fn from(found: Found) -> Self {
+        Self {
+            record: found.record,
+            ttl: found.ttl,
         }
     }
 }

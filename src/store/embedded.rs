@@ -158,7 +158,7 @@ fn delete_entry(
 }
 
 fn deadline(now: u64, ttl: Duration) -> u64 {
-    now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+    now.saturating_add(crate::time::millis(ttl))
 }
 
 impl EmbeddedStore {

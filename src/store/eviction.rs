@@ -1,4 +1,4 @@
-//! Watches whether Redis may evict idemgate's keys (SPEC §4 rule 10).
+//! Watches whether Redis may evict idemgate's keys (contract §4 rule 10).
 //!
 //! A Redis with `maxmemory` set and any `maxmemory-policy` but
 //! `noeviction` deletes keys when it fills up: an evicted completed record
@@ -28,10 +28,14 @@
 //!   previous findings (an unreachable store already fails `/readyz`).
 //!
 //! The embedded store never evicts: both gauges stay 0.
+//!
+//! The watcher belongs to [`AnyStore`](super::AnyStore), which runs it
+//! with the rest of its upkeep and answers `/readyz` from it
+//! (`store/upkeep.rs`), so nothing outside the store sees Redis.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fred::interfaces::{ClusterInterface, ServerInterface};
@@ -41,11 +45,11 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::redis::classify;
-use super::{AnyStore, StoreError};
-use crate::metrics::EvictionMetrics;
+use super::StoreError;
+use super::metrics::EvictionMetrics;
+use super::redis::{RedisStore, classify};
 
-/// Time between two checks while Redis answers: SPEC asks for a minute.
+/// Time between two checks while Redis answers: once a minute (contract §4 rule 10).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);
 /// Time before the next check after one that could not reach a node, so a
 /// store that comes back is assessed soon even if no reconnect is seen.
@@ -99,7 +103,6 @@ pub(crate) enum Trigger {
 /// The eviction watcher shared by the background task and `/readyz`.
 #[derive(Debug)]
 pub(crate) struct EvictionWatch {
-    store: Arc<AnyStore>,
     allow_eviction: bool,
     metrics: EvictionMetrics,
     /// The risky nodes of the last check that reached Redis.
@@ -107,23 +110,23 @@ pub(crate) struct EvictionWatch {
 }
 
 impl EvictionWatch {
-    /// A watcher over `store`; `allow_eviction` is `[store]
-    /// allow_eviction`. Sets both gauges to 0 until the first check.
-    pub(crate) fn new(store: Arc<AnyStore>, allow_eviction: bool) -> Self {
+    /// A watcher; `allow_eviction` is `[store] allow_eviction`. Sets both
+    /// gauges to 0 until the first check.
+    pub(crate) fn new(allow_eviction: bool) -> Self {
         Self {
-            store,
             allow_eviction,
             metrics: EvictionMetrics::new(),
             risky: Mutex::new(Vec::new()),
         }
     }
 
-    /// Reads every primary's settings now, updates the gauges and logs.
+    /// Reads every primary of `redis` now, updates the gauges and logs.
     /// `Err` when Redis could not be reached (the previous findings stay).
-    pub(crate) async fn check(&self, trigger: Trigger) -> Result<(), StoreError> {
-        let Some(redis) = self.store.redis() else {
-            return Ok(());
-        };
+    pub(crate) async fn check(
+        &self,
+        redis: &RedisStore,
+        trigger: Trigger,
+    ) -> Result<(), StoreError> {
         let reports = probe_primaries(redis.client()).await?;
         self.record(&reports, trigger);
         Ok(())
@@ -201,16 +204,12 @@ impl EvictionWatch {
         })
     }
 
-    /// Checks on the schedule of the module docs until `shutdown`.
-    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let Some(redis) = self.store.redis() else {
-            return;
-        };
+    /// Checks `redis` on the schedule of the module docs until `shutdown`.
+    pub(crate) async fn run(&self, redis: &RedisStore, shutdown: CancellationToken) {
         let reconnects = redis.reconnects();
-        let this = &self;
         schedule(
             || async move {
-                match this.check(Trigger::Scheduled).await {
+                match self.check(redis, Trigger::Scheduled).await {
                     Ok(()) => true,
                     Err(error) => {
                         tracing::warn!(%error, "could not check redis eviction settings; retrying");
@@ -363,6 +362,7 @@ fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn known(maxmemory: u64, policy: &str) -> NodeReport {

@@ -15,10 +15,19 @@
 //! write (counted in `bench/RESULTS.md`, Profile); `TCP_NODELAY` is set
 //! because fred leaves Nagle's algorithm on, which would hold a small
 //! command back until the previous one was acknowledged.
+//!
+//! With a replay cache, the store also reads records over a RESP3 client of
+//! its own with `CLIENT TRACKING` on, and `tracking.rs` keeps the cache
+//! coherent with what Redis says changed. The fred clients never leave
+//! `store/`: the eviction watcher (`store::eviction`) and the store's
+//! upkeep reach them through `pub(super)` methods.
 
 mod inbox;
 pub(crate) mod slots;
+mod tracking;
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,12 +37,14 @@ use fred::prelude::{
 };
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
+use tokio_util::sync::CancellationToken;
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
+use crate::replay_cache::ReplayCache;
 
-/// The scripts of SPEC §5, compiled into the binary.
+/// The scripts of contract §5, compiled into the binary.
 #[derive(Debug)]
 struct Scripts {
     claim: Script,
@@ -174,7 +185,9 @@ fn existing_from(reply: Value) -> Result<Option<Existing>, StoreError> {
 }
 
 fn millis(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+    i64::try_from(crate::time::millis(ttl))
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 /// Redis credentials given apart from the URL (`[store] username` and
@@ -268,16 +281,16 @@ impl RedisStore {
 
     /// A connected client of the pool (for checks outside the scripts,
     /// such as the eviction watcher's `CONFIG GET` and `INFO`).
-    pub(crate) fn client(&self) -> &Client {
+    pub(super) fn client(&self) -> &Client {
         self.pool.next_connected()
     }
 
     /// Starts the RESP3 client the replay cache fills over, with
-    /// `CLIENT TRACKING` left to `replay_cache::tracking`, which gets the
-    /// returned handle. Its connections are its own: tracking follows a
-    /// connection, and the pool's carry every claim, whose keys must not
-    /// be tracked (each would cost an invalidation when completed).
-    pub(crate) fn enable_tracking(&mut self) -> Result<Client, StoreError> {
+    /// `CLIENT TRACKING` left to [`RedisStore::keep_coherent`]. Its
+    /// connections are its own: tracking follows a connection, and the
+    /// pool's carry every claim, whose keys must not be tracked (each
+    /// would cost an invalidation when completed).
+    pub(super) fn enable_tracking(&mut self) -> Result<(), StoreError> {
         let mut config = self.config.clone();
         config.version = RespVersion::RESP3;
         let client = builder(config, self.command_timeout)
@@ -289,13 +302,26 @@ impl RedisStore {
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         client.connect();
-        self.tracking = Some(client.clone());
-        Ok(client)
+        self.tracking = Some(client);
+        Ok(())
+    }
+
+    /// The task that keeps `cache` coherent over the tracking client until
+    /// `shutdown` ([`tracking`]; `marker` names the epoch marker), or
+    /// `None` if [`RedisStore::enable_tracking`] was not called.
+    pub(super) fn keep_coherent(
+        &self,
+        cache: Arc<ReplayCache>,
+        marker: String,
+        shutdown: CancellationToken,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let client = self.tracking.clone()?;
+        Some(tracking::keep_coherent(client, cache, marker, shutdown))
     }
 
     /// Reads a record over the tracking client, so Redis tells the replay
     /// cache when it changes; the pool's `lookup` without one.
-    pub(crate) async fn lookup_tracked(
+    pub(super) async fn lookup_tracked(
         &self,
         key: &StoreKey,
     ) -> Result<Option<Existing>, StoreError> {
@@ -310,7 +336,7 @@ impl RedisStore {
 
     /// Reconnect events of the pool's first client (fred also sends one
     /// on the first connection).
-    pub(crate) fn reconnects(
+    pub(super) fn reconnects(
         &self,
     ) -> Option<tokio::sync::broadcast::Receiver<fred::types::config::Server>> {
         use fred::interfaces::EventInterface;

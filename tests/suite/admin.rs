@@ -1,4 +1,5 @@
-//! The admin listener: health, readiness and the record API (SPEC §6).
+//! The admin listener: health, readiness and the record API
+//! (docs/contract.md §6).
 
 use std::time::Duration;
 

@@ -1,9 +1,10 @@
 //! A field a guard or key reads must mean one thing to the handler's
-//! stack too (issue 27 §4): a JSON key with a rival differing only in case
-//! (Go's `encoding/json` matches keys case insensitively), a form name PHP
-//! files under the same name, serde_json's private number token, or a form
-//! read from a body sent as another type, are refused before the store or
-//! the handler sees them. Real Redis, real upstream.
+//! stack too (docs/contract.md §4 rule 12): a JSON key with a rival
+//! differing only in case (Go's `encoding/json` matches keys case
+//! insensitively), a form name PHP files under the same name, serde_json's
+//! private number token, or a form read from a body sent as another type,
+//! are refused before the store or the handler sees them. Real Redis, real
+//! upstream.
 
 use crate::support::*;
 

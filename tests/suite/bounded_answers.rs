@@ -1,8 +1,9 @@
-//! Bounded answers (SPEC §4 rule 11): an upstream answer is stored up to
-//! `[limits] max_stored_answer_bytes`; a larger one streams to the sender,
-//! is not stored, and its key still never executes again. Concurrent
-//! duplicates of a large stored answer share one store read, so they do
-//! not starve unrelated deliveries. Real redis-server, real upstream.
+//! Bounded answers (docs/contract.md §4 rule 11): an upstream answer is
+//! stored up to `[limits] max_stored_answer_bytes`; a larger one streams to
+//! the sender, is not stored, and its key still never executes again.
+//! Concurrent duplicates of a large stored answer share one store read, so
+//! they do not starve unrelated deliveries. Real redis-server, real
+//! upstream.
 
 use std::time::Duration;
 

@@ -100,7 +100,8 @@ fn flood_connections() -> usize {
 }
 
 /// HTTP/2 connections that each open up to 200 streams with 1 MiB bodies
-/// stalled one byte short (the attack) against the binary on its
+/// stalled one byte short (a memory attack that took idemgate past 1 GiB
+/// before `max_buffered_bytes`) against the binary on its
 /// default limits. Peak RSS is printed; `IDEMGATE_BIN` runs the same flood
 /// against another build, which is how the figures in bench/RESULTS.md
 /// ("HTTP/2 body flood") were taken.

@@ -1,6 +1,6 @@
 //! `idemgate check-config` on files with mistakes: every unknown key is
 //! reported at once with its dotted path and a "did you mean" hint, and
-//! the exit code is 2 (SPEC §8).
+//! the exit code is 2 (docs/contract.md §8).
 
 use crate::support::check_config;
 
@@ -65,9 +65,10 @@ fn signed_route(signature: &str, idempotency: &str) -> String {
     format!("{head}[route.signature]\n{signature}\n[route.idempotency]\n{idempotency}\n")
 }
 
-/// SPEC §4 rule 12: a key, or a fingerprint that is the key, resting on a
-/// part the signature does not cover is refused, naming the part, why,
-/// and what to change; `unsigned_key = "accept"` takes the risk knowingly.
+/// docs/contract.md §4 rule 12: a key, or a fingerprint that is the key,
+/// resting on a part the signature does not cover is refused, naming the
+/// part, why, and what to change; `unsigned_key = "accept"` takes the risk
+/// knowingly.
 #[test]
 fn a_key_on_unsigned_parts_is_refused_with_what_to_change() {
     let secret = "literal:coverage-secret-0123456789abcdef";
@@ -106,7 +107,7 @@ fn a_key_on_unsigned_parts_is_refused_with_what_to_change() {
     assert!(printed.contains("unsigned_key = \"accept\""), "{printed}");
 }
 
-/// SPEC §4 rule 12 (issue 26 §2): a message that covers neither the body
+/// docs/contract.md §4 rule 12: a message that covers neither the body
 /// nor any request value lets one captured signature authorise any body.
 #[test]
 fn a_message_without_body_or_values_is_refused() {

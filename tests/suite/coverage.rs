@@ -1,12 +1,12 @@
-//! Signed coverage, differentially (SPEC §4 rule 12): for every preset and
-//! for `scheme = "hmac"` with representative templates, a genuinely signed
-//! delivery is mutated where the scheme does not look (headers, query, the
-//! path below the prefix, the method, whitespace and encodings of signed
-//! values) and run through the real stages 1, 3 and 4 (`Router::select`,
-//! `verify`, `identify`). A mutant must be refused, or land on the
-//! original's key; if its fingerprint moved, the route must have a signed,
-//! required key (the store then answers 422 `fingerprint_mismatch`): never
-//! a second key, never a second execution.
+//! Signed coverage, differentially (docs/contract.md §4 rule 12): for every
+//! preset and for `scheme = "hmac"` with representative templates, a
+//! genuinely signed delivery is mutated where the scheme does not look
+//! (headers, query, the path below the prefix, the method, whitespace and
+//! encodings of signed values) and run through the real stages 1, 3 and 4
+//! (`Router::select`, `verify`, `identify`). A mutant must be refused, or
+//! land on the original's key; if its fingerprint moved, the route must
+//! have a signed, required key (the store then answers 422
+//! `fingerprint_mismatch`): never a second key, never a second execution.
 //!
 //! CI runs `PROPTEST_CASES` cases (default 256, a few seconds); a longer
 //! run: `PROPTEST_CASES=20000 cargo test --test suite coverage::`.
@@ -306,7 +306,7 @@ fn identity(case: &Case, delivery: &Delivery) -> Result<(String, [u8; 32]), Stri
         Selection::Route(target) => target,
         other => return Err(format!("not this route: {other:?}")),
     };
-    let route = &case.config.routes[target.index];
+    let route = &case.config.routes[target.route];
     let inbound = Inbound::new(parts, Bytes::from(delivery.body.clone()));
     let verified = verify(inbound, route, case.now_ms).map_err(|u| u.rejection.to_string())?;
     let identity = identify(&verified, route, &target.canonical, "idemgate")
@@ -359,7 +359,8 @@ proptest! {
     }
 }
 
-/// The mutations the issue reproduced, each on its own, deterministically.
+/// The mutations that were first found to land on a new key (and so ran a
+/// captured delivery again), each on its own, deterministically.
 #[test]
 fn the_reported_mutants_are_the_same_delivery() {
     let find = |name: &str| {

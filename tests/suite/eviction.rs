@@ -1,4 +1,4 @@
-//! A Redis that may evict keys (SPEC §4 rule 10), against
+//! A Redis that may evict keys (docs/contract.md §4 rule 10), against
 //! a real `redis-server` and the real `idemgate` binary (its `/metrics`
 //! needs the global recorder).
 //!

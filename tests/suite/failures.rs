@@ -1,5 +1,6 @@
-//! Failure handling of SPEC §4: hang-ups, timeouts, crashes, store outages
-//! and shutdown — with real Redis, real upstream and the real binary.
+//! Failure handling of docs/contract.md §4: hang-ups, timeouts, crashes,
+//! store outages and shutdown — with real Redis, real upstream and the real
+//! binary.
 
 use std::time::Duration;
 

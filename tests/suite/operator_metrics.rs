@@ -2,6 +2,7 @@
 //! metrics (CPU, memory, file descriptors) and `idemgate_build_info`'s
 //! `revision` label.
 
+use std::collections::BTreeSet;
 use std::process::Command;
 
 use crate::support::*;
@@ -142,4 +143,59 @@ async fn build_info_names_the_git_revision() {
         None => assert!(!revision.is_empty()),
     }
     assert!(gate.terminate().success());
+}
+
+/// The metric names a document's tables list: the first cell of every row
+/// that starts with a metric name (several names in one cell are split).
+fn documented(path: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_path(path)).unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter(|rest| rest.starts_with("idemgate_") || rest.starts_with("process_"))
+        .flat_map(|rest| {
+            let cell = rest.split(" |").next().unwrap_or_default();
+            cell.split(", ")
+                .map(|name| name.trim_matches('`').to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every metric family a `/metrics` text declares (`# TYPE` lines).
+fn exported(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|name| name.starts_with("idemgate_") || name.starts_with("process_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The README's metric table and the contract's list exactly what the
+/// binary exports, both ways: a gate with every optional part on (an inbox
+/// route, hot keys, the replay cache, tracing) after one delivery, so the
+/// histograms and hot keys have something to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exported_metric_is_documented_and_every_documented_one_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start().await;
+    let store = embedded_store(&dir.path().join("idemgate.redb"));
+    let text = config_text(&store, &upstream.url(), "")
+        + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n";
+    let gate = GateProcess::start(&text);
+    let answer = deliver(&gate.url("/notify"), &payment("metrics-table-1")).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let (status, scraped) = admin_get(gate.admin, "/metrics").await;
+    assert_eq!(status, 200, "{scraped}");
+    let exported = exported(&scraped);
+    for doc in ["README.md", "docs/contract.md"] {
+        let documented = documented(doc);
+        let undocumented: Vec<_> = exported.difference(&documented).collect();
+        let missing: Vec<_> = documented.difference(&exported).collect();
+        assert!(
+            undocumented.is_empty() && missing.is_empty(),
+            "{doc}: exported but not documented {undocumented:?}; documented but not exported {missing:?}"
+        );
+    }
+    assert!(exported.len() > 35, "{exported:?}");
 }

@@ -1,9 +1,10 @@
-//! Nothing unverified reaches the handler (SPEC §4 rule 12): request parts
-//! a backend merges with, or reads in place of, what the signature covers.
-//! A genuine Alipay or WeChat Pay v2 body with a query string beside it,
-//! a query beside a signed form body, and a `_method` parameter (query or
-//! form field) that names a protected route's method are refused, and the
-//! upstream receives nothing. Real Redis, real upstream counting calls.
+//! Nothing unverified reaches the handler (docs/contract.md §4 rule 12):
+//! request parts a backend merges with, or reads in place of, what the
+//! signature covers. A genuine Alipay or WeChat Pay v2 body with a query
+//! string beside it, a query beside a signed form body, and a `_method`
+//! parameter (query or form field) that names a protected route's method
+//! are refused, and the upstream receives nothing. Real Redis, real
+//! upstream counting calls.
 
 use crate::support::*;
 

@@ -1,10 +1,10 @@
-//! No side door (SPEC §4 rule 9): every spelling of a protected path or
-//! method that a backend would plausibly route to the protected handler is
-//! either handled as that route (verified: a forged signature gets 401 and
-//! nothing reaches the upstream) or refused with 400 `path_ambiguous` —
-//! never passed through. Requests go over raw TCP, so no client library
-//! normalises the method or the target on the way. Real Redis, real
-//! upstream.
+//! No side door (docs/contract.md §4 rule 9): every spelling of a protected
+//! path or method that a backend would plausibly route to the protected
+//! handler is either handled as that route (verified: a forged signature
+//! gets 401 and nothing reaches the upstream) or refused with 400
+//! `path_ambiguous` — never passed through. Requests go over raw TCP, so no
+//! client library normalises the method or the target on the way. Real
+//! Redis, real upstream.
 
 use crate::support::*;
 

@@ -1,8 +1,10 @@
-//! One scope, two routes (SPEC-level: issue "Shared Apply"): a payment
-//! callback (JSON, the gateway's secret) and a reconciliation poller's
-//! result (form, its own secret) for the same trade claim one record, so
-//! whichever arrives first executes and the other is replayed; a different
-//! amount is a real discrepancy and stays 422. Real Redis, real upstream.
+//! One scope, two routes (`[route.idempotency] scope`, docs/contract.md §2;
+//! the "one idempotent Apply" of README "Configuration walk-through"): a
+//! payment callback (JSON, the gateway's secret) and a reconciliation
+//! poller's result (form, its own secret) for the same trade claim one
+//! record, so whichever arrives first executes and the other is replayed; a
+//! different amount is a real discrepancy and stays 422. Real Redis, real
+//! upstream.
 
 use std::time::Duration;
 

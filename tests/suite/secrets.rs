@@ -274,11 +274,11 @@ fn adyen_notification(psp: &str, key: &[u8]) -> String {
     .to_string()
 }
 
-/// The reproduction on the real binary: the Adyen key file becomes
-/// `00` (one key byte), then whitespace, then a truncated key, each
-/// followed by SIGHUP. Every time the genuine key stays, a delivery signed
-/// with the weak key is refused, the failure is logged at ERROR naming the
-/// route and never the key, and counted by reason.
+/// A weak secret on reload, reproduced on the real binary: the Adyen key
+/// file becomes `00` (one key byte), then whitespace, then a truncated key,
+/// each followed by SIGHUP. Every time the genuine key stays, a delivery
+/// signed with the weak key is refused, the failure is logged at ERROR
+/// naming the route and never the key, and counted by reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weak_or_truncated_key_file_keeps_the_old_key_on_sighup() {
     let upstream = Upstream::start().await;

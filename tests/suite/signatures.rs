@@ -1,5 +1,6 @@
-//! Rejected deliveries never touch the store or the upstream (SPEC §1
-//! stage 3), checked with Redis's own `INFO commandstats`.
+//! Rejected deliveries never touch the store or the upstream
+//! (docs/contract.md §1 stage 3), checked with Redis's own
+//! `INFO commandstats`.
 
 use crate::support::*;
 

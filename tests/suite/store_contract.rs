@@ -158,7 +158,7 @@ async fn contract<S: Store>(store: &S) {
     ));
 
     // an answer whose claim lapsed while it was in hand still takes the
-    // key if nobody else holds it (SPEC §4 rule 10)
+    // key if nobody else holds it (docs/contract.md §4 rule 10)
     let k = key("lapsed");
     let lapsed = claimed(store, &mint, &k, Duration::from_millis(150)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -1,6 +1,6 @@
-//! A store under pressure keeps the promise (SPEC §4 rule 10): a Redis
-//! that is full still replays what it holds, and an answer in hand is
-//! stored even when the store refuses it for longer than a lease, or is
+//! A store under pressure keeps the promise (docs/contract.md §4 rule 10):
+//! a Redis that is full still replays what it holds, and an answer in hand
+//! is stored even when the store refuses it for longer than a lease, or is
 //! down for longer than the old retry budget. Real redis-server, real
 //! upstream; `CONFIG SET maxmemory 1` makes Redis refuse every write that
 //! needs memory (noeviction, the default policy).

@@ -1,9 +1,10 @@
-//! OpenTelemetry traces (issue 16 §2), checked on the real binary against
-//! a real OTLP/HTTP receiver ([`OtlpReceiver`]): a delivery's span joins
-//! the sender's trace with its child spans and attributes, the upstream
-//! gets the `forward` span as its parent, every copy of a delivery links
-//! to the first attempt, a dead collector costs requests nothing, and with
-//! tracing off the trace headers pass through untouched.
+//! OpenTelemetry traces (`[tracing]`, README "Tracing"), checked on the
+//! real binary against a real OTLP/HTTP receiver ([`OtlpReceiver`]): a
+//! delivery's span joins the sender's trace with its child spans and
+//! attributes, the upstream gets the `forward` span as its parent, every
+//! copy of a delivery links to the first attempt, a dead collector costs
+//! requests nothing, and with tracing off the trace headers pass through
+//! untouched.
 
 use std::time::Duration;
 

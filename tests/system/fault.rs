@@ -273,9 +273,9 @@ fn topology_at(port: u16) -> Vec<NodeInfo> {
         .collect()
 }
 
-/// The record key of SPEC §5 for payment `id`, computed independently of
-/// idemgate: `idemgate:pay:` + hex SHA-256 of the 4-byte big-endian length
-/// of the one key part followed by the part.
+/// The record key of docs/contract.md §5 for payment `id`, computed
+/// independently of idemgate: `idemgate:pay:` + hex SHA-256 of the 4-byte
+/// big-endian length of the one key part followed by the part.
 fn store_key(id: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();

@@ -1,7 +1,7 @@
-//! Observability contract (SPEC §6, §7) against real processes on loopback:
-//! the `idemgate` binary, `redis-server`, a real upstream, `promtool` and a
-//! real `prometheus` server. Every child is stopped by PID when its guard
-//! drops, and every wait is bounded.
+//! Observability contract (docs/contract.md §6, §7) against real processes
+//! on loopback: the `idemgate` binary, `redis-server`, a real upstream,
+//! `promtool` and a real `prometheus` server. Every child is stopped by PID
+//! when its guard drops, and every wait is bounded.
 //!
 //! * the alert rules pass `promtool check rules`, and the promtool unit
 //!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down,
@@ -12,9 +12,10 @@
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled
 //!   Grafana dashboard (its job/namespace/instance/route variables
-//!   substituted) and alert rules to a value, the SPEC hit rate to the ratio
-//!   the traffic implies and the hit-rate stat to 0 without traffic; the
-//!   shared inbox backlog gauges are aggregated with `max`, never `sum`;
+//!   substituted) and alert rules to a value, the contract's hit rate to
+//!   the ratio the traffic implies and the hit-rate stat to 0 without
+//!   traffic; the shared inbox backlog gauges are aggregated with `max`,
+//!   never `sum`;
 //! * the PrometheusRule generated for the Prometheus Operator passes
 //!   `promtool check rules` and the same unit tests as alerts.yml;
 //! * `/readyz` follows Redis going away and coming back.
@@ -106,7 +107,7 @@ impl Tally {
                 idemgate::error::Reason::ALL
                     .iter()
                     .any(|known| known.as_str() == reason),
-                "{reason} is a SPEC reason"
+                "{reason} is a reason of docs/contract.md §3"
             );
             *self.reasons.entry((expect.route, reason)).or_default() += 1;
         }

@@ -2,7 +2,7 @@
 //! what the opt-in lets through, what the defaults become.
 
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, KeyPart, Selector};
 
 /// One route on `/hook` with `signature` and `idempotency` lines (and
 /// `route` lines such as `methods`).

@@ -1,3 +1,5 @@
+//! Tests of `[route.inbox]`, read through whole configuration files.
+
 use std::time::Duration;
 
 use crate::config::Config;

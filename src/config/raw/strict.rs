@@ -14,7 +14,9 @@
 //! also show up as "missing".
 //!
 //! The mechanism is generic over the target type, so every raw struct that
-//! denies unknown fields is covered without registering it here.
+//! denies unknown fields is covered without registering it here. The same
+//! unknown-key answer lists every key a table takes, which is how the
+//! tests derive the parser's whole key list (`schema.rs`).
 
 use std::fmt;
 
@@ -30,7 +32,7 @@ const MAX_SUGGESTION_DISTANCE: usize = 3;
 
 /// One step of a key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     /// A table key.
     Key(String),
     /// An array index (`[[route]]` is an array of tables).
@@ -40,11 +42,11 @@ enum Step {
 /// A key path in the style of every other config error:
 /// `route[0].idempotency.leese`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct KeyPath(Vec<Step>);
+pub(super) struct KeyPath(pub(super) Vec<Step>);
 
 impl KeyPath {
     /// The path serde_path_to_error tracked, with `key` appended.
-    fn from_serde(path: &serde_path_to_error::Path, key: Option<&str>) -> Self {
+    pub(super) fn from_serde(path: &serde_path_to_error::Path, key: Option<&str>) -> Self {
         use serde_path_to_error::Segment;
         let mut steps: Vec<Step> = path
             .iter()
@@ -107,15 +109,17 @@ impl fmt::Display for KeyPath {
 /// What serde's `unknown_field` error says: the key, and the keys valid
 /// at its place.
 #[derive(Debug, PartialEq, Eq)]
-struct UnknownField {
-    key: String,
-    expected: Vec<String>,
+pub(super) struct UnknownField {
+    /// The key as written.
+    pub(super) key: String,
+    /// The keys the struct at its place takes, in declaration order.
+    pub(super) expected: Vec<String>,
 }
 
 impl UnknownField {
     /// Reads serde's message: "unknown field `x`, expected one of `a`, `b`",
     /// "…, expected `a`" or "…, there are no fields".
-    fn parse(message: &str) -> Option<Self> {
+    pub(super) fn parse(message: &str) -> Option<Self> {
         let rest = message.strip_prefix("unknown field `")?;
         let (key, rest) = rest.split_once('`')?;
         let expected = match rest.strip_prefix(", expected ") {

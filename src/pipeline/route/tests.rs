@@ -35,7 +35,7 @@ fn pick(router: &Router, method: &str, path: &str) -> Selection {
 
 fn route_of(selection: &Selection) -> Option<(usize, &str, &str)> {
     match selection {
-        Selection::Route(t) => Some((t.index, t.canonical.method.as_str(), &t.canonical.path)),
+        Selection::Route(t) => Some((t.route, t.canonical.method.as_str(), &t.canonical.path)),
         _ => None,
     }
 }
@@ -120,7 +120,7 @@ fn what_the_canonical_form_can_not_settle_is_refused() {
     ] {
         assert_eq!(
             pick(&r, "POST", path),
-            Selection::Ambiguous { index: 0 },
+            Selection::Ambiguous { route: 0 },
             "{path}"
         );
     }
@@ -133,7 +133,7 @@ fn what_the_canonical_form_can_not_settle_is_refused() {
     ] {
         assert_eq!(
             pick(&r, "POST", path),
-            Selection::Ambiguous { index: 1 },
+            Selection::Ambiguous { route: 1 },
             "{path}"
         );
     }
@@ -172,7 +172,7 @@ fn unicode_iis_and_stacked_spellings_are_refused() {
     ] {
         assert_eq!(
             pick(&r, "POST", path),
-            Selection::Ambiguous { index: 0 },
+            Selection::Ambiguous { route: 0 },
             "{path}"
         );
     }
@@ -181,12 +181,12 @@ fn unicode_iis_and_stacked_spellings_are_refused() {
     let layered = format!("/%{}6Eotify", "25".repeat(7));
     assert_eq!(
         pick(&r, "POST", &layered),
-        Selection::Ambiguous { index: 0 }
+        Selection::Ambiguous { route: 0 }
     );
     // still escaped after the last round: it may mean anything, so it is
     // refused wherever a route takes its method
     let deep = format!("/static/%{}41", "25".repeat(12));
-    assert_eq!(pick(&r, "POST", &deep), Selection::Ambiguous { index: 1 });
+    assert_eq!(pick(&r, "POST", &deep), Selection::Ambiguous { route: 1 });
     assert_eq!(pick(&r, "DELETE", &deep), Selection::Unmatched);
     // under the prefix, such characters are the handler's business
     assert_eq!(
@@ -204,11 +204,11 @@ fn method_parameters_are_not_a_side_door() {
     let r = router();
     assert_eq!(
         pick(&r, "POST", "/Hooks/GitHub?_method=GET"),
-        Selection::Ambiguous { index: 2 }
+        Selection::Ambiguous { route: 2 }
     );
     assert_eq!(
         pick(&r, "PUT", "/notify?a=1&_method=post"),
-        Selection::Ambiguous { index: 0 }
+        Selection::Ambiguous { route: 0 }
     );
     assert_eq!(
         pick(&r, "POST", "/Hooks/GitHub?method=GET"),
@@ -232,7 +232,7 @@ fn method_parameters_are_not_a_side_door() {
     assert!(!r.body_may_decide(&Method::POST, "/other", None, &urlencoded));
     assert_eq!(
         r.with_body(&Method::POST, path, None, &urlencoded, b"a=1&_method=GET"),
-        Some(Selection::Ambiguous { index: 2 })
+        Some(Selection::Ambiguous { route: 2 })
     );
     assert_eq!(
         r.with_body(
@@ -257,7 +257,7 @@ fn method_parameters_are_not_a_side_door() {
             &multipart,
             b"--b\r\ncontent-disposition: form-data; name=\"_method\"\r\n\r\nGET\r\n--b--"
         ),
-        Some(Selection::Ambiguous { index: 2 })
+        Some(Selection::Ambiguous { route: 2 })
     );
 }
 
@@ -294,12 +294,12 @@ fn case_sensitive_routes_match_their_own_case() {
     assert_eq!(pick(&r, "GET", "/hooks/github.json"), Selection::Unmatched);
     assert_eq!(
         pick(&r, "GET", "/Hooks/GitHub.json"),
-        Selection::Ambiguous { index: 2 }
+        Selection::Ambiguous { route: 2 }
     );
     // HEAD is served by GET handlers in most frameworks
     assert_eq!(
         pick(&r, "HEAD", "/Hooks/GitHub"),
-        Selection::Ambiguous { index: 2 }
+        Selection::Ambiguous { route: 2 }
     );
 }
 
@@ -310,14 +310,14 @@ fn method_override_headers_are_not_a_side_door() {
     headers.insert("x-http-method-override", "post".parse().unwrap());
     assert_eq!(
         r.select(&Method::GET, "/notify", None, &headers),
-        Selection::Ambiguous { index: 0 }
+        Selection::Ambiguous { route: 0 }
     );
     let mut headers = HeaderMap::new();
     headers.insert("x-method-override", " GET, PUT ".parse().unwrap());
     assert_eq!(
         r.select(&Method::POST, "/notify/refund", None, &headers),
         Selection::Route(Target {
-            index: 1,
+            route: 1,
             canonical: Canonical {
                 method: Method::POST,
                 path: "/notify/refund".into()
@@ -344,9 +344,9 @@ fn a_protected_root_takes_every_path_or_refuses_it() {
     assert_eq!(route_of(&pick(&r, "POST", "/")).map(|t| t.0), Some(0));
     assert_eq!(
         pick(&r, "POST", "/a%2Fb"),
-        Selection::Ambiguous { index: 0 }
+        Selection::Ambiguous { route: 0 }
     );
-    assert_eq!(pick(&r, "POST", "*"), Selection::Ambiguous { index: 0 });
+    assert_eq!(pick(&r, "POST", "*"), Selection::Ambiguous { route: 0 });
 }
 
 #[test]
@@ -451,7 +451,7 @@ proptest! {
         let selection = pick(&router(), "POST", &path);
         prop_assert_ne!(&selection, &Selection::Unmatched, "{}", path);
         if let Selection::Route(target) = &selection {
-            prop_assert_eq!(target.index, 0, "{}", path);
+            prop_assert_eq!(target.route, 0, "{}", path);
         }
     }
 

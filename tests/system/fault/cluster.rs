@@ -39,7 +39,7 @@ async fn redis_cluster_spreads_keys_and_deduplicates() {
         "one record per key, in the whole cluster"
     );
     // Each record sits on the primary that owns its slot (and the key is
-    // the SPEC §5 layout, computed here independently).
+    // the docs/contract.md §5 layout, computed here independently).
     for id in &ids {
         let slot = slot(id);
         let owner = primaries
@@ -203,10 +203,10 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     );
 }
 
-/// Issue 27 §3 on a Cluster: `FLUSHALL` on one primary (not the one the
-/// old single epoch marker lived on) empties every instance's replay
-/// cache, so a key that primary held is forwarded again, not replayed
-/// from memory for the rest of its retention.
+/// The replay cache's epoch markers on a Cluster: `FLUSHALL` on one primary
+/// (not the one the old single epoch marker lived on) empties every
+/// instance's replay cache, so a key that primary held is forwarded again,
+/// not replayed from memory for the rest of its retention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {

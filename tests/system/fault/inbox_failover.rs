@@ -1,4 +1,5 @@
-//! Issue 27 §4: the durable inbox through a failover with replication
+//! The durable inbox's owed sets and replica waits (docs/contract.md
+//! §4 rule 13, §5): the inbox through a failover with replication
 //! lag, on the real local Cluster and Sentinel: none lost, none twice.
 //!
 //! Two idemgate instances (`min_replicas_ack = 1`, `repair_every = 1s`)

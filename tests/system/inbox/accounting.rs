@@ -1,9 +1,9 @@
-//! Nothing acknowledged is lost or miscounted (issue 27 §1): a backlog or
-//! an outage longer than `retention` keeps every delivery; a redelivery
-//! the handler refuses is a failed attempt, not "delivered"; a redelivery
-//! carries what the live attempt carried; a full inbox stops
-//! acknowledging instead of dropping; the record API purges an inbox
-//! delivery only as the inbox's own drop would.
+//! Nothing acknowledged is lost or miscounted (docs/contract.md §4,
+//! rule 13): a backlog or an outage longer than `retention` keeps every
+//! delivery; a redelivery the handler refuses is a failed attempt, not
+//! "delivered"; a redelivery carries what the live attempt carried; a full
+//! inbox stops acknowledging instead of dropping; the record API purges an
+//! inbox delivery only as the inbox's own drop would.
 
 use super::*;
 

@@ -1,11 +1,11 @@
-//! The books balance through bad luck (issue 27 §2): deliveries queue
-//! while the handler is down, an operator drops one and purges another,
-//! the store restarts (Redis with AOF), the handler comes back slow and
-//! refusing some deliveries, an instance is SIGKILLed mid-redelivery and
-//! started again, and new deliveries keep arriving. At the end every key
-//! executed at most once (exactly once unless it was dropped, refused for
-//! good or held as unknown), and acknowledged = delivered + dropped +
-//! queued + dead, read from `/metrics`.
+//! The books balance through bad luck (docs/contract.md §4 rule 13):
+//! deliveries queue while the handler is down, an operator drops one and
+//! purges another, the store restarts (Redis with AOF), the handler comes
+//! back slow and refusing some deliveries, an instance is SIGKILLed
+//! mid-redelivery and started again, and new deliveries keep arriving. At
+//! the end every key executed at most once (exactly once unless it was
+//! dropped, refused for good or held as unknown), and acknowledged =
+//! delivered + dropped + queued + dead, read from `/metrics`.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,5 @@
-//! Issue 27 §4: a queued delivery is findable again from its own record.
+//! The inbox's repair pass (docs/contract.md §4 rule 13, §5 owed sets): a
+//! queued delivery is findable again from its own record.
 //! The scope's index keys are deleted behind idemgate's back (what a
 //! Redis Cluster failover of the index's primary with replication lag
 //! does to them); the repair pass finds every delivery again from the

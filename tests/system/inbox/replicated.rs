@@ -1,4 +1,4 @@
-//! Issue 27 §4: the inbox waits for the durability `min_replicas_ack`
+//! The inbox waits for the durability `min_replicas_ack`
 //! promises. A real primary with one real replica; the replica is frozen
 //! (SIGSTOP) to stand for replication lag:
 //!

@@ -1,14 +1,14 @@
 //! A real Prometheus scraping idemgate evaluates every dashboard and alert
 //! expression to a value (the dashboard's variables substituted, and
-//! nothing at all for a job that does not exist), the SPEC hit rate to the
-//! ratio the traffic implies, and the hit-rate stat to 0 before any
+//! nothing at all for a job that does not exist), the contract's hit rate
+//! to the ratio the traffic implies, and the hit-rate stat to 0 before any
 //! traffic.
 
 use super::grafana::{Vars, dashboard_expressions, dashboard_variables};
 use super::*;
 
-/// SPEC §7 hit rate, verbatim.
-const SPEC_HIT_RATE: &str = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;
+/// The hit rate of docs/contract.md §7, verbatim.
+const CONTRACT_HIT_RATE: &str = r#"sum(rate(idemgate_requests_total{outcome="replayed"}[5m])) / sum(rate(idemgate_requests_total{outcome=~"forwarded|replayed"}[5m]))"#;
 
 /// The hot-key gauges (`idemgate_hot_key_*`) come with the hot-key
 /// tracker; a binary without them yields no value for the queries that
@@ -123,8 +123,8 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     println!("prometheus up and scraping after {:?}", started.elapsed());
 
     // No traffic yet. Two scrapes, so that rate() has a value (0): the
-    // SPEC ratio is then 0 / 0 = NaN, and the dashboard's hit-rate stat
-    // must read 0 instead.
+    // contract's ratio is then 0 / 0 = NaN, and the dashboard's hit-rate
+    // stat must read 0 instead.
     let scrapes = r#"count_over_time(up{job="idemgate"}[1h])"#;
     poll(
         "two scrapes of the idle gate",
@@ -142,10 +142,10 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     let idle = prometheus.values(&stat).await;
     println!("idle hit-rate stat: {stat} => {idle:?}");
     assert_eq!(idle, [0.0], "{HIT_RATE_STAT} without traffic: {stat}");
-    let spec_idle = prometheus.values(SPEC_HIT_RATE).await;
+    let contract_idle = prometheus.values(CONTRACT_HIT_RATE).await;
     assert!(
-        spec_idle.iter().all(|v| v.is_nan()),
-        "the bare SPEC ratio is NaN (or nothing) without traffic: {spec_idle:?}"
+        contract_idle.iter().all(|v| v.is_nan()),
+        "the bare contract ratio is NaN (or nothing) without traffic: {contract_idle:?}"
     );
 
     // Traffic: 20 first deliveries, 3 replays of each (half signed with the
@@ -281,9 +281,10 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
         .await;
     assert_eq!(results, [0.0; 4], "one zero counter per result");
 
-    // SPEC §7 hit rate, verbatim, and the dashboard's own hit-rate panels.
+    // The hit rate of docs/contract.md §7, verbatim, and the dashboard's
+    // own hit-rate panels.
     let measured = prometheus
-        .scalar(SPEC_HIT_RATE)
+        .scalar(CONTRACT_HIT_RATE)
         .await
         .expect("one hit-rate value");
     println!("hit rate: Prometheus {measured}, expected {expected_hit_rate}");

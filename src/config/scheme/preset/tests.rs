@@ -1,5 +1,7 @@
+//! Tests of the preset checks, read through whole configuration files.
+
 use super::*;
-use crate::config::{Config, ConfigError, Scheme, decode_whsec};
+use crate::config::{Config, ConfigError, KeyPart, Scheme, Selector, decode_whsec};
 
 /// A literal secret as strong as `scheme` requires (what its sender issues).
 fn secret_for(scheme: &str) -> &'static str {

@@ -1,4 +1,4 @@
-//! The durable inbox's metrics (SPEC-level docs: README, "Durable inbox").
+//! The durable inbox's metrics (contract §7; README "Durable inbox").
 //!
 //! The three gauges report the **shared** backlog of the route's scope, as
 //! the store holds it: every instance reports the same value, so
@@ -7,7 +7,7 @@
 
 use metrics::{Counter, Gauge, counter, gauge};
 
-use crate::inbox::Tally;
+use super::RedeliveryResult;
 use crate::store::inbox::{Book, Books};
 
 /// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
@@ -40,8 +40,8 @@ pub(crate) const REPAIRED_TOTAL: &str = "idemgate_inbox_repaired_total";
 /// and survive restarts, because the store holds them.
 pub(crate) const BOOKS: &str = "idemgate_inbox_books";
 
-/// Registers help texts with the installed recorder.
-pub(crate) fn register_descriptions() {
+/// Registers the inbox's help texts with the installed recorder.
+pub(crate) fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge};
     describe_gauge!(
         QUEUED,
@@ -98,12 +98,12 @@ impl InboxMetrics {
             queued: gauge!(QUEUED, "route" => route.clone()),
             oldest_age: gauge!(OLDEST_AGE, "route" => route.clone()),
             dead: gauge!(DEAD, "route" => route.clone()),
-            redeliveries: Tally::ALL.map(|tally| {
+            redeliveries: RedeliveryResult::ALL.map(|tally| {
                 let counter = counter!(REDELIVERIES_TOTAL, "route" => route.clone(), "result" => tally.as_str());
                 counter.increment(0);
                 counter
             }),
-            unknown_outcomes: counter!(super::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
+            unknown_outcomes: counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
             full: counter!(FULL_TOTAL, "route" => route.clone()),
             repaired: counter!(REPAIRED_TOTAL, "route" => route.clone()),
             books: Book::ALL.map(|line| gauge!(BOOKS, "route" => route.clone(), "line" => line.as_str())),
@@ -141,9 +141,9 @@ impl InboxMetrics {
     }
 
     /// Counts one finished redelivery.
-    pub(crate) fn redelivery(&self, tally: Tally) {
+    pub(crate) fn redelivery(&self, tally: RedeliveryResult) {
         self.redeliveries[tally as usize].increment(1);
-        if tally == Tally::Unknown {
+        if tally == RedeliveryResult::Unknown {
             self.unknown_outcomes.increment(1);
         }
     }

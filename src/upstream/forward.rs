@@ -1,4 +1,5 @@
-//! Stage 6: send a request upstream through the one pooled client.
+//! Send a request to the handler through the one pooled client (stage 6
+//! of the pipeline, and every inbox redelivery).
 //!
 //! The request is re-framed by hyper (never passed through raw): hop-by-hop
 //! headers (RFC 9110 §7.6.1: `Connection` and every header it lists,
@@ -34,9 +35,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::quick_ack::QuickAckConnector;
 use crate::body::{ProxyBody, full};
-use crate::config::{Route, Upstream};
+use crate::config::Upstream;
 use crate::error::Rejection;
-use crate::metrics::{RouteMetrics, UpstreamErrorKind};
 
 /// The pooled upstream client, cloned cheaply per request.
 pub(crate) type UpstreamClient = Client<QuickAckConnector, ProxyBody>;
@@ -116,15 +116,6 @@ impl ForwardError {
         match self {
             Self::Refused | Self::Broken => Rejection::UpstreamError,
             Self::Timeout => Rejection::UpstreamTimeout,
-        }
-    }
-
-    /// The `kind` label of `idemgate_upstream_errors_total`, which does not
-    /// tell a refused connection from a broken one.
-    pub(crate) fn kind(self) -> UpstreamErrorKind {
-        match self {
-            Self::Timeout => UpstreamErrorKind::Timeout,
-            Self::Refused | Self::Broken => UpstreamErrorKind::Connect,
         }
     }
 }
@@ -341,30 +332,6 @@ pub(crate) async fn pass_through(
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     Ok(Response::from_parts(head, body.boxed()))
-}
-
-/// Records an upstream call's latency and, unless its status is one the
-/// route caches, its error kind.
-pub(crate) fn meter(
-    route: &Route,
-    meters: &RouteMetrics,
-    result: &Result<UpstreamAnswer, ForwardError>,
-    elapsed: Duration,
-) {
-    meters.upstream(elapsed);
-    let kind = match result {
-        Ok(answer)
-            if route
-                .idempotency
-                .cache_status
-                .contains(answer.status.as_u16()) =>
-        {
-            return;
-        }
-        Ok(_) => UpstreamErrorKind::Status,
-        Err(error) => error.kind(),
-    };
-    meters.upstream_error(kind);
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! The replay cache's metrics (`crate::replay_cache`): whether replays are
 //! served from memory, and why entries leave it.
 //!
+//! Kept beside the cache, the only thing that records them, so the cache
+//! needs nothing from the crate's `metrics` module (and that module
+//! nothing from the cache).
+//!
 //! Hits and misses count replays only (a first delivery never looks like
 //! either), so `hits / (hits + misses)` is the share of replays that cost
 //! no store round trip.
 
 use metrics::{Counter, Gauge, counter, gauge};
 
-use crate::replay_cache::FlushReason;
+use super::FlushReason;
 
 /// `idemgate_replay_cache_hits_total`: deliveries decided from a cached
 /// record, with no store round trip.
@@ -48,8 +52,9 @@ impl Eviction {
     }
 }
 
-/// Registers help texts with the installed recorder.
-pub(crate) fn register_descriptions() {
+/// Registers the help texts of the replay cache's metrics with the
+/// installed recorder (called once at start-up, `app::install_metrics`).
+pub(crate) fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge};
     describe_counter!(
         HITS_TOTAL,

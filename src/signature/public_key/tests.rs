@@ -1,3 +1,5 @@
+//! Tests of RSA public key parsing, against the keys in `tests/vectors/keys`.
+
 use super::*;
 
 fn keys_dir() -> std::path::PathBuf {

@@ -1,13 +1,6 @@
-use super::*;
+//! Tests of the checks between routes: shared scopes.
 
-#[test]
-fn status_classes() {
-    let classes = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
-    assert!(classes.contains(200) && classes.contains(299) && classes.contains(409));
-    assert!(!classes.contains(300) && !classes.contains(410));
-    assert!(CacheStatus::parse(&["6xx".into()]).is_err());
-    assert!(CacheStatus::parse(&["20".into()]).is_err());
-}
+use crate::config::{FingerprintPart, Selector};
 
 /// The minimal route "payments" with fingerprint `first`, and a second
 /// route in its scope with fingerprint `second`.
@@ -58,30 +51,4 @@ fn routes_of_one_scope_fingerprint_the_same_values_in_order() {
         r#"["form:a"]"#.replace("form:a", "method").as_str(),
     );
     assert!(defaults.unwrap_err().contains("not \"method\""));
-}
-
-/// The minimal config with `lines` added to its route's idempotency.
-fn idempotency(lines: &str) -> Result<crate::config::Config, String> {
-    let text = format!("{}\n{lines}\n", crate::config::tests::MINIMAL);
-    crate::config::Config::parse(&text).map_err(|e| e.0.join("\n"))
-}
-
-#[test]
-fn fingerprint_ignore_names_fields_of_one_body_format() {
-    let xml = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]"#);
-    assert_eq!(
-        xml.unwrap().routes[0].idempotency.fingerprint_ignore[0],
-        Selector::Xml("/xml/nonce_str".into())
-    );
-    let mixed = idempotency(r#"fingerprint_ignore = ["xml:/xml/nonce_str", "form:nonce_str"]"#)
-        .unwrap_err();
-    assert!(
-        mixed.contains("fingerprint_ignore: mixes body formats"),
-        "{mixed}"
-    );
-    let header = idempotency(r#"fingerprint_ignore = ["header:x-a"]"#).unwrap_err();
-    assert!(
-        header.contains("xml:/path selectors name body fields"),
-        "{header}"
-    );
 }

@@ -1,5 +1,6 @@
-//! The published senders' schemes (SPEC §2 "Presets"): which credential
-//! each needs, its window, and its default key and fingerprint.
+//! The published senders' schemes (contract §2 "Presets"): which credential
+//! each needs, its window, its retries, its default key and fingerprint,
+//! which fields it signs, and how strong and in which form its keys are.
 //!
 //! A preset fixes every signature parameter itself; the operator gives
 //! only credentials (`secrets`, or `public_keys` for the RSA senders) and,
@@ -8,14 +9,18 @@
 //! read only signed fields, stay the same across a sender's retries of one
 //! state change and differ between events of one payment; fingerprints
 //! leave out what every retry changes, so a genuine retry is a replay.
+//!
+//! This is what idemgate knows about each sender; reading a route's
+//! `[route.signature]` into a [`Preset`] (and refusing what a sender does
+//! not take) is `crate::config`'s.
 
 use std::time::Duration;
 
-use super::public_key::{PublicKeys, RawPublicKey};
-use super::raw::RawSignature;
-use super::scheme::{DEFAULT_TOLERANCE, decode_whsec, hmac_only_keys};
-use super::validate::Problems;
-use super::{KeyPart, Secret, Selector};
+use base64::Engine;
+
+use super::{DEFAULT_TOLERANCE, PublicKeys, Secret, Strength};
+use crate::encoding::BASE64;
+use crate::extract::Selector;
 
 /// A published sender's signature scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,12 +133,12 @@ impl PresetKind {
 
     /// The default idempotency key: a signed field the sender documents
     /// as the event id, or the event id the preset derives from signed
-    /// content (`KeyPart::SignedId`). GitHub's `X-GitHub-Delivery` and
+    /// content ([`EventId::Signed`]). GitHub's `X-GitHub-Delivery` and
     /// Shopify's `X-Shopify-Webhook-Id` are unsigned and neither sender
     /// signs a timestamp, so their key is the signed body itself; Twilio's
     /// is its whole signed content, since its `I-Twilio-Idempotency-Token`
     /// is unsigned.
-    pub fn default_key(self) -> KeyPart {
+    pub fn default_key(self) -> EventId {
         match self {
             Self::StandardWebhooks
             | Self::Github
@@ -141,9 +146,9 @@ impl PresetKind {
             | Self::Alipay
             | Self::WechatpayV2
             | Self::Adyen
-            | Self::Twilio => KeyPart::SignedId,
-            Self::Stripe | Self::WechatpayV3 => KeyPart::Value(Selector::Json("/id".into())),
-            Self::Slack => KeyPart::Value(Selector::Json("/event_id".into())),
+            | Self::Twilio => EventId::Signed,
+            Self::Stripe | Self::WechatpayV3 => EventId::Field(Selector::Json("/id".into())),
+            Self::Slack => EventId::Field(Selector::Json("/event_id".into())),
         }
     }
 
@@ -168,8 +173,7 @@ impl PresetKind {
 impl PresetKind {
     /// Whether the channel's signature covers what `selector` reads, for
     /// the payment channels, which sign fields one by one (`None`: a
-    /// webhook platform, which signs the body whole:
-    /// `crate::config::coverage` classifies those).
+    /// webhook platform, which signs the body whole).
     pub fn signs(self, selector: &Selector) -> Option<bool> {
         const ADYEN_SIGNED: [&str; 8] = [
             "pspReference",
@@ -241,199 +245,76 @@ impl Preset {
     }
 }
 
-/// The `[route.signature]` keys only some presets read, and whether each
-/// is set (an error with `scheme = "hmac"` or `"none"`).
-pub(super) fn preset_only_keys(raw: &RawSignature) -> [(&'static str, bool); 3] {
-    [
-        ("public_keys", !raw.public_keys.is_empty()),
-        ("public_url", raw.public_url.is_some()),
-        ("allow_rsa1", raw.allow_rsa1.is_some()),
-    ]
+/// Where a preset's event id comes from: its default idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventId {
+    /// A signed field the sender documents as the event id.
+    Field(Selector),
+    /// The id the signature covers, or the one the preset derives from
+    /// signed content ([`super::Authenticity::signed_id`]).
+    Signed,
 }
 
-pub(super) fn preset(
-    problems: &mut Problems,
-    key: &str,
-    raw: &RawSignature,
-    kind: PresetKind,
-    secrets: &[Secret],
-) -> Preset {
-    let name = &raw.scheme;
-    for (field, set) in hmac_only_keys(raw) {
-        if set {
-            problems.push(
-                &format!("{key}.{field}"),
-                format!("only for scheme = \"hmac\"; scheme = {name:?} fixes it itself"),
-            );
-        }
-    }
-    let public_keys = credentials(problems, key, raw, kind);
-    let tolerance = tolerance(problems, key, raw, kind);
-    let keys = match kind {
-        PresetKind::StandardWebhooks => derived(
-            problems,
-            key,
-            secrets,
-            decode_whsec,
-            "a standard-webhooks secret is \"whsec_\" followed by base64",
+/// The least key material a route's secrets must hold, in key bytes after
+/// the scheme's own decoding (`None`: the generic `scheme = "hmac"`).
+///
+/// A floor of 16 bytes (128 bits) where the sender lets the operator
+/// choose or issues longer; the issued length itself where the sender
+/// issues one fixed length, so a truncated key is refused as well.
+/// Every genuine secret of these senders passes; a weaker one is refused
+/// at start-up and by `check-config`, and kept out on reload.
+pub fn secret_strength(preset: Option<PresetKind>) -> Strength {
+    const FLOOR: usize = 16;
+    match preset {
+        None => Strength::at_least(
+            FLOOR,
+            "an hmac secret needs at least 16 bytes (128 bits); generate one with `openssl rand -hex 32`",
         ),
-        PresetKind::Adyen => derived(
-            problems,
-            key,
-            secrets,
-            decode_hex_key,
-            "an adyen HMAC key is hex, as the Customer Area shows it",
+        Some(PresetKind::StandardWebhooks) => Strength::at_least(
+            FLOOR,
+            "a standard-webhooks key is \"whsec_\" + base64 of at least 16 bytes (the spec asks for 24 to 64; Svix issues 24); copy the whole secret from the sender",
         ),
-        _ => secrets.to_vec(),
-    };
-    let public_url = match (kind, raw.public_url.as_deref()) {
-        (PresetKind::Twilio, Some(text)) => {
-            problems.take(&format!("{key}.public_url"), parse_public_url(text))
-        }
-        (PresetKind::Twilio, None) => {
-            problems.push(
-                &format!("{key}.public_url"),
-                "required with scheme = \"twilio\": the scheme and host the sender calls, e.g. \"https://hooks.example.com\" (Twilio signs the full URL, and idemgate sees only its own address)",
-            );
-            None
-        }
-        (_, Some(_)) => {
-            problems.push(
-                &format!("{key}.public_url"),
-                format!("only for scheme = \"twilio\"; scheme = {name:?} does not sign the URL"),
-            );
-            None
-        }
-        (_, None) => None,
-    };
-    if raw.allow_rsa1.is_some() && kind != PresetKind::Alipay {
-        problems.push(
-            &format!("{key}.allow_rsa1"),
-            format!("only for scheme = \"alipay\"; scheme = {name:?} has no RSA1 sign type"),
-        );
-    }
-    Preset {
-        kind,
-        keys,
-        public_keys,
-        tolerance,
-        public_url,
-        allow_rsa1: raw.allow_rsa1.unwrap_or(false),
-    }
-}
-
-/// Checks that the preset got the credential it verifies with, and only
-/// that one; resolves the public keys.
-fn credentials(
-    problems: &mut Problems,
-    key: &str,
-    raw: &RawSignature,
-    kind: PresetKind,
-) -> PublicKeys {
-    let name = &raw.scheme;
-    let empty = || PublicKeys::resolve(&[]).expect("no keys, no errors");
-    match kind.credential() {
-        Credential::Secrets => {
-            if raw.secrets.is_empty() {
-                problems.push(
-                    &format!("{key}.secrets"),
-                    "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
-                );
-            }
-            if !raw.public_keys.is_empty() {
-                problems.push(
-                    &format!("{key}.public_keys"),
-                    format!("scheme = {name:?} verifies with secrets, not public keys"),
-                );
-            }
-            empty()
-        }
-        Credential::PublicKeys => {
-            if !raw.secrets.is_empty() {
-                problems.push(
-                    &format!("{key}.secrets"),
-                    format!(
-                        "scheme = {name:?} verifies RSA signatures with public_keys, not secrets"
-                    ),
-                );
-            }
-            if raw.public_keys.is_empty() {
-                problems.push(
-                    &format!("{key}.public_keys"),
-                    "at least one public key is required, e.g. [\"file:/etc/idemgate/sender_public_key.pem\"]",
-                );
-            }
-            match PublicKeys::resolve(&raw.public_keys) {
-                Ok(keys) => keys,
-                Err(errors) => {
-                    for (index, error) in errors {
-                        let source = match &raw.public_keys[index] {
-                            RawPublicKey::Source(s) | RawPublicKey::Bound { key: s, .. } => s,
-                        };
-                        let shown = if source.starts_with("literal:") {
-                            "literal"
-                        } else {
-                            source
-                        };
-                        problems.push(
-                            &format!("{key}.public_keys[{index}]"),
-                            format!("{shown}: {error}"),
-                        );
-                    }
-                    empty()
-                }
-            }
+        Some(PresetKind::Stripe) => Strength::at_least(
+            FLOOR,
+            "Stripe issues \"whsec_\" + 32 characters; copy the whole signing secret from the dashboard",
+        ),
+        Some(PresetKind::Github) => Strength::at_least(
+            FLOOR,
+            "set a GitHub webhook secret of at least 16 bytes, e.g. `openssl rand -hex 32`, on both sides",
+        ),
+        Some(PresetKind::Slack) => Strength::at_least(
+            FLOOR,
+            "Slack issues a 32-character signing secret; copy the whole value from the app's Basic Information page",
+        ),
+        Some(PresetKind::Shopify) => Strength::at_least(
+            FLOOR,
+            "Shopify issues a 32-hex client secret (\"shpss_\" + 32 hex); copy the whole value",
+        ),
+        Some(PresetKind::WechatpayV2) => Strength::exactly(
+            32,
+            "WeChat Pay's API v2 key is exactly 32 characters, as set in the merchant platform",
+        ),
+        Some(PresetKind::Adyen) => Strength::exactly(
+            32,
+            "Adyen issues 64 hex characters (32 bytes); copy the whole HMAC key from the Customer Area",
+        ),
+        Some(PresetKind::Twilio) => Strength::at_least(
+            FLOOR,
+            "Twilio issues a 32-hex auth token; copy the whole value from the Console",
+        ),
+        // Never applied: these take `public_keys`, and `secrets` is an error.
+        Some(PresetKind::Alipay | PresetKind::WechatpayV3) => {
+            Strength::at_least(FLOOR, "this scheme verifies with public_keys, not secrets")
         }
     }
 }
 
-fn tolerance(
-    problems: &mut Problems,
-    key: &str,
-    raw: &RawSignature,
-    kind: PresetKind,
-) -> Option<Duration> {
-    match (kind.default_tolerance(), raw.tolerance.as_deref()) {
-        (None, Some(_)) => {
-            problems.push(
-                &format!("{key}.tolerance"),
-                format!(
-                    "scheme = {:?} signs no timestamp, so there is no window to set",
-                    raw.scheme
-                ),
-            );
-            None
-        }
-        (None, None) => None,
-        (Some(default), None) => Some(default),
-        (Some(_), Some(text)) => {
-            let tolerance =
-                problems.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
-            if tolerance.is_zero() {
-                problems.push(&format!("{key}.tolerance"), "must be greater than zero");
-            }
-            Some(tolerance)
-        }
-    }
-}
-
-fn derived(
-    problems: &mut Problems,
-    key: &str,
-    secrets: &[Secret],
-    derive: super::secret::Derivation,
-    hint: &str,
-) -> Vec<Secret> {
-    secrets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, secret)| {
-            problems.take(
-                &format!("{key}.secrets[{i}]"),
-                secret.derived(derive).map_err(|_| hint.to_owned()),
-            )
-        })
-        .collect()
+/// Decodes a Standard Webhooks `whsec_…` secret (or a bare base64 key)
+/// into MAC key bytes, once when the configuration is loaded and again on
+/// each reload, so verification never sees the text form.
+pub fn decode_whsec(text: &[u8]) -> Option<Vec<u8>> {
+    let encoded = text.strip_prefix(b"whsec_").unwrap_or(text);
+    BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
 }
 
 /// Decodes an Adyen HMAC key (hex, as the Customer Area shows it) into
@@ -443,32 +324,3 @@ pub fn decode_hex_key(text: &[u8]) -> Option<Vec<u8>> {
         .ok()
         .filter(|key| !key.is_empty())
 }
-
-/// Checks `public_url`: `http(s)://host[:port][/prefix]`, nothing after
-/// and no credentials (errors quote it redacted).
-fn parse_public_url(text: &str) -> Result<String, String> {
-    let shown = super::redact_url(text);
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|_| format!("{shown:?} is not a URL"))?;
-    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
-        return Err(format!(
-            "{shown:?}: remove the user and password; public_url holds only scheme, host and an optional path prefix"
-        ));
-    }
-    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
-    if !scheme_ok || uri.host().is_none_or(str::is_empty) {
-        return Err(format!(
-            "{shown:?} must be an http(s) URL with a host, e.g. \"https://hooks.example.com\""
-        ));
-    }
-    if uri.query().is_some() || text.contains('#') {
-        return Err(format!(
-            "{shown:?}: only scheme, host and an optional path prefix; the request's own path and query are appended"
-        ));
-    }
-    Ok(text.trim_end_matches('/').to_owned())
-}
-
-#[cfg(test)]
-mod tests;

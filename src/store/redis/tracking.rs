@@ -1,5 +1,11 @@
-//! Keeps a Redis-backed replay cache coherent with Redis
-//! (server-assisted client-side caching, `CLIENT TRACKING` over RESP3).
+//! Keeps a Redis-backed replay cache (`crate::replay_cache`) coherent with
+//! Redis (server-assisted client-side caching, `CLIENT TRACKING` over
+//! RESP3).
+//!
+//! Part of the Redis store because it is the store's connection: the
+//! cache itself is a plain in-memory structure the store fills and
+//! invalidates, and knows nothing of Redis. The task is started with the
+//! store's other upkeep (`AnyStore::spawn_upkeep`).
 //!
 //! The store reads every record it is about to cache over one dedicated
 //! RESP3 client (`RedisStore::tracking`). With tracking on, Redis remembers
@@ -32,7 +38,7 @@
 //! seen within [`HEALTH_INTERVAL`]. On a Cluster a flush empties one
 //! primary, so there is one marker per primary
 //! (`{key_prefix}:replay-cache-epoch:{<tag>}`, the tag of a slot that
-//! primary serves: `store::redis::slots`), taken from the client's view of
+//! primary serves: [`slots`]), taken from the client's view of
 //! the slot map at every check; a marker that moves with its slots to a
 //! promoted replica is new to this instance and only read, never taken
 //! for a flush.
@@ -53,8 +59,8 @@ use fred::types::client::Invalidation;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::{FlushReason, ReplayCache};
-use crate::store::redis::slots;
+use super::slots;
+use crate::replay_cache::{FlushReason, ReplayCache};
 
 /// How often the tracking connection is checked with `PING`: bounds how
 /// long a silently dead connection can leave stale entries behind (a purge
@@ -68,7 +74,7 @@ const ARM_RETRY: Duration = Duration::from_millis(200);
 /// invalidations to `cache`, and flushes it whenever they may be lost;
 /// `marker` is the epoch marker's key, or on a Cluster the name every
 /// primary's marker starts with (module docs).
-pub(crate) async fn keep_coherent(
+pub(super) async fn keep_coherent(
     client: Client,
     cache: Arc<ReplayCache>,
     marker: String,
@@ -257,7 +263,7 @@ fn fresh_epoch() -> String {
         // Unique enough to tell two flushes apart.
         bytes[..8].copy_from_slice(&crate::record::now_ms().to_be_bytes());
     }
-    crate::signature::lower_hex(&bytes)
+    hex::encode(bytes)
 }
 
 /// Drops what one invalidation names; an empty one means everything.

@@ -15,6 +15,10 @@
 //! own decoding: a one-byte key (`literal:a`, a file holding a space, an
 //! Adyen key of `00`, a half-written file) is forgeable by brute force, so
 //! it never becomes the key a route verifies with.
+//!
+//! It is key material, so it lives beside the schemes that use it; the
+//! configuration (`crate::config`) resolves every secret through it: the
+//! routes' keys, the admin token and the Redis credentials.
 
 use std::fmt;
 use std::ops::Deref;

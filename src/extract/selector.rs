@@ -2,8 +2,10 @@
 //! `xml:/path`) and the `{…}` message template, parsed once at start-up.
 //!
 //! Parsing here only checks syntax; reading a selector's value out of a
-//! request is `crate::extract`'s job. Keeping the two apart means the hot
-//! path never re-parses configuration text.
+//! request is [`super::Inbound::value`]'s job. Keeping the two apart means
+//! the hot path never re-parses configuration text. The configuration
+//! (`crate::config`) parses them and the signature schemes
+//! (`crate::signature`) render templates, so they sit below both.
 
 use std::fmt;
 

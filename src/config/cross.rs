@@ -1,0 +1,240 @@
+//! The checks that compare one section of the file with another, in one
+//! place: each section validator checks only its own table, and these run
+//! once the tables they compare are read.
+//!
+//! * a route's signature against its idempotency table: signed coverage
+//!   (`coverage.rs`) and the retention against the signature window;
+//! * a route's `[route.inbox]` against the rest of the route: the statuses
+//!   it queues against `cache_status`, its visibility timeout against the
+//!   upstream timeout, and shadow mode;
+//! * each route against the routes before it: names, shared scopes and
+//!   overlapping path prefixes.
+//!
+//! A comparison with a setting that did not parse is skipped
+//! ([`Problems::push_derived`]): its stand-in value would only add a
+//! second, bogus error.
+
+use http::Method;
+
+use super::Route;
+use super::Upstream;
+use super::coverage;
+use super::idempotency::{FingerprintPart, Idempotency, Mode};
+use super::inbox::{Inbox, VISIBILITY_MARGIN};
+use super::problems::Problems;
+use super::raw::format_duration;
+use super::status::CacheStatus;
+use crate::path::canonical_prefix;
+use crate::signature::Scheme;
+
+/// Route `key` (`route[0]`): its key and fingerprint must rest on signed
+/// parts (recording those `unsigned_key = "accept"` let through), and its
+/// records must outlive the signature window.
+pub(super) fn signature_and_idempotency(
+    problems: &mut Problems,
+    key: &str,
+    (scheme, methods): (&Scheme, &[Method]),
+    idempotency: &mut Idempotency,
+) {
+    idempotency.accepted_unsigned = coverage::check(
+        problems,
+        key,
+        scheme,
+        methods,
+        idempotency,
+        idempotency.unsigned_key,
+    );
+    if let Some(tolerance) = scheme.tolerance() {
+        if idempotency.retention <= tolerance {
+            problems.push_derived(
+                &format!("{key}.idempotency.retention"),
+                &[&format!("{key}.signature.tolerance")],
+                format!(
+                    "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
+                ),
+            );
+        }
+    }
+}
+
+/// Route `key`'s inbox against the rest of the route. An enabled inbox
+/// takes the statuses it queues out of a default (not written)
+/// `cache_status`; a written one must not overlap them.
+pub(super) fn inbox_and_route(
+    problems: &mut Problems,
+    key: &str,
+    inbox: &Inbox,
+    (upstream, cache_status_written): (&Upstream, bool),
+    idempotency: &mut Idempotency,
+) {
+    let inbox_key = format!("{key}.inbox");
+    if cache_status_written {
+        check_overlap(
+            problems,
+            &inbox_key,
+            &inbox.on.statuses,
+            &idempotency.cache_status,
+        );
+    } else {
+        // The default ["2xx", "4xx"] was not chosen with the inbox in
+        // mind (it would clash with the default "429"): what is queued is
+        // simply not stored.
+        subtract(&mut idempotency.cache_status, &inbox.on.statuses);
+    }
+    let needed = upstream.timeout.saturating_add(VISIBILITY_MARGIN);
+    if inbox.visibility_timeout < needed {
+        problems.push_derived(
+            &format!("{inbox_key}.visibility_timeout"),
+            &["upstream.timeout"],
+            format!(
+                "must be at least the upstream timeout ({}) plus {} ({}): a worker claims the delivery, waits up to the upstream timeout for the handler and then writes the outcome, all inside this window; with less, it gives up before sending (or another worker takes the delivery over) and the delivery is held as unknown",
+                format_duration(upstream.timeout),
+                format_duration(VISIBILITY_MARGIN),
+                format_duration(needed),
+            ),
+        );
+    }
+    if idempotency.mode == Mode::Shadow {
+        problems.push(
+            &format!("{key}.idempotency.mode"),
+            "\"shadow\" claims nothing, so nothing can be queued: disable the inbox (enabled = false) or use \"enforce\"",
+        );
+    }
+}
+
+/// An answer can not be both stored (and replayed) and queued (and
+/// redelivered): every overlap between `on` and `cache_status` is a problem.
+fn check_overlap(problems: &mut Problems, key: &str, on: &CacheStatus, cached: &CacheStatus) {
+    // Both lists are as written (classes and single codes), so each range
+    // names itself.
+    let name = |&(low, high): &(u16, u16)| {
+        if low == high {
+            low.to_string()
+        } else {
+            format!("{}xx", low / 100)
+        }
+    };
+    for queued in &on.ranges {
+        let stored = cached
+            .ranges
+            .iter()
+            .find(|(low, high)| queued.0 <= *high && *low <= queued.1);
+        if let Some(stored) = stored {
+            let (name, other) = (name(queued), name(stored));
+            problems.push(
+                &format!("{key}.on"),
+                format!(
+                    "{name:?} overlaps idempotency.cache_status {other:?}: an answer can not be both stored and queued"
+                ),
+            );
+        }
+    }
+}
+
+/// Takes every status `queued` covers out of `cached`.
+fn subtract(cached: &mut CacheStatus, queued: &CacheStatus) {
+    for &(q_low, q_high) in &queued.ranges {
+        cached.ranges = cached
+            .ranges
+            .iter()
+            .flat_map(|&(low, high)| {
+                let below = (low < q_low).then(|| (low, high.min(q_low - 1)));
+                let above = (high > q_high).then(|| (low.max(q_high + 1), high));
+                [below, above]
+            })
+            .flatten()
+            .filter(|(low, high)| low <= high)
+            .collect();
+    }
+}
+
+/// Route `key` against the routes before it: a name of its own, a scope
+/// shared only with compatible fingerprints, and no prefix another route
+/// already matches for the same methods.
+pub(super) fn among_routes(problems: &mut Problems, key: &str, route: &Route, earlier: &[Route]) {
+    if earlier.iter().any(|r| r.name == route.name) {
+        problems.push(&format!("{key}.name"), "duplicate route name");
+    }
+    shared_scope(problems, key, route, earlier);
+    let shadowed = earlier.iter().find(|r| {
+        let fold = !(r.case_sensitive && route.case_sensitive);
+        canonical_prefix(&r.path_prefix, fold) == canonical_prefix(&route.path_prefix, fold)
+            && r.methods.iter().any(|m| route.methods.contains(m))
+    });
+    if let Some(other) = shadowed {
+        problems.push(
+            &format!("{key}.path_prefix"),
+            format!(
+                "route {:?} already matches {:?} for the same methods",
+                other.name, route.path_prefix
+            ),
+        );
+    }
+}
+
+/// Routes of one `scope` claim the same records, so one delivery reaching
+/// two of them must get one fingerprint: every such route fingerprints
+/// values only (selectors and headers, no `method`, `path`, `query` or
+/// `body`, which differ between routes by construction), the same number
+/// of them, compared value by value in order.
+fn shared_scope(problems: &mut Problems, key: &str, route: &Route, earlier: &[Route]) {
+    let scope = &route.idempotency.scope;
+    let mut sharing = earlier.iter().filter(|r| r.idempotency.scope == *scope);
+    let Some(other) = sharing.next() else {
+        return;
+    };
+    // The first route of the scope is judged once, when the second joins.
+    let first_join = sharing.next().is_none();
+    let other_index = earlier
+        .iter()
+        .position(|r| std::ptr::eq(r, other))
+        .expect("other is one of the earlier routes");
+    // Each route's problem is reported under its own key.
+    let other_key = format!("route[{other_index}].idempotency.fingerprint");
+    let key = format!("{key}.idempotency.fingerprint");
+    let judged = [(&key, route), (&other_key, other)];
+    for (at, judged) in &judged[..if first_join { 2 } else { 1 }] {
+        if let Some(part) = part_by_route(&judged.idempotency.fingerprint) {
+            problems.push(
+                at,
+                format!(
+                    "route {:?} shares scope {scope:?}, so its fingerprint must list values only (json:/…, form:…, query:…, header:…), not {part:?}, which differs between routes",
+                    judged.name
+                ),
+            );
+        }
+    }
+    let (mine, theirs) = (
+        route.idempotency.fingerprint.len(),
+        other.idempotency.fingerprint.len(),
+    );
+    if mine != theirs {
+        problems.push(
+            &key,
+            format!(
+                "{mine} parts, but route {:?} in scope {scope:?} lists {theirs}: the parts are compared in order",
+                other.name
+            ),
+        );
+    }
+}
+
+/// The first fingerprint part that differs between routes by
+/// construction (`method`, `path`, `query`, `body`), as it is written.
+fn part_by_route(parts: &[FingerprintPart]) -> Option<String> {
+    parts
+        .iter()
+        .find(|part| {
+            matches!(
+                part,
+                FingerprintPart::Method
+                    | FingerprintPart::Path
+                    | FingerprintPart::Query
+                    | FingerprintPart::Body
+            )
+        })
+        .map(ToString::to_string)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! Stage 6 and the hand-over to stage 7: a claimed delivery is forwarded
+//! in a task of its own, detached from the sender's connection (contract
+//! rule 3: the sender hanging up cancels nothing), its answer queued in
+//! the route's inbox when `[route.inbox] on` lists the failure, or settled
+//! with the store (`outcome.rs`); the task counts and logs the request and
+//! hands the answer to the sender's connection if it is still there.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::Response;
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use super::identify::Identity;
+use super::lease_timing::{self, LeaseTiming};
+use super::metrics::Outcome;
+use super::report::{Ending, Finished, Labels, Origin, Settled};
+use super::runtime::RouteRuntime;
+use super::settle::{self, ClaimAction};
+use super::verify::Verified;
+use super::{Pipeline, report, trace};
+use crate::body::ProxyBody;
+use crate::error::Rejection;
+use crate::inbox::NotQueued;
+use crate::record::{StoredRequest, StoredResponse};
+use crate::store::Lease;
+use crate::upstream::{self, ForwardError, UpstreamAnswer};
+
+impl Pipeline {
+    /// Sends a buffered request to the route's upstream and records the
+    /// upstream latency and error metrics.
+    pub(super) async fn forward_metered(
+        &self,
+        route: &RouteRuntime,
+        mut parts: http::request::Parts,
+        body: bytes::Bytes,
+        peer: Option<SocketAddr>,
+    ) -> Result<upstream::UpstreamAnswer, ForwardError> {
+        let settings = &route.settings;
+        let started = Instant::now();
+        let max_stored = self.config.limits.max_stored_answer_bytes;
+        let span = trace::forward(self.tracing, &mut parts.headers);
+        let result = upstream::forward(
+            &self.client,
+            &settings.upstream,
+            parts,
+            body,
+            peer,
+            max_stored,
+        )
+        .instrument(span.clone())
+        .await;
+        trace::answered(&span, &result);
+        let cache_status = &settings.idempotency.cache_status;
+        route
+            .meters
+            .upstream_call(cache_status, &result, started.elapsed());
+        result
+    }
+
+    /// Forwards a claimed delivery and settles its lease in a detached
+    /// task; the sender's connection only waits for the result. The task
+    /// also counts and logs the request, so a sender that hangs up (the
+    /// incident this product exists for) is still on the dashboard.
+    pub(super) async fn first_delivery(
+        self: Arc<Self>,
+        route: &Arc<RouteRuntime>,
+        verified: Verified,
+        identity: &Identity,
+        lease: Lease,
+        origin: &Origin,
+    ) -> Ending {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let this = Arc::clone(&self);
+        let origin = origin.clone();
+        let peer = origin.peer;
+        let labels = Labels {
+            key_hash: Some(identity.key_hash.clone()),
+            key_digest: Some(identity.key_digest),
+            secret_index: verified.authenticity().secret_index,
+            first_trace: None,
+        };
+        let (parts, body) = verified.into_inbound().into_parts();
+        route.meters.in_flight(1.0);
+        let route = Arc::clone(route);
+        let task = async move {
+            // Kept as the live attempt sends it, forwarding header included.
+            let kept = route.inbox.as_ref().map(|_| {
+                let request = StoredRequest::capture(&parts, body.clone());
+                match peer.and_then(|peer| upstream::forwarded_for(&parts.headers, peer)) {
+                    Some(value) => {
+                        request.with_header(upstream::X_FORWARDED_FOR.as_str(), value.as_bytes())
+                    }
+                    None => request,
+                }
+            });
+            let result = lease_timing::while_renewing(
+                &this.store,
+                &lease,
+                LeaseTiming::of(&route.settings.idempotency),
+                this.forward_metered(&route, parts, body, peer),
+            )
+            .await;
+            let meters = &route.meters;
+            let hot_keys = route.hot_keys.as_deref();
+            if let Some(ack) = this.queue(&route, &lease, kept, &result).await {
+                meters.in_flight(-1.0);
+                let response = Finished::new(
+                    Outcome::Forwarded,
+                    settle::acknowledged(&ack, &this.config.problem_types),
+                )
+                .with_upstream_status(report::upstream_status(&result))
+                .settled(Settled::Queued)
+                .labelled(labels)
+                .record(meters, hot_keys, &origin);
+                answer_sender(reply, response);
+                this.claimer.settled(lease.key());
+                return;
+            }
+            let settlement =
+                settle::claim_action(&result, lease.record(), &route.settings.idempotency);
+            let (settled, still_failing) = this
+                .settle_once(&route, &lease, &settlement)
+                .instrument(trace::settle(this.tracing))
+                .await;
+            meters.in_flight(-1.0);
+            let response =
+                Finished::upstream(Outcome::Forwarded, result, &this.config.problem_types)
+                    .settled(settled)
+                    .labelled(labels)
+                    .record(meters, hot_keys, &origin);
+            answer_sender(reply, response);
+            if let (Some(failure), ClaimAction::Keep(record, ttl)) = (still_failing, &settlement) {
+                this.keep_storing(&route, &lease, record, *ttl, failure)
+                    .await;
+            }
+            this.claimer.settled(lease.key());
+        };
+        self.tracker
+            .spawn(task.instrument(tracing::Span::current()));
+        answer.await.map_or_else(
+            |_| {
+                tracing::error!(
+                    key = identity.key_hash,
+                    "upstream task ended without an answer"
+                );
+                Finished::rejected(Rejection::UpstreamError, &self.config.problem_types).into()
+            },
+            Ending::Recorded,
+        )
+    }
+
+    /// Queues a failed first delivery in its route's inbox, if the route
+    /// has one and `on` lists the failure; returns the ack to answer with.
+    /// `None`: settle the claim as usual (also when queueing failed, so a
+    /// sender is never acknowledged for a delivery the store does not hold).
+    pub(super) async fn queue(
+        &self,
+        route: &RouteRuntime,
+        lease: &Lease,
+        kept: Option<StoredRequest>,
+        result: &Result<UpstreamAnswer, ForwardError>,
+    ) -> Option<StoredResponse> {
+        let inbox = route.inbox.as_ref().filter(|inbox| inbox.wants(result))?;
+        let request = kept?;
+        match self.inboxes.enqueue(inbox, lease, request, result).await {
+            Ok(queued) => {
+                if queued.held {
+                    route.meters.unknown_outcome();
+                }
+                Some(queued.ack)
+            }
+            Err(error @ NotQueued::Full { .. }) => {
+                tracing::warn!(
+                    route = route.name(),
+                    key = lease.key().hash(),
+                    %error,
+                    "inbox full: the delivery is not acknowledged; the sender gets the handler's failure and keeps its own retries"
+                );
+                None
+            }
+            Err(NotQueued::Store(error)) => {
+                tracing::error!(
+                    route = route.name(),
+                    key = lease.key().hash(),
+                    %error,
+                    "could not queue the delivery in the inbox; the sender gets the handler's failure"
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Hands a detached first delivery's answer to the sender's connection.
+/// The connection is gone when the sender hung up: the delivery was
+/// counted and logged all the same, and its answer is stored for the
+/// sender's retry (contract rule 3), so there is nobody left to tell.
+fn answer_sender(
+    reply: tokio::sync::oneshot::Sender<Response<ProxyBody>>,
+    response: Response<ProxyBody>,
+) {
+    if reply.send(response).is_err() {
+        tracing::debug!("the sender hung up before its answer was ready");
+    }
+}

@@ -1,0 +1,320 @@
+//! The pipeline's metrics: what a request's way through idemgate is
+//! counted as, per route (`route` label; requests no route selected under
+//! [`UNMATCHED_ROUTE`]). Names and labels are part of the contract
+//! (`docs/contract.md` §7): they live here as constants and closed enums,
+//! so no label value comes from request input and cardinality stays
+//! bounded. The handles are resolved once per route at start-up
+//! ([`RouteMetrics::new`]); [`describe`] registers their help texts.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::config::CacheStatus;
+use crate::error::Reason;
+use crate::upstream::{ForwardError, UpstreamAnswer};
+
+/// `idemgate_requests_total{route, outcome}`.
+pub(crate) const REQUESTS_TOTAL: &str = "idemgate_requests_total";
+/// `idemgate_rejections_total{route, reason}`.
+pub(crate) const REJECTIONS_TOTAL: &str = "idemgate_rejections_total";
+/// `idemgate_request_duration_seconds{route, outcome}`.
+pub(crate) const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+/// `idemgate_upstream_duration_seconds{route}`.
+pub(crate) const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+/// `idemgate_upstream_errors_total{route, kind}`.
+pub(crate) const UPSTREAM_ERRORS_TOTAL: &str = "idemgate_upstream_errors_total";
+/// `idemgate_in_flight{route}`.
+pub(crate) const IN_FLIGHT: &str = "idemgate_in_flight";
+/// `idemgate_secret_matches_total{route, secret_index}`: which configured
+/// secret verified each delivery, so operators see when an old secret is no
+/// longer used and can be retired.
+pub(crate) const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
+/// `idemgate_answers_not_stored_total{route, delivery}`: answers larger
+/// than `max_stored_answer_bytes`, which reach the sender but are not kept
+/// (`delivery="first"`), and the replays that then carry a problem body
+/// instead of them (`delivery="replay"`).
+pub(crate) const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
+/// The label route for requests that matched no route.
+pub(crate) const UNMATCHED_ROUTE: &str = "_unmatched";
+
+/// What idemgate did with a request (`outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// First delivery, sent upstream.
+    Forwarded,
+    /// Stored answer replayed.
+    Replayed,
+    /// Answered by idemgate with a problem document.
+    Rejected,
+    /// No route matched; forwarded untouched.
+    Passthrough,
+    /// Store unavailable and `on_unavailable = "forward"`.
+    Unprotected,
+    /// Shadow mode: forwarded although enforce would have replayed or refused.
+    ShadowDuplicate,
+}
+
+impl Outcome {
+    /// Every outcome, for pre-registering label sets.
+    pub(crate) const ALL: [Self; 6] = [
+        Self::Forwarded,
+        Self::Replayed,
+        Self::Rejected,
+        Self::Passthrough,
+        Self::Unprotected,
+        Self::ShadowDuplicate,
+    ];
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Replayed => "replayed",
+            Self::Rejected => "rejected",
+            Self::Passthrough => "passthrough",
+            Self::Unprotected => "unprotected",
+            Self::ShadowDuplicate => "shadow_duplicate",
+        }
+    }
+}
+
+/// Upstream failure kind (`kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpstreamErrorKind {
+    /// Connection refused or reset.
+    Connect,
+    /// Slower than `upstream.timeout`.
+    Timeout,
+    /// Answered with a status outside `cache_status`.
+    Status,
+}
+
+impl UpstreamErrorKind {
+    /// Every kind, for pre-registering label sets.
+    pub(crate) const ALL: [Self; 3] = [Self::Connect, Self::Timeout, Self::Status];
+
+    /// The kind of a failed call, which does not tell a refused connection
+    /// from a broken one.
+    pub(crate) fn of(error: ForwardError) -> Self {
+        match error {
+            ForwardError::Timeout => Self::Timeout,
+            ForwardError::Refused | ForwardError::Broken => Self::Connect,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::Status => "status",
+        }
+    }
+}
+
+/// Registers the pipeline's help texts and units with the installed
+/// recorder.
+pub(crate) fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
+    describe_counter!(
+        REJECTIONS_TOTAL,
+        "Requests idemgate answered itself, by reason"
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from request head to answer"
+    );
+    describe_histogram!(
+        UPSTREAM_DURATION,
+        Unit::Seconds,
+        "Time the upstream took to answer"
+    );
+    describe_counter!(UPSTREAM_ERRORS_TOTAL, "Upstream failures by kind");
+    describe_gauge!(IN_FLIGHT, "First deliveries currently being forwarded");
+    describe_counter!(
+        SECRET_MATCHES_TOTAL,
+        "Verified deliveries by the index of the configured secret that matched"
+    );
+    describe_counter!(
+        ANSWERS_NOT_STORED_TOTAL,
+        "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)"
+    );
+}
+
+/// One route's metric handles, resolved once at start-up so the request
+/// path neither allocates label strings nor looks series up. Creating it
+/// also creates every counter series at zero, so dashboards and alerts see
+/// a 0 rather than an absent series before the first event (an absent
+/// series makes `rate()` and ratios silently empty).
+#[derive(Debug)]
+pub(crate) struct RouteMetrics {
+    /// The `route` label: the route's name, or [`UNMATCHED_ROUTE`].
+    name: String,
+    requests: Vec<Counter>,
+    durations: Vec<Histogram>,
+    rejections: Vec<Counter>,
+    upstream: Histogram,
+    upstream_errors: Vec<Counter>,
+    in_flight: Gauge,
+    unknown: Counter,
+    not_stored: [Counter; 2],
+    secrets: Vec<Counter>,
+}
+
+impl RouteMetrics {
+    /// Handles for `route`, whose scheme tries `secret_count` secrets.
+    pub(crate) fn new(route: &str, secret_count: usize) -> Self {
+        let route = route.to_owned();
+        let zeroed = |counter: Counter| {
+            counter.increment(0);
+            counter
+        };
+        let this = Self {
+            requests: Outcome::ALL
+                .iter()
+                .map(|o| zeroed(counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => o.as_str())))
+                .collect(),
+            durations: Outcome::ALL
+                .iter()
+                .map(|o| histogram!(REQUEST_DURATION, "route" => route.clone(), "outcome" => o.as_str()))
+                .collect(),
+            rejections: Reason::ALL
+                .iter()
+                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => r.as_str())))
+                .collect(),
+            upstream: histogram!(UPSTREAM_DURATION, "route" => route.clone()),
+            upstream_errors: UpstreamErrorKind::ALL
+                .iter()
+                .map(|k| zeroed(counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.clone(), "kind" => k.as_str())))
+                .collect(),
+            in_flight: gauge!(IN_FLIGHT, "route" => route.clone()),
+            unknown: zeroed(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            not_stored: ["first", "replay"].map(|delivery| {
+                zeroed(counter!(ANSWERS_NOT_STORED_TOTAL, "route" => route.clone(), "delivery" => delivery))
+            }),
+            secrets: (0..secret_count)
+                .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
+                .collect(),
+            name: route,
+        };
+        this.in_flight.increment(0.0);
+        this
+    }
+
+    /// The `route` label these handles carry.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Counts one finished request and its latency.
+    pub(crate) fn request(&self, outcome: Outcome, elapsed: Duration) {
+        self.requests[outcome as usize].increment(1);
+        self.durations[outcome as usize].record(elapsed.as_secs_f64());
+    }
+
+    /// Counts a rejection by its reason.
+    pub(crate) fn rejection(&self, reason: Reason) {
+        self.rejections[reason as usize].increment(1);
+    }
+
+    /// Records an upstream call's duration.
+    pub(crate) fn upstream(&self, elapsed: Duration) {
+        self.upstream.record(elapsed.as_secs_f64());
+    }
+
+    /// Records a forwarded call's latency and, unless the route stores its
+    /// answer (`cache_status`), its error kind.
+    pub(crate) fn upstream_call(
+        &self,
+        cache_status: &CacheStatus,
+        result: &Result<UpstreamAnswer, ForwardError>,
+        elapsed: Duration,
+    ) {
+        self.upstream(elapsed);
+        let kind = match result {
+            Ok(answer) if cache_status.contains(answer.status.as_u16()) => return,
+            Ok(_) => UpstreamErrorKind::Status,
+            Err(error) => UpstreamErrorKind::of(*error),
+        };
+        self.upstream_error(kind);
+    }
+
+    /// Counts an upstream failure.
+    pub(crate) fn upstream_error(&self, kind: UpstreamErrorKind) {
+        self.upstream_errors[kind as usize].increment(1);
+    }
+
+    /// Counts a verification by the secret at `index` (its position in the
+    /// route's `secrets`; never the secret itself).
+    pub(crate) fn secret_match(&self, index: usize) {
+        if let Some(counter) = self.secrets.get(index) {
+            counter.increment(1);
+        }
+    }
+
+    /// Moves the in-flight gauge.
+    pub(crate) fn in_flight(&self, delta: f64) {
+        self.in_flight.increment(delta);
+    }
+
+    /// Counts a first delivery whose outcome was recorded as unknown.
+    pub(crate) fn unknown_outcome(&self) {
+        self.unknown.increment(1);
+    }
+
+    /// Counts an answer too large to store: its first delivery, or a
+    /// replay without it.
+    pub(crate) fn answer_not_stored(&self, replay: bool) {
+        self.not_stored[usize::from(replay)].increment(1);
+    }
+}
+
+/// The bounded `secret_index` label value.
+fn secret_label(index: usize) -> &'static str {
+    const INDEX: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+    INDEX.get(index).copied().unwrap_or("8+")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handle vectors are indexed by discriminant: the ALL arrays must
+    /// list the variants in declaration order.
+    #[test]
+    fn label_arrays_follow_declaration_order() {
+        for (i, outcome) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, i);
+        }
+        for (i, kind) in UpstreamErrorKind::ALL.iter().enumerate() {
+            assert_eq!(*kind as usize, i);
+        }
+        for (i, reason) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i);
+        }
+    }
+
+    #[test]
+    fn handles_record_into_a_local_recorder() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let meters = RouteMetrics::new("pay", 2);
+            meters.request(Outcome::Replayed, Duration::from_millis(1));
+            meters.rejection(Reason::InFlight);
+            meters.secret_match(1);
+        });
+        let text = handle.render();
+        for line in [
+            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\"} 1",
+            "idemgate_requests_total{route=\"pay\",outcome=\"forwarded\"} 0",
+            "idemgate_rejections_total{route=\"pay\",reason=\"in_flight\"} 1",
+            "idemgate_secret_matches_total{route=\"pay\",secret_index=\"1\"} 1",
+            "idemgate_secret_matches_total{route=\"pay\",secret_index=\"0\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line}:\n{text}");
+        }
+    }
+}
