@@ -44,10 +44,9 @@ impl HotKeys {
                 true,
             ),
         ];
-        // Writing to a String never fails.
         for (name, help, duplicates) in families {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
+            line(out, format_args!("# HELP {name} {help}"));
+            line(out, format_args!("# TYPE {name} gauge"));
             for (route, top) in &tops {
                 for key in top {
                     let value = if duplicates {
@@ -55,26 +54,35 @@ impl HotKeys {
                     } else {
                         key.deliveries
                     };
-                    let _ = writeln!(
+                    line(
                         out,
-                        "{name}{{route=\"{route}\",rank=\"{}\",key=\"{}\"}} {value}",
-                        key.rank,
-                        hex::encode(key.digest)
+                        format_args!(
+                            "{name}{{route=\"{route}\",rank=\"{}\",key=\"{}\"}} {value}",
+                            key.rank,
+                            hex::encode(key.digest)
+                        ),
                     );
                 }
             }
         }
-        let _ = writeln!(
+        line(
             out,
-            "# HELP {HOT_KEY_WINDOW_SECONDS} Length of the hot-key window"
+            format_args!("# HELP {HOT_KEY_WINDOW_SECONDS} Length of the hot-key window"),
         );
-        let _ = writeln!(out, "# TYPE {HOT_KEY_WINDOW_SECONDS} gauge");
-        let _ = writeln!(
+        line(out, format_args!("# TYPE {HOT_KEY_WINDOW_SECONDS} gauge"));
+        line(
             out,
-            "{HOT_KEY_WINDOW_SECONDS} {}",
-            self.window().as_secs_f64()
+            format_args!("{HOT_KEY_WINDOW_SECONDS} {}", self.window().as_secs_f64()),
         );
     }
+}
+
+/// Appends one line of the text format. `fmt::Write` for `String` only
+/// fails if a `Display` impl does, and none of the values written here can.
+fn line(out: &mut String, args: std::fmt::Arguments<'_>) {
+    out.write_fmt(args)
+        .expect("formatting numbers and strings into a String cannot fail");
+    out.push('\n');
 }
 
 /// A label value escaped as the text format requires.

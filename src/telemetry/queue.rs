@@ -129,8 +129,11 @@ impl SpanProcessor for QueueProcessor {
         let result = self.ask(Control::Shutdown, timeout);
         let thread = self.thread.lock().map(|mut t| t.take()).ok().flatten();
         if let (Ok(()), Some(thread)) = (&result, thread) {
-            // It answered, so it is returning: the join is immediate.
-            let _ = thread.join();
+            // It answered, so it is returning: the join is immediate. A
+            // panic in it has already been printed by the panic hook.
+            if thread.join().is_err() {
+                tracing::debug!("span export thread ended by a panic");
+            }
         }
         result
     }
@@ -171,11 +174,14 @@ async fn export_loop<E: SpanExporter>(
                     }
                     export(&exporter, &mut batch, &mut failing).await;
                 }
+                // The asker may have given up waiting: nobody to tell then.
                 if let Some(reply) = reply {
-                    let _ = reply.try_send(());
+                    reply.try_send(()).ok();
                 }
                 if stop {
-                    let _ = exporter.shutdown();
+                    if let Err(error) = exporter.shutdown() {
+                        tracing::debug!(%error, "span exporter shutdown");
+                    }
                     return;
                 }
             }
