@@ -59,7 +59,7 @@ pub enum StartError {
 }
 
 /// Installs the global Prometheus recorder with idemgate's buckets,
-/// describes every metric once (each owner's own `describe()`), and
+/// describes every metric once (each owner's own `DESCRIPTIONS`), and
 /// returns the handle the admin listener renders.
 pub fn install_metrics() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
@@ -78,10 +78,14 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
 /// describes its own.
 fn describe_metrics() {
     crate::metrics::register_descriptions();
-    crate::store::metrics::describe();
-    crate::replay_cache::metrics::describe();
-    crate::pipeline::metrics::describe();
-    crate::inbox::metrics::describe();
+    for table in [
+        crate::store::metrics::DESCRIPTIONS,
+        crate::replay_cache::metrics::DESCRIPTIONS,
+        crate::pipeline::metrics::DESCRIPTIONS,
+        crate::inbox::metrics::DESCRIPTIONS,
+    ] {
+        crate::metrics::describe(table);
+    }
     crate::rotation::describe();
     crate::telemetry::describe();
 }

@@ -5,9 +5,10 @@
 //! dashboards aggregate them with `max`, never `sum`. The counter is this
 //! instance's own redelivery work.
 
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::{Counter, Gauge, Unit, counter, gauge};
 
 use super::RedeliveryResult;
+use crate::metrics::{Description, at_zero};
 use crate::store::inbox::{Book, Books};
 
 /// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
@@ -40,39 +41,38 @@ pub(crate) const REPAIRED_TOTAL: &str = "idemgate_inbox_repaired_total";
 /// and survive restarts, because the store holds them.
 pub(crate) const BOOKS: &str = "idemgate_inbox_books";
 
-/// Registers the inbox's help texts with the installed recorder.
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge};
-    describe_gauge!(
+/// The inbox's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    Description::gauge(
         QUEUED,
-        "Inbox deliveries queued or being redelivered (shared: aggregate with max)"
-    );
-    describe_gauge!(
+        "Inbox deliveries queued or being redelivered (shared: aggregate with max)",
+    ),
+    Description::gauge(
         OLDEST_AGE,
-        Unit::Seconds,
-        "Age of the oldest queued inbox delivery (shared: aggregate with max)"
-    );
-    describe_gauge!(
+        "Age of the oldest queued inbox delivery (shared: aggregate with max)",
+    )
+    .in_unit(Unit::Seconds),
+    Description::gauge(
         DEAD,
-        "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)"
-    );
-    describe_gauge!(
+        "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)",
+    ),
+    Description::gauge(
         BOOKS,
-        "Inbox books kept in the store: deliveries acknowledged, delivered and dropped since the scope began (shared: aggregate with max)"
-    );
-    describe_counter!(
+        "Inbox books kept in the store: deliveries acknowledged, delivered and dropped since the scope began (shared: aggregate with max)",
+    ),
+    Description::counter(
         FULL_TOTAL,
-        "Failed first deliveries not acknowledged because the inbox held max_queued deliveries"
-    );
-    describe_counter!(
+        "Failed first deliveries not acknowledged because the inbox held max_queued deliveries",
+    ),
+    Description::counter(
         REPAIRED_TOTAL,
-        "Inbox deliveries whose missing index entry this instance's repair pass put back"
-    );
-    describe_counter!(
+        "Inbox deliveries whose missing index entry this instance's repair pass put back",
+    ),
+    Description::counter(
         REDELIVERIES_TOTAL,
-        "Inbox redeliveries this instance finished, by result"
-    );
-}
+        "Inbox redeliveries this instance finished, by result",
+    ),
+];
 
 /// One inbox route's handles, every series created at zero.
 #[derive(Debug)]
@@ -99,20 +99,15 @@ impl InboxMetrics {
             oldest_age: gauge!(OLDEST_AGE, "route" => route.clone()),
             dead: gauge!(DEAD, "route" => route.clone()),
             redeliveries: RedeliveryResult::ALL.map(|tally| {
-                let counter = counter!(REDELIVERIES_TOTAL, "route" => route.clone(), "result" => tally.as_str());
-                counter.increment(0);
-                counter
+                at_zero(counter!(REDELIVERIES_TOTAL, "route" => route.clone(), "result" => tally.as_str()))
             }),
-            unknown_outcomes: counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
-            full: counter!(FULL_TOTAL, "route" => route.clone()),
-            repaired: counter!(REPAIRED_TOTAL, "route" => route.clone()),
+            unknown_outcomes: at_zero(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            full: at_zero(counter!(FULL_TOTAL, "route" => route.clone())),
+            repaired: at_zero(counter!(REPAIRED_TOTAL, "route" => route.clone())),
             books: Book::ALL.map(|line| gauge!(BOOKS, "route" => route.clone(), "line" => line.as_str())),
         };
         this.backlog(0, 0.0, 0);
         this.books(&Books::default());
-        this.unknown_outcomes.increment(0);
-        this.full.increment(0);
-        this.repaired.increment(0);
         this
     }
 

@@ -4,11 +4,13 @@
 //! (`docs/contract.md` §7): they live here as constants and closed enums,
 //! so no label value comes from request input and cardinality stays
 //! bounded. The handles are resolved once per route at start-up
-//! ([`RouteMetrics::new`]); [`describe`] registers their help texts.
+//! ([`RouteMetrics::new`]); [`DESCRIPTIONS`] holds their help texts.
 
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::metrics::{Description, at_zero};
 
 use crate::config::CacheStatus;
 use crate::error::Reason;
@@ -112,36 +114,26 @@ impl UpstreamErrorKind {
     }
 }
 
-/// Registers the pipeline's help texts and units with the installed
-/// recorder.
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
-    describe_counter!(
+/// The pipeline's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    Description::counter(REQUESTS_TOTAL, "Requests handled, by route and outcome"),
+    Description::counter(
         REJECTIONS_TOTAL,
-        "Requests idemgate answered itself, by reason"
-    );
-    describe_histogram!(
-        REQUEST_DURATION,
-        Unit::Seconds,
-        "Time from request head to answer"
-    );
-    describe_histogram!(
-        UPSTREAM_DURATION,
-        Unit::Seconds,
-        "Time the upstream took to answer"
-    );
-    describe_counter!(UPSTREAM_ERRORS_TOTAL, "Upstream failures by kind");
-    describe_gauge!(IN_FLIGHT, "First deliveries currently being forwarded");
-    describe_counter!(
+        "Requests idemgate answered itself, by reason",
+    ),
+    Description::seconds(REQUEST_DURATION, "Time from request head to answer"),
+    Description::seconds(UPSTREAM_DURATION, "Time the upstream took to answer"),
+    Description::counter(UPSTREAM_ERRORS_TOTAL, "Upstream failures by kind"),
+    Description::gauge(IN_FLIGHT, "First deliveries currently being forwarded"),
+    Description::counter(
         SECRET_MATCHES_TOTAL,
-        "Verified deliveries by the index of the configured secret that matched"
-    );
-    describe_counter!(
+        "Verified deliveries by the index of the configured secret that matched",
+    ),
+    Description::counter(
         ANSWERS_NOT_STORED_TOTAL,
-        "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)"
-    );
-}
+        "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)",
+    ),
+];
 
 /// One route's metric handles, resolved once at start-up so the request
 /// path neither allocates label strings nor looks series up. Creating it
@@ -167,14 +159,10 @@ impl RouteMetrics {
     /// Handles for `route`, whose scheme tries `secret_count` secrets.
     pub(crate) fn new(route: &str, secret_count: usize) -> Self {
         let route = route.to_owned();
-        let zeroed = |counter: Counter| {
-            counter.increment(0);
-            counter
-        };
         let this = Self {
             requests: Outcome::ALL
                 .iter()
-                .map(|o| zeroed(counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => o.as_str())))
+                .map(|o| at_zero(counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => o.as_str())))
                 .collect(),
             durations: Outcome::ALL
                 .iter()
@@ -182,20 +170,20 @@ impl RouteMetrics {
                 .collect(),
             rejections: Reason::ALL
                 .iter()
-                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => r.as_str())))
+                .map(|r| at_zero(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => r.as_str())))
                 .collect(),
             upstream: histogram!(UPSTREAM_DURATION, "route" => route.clone()),
             upstream_errors: UpstreamErrorKind::ALL
                 .iter()
-                .map(|k| zeroed(counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.clone(), "kind" => k.as_str())))
+                .map(|k| at_zero(counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.clone(), "kind" => k.as_str())))
                 .collect(),
             in_flight: gauge!(IN_FLIGHT, "route" => route.clone()),
-            unknown: zeroed(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            unknown: at_zero(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
             not_stored: ["first", "replay"].map(|delivery| {
-                zeroed(counter!(ANSWERS_NOT_STORED_TOTAL, "route" => route.clone(), "delivery" => delivery))
+                at_zero(counter!(ANSWERS_NOT_STORED_TOTAL, "route" => route.clone(), "delivery" => delivery))
             }),
             secrets: (0..secret_count)
-                .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
+                .map(|i| at_zero(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
                 .collect(),
             name: route,
         };
@@ -280,20 +268,15 @@ fn secret_label(index: usize) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::testing::assert_declaration_order;
 
     /// The handle vectors are indexed by discriminant: the ALL arrays must
     /// list the variants in declaration order.
     #[test]
     fn label_arrays_follow_declaration_order() {
-        for (i, outcome) in Outcome::ALL.iter().enumerate() {
-            assert_eq!(*outcome as usize, i);
-        }
-        for (i, kind) in UpstreamErrorKind::ALL.iter().enumerate() {
-            assert_eq!(*kind as usize, i);
-        }
-        for (i, reason) in Reason::ALL.iter().enumerate() {
-            assert_eq!(*reason as usize, i);
-        }
+        assert_declaration_order(&Outcome::ALL, |outcome| outcome as usize);
+        assert_declaration_order(&UpstreamErrorKind::ALL, |kind| kind as usize);
+        assert_declaration_order(&Reason::ALL, |reason| reason as usize);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! either), so `hits / (hits + misses)` is the share of replays that cost
 //! no store round trip.
 
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::{Counter, Gauge, Unit, counter, gauge};
+
+use crate::metrics::{Description, at_zero};
 
 use super::FlushReason;
 
@@ -52,32 +54,31 @@ impl Eviction {
     }
 }
 
-/// Registers the help texts of the replay cache's metrics with the
-/// installed recorder (called once at start-up, `app::install_metrics`).
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge};
-    describe_counter!(
+/// The replay cache's metrics, described at start-up
+/// (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    Description::counter(
         HITS_TOTAL,
-        "Deliveries decided from the replay cache, with no store round trip"
-    );
-    describe_counter!(
+        "Deliveries decided from the replay cache, with no store round trip",
+    ),
+    Description::counter(
         MISSES_TOTAL,
-        "Replays that read their record from the store although the replay cache is on"
-    );
-    describe_counter!(
+        "Replays that read their record from the store although the replay cache is on",
+    ),
+    Description::counter(
         EVICTIONS_TOTAL,
-        "Replay cache entries dropped for room or at the end of their retention"
-    );
-    describe_counter!(
+        "Replay cache entries dropped for room or at the end of their retention",
+    ),
+    Description::counter(
         INVALIDATIONS_TOTAL,
-        "Replay cache entries dropped because their key changed"
-    );
-    describe_counter!(
+        "Replay cache entries dropped because their key changed",
+    ),
+    Description::counter(
         FLUSHES_TOTAL,
-        "Times the whole replay cache was emptied because invalidations may have been lost"
-    );
-    describe_gauge!(BYTES, Unit::Bytes, "Bytes held by the replay cache");
-}
+        "Times the whole replay cache was emptied because invalidations may have been lost",
+    ),
+    Description::gauge(BYTES, "Bytes held by the replay cache").in_unit(Unit::Bytes),
+];
 
 /// The cache's handles, every series created at zero.
 #[derive(Debug)]
@@ -88,11 +89,6 @@ pub(crate) struct CacheMetrics {
     invalidations: Counter,
     flushes: [Counter; 3],
     bytes: Gauge,
-}
-
-fn at_zero(counter: Counter) -> Counter {
-    counter.increment(0);
-    counter
 }
 
 impl CacheMetrics {

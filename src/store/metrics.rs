@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+use crate::metrics::{Description, at_zero};
+
 /// `idemgate_store_duration_seconds{op}`.
 pub(crate) const STORE_DURATION: &str = "idemgate_store_duration_seconds";
 /// `idemgate_store_errors_total{op}`.
@@ -26,25 +28,19 @@ pub(crate) const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
 /// drop as a counter reset.
 pub(crate) const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
 
-/// Registers the help texts and units of the store's metrics with the
-/// installed recorder (called once at start-up, `app::install_metrics`).
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_histogram!(
-        STORE_DURATION,
-        Unit::Seconds,
-        "Store call latency by operation"
-    );
-    describe_counter!(STORE_ERRORS_TOTAL, "Failed store calls by operation");
-    describe_gauge!(
+/// The store's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    Description::seconds(STORE_DURATION, "Store call latency by operation"),
+    Description::counter(STORE_ERRORS_TOTAL, "Failed store calls by operation"),
+    Description::gauge(
         STORE_EVICTION_RISK,
-        "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)"
-    );
-    describe_gauge!(
+        "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)",
+    ),
+    Description::gauge(
         STORE_EVICTED_KEYS,
-        "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries"
-    );
-}
+        "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries",
+    ),
+];
 
 /// Store operation (`op` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,11 +100,7 @@ impl StoreMetrics {
                 .collect(),
             errors: StoreOp::ALL
                 .iter()
-                .map(|op| {
-                    let counter = counter!(STORE_ERRORS_TOTAL, "op" => op.as_str());
-                    counter.increment(0);
-                    counter
-                })
+                .map(|op| at_zero(counter!(STORE_ERRORS_TOTAL, "op" => op.as_str())))
                 .collect(),
         }
     }
@@ -164,13 +156,12 @@ impl Default for EvictionMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::testing::assert_declaration_order;
 
     /// The handle vectors are indexed by discriminant: `StoreOp::ALL` must
     /// list the variants in declaration order.
     #[test]
     fn label_arrays_follow_declaration_order() {
-        for (i, op) in StoreOp::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, i);
-        }
+        assert_declaration_order(&StoreOp::ALL, |op| op as usize);
     }
 }
