@@ -122,10 +122,14 @@ async fn joined(what: &str, task: JoinHandle<()>) {
     }
 }
 
-async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|source| StartError::Bind { address, source })
+/// Binds `address` and returns the listener with the address it got (the
+/// port the OS chose when `address` asked for port 0); either failure is
+/// a [`StartError::Bind`] naming `address`.
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bound = |source| StartError::Bind { address, source };
+    let listener = TcpListener::bind(address).await.map_err(bound)?;
+    let local = listener.local_addr().map_err(bound)?;
+    Ok((listener, local))
 }
 
 /// Logs what each protected route captures and refuses (contract §4 rule 9),
@@ -149,20 +153,8 @@ pub async fn start(
     let mut store = AnyStore::connect(&config.store).await?;
     store.with_replay_cache(config.limits.replay_cache_bytes)?;
     let store = Arc::new(store);
-    let proxy_listener = bind(config.listen.proxy).await?;
-    let admin_listener = bind(config.listen.admin).await?;
-    let proxy_addr = proxy_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            address: config.listen.proxy,
-            source,
-        })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            address: config.listen.admin,
-            source,
-        })?;
+    let (proxy_listener, proxy_addr) = bind(config.listen.proxy).await?;
+    let (admin_listener, admin_addr) = bind(config.listen.admin).await?;
 
     let shutdown = CancellationToken::new();
     let grace_over = CancellationToken::new();
