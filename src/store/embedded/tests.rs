@@ -1,7 +1,6 @@
 //! Unit tests of the embedded store's owner-fenced swap.
 
 use super::*;
-use crate::record::Fingerprint;
 
 fn key() -> StoreKey {
     StoreKey::new("idemgate", "payments", &"a".repeat(64))
@@ -10,11 +9,7 @@ fn key() -> StoreKey {
 fn record(owner: u8, state: RecordState) -> Record {
     Record {
         owner: OwnerToken([owner; 16]),
-        fingerprint: Fingerprint([7; 32]),
-        created_at_ms: 1_000,
-        answered_at_ms: 1_000,
-        trace: None,
-        state,
+        ..crate::record::sample(state)
     }
 }
 
