@@ -23,10 +23,16 @@ use metrics::{Counter, Unit, gauge};
 /// the request was sent), first deliveries and inbox redeliveries alike
 /// (a redelivery whose worker vanished mid-call too). Each one blocks its
 /// key for `unknown_hold` and may need an operator.
-pub(crate) const UNKNOWN_OUTCOMES_TOTAL: &str = "idemgate_unknown_outcomes_total";
+pub(crate) const UNKNOWN_OUTCOMES_TOTAL: Description = Description::counter(
+    "idemgate_unknown_outcomes_total",
+    "First deliveries and inbox redeliveries whose outcome was recorded as unknown",
+);
 /// `idemgate_build_info{version,revision}`: `revision` is the git commit
 /// the binary was built from (`build.rs`).
-pub(crate) const BUILD_INFO: &str = "idemgate_build_info";
+pub(crate) const BUILD_INFO: Description = Description::gauge(
+    "idemgate_build_info",
+    "Always 1; the version and revision (git commit) labels name the build",
+);
 /// The git revision this binary was built from: a 12-digit short hash,
 /// `-dirty` appended when tracked files differed from it, or what
 /// `IDEMGATE_GIT_REVISION` said outside a checkout, else `unknown`.
@@ -50,12 +56,13 @@ pub(crate) enum Kind {
     Histogram,
 }
 
-/// One metric's description: each module that owns metrics lists its own
-/// in a table beside their names, so name, kind, unit and help text are
-/// written once and [`describe`] registers them all the same way.
+/// One metric: each module that owns metrics declares each as a constant
+/// of this type, so name, kind, unit and help text are written once, side
+/// by side; handles take `.name`, and the owner's `DESCRIPTIONS` lists the
+/// constants for [`describe`], which registers them all the same way.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Description {
-    /// The metric name (one of the owner's constants).
+    /// The metric name (contract §7).
     pub(crate) name: &'static str,
     /// Counter, gauge or histogram.
     pub(crate) kind: Kind,
@@ -130,16 +137,7 @@ pub(crate) fn at_zero(counter: Counter) -> Counter {
 }
 
 /// The metrics this module names itself.
-const DESCRIPTIONS: &[Description] = &[
-    Description::counter(
-        UNKNOWN_OUTCOMES_TOTAL,
-        "First deliveries and inbox redeliveries whose outcome was recorded as unknown",
-    ),
-    Description::gauge(
-        BUILD_INFO,
-        "Always 1; the version and revision (git commit) labels name the build",
-    ),
-];
+const DESCRIPTIONS: &[Description] = &[UNKNOWN_OUTCOMES_TOTAL, BUILD_INFO];
 
 /// Registers the help texts of the shared metrics and the process
 /// metrics with the installed recorder, and sets the build info; each
@@ -148,7 +146,7 @@ pub(crate) fn register_descriptions() {
     describe(DESCRIPTIONS);
     process::register_descriptions();
     gauge!(
-        BUILD_INFO,
+        BUILD_INFO.name,
         "version" => env!("CARGO_PKG_VERSION"),
         "revision" => REVISION
     )

@@ -15,31 +15,37 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use crate::metrics::{Description, at_zero};
 
 /// `idemgate_store_duration_seconds{op}`.
-pub(crate) const STORE_DURATION: &str = "idemgate_store_duration_seconds";
+pub(crate) const STORE_DURATION: Description = Description::seconds(
+    "idemgate_store_duration_seconds",
+    "Store call latency by operation",
+);
 /// `idemgate_store_errors_total{op}`.
-pub(crate) const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
+pub(crate) const STORE_ERRORS_TOTAL: Description = Description::counter(
+    "idemgate_store_errors_total",
+    "Failed store calls by operation",
+);
 /// `idemgate_store_eviction_risk`: 1 while a Redis primary may evict keys
 /// (`maxmemory` set with a policy other than `noeviction`), else 0. An
 /// evicted record or claim lets a duplicate execute again (contract §4 rule 10).
-pub(crate) const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
+pub(crate) const STORE_EVICTION_RISK: Description = Description::gauge(
+    "idemgate_store_eviction_risk",
+    "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)",
+);
 /// `idemgate_store_evicted_keys`: Redis's own `evicted_keys` (`INFO
 /// stats`), summed over the primaries. A gauge that mirrors the servers'
 /// counters, so it drops when a server restarts; `increase()` reads such a
 /// drop as a counter reset.
-pub(crate) const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
+pub(crate) const STORE_EVICTED_KEYS: Description = Description::gauge(
+    "idemgate_store_evicted_keys",
+    "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries",
+);
 
 /// The store's metrics, described at start-up (`app::install_metrics`).
 pub(crate) const DESCRIPTIONS: &[Description] = &[
-    Description::seconds(STORE_DURATION, "Store call latency by operation"),
-    Description::counter(STORE_ERRORS_TOTAL, "Failed store calls by operation"),
-    Description::gauge(
-        STORE_EVICTION_RISK,
-        "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)",
-    ),
-    Description::gauge(
-        STORE_EVICTED_KEYS,
-        "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries",
-    ),
+    STORE_DURATION,
+    STORE_ERRORS_TOTAL,
+    STORE_EVICTION_RISK,
+    STORE_EVICTED_KEYS,
 ];
 
 /// Store operation (`op` label).
@@ -96,11 +102,11 @@ impl StoreMetrics {
         Self {
             durations: StoreOp::ALL
                 .iter()
-                .map(|op| histogram!(STORE_DURATION, "op" => op.as_str()))
+                .map(|op| histogram!(STORE_DURATION.name, "op" => op.as_str()))
                 .collect(),
             errors: StoreOp::ALL
                 .iter()
-                .map(|op| at_zero(counter!(STORE_ERRORS_TOTAL, "op" => op.as_str())))
+                .map(|op| at_zero(counter!(STORE_ERRORS_TOTAL.name, "op" => op.as_str())))
                 .collect(),
         }
     }
@@ -132,8 +138,8 @@ impl EvictionMetrics {
     /// Handles for both gauges, set to 0.
     pub(crate) fn new() -> Self {
         let this = Self {
-            risk: gauge!(STORE_EVICTION_RISK),
-            evicted: gauge!(STORE_EVICTED_KEYS),
+            risk: gauge!(STORE_EVICTION_RISK.name),
+            evicted: gauge!(STORE_EVICTED_KEYS.name),
         };
         this.risk.set(0.0);
         this.evicted.set(0.0);
