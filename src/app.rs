@@ -247,15 +247,13 @@ fn spawn_metrics_upkeep(
     metrics: Option<PrometheusHandle>,
 ) {
     if let Some(handle) = metrics {
-        let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            let mut ticker = tokio::time::interval(METRICS_UPKEEP_EVERY);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    _ = ticker.tick() => handle.run_upkeep(),
-                }
-            }
-        });
+        tracker.spawn(crate::time::every(
+            METRICS_UPKEEP_EVERY,
+            shutdown.clone(),
+            move || {
+                handle.run_upkeep();
+                std::future::ready(())
+            },
+        ));
     }
 }
