@@ -228,15 +228,10 @@ impl Admin {
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
-        let key_hash = match key_hash_of(path_key, request.uri().query()) {
-            Ok(hash) => hash,
-            Err(problem) => return self.problem(AdminReason::BadRequest, &problem.to_string()),
+        let (key_hash, key) = match self.record_key(route, path_key, request.uri().query()) {
+            Ok(named) => named,
+            Err(problem) => return *problem,
         };
-        let key = StoreKey::new(
-            &self.config.store.key_prefix,
-            &route.idempotency.scope,
-            &key_hash,
-        );
         match *request.method() {
             Method::GET => match self.store.lookup(&key).await {
                 Ok(Some(existing)) => {
@@ -248,6 +243,26 @@ impl Admin {
             Method::DELETE => self.purge(route, &key, &key_hash).await,
             _ => self.problem(AdminReason::MethodNotAllowed, "GET or DELETE"),
         }
+    }
+
+    /// The key hash a record URL names (see [`key_hash_of`]) and its store
+    /// key under `route`, or the 400 problem saying why the URL names none:
+    /// the record API and the inbox API address records alike.
+    fn record_key(
+        &self,
+        route: &Route,
+        path_key: Option<&str>,
+        query: Option<&str>,
+    ) -> Result<(String, StoreKey), Box<Response<ProxyBody>>> {
+        let hash = key_hash_of(path_key, query).map_err(|problem| {
+            Box::new(self.problem(AdminReason::BadRequest, &problem.to_string()))
+        })?;
+        let key = StoreKey::new(
+            &self.config.store.key_prefix,
+            &route.idempotency.scope,
+            &hash,
+        );
+        Ok((hash, key))
     }
 
     /// Purges the record under `key`. An inbox delivery goes through the

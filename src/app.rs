@@ -59,7 +59,7 @@ pub enum StartError {
 }
 
 /// Installs the global Prometheus recorder with idemgate's buckets,
-/// describes every metric once (each owner's own `describe()`), and
+/// describes every metric once (each owner's own `DESCRIPTIONS`), and
 /// returns the handle the admin listener renders.
 pub fn install_metrics() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
@@ -78,10 +78,14 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
 /// describes its own.
 fn describe_metrics() {
     crate::metrics::register_descriptions();
-    crate::store::metrics::describe();
-    crate::replay_cache::metrics::describe();
-    crate::pipeline::metrics::describe();
-    crate::inbox::metrics::describe();
+    for table in [
+        crate::store::metrics::DESCRIPTIONS,
+        crate::replay_cache::metrics::DESCRIPTIONS,
+        crate::pipeline::metrics::DESCRIPTIONS,
+        crate::inbox::metrics::DESCRIPTIONS,
+    ] {
+        crate::metrics::describe(table);
+    }
     crate::rotation::describe();
     crate::telemetry::describe();
 }
@@ -118,10 +122,14 @@ async fn joined(what: &str, task: JoinHandle<()>) {
     }
 }
 
-async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|source| StartError::Bind { address, source })
+/// Binds `address` and returns the listener with the address it got (the
+/// port the OS chose when `address` asked for port 0); either failure is
+/// a [`StartError::Bind`] naming `address`.
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bound = |source| StartError::Bind { address, source };
+    let listener = TcpListener::bind(address).await.map_err(bound)?;
+    let local = listener.local_addr().map_err(bound)?;
+    Ok((listener, local))
 }
 
 /// Logs what each protected route captures and refuses (contract §4 rule 9),
@@ -145,20 +153,8 @@ pub async fn start(
     let mut store = AnyStore::connect(&config.store).await?;
     store.with_replay_cache(config.limits.replay_cache_bytes)?;
     let store = Arc::new(store);
-    let proxy_listener = bind(config.listen.proxy).await?;
-    let admin_listener = bind(config.listen.admin).await?;
-    let proxy_addr = proxy_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            address: config.listen.proxy,
-            source,
-        })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            address: config.listen.admin,
-            source,
-        })?;
+    let (proxy_listener, proxy_addr) = bind(config.listen.proxy).await?;
+    let (admin_listener, admin_addr) = bind(config.listen.admin).await?;
 
     let shutdown = CancellationToken::new();
     let grace_over = CancellationToken::new();
@@ -251,15 +247,13 @@ fn spawn_metrics_upkeep(
     metrics: Option<PrometheusHandle>,
 ) {
     if let Some(handle) = metrics {
-        let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            let mut ticker = tokio::time::interval(METRICS_UPKEEP_EVERY);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    _ = ticker.tick() => handle.run_upkeep(),
-                }
-            }
-        });
+        tracker.spawn(crate::time::every(
+            METRICS_UPKEEP_EVERY,
+            shutdown.clone(),
+            move || {
+                handle.run_upkeep();
+                std::future::ready(())
+            },
+        ));
     }
 }

@@ -193,18 +193,17 @@ impl Inboxes {
     /// Reads each inbox route's shared backlog every [`GAUGES_EVERY`], and
     /// trims dead-index entries whose records have expired.
     async fn refresh_gauges(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval(GAUGES_EVERY);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                _ = ticker.tick() => {}
-            }
-            for inbox in &self.routes {
-                if let Err(error) = self.refresh(inbox).await {
-                    tracing::debug!(route = inbox.name(), %error, "inbox gauges not refreshed");
+        crate::time::every(GAUGES_EVERY, shutdown, || {
+            let this = Arc::clone(&self);
+            async move {
+                for inbox in &this.routes {
+                    if let Err(error) = this.refresh(inbox).await {
+                        tracing::debug!(route = inbox.name(), %error, "inbox gauges not refreshed");
+                    }
                 }
             }
-        }
+        })
+        .await;
     }
 
     async fn refresh(&self, inbox: &RouteInbox) -> Result<(), StoreError> {

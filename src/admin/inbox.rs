@@ -15,7 +15,7 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{Admin, json, key_hash_of, query_pairs};
+use super::{Admin, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::inbox::{Action, Listing, RouteInbox};
@@ -162,15 +162,10 @@ impl Admin {
         if *request.method() != method {
             return self.problem(AdminReason::MethodNotAllowed, method.as_str());
         }
-        let hash = match key_hash_of(None, query) {
-            Ok(hash) => hash,
-            Err(problem) => return self.problem(AdminReason::BadRequest, &problem.to_string()),
+        let (hash, key) = match self.record_key(route, None, query) {
+            Ok(named) => named,
+            Err(problem) => return *problem,
         };
-        let key = StoreKey::new(
-            &self.config.store.key_prefix,
-            &route.idempotency.scope,
-            &hash,
-        );
         let result = match action {
             "delivery" => self.store.lookup(&key).await.map(|found| match found {
                 Some(existing) => Action::Done(existing.record),

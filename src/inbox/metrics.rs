@@ -5,74 +5,74 @@
 //! dashboards aggregate them with `max`, never `sum`. The counter is this
 //! instance's own redelivery work.
 
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::{Counter, Gauge, Unit, counter, gauge};
 
 use super::RedeliveryResult;
+use crate::metrics::{Description, at_zero};
 use crate::store::inbox::{Book, Books};
 
 /// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
-pub(crate) const QUEUED: &str = "idemgate_inbox_queued";
+pub(crate) const QUEUED: Description = Description::gauge(
+    "idemgate_inbox_queued",
+    "Inbox deliveries queued or being redelivered (shared: aggregate with max)",
+);
 /// `idemgate_inbox_oldest_age_seconds{route}`: age of the oldest of them
 /// (0 when none): how long a payment has waited for its handler.
-pub(crate) const OLDEST_AGE: &str = "idemgate_inbox_oldest_age_seconds";
+pub(crate) const OLDEST_AGE: Description = Description::gauge(
+    "idemgate_inbox_oldest_age_seconds",
+    "Age of the oldest queued inbox delivery (shared: aggregate with max)",
+)
+.in_unit(Unit::Seconds);
 /// `idemgate_inbox_dead{route}`: dead and unknown deliveries waiting for an
 /// operator (`/admin/inbox/{route}?state=dead`).
-pub(crate) const DEAD: &str = "idemgate_inbox_dead";
+pub(crate) const DEAD: Description = Description::gauge(
+    "idemgate_inbox_dead",
+    "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)",
+);
 /// `idemgate_inbox_redeliveries_total{route, result}`: redeliveries this
 /// instance finished, by how they ended.
-pub(crate) const REDELIVERIES_TOTAL: &str = "idemgate_inbox_redeliveries_total";
+pub(crate) const REDELIVERIES_TOTAL: Description = Description::counter(
+    "idemgate_inbox_redeliveries_total",
+    "Inbox redeliveries this instance finished, by result",
+);
 
 /// `idemgate_inbox_full_total{route}`: failed first deliveries not
 /// acknowledged because the scope already held `max_queued` deliveries
 /// (their senders got the handler's failure and retry on their own).
-pub(crate) const FULL_TOTAL: &str = "idemgate_inbox_full_total";
+pub(crate) const FULL_TOTAL: Description = Description::counter(
+    "idemgate_inbox_full_total",
+    "Failed first deliveries not acknowledged because the inbox held max_queued deliveries",
+);
 
 /// `idemgate_inbox_repaired_total{route}`: index entries this instance's
 /// repair pass put back for deliveries the scope owes (found from their
 /// records' owed-set entries): each one a delivery that would otherwise
 /// have waited unseen, e.g. after a Redis Cluster failover.
-pub(crate) const REPAIRED_TOTAL: &str = "idemgate_inbox_repaired_total";
+pub(crate) const REPAIRED_TOTAL: Description = Description::counter(
+    "idemgate_inbox_repaired_total",
+    "Inbox deliveries whose missing index entry this instance's repair pass put back",
+);
 
 /// `idemgate_inbox_books{route, line}`: the scope's books as the store
 /// keeps them (`acknowledged`, `delivered`, `dropped`), so that
 /// acknowledged = delivered + dropped + queued + dead can be checked.
 /// Shared like the backlog gauges (aggregate with `max`); they only grow,
 /// and survive restarts, because the store holds them.
-pub(crate) const BOOKS: &str = "idemgate_inbox_books";
+pub(crate) const BOOKS: Description = Description::gauge(
+    "idemgate_inbox_books",
+    "Inbox books kept in the store: deliveries acknowledged, delivered and dropped since the scope began (shared: aggregate with max)",
+);
 
-/// Registers the inbox's help texts with the installed recorder.
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge};
-    describe_gauge!(
-        QUEUED,
-        "Inbox deliveries queued or being redelivered (shared: aggregate with max)"
-    );
-    describe_gauge!(
-        OLDEST_AGE,
-        Unit::Seconds,
-        "Age of the oldest queued inbox delivery (shared: aggregate with max)"
-    );
-    describe_gauge!(
-        DEAD,
-        "Inbox deliveries dead or with an unknown outcome, waiting for an operator (shared: aggregate with max)"
-    );
-    describe_gauge!(
-        BOOKS,
-        "Inbox books kept in the store: deliveries acknowledged, delivered and dropped since the scope began (shared: aggregate with max)"
-    );
-    describe_counter!(
-        FULL_TOTAL,
-        "Failed first deliveries not acknowledged because the inbox held max_queued deliveries"
-    );
-    describe_counter!(
-        REPAIRED_TOTAL,
-        "Inbox deliveries whose missing index entry this instance's repair pass put back"
-    );
-    describe_counter!(
-        REDELIVERIES_TOTAL,
-        "Inbox redeliveries this instance finished, by result"
-    );
-}
+/// The inbox's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    QUEUED,
+    OLDEST_AGE,
+    DEAD,
+    BOOKS,
+    FULL_TOTAL,
+    REPAIRED_TOTAL,
+    REDELIVERIES_TOTAL,
+];
 
 /// One inbox route's handles, every series created at zero.
 #[derive(Debug)]
@@ -95,24 +95,19 @@ impl InboxMetrics {
     pub(crate) fn new(route: &str) -> Self {
         let route = route.to_owned();
         let this = Self {
-            queued: gauge!(QUEUED, "route" => route.clone()),
-            oldest_age: gauge!(OLDEST_AGE, "route" => route.clone()),
-            dead: gauge!(DEAD, "route" => route.clone()),
+            queued: gauge!(QUEUED.name, "route" => route.clone()),
+            oldest_age: gauge!(OLDEST_AGE.name, "route" => route.clone()),
+            dead: gauge!(DEAD.name, "route" => route.clone()),
             redeliveries: RedeliveryResult::ALL.map(|tally| {
-                let counter = counter!(REDELIVERIES_TOTAL, "route" => route.clone(), "result" => tally.as_str());
-                counter.increment(0);
-                counter
+                at_zero(counter!(REDELIVERIES_TOTAL.name, "route" => route.clone(), "result" => tally.as_str()))
             }),
-            unknown_outcomes: counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone()),
-            full: counter!(FULL_TOTAL, "route" => route.clone()),
-            repaired: counter!(REPAIRED_TOTAL, "route" => route.clone()),
-            books: Book::ALL.map(|line| gauge!(BOOKS, "route" => route.clone(), "line" => line.as_str())),
+            unknown_outcomes: at_zero(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL.name, "route" => route.clone())),
+            full: at_zero(counter!(FULL_TOTAL.name, "route" => route.clone())),
+            repaired: at_zero(counter!(REPAIRED_TOTAL.name, "route" => route.clone())),
+            books: Book::ALL.map(|line| gauge!(BOOKS.name, "route" => route.clone(), "line" => line.as_str())),
         };
         this.backlog(0, 0.0, 0);
         this.books(&Books::default());
-        this.unknown_outcomes.increment(0);
-        this.full.increment(0);
-        this.repaired.increment(0);
         this
     }
 

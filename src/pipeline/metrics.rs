@@ -4,37 +4,63 @@
 //! (`docs/contract.md` §7): they live here as constants and closed enums,
 //! so no label value comes from request input and cardinality stays
 //! bounded. The handles are resolved once per route at start-up
-//! ([`RouteMetrics::new`]); [`describe`] registers their help texts.
+//! ([`RouteMetrics::new`]); [`DESCRIPTIONS`] holds their help texts.
 
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::metrics::{Description, at_zero};
 
 use crate::config::CacheStatus;
 use crate::error::Reason;
 use crate::upstream::{ForwardError, UpstreamAnswer};
 
 /// `idemgate_requests_total{route, outcome}`.
-pub(crate) const REQUESTS_TOTAL: &str = "idemgate_requests_total";
+pub(crate) const REQUESTS_TOTAL: Description = Description::counter(
+    "idemgate_requests_total",
+    "Requests handled, by route and outcome",
+);
 /// `idemgate_rejections_total{route, reason}`.
-pub(crate) const REJECTIONS_TOTAL: &str = "idemgate_rejections_total";
+pub(crate) const REJECTIONS_TOTAL: Description = Description::counter(
+    "idemgate_rejections_total",
+    "Requests idemgate answered itself, by reason",
+);
 /// `idemgate_request_duration_seconds{route, outcome}`.
-pub(crate) const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+pub(crate) const REQUEST_DURATION: Description = Description::seconds(
+    "idemgate_request_duration_seconds",
+    "Time from request head to answer",
+);
 /// `idemgate_upstream_duration_seconds{route}`.
-pub(crate) const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+pub(crate) const UPSTREAM_DURATION: Description = Description::seconds(
+    "idemgate_upstream_duration_seconds",
+    "Time the upstream took to answer",
+);
 /// `idemgate_upstream_errors_total{route, kind}`.
-pub(crate) const UPSTREAM_ERRORS_TOTAL: &str = "idemgate_upstream_errors_total";
+pub(crate) const UPSTREAM_ERRORS_TOTAL: Description = Description::counter(
+    "idemgate_upstream_errors_total",
+    "Upstream failures by kind",
+);
 /// `idemgate_in_flight{route}`.
-pub(crate) const IN_FLIGHT: &str = "idemgate_in_flight";
+pub(crate) const IN_FLIGHT: Description = Description::gauge(
+    "idemgate_in_flight",
+    "First deliveries currently being forwarded",
+);
 /// `idemgate_secret_matches_total{route, secret_index}`: which configured
 /// secret verified each delivery, so operators see when an old secret is no
 /// longer used and can be retired.
-pub(crate) const SECRET_MATCHES_TOTAL: &str = "idemgate_secret_matches_total";
+pub(crate) const SECRET_MATCHES_TOTAL: Description = Description::counter(
+    "idemgate_secret_matches_total",
+    "Verified deliveries by the index of the configured secret that matched",
+);
 /// `idemgate_answers_not_stored_total{route, delivery}`: answers larger
 /// than `max_stored_answer_bytes`, which reach the sender but are not kept
 /// (`delivery="first"`), and the replays that then carry a problem body
 /// instead of them (`delivery="replay"`).
-pub(crate) const ANSWERS_NOT_STORED_TOTAL: &str = "idemgate_answers_not_stored_total";
+pub(crate) const ANSWERS_NOT_STORED_TOTAL: Description = Description::counter(
+    "idemgate_answers_not_stored_total",
+    "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)",
+);
 /// The label route for requests that matched no route.
 pub(crate) const UNMATCHED_ROUTE: &str = "_unmatched";
 
@@ -112,36 +138,17 @@ impl UpstreamErrorKind {
     }
 }
 
-/// Registers the pipeline's help texts and units with the installed
-/// recorder.
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(REQUESTS_TOTAL, "Requests handled, by route and outcome");
-    describe_counter!(
-        REJECTIONS_TOTAL,
-        "Requests idemgate answered itself, by reason"
-    );
-    describe_histogram!(
-        REQUEST_DURATION,
-        Unit::Seconds,
-        "Time from request head to answer"
-    );
-    describe_histogram!(
-        UPSTREAM_DURATION,
-        Unit::Seconds,
-        "Time the upstream took to answer"
-    );
-    describe_counter!(UPSTREAM_ERRORS_TOTAL, "Upstream failures by kind");
-    describe_gauge!(IN_FLIGHT, "First deliveries currently being forwarded");
-    describe_counter!(
-        SECRET_MATCHES_TOTAL,
-        "Verified deliveries by the index of the configured secret that matched"
-    );
-    describe_counter!(
-        ANSWERS_NOT_STORED_TOTAL,
-        "Answers over max_stored_answer_bytes (first) and their body-less replays (replay)"
-    );
-}
+/// The pipeline's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    REQUESTS_TOTAL,
+    REJECTIONS_TOTAL,
+    REQUEST_DURATION,
+    UPSTREAM_DURATION,
+    UPSTREAM_ERRORS_TOTAL,
+    IN_FLIGHT,
+    SECRET_MATCHES_TOTAL,
+    ANSWERS_NOT_STORED_TOTAL,
+];
 
 /// One route's metric handles, resolved once at start-up so the request
 /// path neither allocates label strings nor looks series up. Creating it
@@ -167,35 +174,31 @@ impl RouteMetrics {
     /// Handles for `route`, whose scheme tries `secret_count` secrets.
     pub(crate) fn new(route: &str, secret_count: usize) -> Self {
         let route = route.to_owned();
-        let zeroed = |counter: Counter| {
-            counter.increment(0);
-            counter
-        };
         let this = Self {
             requests: Outcome::ALL
                 .iter()
-                .map(|o| zeroed(counter!(REQUESTS_TOTAL, "route" => route.clone(), "outcome" => o.as_str())))
+                .map(|o| at_zero(counter!(REQUESTS_TOTAL.name, "route" => route.clone(), "outcome" => o.as_str())))
                 .collect(),
             durations: Outcome::ALL
                 .iter()
-                .map(|o| histogram!(REQUEST_DURATION, "route" => route.clone(), "outcome" => o.as_str()))
+                .map(|o| histogram!(REQUEST_DURATION.name, "route" => route.clone(), "outcome" => o.as_str()))
                 .collect(),
             rejections: Reason::ALL
                 .iter()
-                .map(|r| zeroed(counter!(REJECTIONS_TOTAL, "route" => route.clone(), "reason" => r.as_str())))
+                .map(|r| at_zero(counter!(REJECTIONS_TOTAL.name, "route" => route.clone(), "reason" => r.as_str())))
                 .collect(),
-            upstream: histogram!(UPSTREAM_DURATION, "route" => route.clone()),
+            upstream: histogram!(UPSTREAM_DURATION.name, "route" => route.clone()),
             upstream_errors: UpstreamErrorKind::ALL
                 .iter()
-                .map(|k| zeroed(counter!(UPSTREAM_ERRORS_TOTAL, "route" => route.clone(), "kind" => k.as_str())))
+                .map(|k| at_zero(counter!(UPSTREAM_ERRORS_TOTAL.name, "route" => route.clone(), "kind" => k.as_str())))
                 .collect(),
-            in_flight: gauge!(IN_FLIGHT, "route" => route.clone()),
-            unknown: zeroed(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL, "route" => route.clone())),
+            in_flight: gauge!(IN_FLIGHT.name, "route" => route.clone()),
+            unknown: at_zero(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL.name, "route" => route.clone())),
             not_stored: ["first", "replay"].map(|delivery| {
-                zeroed(counter!(ANSWERS_NOT_STORED_TOTAL, "route" => route.clone(), "delivery" => delivery))
+                at_zero(counter!(ANSWERS_NOT_STORED_TOTAL.name, "route" => route.clone(), "delivery" => delivery))
             }),
             secrets: (0..secret_count)
-                .map(|i| zeroed(counter!(SECRET_MATCHES_TOTAL, "route" => route.clone(), "secret_index" => secret_label(i))))
+                .map(|i| at_zero(counter!(SECRET_MATCHES_TOTAL.name, "route" => route.clone(), "secret_index" => secret_label(i))))
                 .collect(),
             name: route,
         };
@@ -280,20 +283,15 @@ fn secret_label(index: usize) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::testing::assert_declaration_order;
 
     /// The handle vectors are indexed by discriminant: the ALL arrays must
     /// list the variants in declaration order.
     #[test]
     fn label_arrays_follow_declaration_order() {
-        for (i, outcome) in Outcome::ALL.iter().enumerate() {
-            assert_eq!(*outcome as usize, i);
-        }
-        for (i, kind) in UpstreamErrorKind::ALL.iter().enumerate() {
-            assert_eq!(*kind as usize, i);
-        }
-        for (i, reason) in Reason::ALL.iter().enumerate() {
-            assert_eq!(*reason as usize, i);
-        }
+        assert_declaration_order(&Outcome::ALL, |outcome| outcome as usize);
+        assert_declaration_order(&UpstreamErrorKind::ALL, |kind| kind as usize);
+        assert_declaration_order(&Reason::ALL, |reason| reason as usize);
     }
 
     #[test]

@@ -319,7 +319,7 @@ fn text(bytes: &[u8]) -> Result<String, DecodeError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::record::{Fingerprint, OwnerToken, Record, RecordState, StoredBody};
+    use crate::record::{Record, RecordState, StoredBody};
     use proptest::prelude::*;
 
     #[test]
@@ -372,14 +372,7 @@ pub(crate) mod tests {
     }
 
     fn record(entry: InboxEntry) -> Record {
-        Record {
-            owner: OwnerToken([7; 16]),
-            fingerprint: Fingerprint([9; 32]),
-            created_at_ms: 5,
-            answered_at_ms: 5,
-            trace: None,
-            state: RecordState::Inbox(Box::new(entry)),
-        }
+        crate::record::sample(RecordState::Inbox(Box::new(entry)))
     }
 
     #[test]

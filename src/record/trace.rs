@@ -30,30 +30,32 @@ pub struct TraceContext {
 
 impl std::fmt::Debug for TraceContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "TraceContext({}-{}{})",
-            hex::encode(self.trace_id),
-            hex::encode(self.span_id),
-            if self.sampled { " sampled" } else { "" }
-        )
+        let tail = if self.sampled { " sampled)" } else { ")" };
+        self.write_ids(f, "TraceContext(", tail)
     }
 }
 
 /// The W3C `traceparent` form: `00-<trace id>-<span id>-<flags>`.
 impl std::fmt::Display for TraceContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{}",
-            hex::encode(self.trace_id),
-            hex::encode(self.span_id),
-            if self.sampled { "01" } else { "00" }
-        )
+        let flags = if self.sampled { "-01" } else { "-00" };
+        self.write_ids(f, "00-", flags)
     }
 }
 
 impl TraceContext {
+    /// Writes `<trace id>-<span id>` in hex between `head` and `tail`: the
+    /// ids read the same in the debug form and the `traceparent` form.
+    fn write_ids(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        head: &str,
+        tail: &str,
+    ) -> std::fmt::Result {
+        let (trace, span) = (hex::encode(self.trace_id), hex::encode(self.span_id));
+        write!(f, "{head}{trace}-{span}{tail}")
+    }
+
     /// A context from its ids, or `None` for the all-zero ids W3C trace
     /// context calls invalid.
     pub fn new(trace_id: [u8; 16], span_id: [u8; 8], sampled: bool) -> Option<Self> {

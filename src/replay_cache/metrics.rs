@@ -9,28 +9,49 @@
 //! either), so `hits / (hits + misses)` is the share of replays that cost
 //! no store round trip.
 
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::{Counter, Gauge, Unit, counter, gauge};
+
+use crate::metrics::{Description, at_zero};
 
 use super::FlushReason;
 
 /// `idemgate_replay_cache_hits_total`: deliveries decided from a cached
 /// record, with no store round trip.
-pub(crate) const HITS_TOTAL: &str = "idemgate_replay_cache_hits_total";
+pub(crate) const HITS_TOTAL: Description = Description::counter(
+    "idemgate_replay_cache_hits_total",
+    "Deliveries decided from the replay cache, with no store round trip",
+);
 /// `idemgate_replay_cache_misses_total`: replays that read their record
 /// from the store although the cache is on.
-pub(crate) const MISSES_TOTAL: &str = "idemgate_replay_cache_misses_total";
+pub(crate) const MISSES_TOTAL: Description = Description::counter(
+    "idemgate_replay_cache_misses_total",
+    "Replays that read their record from the store although the replay cache is on",
+);
 /// `idemgate_replay_cache_evictions_total{reason}`: entries dropped to make
 /// room (`capacity`) or because their retention ended (`expired`).
-pub(crate) const EVICTIONS_TOTAL: &str = "idemgate_replay_cache_evictions_total";
+pub(crate) const EVICTIONS_TOTAL: Description = Description::counter(
+    "idemgate_replay_cache_evictions_total",
+    "Replay cache entries dropped for room or at the end of their retention",
+);
 /// `idemgate_replay_cache_invalidations_total`: entries dropped because
 /// their key changed (a purge, here or on another instance).
-pub(crate) const INVALIDATIONS_TOTAL: &str = "idemgate_replay_cache_invalidations_total";
+pub(crate) const INVALIDATIONS_TOTAL: Description = Description::counter(
+    "idemgate_replay_cache_invalidations_total",
+    "Replay cache entries dropped because their key changed",
+);
 /// `idemgate_replay_cache_flushes_total{reason}`: times the whole cache
 /// was emptied because invalidations may have been lost.
-pub(crate) const FLUSHES_TOTAL: &str = "idemgate_replay_cache_flushes_total";
+pub(crate) const FLUSHES_TOTAL: Description = Description::counter(
+    "idemgate_replay_cache_flushes_total",
+    "Times the whole replay cache was emptied because invalidations may have been lost",
+);
 /// `idemgate_replay_cache_bytes`: bytes the cached entries hold (at most
 /// `[limits] replay_cache_bytes`).
-pub(crate) const BYTES: &str = "idemgate_replay_cache_bytes";
+pub(crate) const BYTES: Description = Description::gauge(
+    "idemgate_replay_cache_bytes",
+    "Bytes held by the replay cache",
+)
+.in_unit(Unit::Bytes);
 
 /// Why an entry left the cache on its own (`reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,32 +73,16 @@ impl Eviction {
     }
 }
 
-/// Registers the help texts of the replay cache's metrics with the
-/// installed recorder (called once at start-up, `app::install_metrics`).
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge};
-    describe_counter!(
-        HITS_TOTAL,
-        "Deliveries decided from the replay cache, with no store round trip"
-    );
-    describe_counter!(
-        MISSES_TOTAL,
-        "Replays that read their record from the store although the replay cache is on"
-    );
-    describe_counter!(
-        EVICTIONS_TOTAL,
-        "Replay cache entries dropped for room or at the end of their retention"
-    );
-    describe_counter!(
-        INVALIDATIONS_TOTAL,
-        "Replay cache entries dropped because their key changed"
-    );
-    describe_counter!(
-        FLUSHES_TOTAL,
-        "Times the whole replay cache was emptied because invalidations may have been lost"
-    );
-    describe_gauge!(BYTES, Unit::Bytes, "Bytes held by the replay cache");
-}
+/// The replay cache's metrics, described at start-up
+/// (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    HITS_TOTAL,
+    MISSES_TOTAL,
+    EVICTIONS_TOTAL,
+    INVALIDATIONS_TOTAL,
+    FLUSHES_TOTAL,
+    BYTES,
+];
 
 /// The cache's handles, every series created at zero.
 #[derive(Debug)]
@@ -90,23 +95,18 @@ pub(crate) struct CacheMetrics {
     bytes: Gauge,
 }
 
-fn at_zero(counter: Counter) -> Counter {
-    counter.increment(0);
-    counter
-}
-
 impl CacheMetrics {
     /// Handles on the installed recorder.
     pub(crate) fn new() -> Self {
         let this = Self {
-            hits: at_zero(counter!(HITS_TOTAL)),
-            misses: at_zero(counter!(MISSES_TOTAL)),
+            hits: at_zero(counter!(HITS_TOTAL.name)),
+            misses: at_zero(counter!(MISSES_TOTAL.name)),
             evictions: Eviction::ALL
-                .map(|reason| at_zero(counter!(EVICTIONS_TOTAL, "reason" => reason.as_str()))),
-            invalidations: at_zero(counter!(INVALIDATIONS_TOTAL)),
+                .map(|reason| at_zero(counter!(EVICTIONS_TOTAL.name, "reason" => reason.as_str()))),
+            invalidations: at_zero(counter!(INVALIDATIONS_TOTAL.name)),
             flushes: FlushReason::ALL
-                .map(|reason| at_zero(counter!(FLUSHES_TOTAL, "reason" => reason.as_str()))),
-            bytes: gauge!(BYTES),
+                .map(|reason| at_zero(counter!(FLUSHES_TOTAL.name, "reason" => reason.as_str()))),
+            bytes: gauge!(BYTES.name),
         };
         this.bytes.set(0.0);
         this

@@ -202,6 +202,30 @@ impl EmbeddedStore {
         .map_err(backend)?
     }
 
+    /// Runs `op` on `table` in one read transaction on the blocking pool:
+    /// reads see one committed state and never wait for writers. The one
+    /// place the record lookups and the inbox reads open a read.
+    pub(super) async fn read<K, V, T, F>(
+        &self,
+        table: TableDefinition<'static, K, V>,
+        op: F,
+    ) -> Result<T, StoreError>
+    where
+        K: redb::Key + Send + 'static,
+        V: redb::Value + Send + 'static,
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadOnlyTable<K, V>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let table = txn.open_table(table).map_err(backend)?;
+            op(&table)
+        })
+        .await
+        .map_err(backend)?
+    }
+
     /// Runs `op` on the record tables in one write transaction (see
     /// [`EmbeddedStore::transact`]); `op` gets the transaction too, for
     /// the owed set that changes with an inbox record.
@@ -434,19 +458,15 @@ impl Store for EmbeddedStore {
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
-        let db = Arc::clone(&self.db);
         let name = key.0.clone();
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let table = txn.open_table(RECORDS).map_err(backend)?;
+        self.read(RECORDS, move |table| {
             let now = now_ms();
-            Ok(read_entry(&table, &name, now)?.map(|entry| Existing {
+            Ok(read_entry(table, &name, now)?.map(|entry| Existing {
                 ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
                 record: entry.record,
             }))
         })
         .await
-        .map_err(backend)?
     }
 
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {

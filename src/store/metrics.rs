@@ -12,39 +12,41 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+use crate::metrics::{Description, at_zero};
+
 /// `idemgate_store_duration_seconds{op}`.
-pub(crate) const STORE_DURATION: &str = "idemgate_store_duration_seconds";
+pub(crate) const STORE_DURATION: Description = Description::seconds(
+    "idemgate_store_duration_seconds",
+    "Store call latency by operation",
+);
 /// `idemgate_store_errors_total{op}`.
-pub(crate) const STORE_ERRORS_TOTAL: &str = "idemgate_store_errors_total";
+pub(crate) const STORE_ERRORS_TOTAL: Description = Description::counter(
+    "idemgate_store_errors_total",
+    "Failed store calls by operation",
+);
 /// `idemgate_store_eviction_risk`: 1 while a Redis primary may evict keys
 /// (`maxmemory` set with a policy other than `noeviction`), else 0. An
 /// evicted record or claim lets a duplicate execute again (contract §4 rule 10).
-pub(crate) const STORE_EVICTION_RISK: &str = "idemgate_store_eviction_risk";
+pub(crate) const STORE_EVICTION_RISK: Description = Description::gauge(
+    "idemgate_store_eviction_risk",
+    "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)",
+);
 /// `idemgate_store_evicted_keys`: Redis's own `evicted_keys` (`INFO
 /// stats`), summed over the primaries. A gauge that mirrors the servers'
 /// counters, so it drops when a server restarts; `increase()` reads such a
 /// drop as a counter reset.
-pub(crate) const STORE_EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
+pub(crate) const STORE_EVICTED_KEYS: Description = Description::gauge(
+    "idemgate_store_evicted_keys",
+    "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries",
+);
 
-/// Registers the help texts and units of the store's metrics with the
-/// installed recorder (called once at start-up, `app::install_metrics`).
-pub(crate) fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_histogram!(
-        STORE_DURATION,
-        Unit::Seconds,
-        "Store call latency by operation"
-    );
-    describe_counter!(STORE_ERRORS_TOTAL, "Failed store calls by operation");
-    describe_gauge!(
-        STORE_EVICTION_RISK,
-        "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)"
-    );
-    describe_gauge!(
-        STORE_EVICTED_KEYS,
-        "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries"
-    );
-}
+/// The store's metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[
+    STORE_DURATION,
+    STORE_ERRORS_TOTAL,
+    STORE_EVICTION_RISK,
+    STORE_EVICTED_KEYS,
+];
 
 /// Store operation (`op` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,15 +102,11 @@ impl StoreMetrics {
         Self {
             durations: StoreOp::ALL
                 .iter()
-                .map(|op| histogram!(STORE_DURATION, "op" => op.as_str()))
+                .map(|op| histogram!(STORE_DURATION.name, "op" => op.as_str()))
                 .collect(),
             errors: StoreOp::ALL
                 .iter()
-                .map(|op| {
-                    let counter = counter!(STORE_ERRORS_TOTAL, "op" => op.as_str());
-                    counter.increment(0);
-                    counter
-                })
+                .map(|op| at_zero(counter!(STORE_ERRORS_TOTAL.name, "op" => op.as_str())))
                 .collect(),
         }
     }
@@ -140,8 +138,8 @@ impl EvictionMetrics {
     /// Handles for both gauges, set to 0.
     pub(crate) fn new() -> Self {
         let this = Self {
-            risk: gauge!(STORE_EVICTION_RISK),
-            evicted: gauge!(STORE_EVICTED_KEYS),
+            risk: gauge!(STORE_EVICTION_RISK.name),
+            evicted: gauge!(STORE_EVICTED_KEYS.name),
         };
         this.risk.set(0.0);
         this.evicted.set(0.0);
@@ -164,13 +162,12 @@ impl Default for EvictionMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::testing::assert_declaration_order;
 
     /// The handle vectors are indexed by discriminant: `StoreOp::ALL` must
     /// list the variants in declaration order.
     #[test]
     fn label_arrays_follow_declaration_order() {
-        for (i, op) in StoreOp::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, i);
-        }
+        assert_declaration_order(&StoreOp::ALL, |op| op as usize);
     }
 }

@@ -70,20 +70,18 @@ impl AnyStore {
         match &self.backend {
             Backend::Embedded(embedded) => {
                 let embedded = embedded.clone();
-                let shutdown = shutdown.clone();
-                tracker.spawn(async move {
-                    let mut ticker = tokio::time::interval(SWEEP_EVERY);
-                    loop {
-                        tokio::select! {
-                            () = shutdown.cancelled() => break,
-                            _ = ticker.tick() => {
-                                if let Err(error) = embedded.sweep().await {
-                                    tracing::warn!(%error, "embedded store sweep failed");
-                                }
+                tracker.spawn(crate::time::every(
+                    SWEEP_EVERY,
+                    shutdown.clone(),
+                    move || {
+                        let embedded = embedded.clone();
+                        async move {
+                            if let Err(error) = embedded.sweep().await {
+                                tracing::warn!(%error, "embedded store sweep failed");
                             }
                         }
-                    }
-                });
+                    },
+                ));
             }
             Backend::Redis(redis) => {
                 let store = Arc::clone(self);

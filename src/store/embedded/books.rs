@@ -2,9 +2,7 @@
 //! one table, `(books key, line) -> count`, each addition its own durable
 //! write transaction like every other operation.
 
-use std::sync::Arc;
-
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, backend};
 use crate::store::StoreError;
@@ -35,10 +33,7 @@ impl EmbeddedStore {
     /// The books under `key` (zero for a line never written).
     pub(crate) async fn books_read(&self, key: &str) -> Result<Books, StoreError> {
         let key = key.to_owned();
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let table = txn.open_table(BOOKS).map_err(backend)?;
+        self.read(BOOKS, move |table| {
             let mut books = Books::default();
             for line in Book::ALL {
                 let count = table
@@ -50,6 +45,5 @@ impl EmbeddedStore {
             Ok(books)
         })
         .await
-        .map_err(backend)?
     }
 }

@@ -12,9 +12,7 @@
 //! Each write is one redb write transaction committed before the call
 //! returns, like the record operations.
 
-use std::sync::Arc;
-
-use redb::{ReadableDatabase, ReadableTable, Table, TableDefinition};
+use redb::{ReadableTable, Table, TableDefinition};
 
 use super::{EmbeddedStore, backend};
 use crate::store::StoreError;
@@ -134,14 +132,7 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&redb::ReadOnlyTable<OrderKey, ()>) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let order = txn.open_table(ORDER).map_err(backend)?;
-            op(&order)
-        })
-        .await
-        .map_err(backend)?
+        self.read(ORDER, op).await
     }
 
     /// ZADD: set `member`'s score in index `index` (insert or move).
@@ -267,6 +258,8 @@ impl EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     const DUE: &str = "idemgate:payments:inbox:due";

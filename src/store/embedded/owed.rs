@@ -3,9 +3,7 @@
 //! very write transaction that writes the record (`complete`, `swap`), so
 //! a record and its entry are committed together or not at all.
 
-use std::sync::Arc;
-
-use redb::{ReadableDatabase, TableDefinition, WriteTransaction};
+use redb::{TableDefinition, WriteTransaction};
 
 use super::{EmbeddedStore, RECORDS, backend, read_entry};
 use crate::record::{OwnerToken, now_ms};
@@ -34,10 +32,7 @@ impl EmbeddedStore {
     /// Every key hash in the owed set `set`.
     pub(crate) async fn owed(&self, set: &str) -> Result<Vec<String>, StoreError> {
         let set = set.to_owned();
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let table = txn.open_table(OWED).map_err(backend)?;
+        self.read(OWED, move |table| {
             let mut members = Vec::new();
             for item in table.range((set.as_str(), "")..).map_err(backend)? {
                 let (entry, _) = item.map_err(backend)?;
@@ -50,7 +45,6 @@ impl EmbeddedStore {
             Ok(members)
         })
         .await
-        .map_err(backend)?
     }
 
     /// Takes `key` out of its owed set if its record is absent or still

@@ -1,7 +1,6 @@
 //! Unit tests of the embedded store's owner-fenced swap.
 
 use super::*;
-use crate::record::Fingerprint;
 
 fn key() -> StoreKey {
     StoreKey::new("idemgate", "payments", &"a".repeat(64))
@@ -10,11 +9,7 @@ fn key() -> StoreKey {
 fn record(owner: u8, state: RecordState) -> Record {
     Record {
         owner: OwnerToken([owner; 16]),
-        fingerprint: Fingerprint([7; 32]),
-        created_at_ms: 1_000,
-        answered_at_ms: 1_000,
-        trace: None,
-        state,
+        ..crate::record::sample(state)
     }
 }
 
@@ -22,9 +17,26 @@ fn bytes(record: &Record) -> Vec<u8> {
     record.encode().unwrap().to_vec()
 }
 
+/// Swaps the record under [`key`] to `record` (not owed) if `expected`
+/// owns it; whether it did.
+async fn swap(store: &EmbeddedStore, expected: OwnerToken, record: &Record, ttl: Duration) -> bool {
+    store
+        .swap(&key(), expected, bytes(record), ttl, false)
+        .await
+        .unwrap()
+}
+
 async fn stored(store: &EmbeddedStore) -> (Record, Duration) {
     let existing = store.lookup(&key()).await.unwrap().expect("a live record");
     (existing.record, existing.ttl.unwrap())
+}
+
+/// Asserts that `expected` is stored under [`key`] with (nearly) an hour
+/// to live.
+async fn assert_stored_for_an_hour(store: &EmbeddedStore, expected: &Record) {
+    let (now_stored, ttl) = stored(store).await;
+    assert_eq!(&now_stored, expected);
+    assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
 }
 
 #[tokio::test]
@@ -38,41 +50,17 @@ async fn swap_is_fenced_by_owner_and_idempotent() {
     store.claim(&key(), first.clone(), ten).await.unwrap();
 
     // Expected owner: replaced, with the new TTL.
-    assert!(
-        store
-            .swap(&key(), first.owner, bytes(&next), hour, false)
-            .await
-            .unwrap()
-    );
-    let (now_stored, ttl) = stored(&store).await;
-    assert_eq!(now_stored, next);
-    assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
+    assert!(swap(&store, first.owner, &next, hour).await);
+    assert_stored_for_an_hour(&store, &next).await;
 
     // The same swap retried: true, nothing written (TTL untouched).
-    assert!(
-        store
-            .swap(&key(), first.owner, bytes(&next), ten, false)
-            .await
-            .unwrap()
-    );
-    let (now_stored, ttl) = stored(&store).await;
-    assert_eq!(now_stored, next);
-    assert!(ttl > Duration::from_secs(3_500), "{ttl:?}");
+    assert!(swap(&store, first.owner, &next, ten).await);
+    assert_stored_for_an_hour(&store, &next).await;
 
     // Another owner's record with other bytes: untouched.
     let third = record(3, RecordState::InFlight);
-    assert!(
-        !store
-            .swap(&key(), first.owner, bytes(&third), ten, false)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .swap(&key(), third.owner, bytes(&third), ten, false)
-            .await
-            .unwrap()
-    );
+    assert!(!swap(&store, first.owner, &third, ten).await);
+    assert!(!swap(&store, third.owner, &third, ten).await);
     assert_eq!(stored(&store).await.0, next);
 
     // The sweeper's index follows the new expiry: nothing to sweep.
@@ -85,12 +73,7 @@ async fn swap_of_an_absent_or_expired_record_fails() {
     let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
     let first = record(1, RecordState::InFlight);
     let hour = Duration::from_secs(3_600);
-    assert!(
-        !store
-            .swap(&key(), first.owner, bytes(&first), hour, false)
-            .await
-            .unwrap()
-    );
+    assert!(!swap(&store, first.owner, &first, hour).await);
     assert!(store.lookup(&key()).await.unwrap().is_none());
 
     // Expired (not yet swept) counts as absent, even for equal bytes.
@@ -99,18 +82,8 @@ async fn swap_of_an_absent_or_expired_record_fails() {
         .await
         .unwrap();
     let next = record(1, RecordState::Unknown);
-    assert!(
-        !store
-            .swap(&key(), first.owner, bytes(&next), hour, false)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .swap(&key(), first.owner, bytes(&first), hour, false)
-            .await
-            .unwrap()
-    );
+    assert!(!swap(&store, first.owner, &next, hour).await);
+    assert!(!swap(&store, first.owner, &first, hour).await);
     assert!(store.lookup(&key()).await.unwrap().is_none());
     assert_eq!(store.sweep().await.unwrap(), 1);
 }
