@@ -72,6 +72,15 @@ pub fn embedded_store(path: &std::path::Path) -> String {
     format!("kind = \"embedded\"\npath = \"{}\"", path.display())
 }
 
+/// A fresh embedded store in its own temporary directory, for tests that
+/// need one file nobody else writes: the directory (keep it alive for the
+/// whole test; dropping it deletes the store) and the `[store]` body.
+pub fn temp_embedded_store() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = embedded_store(&dir.path().join("idemgate.redb"));
+    (dir, store)
+}
+
 /// idemgate running in this process.
 pub struct Gate {
     pub app: Option<RunningApp>,
