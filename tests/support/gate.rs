@@ -226,8 +226,24 @@ impl GateProcess {
 /// idemgate in this process on the test route ([`config_text`]) with `extra`
 /// appended to `[route.idempotency]`.
 pub async fn redis_gate(extra: &str) -> (RedisServer, Upstream, Gate) {
+    redis_gate_for(Upstream::start().await, extra).await
+}
+
+/// [`redis_gate`] in front of a given `upstream` (scripted, slow, failing).
+pub async fn redis_gate_for(upstream: Upstream, extra: &str) -> (RedisServer, Upstream, Gate) {
+    redis_gate_edited(upstream, extra, |text| text).await
+}
+
+/// [`redis_gate_for`] with the configuration text passed through `edit`
+/// before idemgate starts, for tests that change the test route beyond
+/// `[route.idempotency]` (its key, its signed message, its limits).
+pub async fn redis_gate_edited(
+    upstream: Upstream,
+    extra: &str,
+    edit: impl FnOnce(String) -> String,
+) -> (RedisServer, Upstream, Gate) {
     let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), extra)).await;
+    let text = edit(config_text(&redis_store(&redis), &upstream.url(), extra));
+    let gate = Gate::start(&text).await;
     (redis, upstream, gate)
 }
