@@ -4,12 +4,24 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// A Redis-backed gate in front of an upstream that answers 200 after
+/// `delay`, with `extra` in `[route.idempotency]`: time for duplicates to
+/// meet the first delivery in flight.
+async fn slow_gate(delay: Duration, extra: &str) -> (RedisServer, Upstream, Gate) {
+    let upstream = Upstream::scripted(move |_, _| Reply::slow(delay)).await;
+    redis_gate_for(upstream, extra).await
+}
+
+/// Starts delivering `body` to `url` as its own task: a delivery in flight
+/// while the test sends its duplicates.
+fn deliver_in_background(url: &str, body: &str) -> tokio::task::JoinHandle<Answer> {
+    let (url, body) = (url.to_owned(), body.to_owned());
+    tokio::spawn(async move { deliver(&url, &body).await })
+}
+
 async fn burst(url: &str, body: &str, copies: usize) -> Vec<Answer> {
     let tasks: Vec<_> = (0..copies)
-        .map(|_| {
-            let (url, body) = (url.to_owned(), body.to_owned());
-            tokio::spawn(async move { deliver(&url, &body).await })
-        })
+        .map(|_| deliver_in_background(url, body))
         .collect();
     let mut answers = Vec::with_capacity(copies);
     for task in tasks {
@@ -20,14 +32,8 @@ async fn burst(url: &str, body: &str, copies: usize) -> Vec<Answer> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_mode_gives_every_duplicate_the_same_answer() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(500))).await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "on_in_flight = \"wait\"",
-    ))
-    .await;
+    let (_redis, upstream, gate) =
+        slow_gate(Duration::from_millis(500), "on_in_flight = \"wait\"").await;
 
     let answers = burst(&gate.url("/notify"), &payment("p-burst"), 32).await;
     assert_eq!(upstream.calls(), 1, "exactly one execution");
@@ -46,14 +52,8 @@ async fn wait_mode_gives_every_duplicate_the_same_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflict_mode_refuses_duplicates_with_409() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(800))).await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "on_in_flight = \"conflict\"",
-    ))
-    .await;
+    let (_redis, upstream, gate) =
+        slow_gate(Duration::from_millis(800), "on_in_flight = \"conflict\"").await;
 
     let answers = burst(&gate.url("/notify"), &payment("p-conflict"), 32).await;
     assert_eq!(upstream.calls(), 1);
@@ -69,20 +69,11 @@ async fn conflict_mode_refuses_duplicates_with_409() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_timeout_ends_in_409() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(1500))).await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
-        "wait_timeout = \"300ms\"",
-    ))
-    .await;
+    let (_redis, upstream, gate) =
+        slow_gate(Duration::from_millis(1500), "wait_timeout = \"300ms\"").await;
     let url = gate.url("/notify");
     let body = payment("p-wait");
-    let first = tokio::spawn({
-        let (url, body) = (url.clone(), body.clone());
-        async move { deliver(&url, &body).await }
-    });
+    let first = deliver_in_background(&url, &body);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = std::time::Instant::now();
     let waited = deliver(&url, &body).await;
@@ -96,20 +87,14 @@ async fn wait_timeout_ends_in_409() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_is_renewed_while_the_upstream_is_slow() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_secs(2))).await;
-    let gate = Gate::start(&config_text(
-        &redis_store(&redis),
-        &upstream.url(),
+    let (redis, upstream, gate) = slow_gate(
+        Duration::from_secs(2),
         "lease = \"500ms\"\nunknown_hold = \"500ms\"\non_in_flight = \"conflict\"",
-    ))
+    )
     .await;
     let url = gate.url("/notify");
     let body = payment("p-renew");
-    let first = tokio::spawn({
-        let (url, body) = (url.clone(), body.clone());
-        async move { deliver(&url, &body).await }
-    });
+    let first = deliver_in_background(&url, &body);
     // Without renewal the claim (500 ms lease + 500 ms hold) would be gone.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let duplicate = deliver(&url, &body).await;

@@ -4,13 +4,9 @@ use crate::support::*;
 
 #[tokio::test]
 async fn a_record_survives_an_idemgate_restart() {
-    let dir = tempfile::tempdir().unwrap();
+    let (_dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
-    let text = config_text(
-        &embedded_store(&dir.path().join("idemgate.redb")),
-        &upstream.url(),
-        "",
-    );
+    let text = config_text(&store, &upstream.url(), "");
     let body = payment("p-embedded");
 
     let gate = Gate::start(&text).await;

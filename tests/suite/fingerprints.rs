@@ -6,10 +6,6 @@
 
 use crate::support::*;
 
-async fn gate_with(redis: &RedisServer, upstream: &Upstream, extra: &str) -> Gate {
-    Gate::start(&config_text(&redis_store(redis), &upstream.url(), extra)).await
-}
-
 /// A 400 `bad_request_body`: the body can not be read one way only.
 fn assert_bad_body(answer: &Answer) {
     assert_eq!(
@@ -23,14 +19,7 @@ fn assert_bad_body(answer: &Answer) {
 /// body matched the clean one and was replayed.
 #[tokio::test]
 async fn a_duplicate_json_key_is_refused_not_replayed() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = gate_with(
-        &redis,
-        &upstream,
-        "fingerprint_ignore = [\"json:/notify_time\"]",
-    )
-    .await;
+    let (redis, upstream, gate) = redis_gate("fingerprint_ignore = [\"json:/notify_time\"]").await;
     let url = gate.url("/notify");
     let clean = r#"{"id":"d1","amount":"9999.00"}"#;
     let twice = r#"{"id":"d1","amount":"10.00","amount":"9999.00"}"#;
@@ -59,9 +48,7 @@ async fn a_duplicate_json_key_is_refused_not_replayed() {
 /// the first `id` would run the delivery again under another key).
 #[tokio::test]
 async fn duplicate_keys_are_refused_at_any_depth() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = gate_with(&redis, &upstream, "").await;
+    let (_redis, upstream, gate) = redis_gate("").await;
     let url = gate.url("/notify");
     for body in [
         r#"{"id":"k1","id":"k2"}"#,
@@ -89,18 +76,19 @@ async fn duplicate_keys_are_refused_at_any_depth() {
 /// another. Refused before verification succeeds.
 #[tokio::test]
 async fn signed_json_selectors_refuse_duplicate_keys() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
     // A message without {body} must cover the key (json:/id) too.
-    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
-        "{timestamp}.{body}",
-        "{timestamp}.{json:/id}.{json:/status}",
-    );
-    assert!(
-        text.contains("{timestamp}.{json:/id}.{json:/status}"),
-        "{text}"
-    );
-    let gate = Gate::start(&text).await;
+    let (_redis, upstream, gate) = redis_gate_edited(Upstream::start().await, "", |text| {
+        let text = text.replace(
+            "{timestamp}.{body}",
+            "{timestamp}.{json:/id}.{json:/status}",
+        );
+        assert!(
+            text.contains("{timestamp}.{json:/id}.{json:/status}"),
+            "{text}"
+        );
+        text
+    })
+    .await;
     let sign = |id: &str, status: &str| {
         let ts = now_secs().to_string();
         let mac = idemgate::signature::mac(
@@ -133,15 +121,12 @@ async fn signed_json_selectors_refuse_duplicate_keys() {
 /// requests: 422, never a replay.
 #[tokio::test]
 async fn repeated_form_fields_keep_their_order() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(
-        &redis_store(&redis),
-        &upstream.url(),
+    let (_redis, upstream, gate) = redis_gate_edited(
+        Upstream::start().await,
         "fingerprint_ignore = [\"form:ts\"]",
+        |text| text.replace("key = [\"json:/id\"]", "key = [\"form:id\"]"),
     )
-    .replace("key = [\"json:/id\"]", "key = [\"form:id\"]");
-    let gate = Gate::start(&text).await;
+    .await;
     let url = gate.url("/notify");
     let first = deliver_form(&url, "id=f1&amount=10&amount=9999&ts=1").await;
     assert_eq!(first.status, 200);
@@ -167,14 +152,7 @@ async fn repeated_form_fields_keep_their_order() {
 /// silently equal.
 #[tokio::test]
 async fn numbers_compare_as_written() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = gate_with(
-        &redis,
-        &upstream,
-        "fingerprint_ignore = [\"json:/notify_time\"]",
-    )
-    .await;
+    let (_redis, upstream, gate) = redis_gate("fingerprint_ignore = [\"json:/notify_time\"]").await;
     let url = gate.url("/notify");
     let first = deliver(&url, r#"{"id":"n1","amount":10.5,"notify_time":1}"#).await;
     assert_eq!(first.status, 200);

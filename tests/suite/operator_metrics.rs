@@ -9,8 +9,7 @@ use crate::support::*;
 
 /// The real binary on the embedded store; its upstream is never called.
 fn start() -> (tempfile::TempDir, GateProcess) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = embedded_store(&dir.path().join("idemgate.redb"));
+    let (dir, store) = temp_embedded_store();
     let gate = GateProcess::start(&config_text(&store, "http://127.0.0.1:9", ""));
     (dir, gate)
 }
@@ -177,9 +176,8 @@ fn exported(text: &str) -> BTreeSet<String> {
 /// histograms and hot keys have something to show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_exported_metric_is_documented_and_every_documented_one_exported() {
-    let dir = tempfile::tempdir().unwrap();
+    let (_dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
-    let store = embedded_store(&dir.path().join("idemgate.redb"));
     let text = config_text(&store, &upstream.url(), "")
         + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n";
     let gate = GateProcess::start(&text);

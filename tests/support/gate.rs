@@ -72,6 +72,15 @@ pub fn embedded_store(path: &std::path::Path) -> String {
     format!("kind = \"embedded\"\npath = \"{}\"", path.display())
 }
 
+/// A fresh embedded store in its own temporary directory, for tests that
+/// need one file nobody else writes: the directory (keep it alive for the
+/// whole test; dropping it deletes the store) and the `[store]` body.
+pub fn temp_embedded_store() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = embedded_store(&dir.path().join("idemgate.redb"));
+    (dir, store)
+}
+
 /// idemgate running in this process.
 pub struct Gate {
     pub app: Option<RunningApp>,
@@ -217,8 +226,24 @@ impl GateProcess {
 /// idemgate in this process on the test route ([`config_text`]) with `extra`
 /// appended to `[route.idempotency]`.
 pub async fn redis_gate(extra: &str) -> (RedisServer, Upstream, Gate) {
+    redis_gate_for(Upstream::start().await, extra).await
+}
+
+/// [`redis_gate`] in front of a given `upstream` (scripted, slow, failing).
+pub async fn redis_gate_for(upstream: Upstream, extra: &str) -> (RedisServer, Upstream, Gate) {
+    redis_gate_edited(upstream, extra, |text| text).await
+}
+
+/// [`redis_gate_for`] with the configuration text passed through `edit`
+/// before idemgate starts, for tests that change the test route beyond
+/// `[route.idempotency]` (its key, its signed message, its limits).
+pub async fn redis_gate_edited(
+    upstream: Upstream,
+    extra: &str,
+    edit: impl FnOnce(String) -> String,
+) -> (RedisServer, Upstream, Gate) {
     let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), extra)).await;
+    let text = edit(config_text(&redis_store(&redis), &upstream.url(), extra));
+    let gate = Gate::start(&text).await;
     (redis, upstream, gate)
 }

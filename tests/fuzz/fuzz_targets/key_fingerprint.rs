@@ -30,71 +30,73 @@ use idemgate::pipeline::verify::verify;
 use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;
 
-const ROUTES: &str = r#"
-[[route]]
-name = "json-key"
-path_prefix = "/json"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+/// Every route is scheme "none"; what differs is its idempotency table.
+const ROUTES: &[idemgate_fuzz::Route] = &[
+    (
+        "json-key",
+        "/json",
+        "none",
+        &[],
+        r#"[route.idempotency]
 key = ["json:/a", "header:Idempotency-Key", "form:b"]
 require_key = false
 fingerprint = ["method", "path", "query", "header:x-a", "body"]
-fingerprint_ignore = ["json:/ts", "json:/meta/nonce", "json:/items/0", "json:/a~1b/~0c"]
-
-[[route]]
-name = "json-required"
-path_prefix = "/json-required"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+fingerprint_ignore = ["json:/ts", "json:/meta/nonce", "json:/items/0", "json:/a~1b/~0c"]"#,
+    ),
+    (
+        "json-required",
+        "/json-required",
+        "none",
+        &[],
+        r#"[route.idempotency]
 key = ["json:/id", "header:Idempotency-Key"]
-fingerprint_ignore = ["json:/notify_time", "json:/"]
-
-[[route]]
-name = "form-key"
-path_prefix = "/form"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+fingerprint_ignore = ["json:/notify_time", "json:/"]"#,
+    ),
+    (
+        "form-key",
+        "/form",
+        "none",
+        &[],
+        r#"[route.idempotency]
 key = ["form:out_trade_no", "query:k"]
 require_key = false
-fingerprint_ignore = ["form:sign", "form:notify_time"]
-
-[[route]]
-name = "header-key"
-path_prefix = "/header"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+fingerprint_ignore = ["form:sign", "form:notify_time"]"#,
+    ),
+    (
+        "header-key",
+        "/header",
+        "none",
+        &[],
+        r#"[route.idempotency]
 key = ["header:Idempotency-Key"]
-fingerprint = ["method", "path", "body", "header:idempotency-key"]
-
-[[route]]
-name = "xml-key"
-path_prefix = "/xml"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+fingerprint = ["method", "path", "body", "header:idempotency-key"]"#,
+    ),
+    (
+        "xml-key",
+        "/xml",
+        "none",
+        &[],
+        r#"[route.idempotency]
 key = ["xml:/xml/out_trade_no"]
 require_key = false
-fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]
-
-[[route]]
-name = "no-key"
-path_prefix = "/no-key"
-[route.signature]
-scheme = "none"
-[route.idempotency]
+fingerprint_ignore = ["xml:/xml/nonce_str", "xml:/xml/sign"]"#,
+    ),
+    (
+        "no-key",
+        "/no-key",
+        "none",
+        &[],
+        r#"[route.idempotency]
 fingerprint = ["method", "path", "query", "body"]
-fingerprint_ignore = ["json:/ts"]
-"#;
+fingerprint_ignore = ["json:/ts"]"#,
+    ),
+];
 
 const PREFIX: &str = "idemgate";
 
 fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| idemgate_fuzz::config(ROUTES))
+    CONFIG.get_or_init(|| idemgate_fuzz::config(&idemgate_fuzz::routes(ROUTES)))
 }
 
 fn check_sf_string(raw: &[u8]) {

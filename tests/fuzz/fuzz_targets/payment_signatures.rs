@@ -44,60 +44,67 @@ macro_rules! key {
 }
 
 /// One route per payment preset, keyed as the vectors need.
-const ROUTES: &str = concat!(
-    r#"
-[[route]]
-name = "alipay"
-path_prefix = "/hooks/alipay"
-[route.signature]
-scheme = "alipay"
-allow_rsa1 = true
-public_keys = ["#,
-    key!("alipay-1.pub.b64"),
-    ", ",
-    key!("alipay-2.pub.pem"),
-    r#"]
-
-[[route]]
-name = "wechatpay-v2"
-path_prefix = "/hooks/wechatpay/v2"
-[route.signature]
-scheme = "wechatpay-v2"
-secrets = ["literal:idemgateTestOnlyV2ApiKey20231114", "literal:fuzz-old-api-key-0123456789abcde"]
-
-[[route]]
-name = "wechatpay-v3"
-path_prefix = "/hooks/wechatpay/v3"
-[route.signature]
-scheme = "wechatpay-v3"
-public_keys = ["#,
-    key!("wechatpay-1.cert.pem"),
-    ", ",
-    key!("wechatpay-2.cert.pem"),
-    r#", { id = "PUB_KEY_ID_0112345678202501010000000000000000", key = "#,
-    key!("wechatpay-pub.pub.pem"),
-    r#" }]
-
-[[route]]
-name = "adyen"
-path_prefix = "/hooks/adyen"
-[route.signature]
-scheme = "adyen"
-secrets = ["literal:F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186", "literal:00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"]
-
-[[route]]
-name = "twilio"
-path_prefix = "/hooks/twilio"
-[route.signature]
-scheme = "twilio"
-secrets = ["literal:2613416aded31ff34d03ba7e6eb7f391", "literal:fuzz-old-auth-token"]
-public_url = "https://hooks.example.com"
-"#
-);
+const ROUTES: &[idemgate_fuzz::Route] = &[
+    (
+        "alipay",
+        "/hooks/alipay",
+        "alipay",
+        &[],
+        concat!(
+            "allow_rsa1 = true\npublic_keys = [",
+            key!("alipay-1.pub.b64"),
+            ", ",
+            key!("alipay-2.pub.pem"),
+            "]"
+        ),
+    ),
+    (
+        "wechatpay-v2",
+        "/hooks/wechatpay/v2",
+        "wechatpay-v2",
+        &[
+            "idemgateTestOnlyV2ApiKey20231114",
+            "fuzz-old-api-key-0123456789abcde",
+        ],
+        "",
+    ),
+    (
+        "wechatpay-v3",
+        "/hooks/wechatpay/v3",
+        "wechatpay-v3",
+        &[],
+        concat!(
+            "public_keys = [",
+            key!("wechatpay-1.cert.pem"),
+            ", ",
+            key!("wechatpay-2.cert.pem"),
+            r#", { id = "PUB_KEY_ID_0112345678202501010000000000000000", key = "#,
+            key!("wechatpay-pub.pub.pem"),
+            " }]"
+        ),
+    ),
+    (
+        "adyen",
+        "/hooks/adyen",
+        "adyen",
+        &[
+            "F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186",
+            "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF",
+        ],
+        "",
+    ),
+    (
+        "twilio",
+        "/hooks/twilio",
+        "twilio",
+        &["2613416aded31ff34d03ba7e6eb7f391", "fuzz-old-auth-token"],
+        r#"public_url = "https://hooks.example.com""#,
+    ),
+];
 
 fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| idemgate_fuzz::config(ROUTES))
+    CONFIG.get_or_init(|| idemgate_fuzz::config(&idemgate_fuzz::routes(ROUTES)))
 }
 
 fn check_helpers(body: &[u8], uri: &str) {

@@ -32,96 +32,96 @@ use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;
 
 /// One route per scheme, keyed by the vectors' secrets.
-const ROUTES: &str = r#"
-[[route]]
-name = "standard-webhooks"
-path_prefix = "/standard-webhooks"
-[route.signature]
-scheme = "standard-webhooks"
-secrets = ["literal:whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "literal:whsec_b2xkLXNlY3JldC1vbGQtc2VjcmV0LW9sZC1zZWNyZXQ="]
-
-[[route]]
-name = "stripe"
-path_prefix = "/stripe"
-[route.signature]
-scheme = "stripe"
-secrets = ["literal:whsec_test_secret", "literal:whsec_new_secret", "literal:whsec_old_secret"]
-
-[[route]]
-name = "github"
-path_prefix = "/github"
-[route.signature]
-scheme = "github"
-secrets = ["literal:It's a Secret to Everybody", "literal:gh_webhook_secret"]
-
-[[route]]
-name = "slack"
-path_prefix = "/slack"
-[route.signature]
-scheme = "slack"
-secrets = ["literal:8f742231b10e8888abcd99yyyzzz85a5", "literal:slack_signing_secret"]
-
-[[route]]
-name = "shopify"
-path_prefix = "/shopify"
-[route.signature]
-scheme = "shopify"
-secrets = ["literal:shpss_test_client_secret"]
-
-[[route]]
-name = "hmac-header"
-path_prefix = "/hmac-header"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:fuzz-secret-0123456789", "literal:fuzz-old-0123456789"]
-signature = "header:X-Signature"
+const ROUTES: &[idemgate_fuzz::Route] = &[
+    (
+        "standard-webhooks",
+        "/standard-webhooks",
+        "standard-webhooks",
+        &[
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_b2xkLXNlY3JldC1vbGQtc2VjcmV0LW9sZC1zZWNyZXQ=",
+        ],
+        "",
+    ),
+    (
+        "stripe",
+        "/stripe",
+        "stripe",
+        &["whsec_test_secret", "whsec_new_secret", "whsec_old_secret"],
+        "",
+    ),
+    (
+        "github",
+        "/github",
+        "github",
+        &["It's a Secret to Everybody", "gh_webhook_secret"],
+        "",
+    ),
+    (
+        "slack",
+        "/slack",
+        "slack",
+        &["8f742231b10e8888abcd99yyyzzz85a5", "slack_signing_secret"],
+        "",
+    ),
+    (
+        "shopify",
+        "/shopify",
+        "shopify",
+        &["shpss_test_client_secret"],
+        "",
+    ),
+    (
+        "hmac-header",
+        "/hmac-header",
+        "hmac",
+        &["fuzz-secret-0123456789", "fuzz-old-0123456789"],
+        r#"signature = "header:X-Signature"
 prefix = "sha256="
 encoding = "hex"
 timestamp = "header:X-Timestamp"
-message = "{timestamp}.{method} {path}.{body}"
-
-[[route]]
-name = "hmac-json"
-path_prefix = "/hmac-json"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:fuzz-secret-0123456789"]
-algorithm = "sha512"
+message = "{timestamp}.{method} {path}.{body}""#,
+    ),
+    (
+        "hmac-json",
+        "/hmac-json",
+        "hmac",
+        &["fuzz-secret-0123456789"],
+        r#"algorithm = "sha512"
 signature = "json:/sign"
 encoding = "base64"
 timestamp = "json:/ts"
 timestamp_unit = "ms"
 tolerance = "1m"
-message = "{json:/id}\n{json:/amount}\n{timestamp}\n{json:/data}{{x}}"
-
-[[route]]
-name = "hmac-form"
-path_prefix = "/hmac-form"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:fuzz-secret-0123456789"]
-signature = "form:sign"
+message = "{json:/id}\n{json:/amount}\n{timestamp}\n{json:/data}{{x}}""#,
+    ),
+    (
+        "hmac-form",
+        "/hmac-form",
+        "hmac",
+        &["fuzz-secret-0123456789"],
+        r#"signature = "form:sign"
 encoding = "hex"
 timestamp = "form:ts"
-message = "{form:out_trade_no}&{form:total_fee}&{timestamp}&{query:t}"
-
-[[route]]
-name = "hmac-query"
-path_prefix = "/hmac-query"
-[route.signature]
-scheme = "hmac"
-secrets = ["literal:fuzz-secret-0123456789"]
-signature = "query:sig"
+message = "{form:out_trade_no}&{form:total_fee}&{timestamp}&{query:t}""#,
+    ),
+    (
+        "hmac-query",
+        "/hmac-query",
+        "hmac",
+        &["fuzz-secret-0123456789"],
+        r#"signature = "query:sig"
 encoding = "base64"
-message = "{method}{path}?a={query:a}"
-"#;
+message = "{method}{path}?a={query:a}""#,
+    ),
+];
 
 /// The headers a standard-webhooks signed id comes from.
 const ID_HEADERS: [&str; 2] = ["webhook-id", "svix-id"];
 
 fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| idemgate_fuzz::config(ROUTES))
+    CONFIG.get_or_init(|| idemgate_fuzz::config(&idemgate_fuzz::routes(ROUTES)))
 }
 
 fn check_stripe_header(value: &[u8]) {

@@ -155,3 +155,29 @@ pub fn verified<'a>(
     }
     verified
 }
+
+/// One fuzz route, as the targets list them: name, path prefix, signature
+/// scheme, `literal:` secrets (empty for schemes keyed otherwise) and the
+/// TOML lines that follow in `[route.signature]` (and any table after it).
+/// A tuple, so each target's routes read as a table of what differs.
+pub type Route<'a> = (&'a str, &'a str, &'a str, &'a [&'a str], &'a str);
+
+/// The `[[route]]` tables of `routes`, ready for [`config`]: the table heads
+/// and `name`/`path_prefix`/`scheme`/`secrets` lines every route repeats are
+/// written here once.
+pub fn routes(routes: &[Route]) -> String {
+    let mut toml = String::new();
+    for (name, path_prefix, scheme, secrets, rest) in routes {
+        toml.push_str(&format!(
+            "\n[[route]]\nname = \"{name}\"\npath_prefix = \"{path_prefix}\"\n\
+             [route.signature]\nscheme = \"{scheme}\"\n"
+        ));
+        if !secrets.is_empty() {
+            let list: Vec<String> = secrets.iter().map(|s| format!("\"literal:{s}\"")).collect();
+            toml.push_str(&format!("secrets = [{}]\n", list.join(", ")));
+        }
+        toml.push_str(rest);
+        toml.push('\n');
+    }
+    toml
+}

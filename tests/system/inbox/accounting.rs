@@ -44,10 +44,10 @@ async fn a_backlog_older_than_retention_is_delivered_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_longer_than_retention_keeps_the_queue_on_the_embedded_store() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_dir, store) = temp_embedded_store();
     let (port, url) = absent_handler();
     let text = short_retention(
-        &embedded_store(&dir.path().join("idemgate.redb")),
+        &store,
         &url,
         "backoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 100\nvisibility_timeout = \"3s\"",
     );

@@ -180,14 +180,9 @@ async fn the_books_balance_through_chaos_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_books_balance_through_chaos_on_the_embedded_store() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_dir, store) = temp_embedded_store();
     let (port, url) = absent_handler();
-    let text = inbox_config(
-        &embedded_store(&dir.path().join("idemgate.redb")),
-        &url,
-        CHAOS,
-    )
-    .replace("timeout = \"5s\"", "timeout = \"2s\"");
+    let text = inbox_config(&store, &url, CHAOS).replace("timeout = \"5s\"", "timeout = \"2s\"");
     // One instance: the embedded store is a single instance's. The store
     // "restarts" with it (a clean stop and start).
     let restart_text = text.clone();

@@ -90,8 +90,8 @@ async fn a_failing_handler_kills_the_delivery_on_schedule_and_retry_sends_it_onc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_kills_and_retries_the_same_way() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    dies_then_retries_once(&embedded_store(&dir.path().join("idemgate.redb"))).await;
+    let (_dir, store) = temp_embedded_store();
+    dies_then_retries_once(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,13 +65,9 @@ async fn two_instances_deliver_every_acknowledged_delivery_once_after_the_handle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_delivers_every_acknowledged_delivery_once() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_dir, store) = temp_embedded_store();
     let (port, url) = absent_handler();
-    let text = inbox_config(
-        &embedded_store(&dir.path().join("idemgate.redb")),
-        &url,
-        PATIENT,
-    );
+    let text = inbox_config(&store, &url, PATIENT);
     let gate = [GateProcess::start(&text)];
     down_then_back(&gate, port, 60, Duration::from_secs(4)).await;
 }
@@ -79,13 +75,9 @@ async fn the_embedded_store_delivers_every_acknowledged_delivery_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_deliveries_survive_an_idemgate_restart_on_the_embedded_store() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_dir, store) = temp_embedded_store();
     let (port, url) = absent_handler();
-    let text = inbox_config(
-        &embedded_store(&dir.path().join("idemgate.redb")),
-        &url,
-        PATIENT,
-    );
+    let text = inbox_config(&store, &url, PATIENT);
     let ids: Vec<String> = (0..20).map(|i| format!("restart-{i}")).collect();
     let mut first = GateProcess::start(&text);
     assert_acknowledged(&deliver_copies(&[first.url("/notify")], &ids, 1).await);
