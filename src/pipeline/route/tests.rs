@@ -40,29 +40,70 @@ fn route_of(selection: &Selection) -> Option<(usize, &str, &str)> {
     }
 }
 
+/// What one request of a table is expected to come to, so that a test
+/// reads as rows of method, path and outcome.
+#[derive(Debug, Clone, Copy)]
+enum Expected<'a> {
+    /// Handled as the route, carrying this canonical method and path.
+    Canonical(usize, &'a str, &'a str),
+    /// Handled as the route, whatever canonical form it carries.
+    Route(usize),
+    /// Refused with 400 `path_ambiguous`, counted under this route.
+    Ambiguous(usize),
+    /// Passed through.
+    Unmatched,
+}
+
+use Expected::{Ambiguous, Canonical as Handled, Route, Unmatched};
+
+/// Picks each row's request on `router` and checks its outcome.
+fn assert_picks(router: &Router, rows: &[(&str, &str, Expected<'_>)]) {
+    for &(method, path, expected) in rows {
+        let selection = pick(router, method, path);
+        match expected {
+            Handled(route, canonical_method, canonical_path) => assert_eq!(
+                route_of(&selection),
+                Some((route, canonical_method, canonical_path)),
+                "{method} {path}"
+            ),
+            Route(route) => assert_eq!(
+                route_of(&selection).map(|t| t.0),
+                Some(route),
+                "{method} {path}"
+            ),
+            Ambiguous(route) => {
+                assert_eq!(selection, Selection::Ambiguous { route }, "{method} {path}")
+            }
+            Unmatched => assert_eq!(selection, Selection::Unmatched, "{method} {path}"),
+        }
+    }
+}
+
+/// Checks that a POST of each of `paths` comes to the same outcome.
+fn assert_posts(router: &Router, paths: &[&str], expected: Expected<'_>) {
+    let rows: Vec<_> = paths.iter().map(|&path| ("POST", path, expected)).collect();
+    assert_picks(router, &rows);
+}
+
 #[test]
 fn longest_prefix_and_method_select_the_route() {
-    let r = router();
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify")),
-        Some((0, "POST", "/notify"))
+    assert_picks(
+        &router(),
+        &[
+            ("POST", "/notify", Handled(0, "POST", "/notify")),
+            ("POST", "/notify/pay", Handled(0, "POST", "/notify/pay")),
+            (
+                "POST",
+                "/notify/refund/1",
+                Handled(1, "POST", "/notify/refund/1"),
+            ),
+            ("PUT", "/notify/refund", Handled(1, "PUT", "/notify/refund")),
+            ("PUT", "/notify", Unmatched),
+            ("POST", "/notifyx", Unmatched),
+            ("GET", "/notify", Unmatched),
+            ("POST", "/", Unmatched),
+        ],
     );
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/pay")),
-        Some((0, "POST", "/notify/pay"))
-    );
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/refund/1")),
-        Some((1, "POST", "/notify/refund/1"))
-    );
-    assert_eq!(
-        route_of(&pick(&r, "PUT", "/notify/refund")),
-        Some((1, "PUT", "/notify/refund"))
-    );
-    assert_eq!(pick(&r, "PUT", "/notify"), Selection::Unmatched);
-    assert_eq!(pick(&r, "POST", "/notifyx"), Selection::Unmatched);
-    assert_eq!(pick(&r, "GET", "/notify"), Selection::Unmatched);
-    assert_eq!(pick(&r, "POST", "/"), Selection::Unmatched);
 }
 
 #[test]
@@ -89,62 +130,57 @@ fn the_canonical_form_settles_spellings_and_is_carried_forward() {
 #[test]
 fn what_the_canonical_form_can_not_settle_is_refused() {
     let r = router();
-    for path in [
-        "/notify.json",
-        "/NOTIFY.xml",
-        "/notify.",
-        "/notify%20",
-        "/%20notify",
-        "/notify%09",
-        "/notify%00",
-        "/notify%2F",
-        "/notify%2fx",
-        "/x%2F..%2Fnotify",
-        "/notify%5C",
-        "/notify\\",
-        "/x\\..\\notify",
-        "/notify%c0%af",
-        "/notify%zz",
-        "/notify%",
-        "/notify%252e",
-        "/%256Eotify",
-        "/notify/../x",
-        "/notify/%2e%2e/x",
-        "/notify::$DATA",
-        "/notify~1",
-        "/notify%3Bx",
-        "/notify%3Fx",
-        "/%EF%BD%8Eotify",
-        "/ｎotify",
-        "/not%C4%B0fy",
-    ] {
-        assert_eq!(
-            pick(&r, "POST", path),
-            Selection::Ambiguous { route: 0 },
-            "{path}"
-        );
-    }
+    assert_posts(
+        &r,
+        &[
+            "/notify.json",
+            "/NOTIFY.xml",
+            "/notify.",
+            "/notify%20",
+            "/%20notify",
+            "/notify%09",
+            "/notify%00",
+            "/notify%2F",
+            "/notify%2fx",
+            "/x%2F..%2Fnotify",
+            "/notify%5C",
+            "/notify\\",
+            "/x\\..\\notify",
+            "/notify%c0%af",
+            "/notify%zz",
+            "/notify%",
+            "/notify%252e",
+            "/%256Eotify",
+            "/notify/../x",
+            "/notify/%2e%2e/x",
+            "/notify::$DATA",
+            "/notify~1",
+            "/notify%3Bx",
+            "/notify%3Fx",
+            "/%EF%BD%8Eotify",
+            "/ｎotify",
+            "/not%C4%B0fy",
+        ],
+        Ambiguous(0),
+    );
     // a variant that the canonical path gives to /notify but a looser
     // reading gives to the longer /notify/refund is refused as well
-    for path in [
-        "/notify/refund.json",
-        "/notify/refund%20",
-        "/notify/REFUND%2F1",
-    ] {
-        assert_eq!(
-            pick(&r, "POST", path),
-            Selection::Ambiguous { route: 1 },
-            "{path}"
-        );
-    }
-    // under the prefix, suffixes are the handler's business
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/x.json")).map(|t| t.0),
-        Some(0)
+    assert_posts(
+        &r,
+        &[
+            "/notify/refund.json",
+            "/notify/refund%20",
+            "/notify/REFUND%2F1",
+        ],
+        Ambiguous(1),
     );
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/a%20b")).map(|t| t.0),
-        Some(0)
+    // under the prefix, suffixes are the handler's business
+    assert_picks(
+        &r,
+        &[
+            ("POST", "/notify/x.json", Route(0)),
+            ("POST", "/notify/a%20b", Route(0)),
+        ],
     );
 }
 
@@ -154,46 +190,43 @@ fn what_the_canonical_form_can_not_settle_is_refused() {
 #[test]
 fn unicode_iis_and_stacked_spellings_are_refused() {
     let r = router();
-    for path in [
-        "/%u006Eotify",
-        "/%U006eotify",
-        "/no%u0074ify",
-        "/%u002Fnotify",
-        "/%252525256Eotify",
-        "/%EF%BC%8Fnotify",
-        "/x%EF%BC%8F..%EF%BC%8Fnotify",
-        "/no%E2%80%8Btify",
-        "/notify%E2%80%8B",
-        "/%E2%80%8Dnotify",
-        "/noti%C2%ADfy",
-        "/not%EF%BB%BFify",
-        "/%EF%BD%8E%EF%BD%8F%EF%BD%94%EF%BD%89%EF%BD%86%EF%BD%99",
-        "/%EF%BC%85%36Eotify",
-    ] {
-        assert_eq!(
-            pick(&r, "POST", path),
-            Selection::Ambiguous { route: 0 },
-            "{path}"
-        );
-    }
+    assert_posts(
+        &r,
+        &[
+            "/%u006Eotify",
+            "/%U006eotify",
+            "/no%u0074ify",
+            "/%u002Fnotify",
+            "/%252525256Eotify",
+            "/%EF%BC%8Fnotify",
+            "/x%EF%BC%8F..%EF%BC%8Fnotify",
+            "/no%E2%80%8Btify",
+            "/notify%E2%80%8B",
+            "/%E2%80%8Dnotify",
+            "/noti%C2%ADfy",
+            "/not%EF%BB%BFify",
+            "/%EF%BD%8E%EF%BD%8F%EF%BD%94%EF%BD%89%EF%BD%86%EF%BD%99",
+            "/%EF%BC%85%36Eotify",
+        ],
+        Ambiguous(0),
+    );
     // `n` escaped and then `%25`-escaped seven times over takes the eight
     // rounds the loose reading allows
     let layered = format!("/%{}6Eotify", "25".repeat(7));
-    assert_eq!(
-        pick(&r, "POST", &layered),
-        Selection::Ambiguous { route: 0 }
-    );
     // still escaped after the last round: it may mean anything, so it is
     // refused wherever a route takes its method
     let deep = format!("/static/%{}41", "25".repeat(12));
-    assert_eq!(pick(&r, "POST", &deep), Selection::Ambiguous { route: 1 });
-    assert_eq!(pick(&r, "DELETE", &deep), Selection::Unmatched);
-    // under the prefix, such characters are the handler's business
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/a%E2%80%8Bb")).map(|t| t.0),
-        Some(0)
+    assert_picks(
+        &r,
+        &[
+            ("POST", &layered, Ambiguous(0)),
+            ("POST", &deep, Ambiguous(1)),
+            ("DELETE", &deep, Unmatched),
+            // under the prefix, such characters are the handler's business
+            ("POST", "/notify/a%E2%80%8Bb", Route(0)),
+            ("POST", "/static/%u0041", Unmatched),
+        ],
     );
-    assert_eq!(pick(&r, "POST", "/static/%u0041"), Selection::Unmatched);
 }
 
 /// A `_method` query parameter or form field counts as an override
@@ -202,22 +235,15 @@ fn unicode_iis_and_stacked_spellings_are_refused() {
 #[test]
 fn method_parameters_are_not_a_side_door() {
     let r = router();
-    assert_eq!(
-        pick(&r, "POST", "/Hooks/GitHub?_method=GET"),
-        Selection::Ambiguous { route: 2 }
-    );
-    assert_eq!(
-        pick(&r, "PUT", "/notify?a=1&_method=post"),
-        Selection::Ambiguous { route: 0 }
-    );
-    assert_eq!(
-        pick(&r, "POST", "/Hooks/GitHub?method=GET"),
-        Selection::Unmatched
-    );
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/notify/refund?_method=PUT")).map(|t| t.0),
-        Some(1),
-        "the route accepts the real method: handled as the route"
+    assert_picks(
+        &r,
+        &[
+            ("POST", "/Hooks/GitHub?_method=GET", Ambiguous(2)),
+            ("PUT", "/notify?a=1&_method=post", Ambiguous(0)),
+            ("POST", "/Hooks/GitHub?method=GET", Unmatched),
+            // the route accepts the real method: handled as the route
+            ("POST", "/notify/refund?_method=PUT", Route(1)),
+        ],
     );
     let form = |content_type: &str| {
         let mut headers = HeaderMap::new();
@@ -264,42 +290,40 @@ fn method_parameters_are_not_a_side_door() {
 #[test]
 fn other_names_pass_through() {
     let r = router();
-    for path in [
-        "/notifyx",
-        "/notify-v2",
-        "/notify_old",
-        "/notif",
-        "/other/notify",
-        "/static/my%20file.pdf",
-        "/x%2Fy",
-        "/%6Eotify%2Dv2",
-        "/a/../b",
-    ] {
-        assert_eq!(pick(&r, "POST", path), Selection::Unmatched, "{path}");
-    }
+    assert_posts(
+        &r,
+        &[
+            "/notifyx",
+            "/notify-v2",
+            "/notify_old",
+            "/notif",
+            "/other/notify",
+            "/static/my%20file.pdf",
+            "/x%2Fy",
+            "/%6Eotify%2Dv2",
+            "/a/../b",
+        ],
+        Unmatched,
+    );
 }
 
 #[test]
 fn case_sensitive_routes_match_their_own_case() {
-    let r = router();
-    assert_eq!(
-        route_of(&pick(&r, "GET", "/Hooks/GitHub/x")),
-        Some((2, "GET", "/Hooks/GitHub/x"))
-    );
-    assert_eq!(
-        route_of(&pick(&r, "get", "//Hooks/GitHub")).map(|t| t.0),
-        Some(2)
-    );
-    assert_eq!(pick(&r, "GET", "/hooks/github"), Selection::Unmatched);
-    assert_eq!(pick(&r, "GET", "/hooks/github.json"), Selection::Unmatched);
-    assert_eq!(
-        pick(&r, "GET", "/Hooks/GitHub.json"),
-        Selection::Ambiguous { route: 2 }
-    );
-    // HEAD is served by GET handlers in most frameworks
-    assert_eq!(
-        pick(&r, "HEAD", "/Hooks/GitHub"),
-        Selection::Ambiguous { route: 2 }
+    assert_picks(
+        &router(),
+        &[
+            (
+                "GET",
+                "/Hooks/GitHub/x",
+                Handled(2, "GET", "/Hooks/GitHub/x"),
+            ),
+            ("get", "//Hooks/GitHub", Route(2)),
+            ("GET", "/hooks/github", Unmatched),
+            ("GET", "/hooks/github.json", Unmatched),
+            ("GET", "/Hooks/GitHub.json", Ambiguous(2)),
+            // HEAD is served by GET handlers in most frameworks
+            ("HEAD", "/Hooks/GitHub", Ambiguous(2)),
+        ],
     );
 }
 
@@ -337,16 +361,15 @@ fn a_protected_root_takes_every_path_or_refuses_it() {
                 [upstream]\nurl = \"http://127.0.0.1:1\"\n\
                 [[route]]\nname = \"all\"\npath_prefix = \"/\"\n[route.signature]\nscheme = \"none\"\n";
     let r = Router::new(&Config::parse(text).unwrap().routes);
-    assert_eq!(
-        route_of(&pick(&r, "POST", "/anything/at/all")).map(|t| t.0),
-        Some(0)
+    assert_picks(
+        &r,
+        &[
+            ("POST", "/anything/at/all", Route(0)),
+            ("POST", "/", Route(0)),
+            ("POST", "/a%2Fb", Ambiguous(0)),
+            ("POST", "*", Ambiguous(0)),
+        ],
     );
-    assert_eq!(route_of(&pick(&r, "POST", "/")).map(|t| t.0), Some(0));
-    assert_eq!(
-        pick(&r, "POST", "/a%2Fb"),
-        Selection::Ambiguous { route: 0 }
-    );
-    assert_eq!(pick(&r, "POST", "*"), Selection::Ambiguous { route: 0 });
 }
 
 #[test]
