@@ -145,9 +145,15 @@ async fn accept_loop(listener: TcpListener, state: Arc<HandlerState>) {
             handle_notification(Arc::clone(&state), request)
         });
         connections.spawn(async move {
-            let _ = auto::Builder::new(TokioExecutor::new())
+            // A connection the gateway drops mid-request (the hang-up
+            // scenario does so on purpose) ends in an error: the demo
+            // reports what the handler did, not how its connections ended.
+            if let Err(error) = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .await
+            {
+                tracing::debug!(%error, "demo handler connection ended");
+            }
         });
         while connections.try_join_next().is_some() {}
     }

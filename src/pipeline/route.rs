@@ -461,7 +461,8 @@ fn spellings(route: &Route) -> Vec<(Method, String)> {
     let encoded_first = match p.rsplit_once('/') {
         Some((head, last)) if last.starts_with(|c: char| c.is_ascii_alphanumeric()) => {
             let mut out = format!("{head}/");
-            let _ = write!(out, "%{:02X}", last.as_bytes()[0]);
+            write!(out, "%{:02X}", last.as_bytes()[0])
+                .expect("writing a number into a String cannot fail");
             out.push_str(&last[1..]);
             out
         }

@@ -52,7 +52,11 @@ pub(crate) fn delivery(on: bool, headers: &HeaderMap) -> Span {
     let span = tracing::info_span!(target: TARGET, "delivery", otel.kind = "server");
     let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
     if parent.span().span_context().is_valid() {
-        let _ = span.set_parent(parent);
+        // Only fails when no OpenTelemetry layer is installed: the span
+        // then goes nowhere, with or without its parent.
+        if let Err(error) = span.set_parent(parent) {
+            tracing::debug!(%error, "delivery span kept without the sender's trace");
+        }
     }
     span
 }

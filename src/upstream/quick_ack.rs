@@ -72,9 +72,12 @@ impl QuickAckStream {
     }
 
     /// Asks the kernel to acknowledge the next segments immediately. A
-    /// failure only loses the optimisation, so it is ignored.
+    /// failure only loses the optimisation (the next segments are
+    /// acknowledged with the usual delay), so it is noted at debug level.
     fn rearm(&self) {
-        let _ = socket2::SockRef::from(self.io.inner()).set_tcp_quickack(true);
+        if let Err(error) = socket2::SockRef::from(self.io.inner()).set_tcp_quickack(true) {
+            tracing::debug!(%error, "TCP_QUICKACK not set: acknowledgements stay delayed");
+        }
     }
 
     /// A write that sent something starts a new answer to watch.
