@@ -109,8 +109,7 @@ fn append_json_escaped(out: &mut Vec<u8>, line: &[u8]) {
             out.extend_from_slice(&line[start..at]);
             let mut units = [0u16; 2];
             for unit in c.encode_utf16(&mut units) {
-                // Infallible: writing into a Vec.
-                let _ = write!(out, "\\u{unit:04x}");
+                write!(out, "\\u{unit:04x}").expect("writing into a Vec cannot fail");
             }
             start = at + c.len_utf8();
         }
@@ -192,14 +191,16 @@ fn write_batches<W: Write>(shared: &Shared, mut sink: W, interval: Duration) {
         };
         if dropped > 0 {
             // Plain text even in JSON mode: a line a collector will show as-is.
-            let _ = writeln!(
+            writeln!(
                 out,
                 "idemgate: {dropped} log line(s) dropped: the log sink is slower than the traffic"
-            );
+            )
+            .expect("writing into a Vec cannot fail");
         }
         if !out.is_empty() {
-            // Nothing sensible to do when stderr itself fails.
-            let _ = sink.write_all(&out).and_then(|()| sink.flush());
+            // Nothing sensible to do when stderr itself fails: a failure
+            // could only be logged through this very thread.
+            sink.write_all(&out).and_then(|()| sink.flush()).ok();
             out.clear();
         }
         if closing {
@@ -213,7 +214,9 @@ impl Drop for FlushGuard {
         self.shared.lock().closing = true;
         self.shared.wake.notify_one();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            // A panic in the writer thread has already been printed by the
+            // panic hook, and the log it would be reported to is closing.
+            thread.join().ok();
         }
     }
 }
@@ -299,15 +302,32 @@ mod tests {
         }
     }
 
+    /// An interval no test waits out: only dropping the guard writes.
+    const NEVER: Duration = Duration::from_secs(3600);
+    /// A batch capacity no test fills.
+    const ROOMY: usize = 1 << 16;
+
+    /// A writer with these limits onto a fresh [`Sink`] the test reads.
+    fn writer_into_sink(interval: Duration, capacity: usize) -> (Sink, BatchedWriter, FlushGuard) {
+        let sink = Sink::default();
+        let (writer, guard) = with_limits(sink.clone(), interval, capacity).unwrap();
+        (sink, writer, guard)
+    }
+
+    /// Closes the writer (dropping its guard writes what is pending) and
+    /// reads all that reached the sink.
+    fn text_once_closed(sink: &Sink, guard: FlushGuard) -> String {
+        drop(guard);
+        sink.text()
+    }
+
     fn log(writer: &BatchedWriter, line: &str) {
         writer.make_writer().write_all(line.as_bytes()).unwrap();
     }
 
     #[test]
     fn lines_wait_for_the_batch_and_arrive_in_order() {
-        let sink = Sink::default();
-        let (writer, guard) =
-            with_limits(sink.clone(), Duration::from_millis(200), 1 << 16).unwrap();
+        let (sink, writer, guard) = writer_into_sink(Duration::from_millis(200), ROOMY);
         log(&writer, "one\n");
         log(&writer, "two\n");
         // Written through, a line would already be in the sink.
@@ -333,9 +353,7 @@ mod tests {
 
     #[test]
     fn dropping_the_guard_writes_what_is_pending() {
-        let sink = Sink::default();
-        let (writer, guard) =
-            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
         log(&writer, "last words\n");
         let started = Instant::now();
         drop(guard);
@@ -348,14 +366,12 @@ mod tests {
 
     #[test]
     fn a_full_batch_drops_lines_and_says_how_many() {
-        let sink = Sink::default();
-        let (writer, guard) = with_limits(sink.clone(), Duration::from_secs(3600), 11).unwrap();
+        let (sink, writer, guard) = writer_into_sink(NEVER, 11);
         log(&writer, "12345\n");
         log(&writer, "6789\n");
         log(&writer, "too long\n");
         log(&writer, "x\n");
-        drop(guard);
-        let text = sink.text();
+        let text = text_once_closed(&sink, guard);
         assert!(text.starts_with("12345\n6789\n"), "{text}");
         assert!(
             !text.contains("too long") && !text.contains("x\n"),
@@ -391,9 +407,7 @@ mod tests {
 
     #[test]
     fn a_json_writer_escapes_through_tracing() {
-        let sink = Sink::default();
-        let (writer, guard) =
-            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
         let subscriber = tracing_subscriber::fmt()
             .json()
             .with_writer(writer.escaping_json())
@@ -401,8 +415,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(path = "/notify\u{2028}x\u{85}", "request");
         });
-        drop(guard);
-        let text = sink.text();
+        let text = text_once_closed(&sink, guard);
         assert!(text.contains("/notify\\u2028x\\u0085"), "{text}");
         assert!(
             !text.contains('\u{2028}') && !text.contains('\u{85}'),
@@ -412,9 +425,7 @@ mod tests {
 
     #[test]
     fn tracing_events_go_through_the_batch() {
-        let sink = Sink::default();
-        let (writer, guard) =
-            with_limits(sink.clone(), Duration::from_secs(3600), 1 << 16).unwrap();
+        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
         let subscriber = tracing_subscriber::fmt()
             .with_writer(writer)
             .with_ansi(false)
@@ -423,8 +434,7 @@ mod tests {
             tracing::info!(route = "hook", "request");
         });
         assert_eq!(sink.text(), "");
-        drop(guard);
-        let text = sink.text();
+        let text = text_once_closed(&sink, guard);
         assert!(
             text.contains("request") && text.contains("route=\"hook\""),
             "{text}"
