@@ -251,16 +251,11 @@ fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
 /// stable sort: the values of one name stay in the order sent, since
 /// backends take the first or the last), re-encoded.
 fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
-    let mut pairs: Vec<&(String, String)> = request
-        .form()?
-        .iter()
-        .filter(|(k, _)| {
-            !ignore
-                .iter()
-                .any(|s| matches!(s, Selector::Form(f) if f == k))
-        })
-        .collect();
-    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let pairs = kept_by_name(request.form()?, |name| {
+        ignore
+            .iter()
+            .any(|s| matches!(s, Selector::Form(f) if f == name))
+    });
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in pairs {
         out.append_pair(k, v);
@@ -272,17 +267,11 @@ fn canonical_form(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rej
 /// stable sort: repeated elements keep the order sent), each path and
 /// text written after its 4-byte length so the join is unambiguous.
 fn canonical_xml(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Rejection> {
-    let mut leaves: Vec<&(String, String)> = request
-        .xml()?
-        .leaves()
-        .iter()
-        .filter(|(path, _)| {
-            !ignore
-                .iter()
-                .any(|s| matches!(s, Selector::Xml(p) if p == path))
-        })
-        .collect();
-    leaves.sort_by(|a, b| a.0.cmp(&b.0));
+    let leaves = kept_by_name(request.xml()?.leaves(), |path| {
+        ignore
+            .iter()
+            .any(|s| matches!(s, Selector::Xml(p) if p == path))
+    });
     let mut out = Vec::new();
     for (path, text) in leaves {
         for part in [path.as_bytes(), text.as_bytes()] {
@@ -291,6 +280,17 @@ fn canonical_xml(request: &Inbound, ignore: &[Selector]) -> Result<Vec<u8>, Reje
         }
     }
     Ok(out)
+}
+
+/// The `(name, value)` pairs whose name is not `ignored`, sorted by name
+/// only: a stable sort, so the values of one name keep the order sent.
+fn kept_by_name(
+    pairs: &[(String, String)],
+    ignored: impl Fn(&str) -> bool,
+) -> Vec<&(String, String)> {
+    let mut kept: Vec<_> = pairs.iter().filter(|(name, _)| !ignored(name)).collect();
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    kept
 }
 
 #[cfg(test)]
