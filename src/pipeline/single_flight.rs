@@ -123,6 +123,24 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+    use tokio::task::JoinHandle;
+
+    /// Runs `work` as a flight of `key` in a task of its own, sharing its
+    /// output as it is.
+    fn spawn_flight(
+        flights: &Arc<SingleFlight<&'static str, usize>>,
+        key: &'static str,
+        work: impl Future<Output = usize> + Send + 'static,
+    ) -> JoinHandle<Flight<usize, usize>> {
+        let flights = Arc::clone(flights);
+        tokio::spawn(async move { flights.run(&key, work, |n| *n).await })
+    }
+
+    /// Work that takes `time` and then gives `output`.
+    async fn taking(time: Duration, output: usize) -> usize {
+        tokio::time::sleep(time).await;
+        output
+    }
 
     #[tokio::test(start_paused = true)]
     async fn concurrent_callers_share_one_run() {
@@ -130,20 +148,18 @@ mod tests {
         let runs = Arc::new(AtomicUsize::new(0));
         let callers: Vec<_> = (0..64)
             .map(|_| {
-                let (flights, runs) = (Arc::clone(&flights), Arc::clone(&runs));
-                tokio::spawn(async move {
-                    let work = async {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        runs.fetch_add(1, Ordering::SeqCst) + 41
-                    };
-                    match flights.run(&"k", work, |n| *n).await {
-                        Flight::Led(n) | Flight::Joined(n) => n,
-                    }
-                })
+                let runs = Arc::clone(&runs);
+                let work = async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    runs.fetch_add(1, Ordering::SeqCst) + 41
+                };
+                spawn_flight(&flights, "k", work)
             })
             .collect();
         for caller in callers {
-            assert_eq!(caller.await.unwrap(), 41);
+            match caller.await.unwrap() {
+                Flight::Led(n) | Flight::Joined(n) => assert_eq!(n, 41),
+            }
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(flights.in_progress(), 0, "the landed flight is gone");
@@ -165,13 +181,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn different_keys_do_not_wait_for_each_other() {
         let flights = Arc::new(SingleFlight::<&str, usize>::default());
-        let slow = tokio::spawn({
-            let flights = Arc::clone(&flights);
-            async move {
-                let work = tokio::time::sleep(Duration::from_secs(10));
-                flights.run(&"slow", work, |()| 0).await
-            }
-        });
+        let slow = spawn_flight(&flights, "slow", taking(Duration::from_secs(10), 0));
         tokio::task::yield_now().await;
         let started = tokio::time::Instant::now();
         assert!(matches!(
@@ -185,21 +195,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_dropped_leader_hands_over_to_a_joiner() {
         let flights = Arc::new(SingleFlight::<&str, usize>::default());
-        let leader = tokio::spawn({
-            let flights = Arc::clone(&flights);
-            async move {
-                let work = async {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    1
-                };
-                flights.run(&"k", work, |n| *n).await
-            }
-        });
+        let leader = spawn_flight(&flights, "k", taking(Duration::from_secs(60), 1));
         tokio::task::yield_now().await;
-        let joiner = tokio::spawn({
-            let flights = Arc::clone(&flights);
-            async move { flights.run(&"k", async { 2 }, |n| *n).await }
-        });
+        let joiner = spawn_flight(&flights, "k", async { 2 });
         tokio::task::yield_now().await;
         leader.abort();
         let joined = joiner.await.unwrap();
