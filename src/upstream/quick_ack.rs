@@ -195,12 +195,17 @@ mod tests {
     const WROTE: Poll<io::Result<usize>> = Poll::Ready(Ok(64));
     const READ: Poll<io::Result<()>> = Poll::Ready(Ok(()));
 
+    /// A request goes out and the first bytes of its answer come back.
+    fn request_and_first_read(conn: &mut QuickAckStream) {
+        conn.after_write(&WROTE);
+        conn.after_read(&READ);
+    }
+
     #[tokio::test]
     async fn an_answer_read_without_a_gap_leaves_quick_acks_off() {
         let (mut conn, _server) = stream().await;
         for _ in 0..3 {
-            conn.after_write(&WROTE);
-            conn.after_read(&READ);
+            request_and_first_read(&mut conn);
             conn.after_read(&READ);
             conn.after_read(&Poll::Pending);
         }
@@ -210,24 +215,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_time_between_answers_is_not_a_stall() {
         let (mut conn, _server) = stream().await;
-        conn.after_write(&WROTE);
-        conn.after_read(&READ);
+        request_and_first_read(&mut conn);
         tokio::time::advance(STALL_GAP * 2).await;
-        conn.after_write(&WROTE);
-        conn.after_read(&READ);
+        request_and_first_read(&mut conn);
         assert!(!conn.quick_ack, "a new request starts a new answer");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_gap_inside_one_answer_switches_quick_acks_on_for_good() {
         let (mut conn, _server) = stream().await;
-        conn.after_write(&WROTE);
-        conn.after_read(&READ);
+        request_and_first_read(&mut conn);
         tokio::time::advance(STALL_GAP * 2).await;
         conn.after_read(&READ);
         assert!(conn.quick_ack);
-        conn.after_write(&WROTE);
-        conn.after_read(&READ);
+        request_and_first_read(&mut conn);
         assert!(conn.quick_ack);
         let armed = socket2::SockRef::from(conn.io.inner())
             .tcp_quickack()
