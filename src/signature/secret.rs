@@ -326,13 +326,22 @@ impl fmt::Debug for Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    /// A `file:` secret read from a fresh temporary file holding
+    /// `content`: the directory lasts as long as the returned handle, and
+    /// the test rewrites the file at the path to have it reloaded.
+    fn file_secret(content: &str) -> (tempfile::TempDir, PathBuf, Secret) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, content).unwrap();
+        let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
+        (dir, path, secret)
+    }
 
     #[test]
     fn file_secrets_trim_and_reload_in_every_clone() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "abc\n").unwrap();
-        let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
+        let (_dir, path, secret) = file_secret("abc\n");
         let shared = secret.clone();
         assert_eq!(&*secret.expose(), b"abc");
         assert_eq!(secret.reload(), Ok(false));
@@ -350,14 +359,9 @@ mod tests {
 
     #[test]
     fn derived_secrets_rederive_on_reload() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "ab").unwrap();
+        let (_dir, path, secret) = file_secret("ab");
         let upper: Derivation = |raw| Some(raw.to_ascii_uppercase());
-        let secret = Secret::resolve(&format!("file:{}", path.display()))
-            .unwrap()
-            .derived(upper)
-            .unwrap();
+        let secret = secret.derived(upper).unwrap();
         assert_eq!(&*secret.expose(), b"AB");
         std::fs::write(&path, "cd").unwrap();
         assert_eq!(secret.reload(), Ok(true));
@@ -394,13 +398,8 @@ mod tests {
 
     #[test]
     fn a_weak_reload_keeps_the_old_value_and_says_why() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "first-secret-0123456789\n").unwrap();
-        let secret = Secret::resolve(&format!("file:{}", path.display()))
-            .unwrap()
-            .require(FLOOR)
-            .unwrap();
+        let (_dir, path, secret) = file_secret("first-secret-0123456789\n");
+        let secret = secret.require(FLOOR).unwrap();
         for (content, reason) in [
             (" \n", ReloadFailure::Weak),
             ("first-sec", ReloadFailure::Weak),
@@ -425,18 +424,11 @@ mod tests {
 
     #[test]
     fn a_decoded_key_is_measured_after_decoding() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("adyen");
         let genuine = "F54B4779C76059EFB49904F90CE851613F3266A7393791D6F8FAC55BA2C0C186";
-        std::fs::write(&path, genuine).unwrap();
+        let (_dir, path, key) = file_secret(genuine);
         let hex: Derivation = |raw| hex::decode(raw).ok().filter(|k| !k.is_empty());
         let fixed = Strength::exactly(32, "64 hex characters");
-        let key = Secret::resolve(&format!("file:{}", path.display()))
-            .unwrap()
-            .derived(hex)
-            .unwrap()
-            .require(fixed)
-            .unwrap();
+        let key = key.derived(hex).unwrap().require(fixed).unwrap();
         let before = key.expose().to_vec();
         std::fs::write(&path, "00").unwrap();
         assert_eq!(key.reload().unwrap_err().reason, ReloadFailure::Weak);
