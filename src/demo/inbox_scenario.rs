@@ -47,9 +47,7 @@ pub(super) async fn handler_down(
     let order = |id| Delivery::fresh(id).to(ORDER_PATH);
     let mut seen = Vec::new();
     for id in ORDER_IDS {
-        for _ in 0..COPIES_WHILE_DOWN {
-            seen.push(sender.send(&order(id)).await?);
-        }
+        seen.extend(sender.in_turn(|| order(id), COPIES_WHILE_DOWN).await?);
     }
     tokio::time::sleep(DOWN_FOR).await;
     let shipped_while_down = shipped(handler);

@@ -95,6 +95,14 @@ impl Report {
         });
     }
 
+    /// The answers, from the first on, have these statuses and
+    /// `Idempotent-Replayed` values.
+    pub(super) fn expect_answers(&mut self, answers: &[(u16, bool)]) {
+        for (index, &(status, replayed)) in answers.iter().enumerate() {
+            self.expect_answer(index, status, replayed);
+        }
+    }
+
     /// Answer `index` is idemgate's own problem+json with this status and reason.
     pub(super) fn expect_rejection(&mut self, index: usize, status: u16, reason: &str) {
         let got = self.seen.get(index).map(Seen::label);

@@ -72,15 +72,10 @@ pub(super) async fn run_scenarios(
 /// 1. The gateway did not see the answer and retries twice, each retry
 ///    re-signed: one shipment, the first answer live, the rest replays.
 async fn sequential_retries(sender: &Sender, handler: &LegacyHandler) -> Result<Report, String> {
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        seen.push(sender.send(&Delivery::fresh(RETRIES_ID)).await?);
-    }
+    let seen = sender.in_turn(|| Delivery::fresh(RETRIES_ID), 3).await?;
     let mut report = Report::new("sequential retries", handler, RETRIES_ID, seen);
     report.expect_backend(1, 1);
-    report.expect_answer(0, 200, false);
-    report.expect_answer(1, 200, true);
-    report.expect_answer(2, 200, true);
+    report.expect_answers(&[(200, false), (200, true), (200, true)]);
     report.expect_same_body(0, [1, 2]);
     Ok(report)
 }
@@ -142,15 +137,10 @@ async fn hang_up_mid_request(sender: &Sender, handler: &LegacyHandler) -> Result
 /// 4. The handler fails once: the 500 is passed through and leaves no
 ///    trace, the retry is forwarded and ships, a third copy is a replay.
 async fn failure_then_success(sender: &Sender, handler: &LegacyHandler) -> Result<Report, String> {
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        seen.push(sender.send(&Delivery::fresh(FLAKY_ID)).await?);
-    }
+    let seen = sender.in_turn(|| Delivery::fresh(FLAKY_ID), 3).await?;
     let mut report = Report::new("500 once, then retries", handler, FLAKY_ID, seen);
     report.expect_backend(2, 1);
-    report.expect_answer(0, 500, false);
-    report.expect_answer(1, 200, false);
-    report.expect_answer(2, 200, true);
+    report.expect_answers(&[(500, false), (200, false), (200, true)]);
     report.expect_same_body(1, [2]);
     Ok(report)
 }

@@ -161,6 +161,21 @@ impl Sender {
             .map_err(|_| format!("no answer from idemgate within {EXCHANGE_TIMEOUT:?}"))?
     }
 
+    /// Sends `copies` of a delivery one after the other, each made afresh
+    /// by `delivery` (re-signed, as a gateway's retries are) once the one
+    /// before has its answer.
+    pub(super) async fn in_turn(
+        &self,
+        delivery: impl Fn() -> Delivery,
+        copies: usize,
+    ) -> Result<Vec<Seen>, String> {
+        let mut seen = Vec::with_capacity(copies);
+        for _ in 0..copies {
+            seen.push(self.send(&delivery()).await?);
+        }
+        Ok(seen)
+    }
+
     /// Sends `copies` of one delivery at once and collects every answer.
     pub(super) async fn burst(
         &self,
