@@ -186,6 +186,15 @@ mod tests {
         hmac.secrets[0].clone()
     }
 
+    /// A file `secret` holding `value` in a fresh directory, which lives
+    /// as long as the returned guard.
+    fn secret_file(value: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, value).unwrap();
+        (dir, path)
+    }
+
     /// Swaps `link` to a fresh directory holding `value`, the way the
     /// kubelet swaps `..data`: new directory, new symlink, rename over.
     fn swap(dir: &std::path::Path, generation: u32, value: &str) {
@@ -240,9 +249,7 @@ mod tests {
 
     #[test]
     fn weak_or_truncated_files_keep_the_old_secret_and_are_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "genuine-secret-0123456789\n").unwrap();
+        let (_dir, path) = secret_file("genuine-secret-0123456789\n");
         let config = config(&path, "0s");
         let secret = first_secret(&config);
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
@@ -272,9 +279,7 @@ mod tests {
 
     #[test]
     fn unchanged_files_are_not_reloaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "first").unwrap();
+        let (_dir, path) = secret_file("first");
         let mut prints = Fingerprints::of(vec![path.clone()]);
         assert!(!prints.changed());
         std::fs::write(&path, "second").unwrap();
@@ -286,9 +291,7 @@ mod tests {
 
     #[test]
     fn zero_turns_the_watcher_off_and_sources_are_listed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "s-secret-0123456789").unwrap();
+        let (_dir, path) = secret_file("s-secret-0123456789");
         let config = config(&path, "0s");
         assert_eq!(config.secrets_watch, None);
         assert_eq!(config.secret_files(), vec![path]);
