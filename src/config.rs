@@ -429,6 +429,13 @@ pub(crate) mod tests {
         key = ["json:/paymentNo"]
         lease = "30s"
     "#;
+
+    /// The problems that refuse `text`, one a line: the text a test
+    /// searches for the message it expects.
+    pub(crate) fn problems_of(text: &str) -> String {
+        Config::parse(text).unwrap_err().0.join("\n")
+    }
+
     #[test]
     fn minimal_file_loads_with_defaults() {
         let config = Config::parse(MINIMAL).unwrap();
@@ -462,7 +469,7 @@ pub(crate) mod tests {
             "check-config prints the base"
         );
         let bad = format!("problem_type_base = \"https://docs.example.com/p\"\n{MINIMAL}");
-        let err = Config::parse(&bad).unwrap_err().0.join("\n");
+        let err = problems_of(&bad);
         assert!(err.starts_with("problem_type_base: "), "{err}");
         assert!(err.contains("must end with"), "{err}");
     }
@@ -501,7 +508,7 @@ pub(crate) mod tests {
         let rejecting = Config::parse(&format!("unmatched = \"reject\"\n{sensitive}")).unwrap();
         assert!(!rejecting.warnings().join("\n").contains("case_sensitive"));
         let bad = MINIMAL.replace("\"/notify\"", "\"/notify%20x\"");
-        let err = Config::parse(&bad).unwrap_err().0.join("\n");
+        let err = problems_of(&bad);
         assert!(err.contains("route[0].path_prefix: "), "{err}");
     }
 

@@ -164,27 +164,17 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::config::tests::MINIMAL;
     use crate::config::{Scheme, Secret};
 
+    /// The crate's minimal configuration with its first secret read from
+    /// `secret` and `file:` sources polled every `interval`.
     fn config(secret: &std::path::Path, interval: &str) -> Config {
+        let first = "literal:s3cret-0123456789abcdef";
+        assert!(MINIMAL.contains(first), "the minimal route's first secret");
+        let text = MINIMAL.replace(first, &format!("file:{}", secret.display()));
         Config::parse(&format!(
-            r#"
-            [secrets]
-            watch_interval = "{interval}"
-            [store]
-            kind = "embedded"
-            path = "/tmp/x.redb"
-            [upstream]
-            url = "http://127.0.0.1:3000"
-            [[route]]
-            name = "pay"
-            path_prefix = "/notify"
-            [route.signature]
-            scheme = "hmac"
-            secrets = ["file:{}", "literal:other-secret-0123456789"]
-            signature = "header:X-Signature"
-            "#,
-            secret.display()
+            "{text}\n[secrets]\nwatch_interval = \"{interval}\"\n"
         ))
         .unwrap()
     }
@@ -194,6 +184,15 @@ mod tests {
             panic!("an hmac route");
         };
         hmac.secrets[0].clone()
+    }
+
+    /// A file `secret` holding `value` in a fresh directory, which lives
+    /// as long as the returned guard.
+    fn secret_file(value: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, value).unwrap();
+        (dir, path)
     }
 
     /// Swaps `link` to a fresh directory holding `value`, the way the
@@ -207,10 +206,20 @@ mod tests {
         std::fs::rename(&staged, dir.join("..data")).unwrap();
     }
 
+    /// Lets `seconds` of (paused) time pass, then checks the value
+    /// `secret` holds; `why` says what the step shows.
+    async fn expect_after(seconds: u64, secret: &Secret, expected: &str, why: &str) {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        assert_eq!(&*secret.expose(), expected.as_bytes(), "{why}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_symlink_swap_is_reloaded_within_one_interval() {
+        const FIRST: &str = "first-secret-0123456789";
+        const SECOND: &str = "second-secret-0123456789";
+        const FOURTH: &str = "fourth-secret-0123456789";
         let dir = tempfile::tempdir().unwrap();
-        swap(dir.path(), 1, "first-secret-0123456789");
+        swap(dir.path(), 1, FIRST);
         let path = dir.path().join("secret");
         std::os::unix::fs::symlink(dir.path().join("..data/secret"), &path).unwrap();
         let config = Arc::new(config(&path, "10s"));
@@ -224,31 +233,15 @@ mod tests {
         ));
         tokio::task::yield_now().await;
 
-        swap(dir.path(), 2, "second-secret-0123456789");
-        tokio::time::sleep(Duration::from_secs(9)).await;
-        assert_eq!(
-            &*secret.expose(),
-            b"first-secret-0123456789",
-            "not before the interval"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(
-            &*secret.expose(),
-            b"second-secret-0123456789",
-            "within one interval"
-        );
+        swap(dir.path(), 2, SECOND);
+        expect_after(9, &secret, FIRST, "not before the interval").await;
+        expect_after(2, &secret, SECOND, "within one interval").await;
 
         // A broken file keeps the old value; fixing it is seen again.
         swap(dir.path(), 3, "");
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(
-            &*secret.expose(),
-            b"second-secret-0123456789",
-            "a failed reload keeps it"
-        );
-        swap(dir.path(), 4, "fourth-secret-0123456789");
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(&*secret.expose(), b"fourth-secret-0123456789");
+        expect_after(10, &secret, SECOND, "a failed reload keeps it").await;
+        swap(dir.path(), 4, FOURTH);
+        expect_after(10, &secret, FOURTH, "a fixed file is read").await;
 
         shutdown.cancel();
         task.await.unwrap();
@@ -256,9 +249,7 @@ mod tests {
 
     #[test]
     fn weak_or_truncated_files_keep_the_old_secret_and_are_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "genuine-secret-0123456789\n").unwrap();
+        let (_dir, path) = secret_file("genuine-secret-0123456789\n");
         let config = config(&path, "0s");
         let secret = first_secret(&config);
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
@@ -278,9 +269,9 @@ mod tests {
         assert_eq!(&*secret.expose(), b"rotated-secret-0123456789");
         let text = handle.render();
         for line in [
-            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"weak\"} 3",
-            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"unreadable\"} 1",
-            "idemgate_secret_reload_failures_total{route=\"pay\",reason=\"invalid\"} 0",
+            "idemgate_secret_reload_failures_total{route=\"payments\",reason=\"weak\"} 3",
+            "idemgate_secret_reload_failures_total{route=\"payments\",reason=\"unreadable\"} 1",
+            "idemgate_secret_reload_failures_total{route=\"payments\",reason=\"invalid\"} 0",
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }
@@ -288,9 +279,7 @@ mod tests {
 
     #[test]
     fn unchanged_files_are_not_reloaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "first").unwrap();
+        let (_dir, path) = secret_file("first");
         let mut prints = Fingerprints::of(vec![path.clone()]);
         assert!(!prints.changed());
         std::fs::write(&path, "second").unwrap();
@@ -302,9 +291,7 @@ mod tests {
 
     #[test]
     fn zero_turns_the_watcher_off_and_sources_are_listed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("secret");
-        std::fs::write(&path, "s-secret-0123456789").unwrap();
+        let (_dir, path) = secret_file("s-secret-0123456789");
         let config = config(&path, "0s");
         assert_eq!(config.secrets_watch, None);
         assert_eq!(config.secret_files(), vec![path]);

@@ -60,6 +60,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::problems_of;
 
     /// A key every scheme accepts, `whsec_` decoding included.
     const KEY: &str = "literal:whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -140,7 +141,7 @@ mod tests {
         let text = lines
             .join("\n")
             .replace("env:", "literal:secret-for-tests-");
-        let err = Config::parse(&text).unwrap_err().0.join("\n");
+        let err = problems_of(&text);
         assert_eq!(
             err,
             "route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued"

@@ -137,6 +137,17 @@ mod tests {
         (tracing, problems.0)
     }
 
+    /// The tracing a table setting only `otlp_endpoint` turns on, which
+    /// must have no problems.
+    fn on_with_endpoint(endpoint: &str) -> Tracing {
+        let (tracing, problems) = check(RawTracing {
+            otlp_endpoint: Some(endpoint.to_owned()),
+            ..RawTracing::default()
+        });
+        assert!(problems.is_empty(), "{problems:?}");
+        tracing.expect("on")
+    }
+
     #[test]
     fn absent_or_without_endpoint_is_off() {
         let mut problems = Problems::default();
@@ -148,12 +159,7 @@ mod tests {
 
     #[test]
     fn defaults_fill_in() {
-        let (tracing, problems) = check(RawTracing {
-            otlp_endpoint: Some("http://127.0.0.1:4318".to_owned()),
-            ..RawTracing::default()
-        });
-        assert!(problems.is_empty(), "{problems:?}");
-        let tracing = tracing.expect("on");
+        let tracing = on_with_endpoint("http://127.0.0.1:4318");
         assert_eq!(tracing.sampling_ratio, raw::DEFAULT_SAMPLING_RATIO);
         assert_eq!(tracing.service_name, raw::DEFAULT_SERVICE_NAME);
         assert_eq!(tracing.queue_size, raw::DEFAULT_TRACE_QUEUE_SIZE);
@@ -186,12 +192,7 @@ mod tests {
 
     #[test]
     fn the_endpoint_prints_without_its_password() {
-        let (tracing, problems) = check(RawTracing {
-            otlp_endpoint: Some("http://u:otel-pw@127.0.0.1:4318".to_owned()),
-            ..RawTracing::default()
-        });
-        assert!(problems.is_empty(), "{problems:?}");
-        let tracing = tracing.expect("on");
+        let tracing = on_with_endpoint("http://u:otel-pw@127.0.0.1:4318");
         let printed = tracing.to_raw().otlp_endpoint.unwrap();
         assert_eq!(printed, "http://u:<redacted>@127.0.0.1:4318/");
         assert!(!format!("{tracing:?}").contains("otel-pw"), "{tracing:?}");

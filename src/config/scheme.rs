@@ -25,6 +25,23 @@ choices! {
     TimestampUnit { "s" => Seconds, "ms" => Millis }
 }
 
+/// The secrets `check` accepts out of `entries` (sources to resolve, or
+/// secrets to hold to a rule); each refused one is a problem of
+/// `{key}.secrets[i]`, so resolving, strength and decoding all name a
+/// bad secret by the same index.
+fn checked_secrets<T>(
+    problems: &mut Problems,
+    key: &str,
+    entries: &[T],
+    check: impl Fn(&T) -> Result<Secret, String>,
+) -> Vec<Secret> {
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| problems.take(&format!("{key}.secrets[{i}]"), check(entry)))
+        .collect()
+}
+
 /// Holds each secret to `strength`, naming the refused one by its index.
 fn strong(
     problems: &mut Problems,
@@ -32,30 +49,16 @@ fn strong(
     secrets: &[Secret],
     strength: Strength,
 ) -> Vec<Secret> {
-    secrets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, secret)| {
-            problems.take(
-                &format!("{key}.secrets[{i}]"),
-                secret
-                    .require(strength)
-                    .map_err(|why| format!("{}: the key {why}", secret.source())),
-            )
-        })
-        .collect()
+    checked_secrets(problems, key, secrets, |secret| {
+        secret
+            .require(strength)
+            .map_err(|why| format!("{}: the key {why}", secret.source()))
+    })
 }
 
 /// Validates `[route.signature]` under `key` (`route[0].signature`).
 pub(super) fn scheme(problems: &mut Problems, key: &str, raw: &RawSignature) -> Scheme {
-    let secrets: Vec<Secret> = raw
-        .secrets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, spec)| {
-            problems.take(&format!("{key}.secrets[{i}]"), Secret::resolve(spec))
-        })
-        .collect();
+    let secrets = checked_secrets(problems, key, &raw.secrets, |spec| Secret::resolve(spec));
     match raw.scheme.as_str() {
         "none" => {
             let all = [

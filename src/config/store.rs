@@ -336,7 +336,7 @@ impl StoreConfig {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::config::tests::MINIMAL;
+    use crate::config::tests::{MINIMAL, problems_of};
 
     #[test]
     fn redis_passwords_never_print() {
@@ -367,10 +367,7 @@ mod tests {
         assert_eq!(&*password.expose(), b"hunter2");
         assert!(!format!("{password:?}").contains("hunter2"));
 
-        let err = Config::parse(&redis("redis://:pw@127.0.0.1:6379/0", both))
-            .unwrap_err()
-            .0
-            .join("\n");
+        let err = problems_of(&redis("redis://:pw@127.0.0.1:6379/0", both));
         assert!(
             err.contains("store.password: store.url \"redis://:<redacted>@127.0.0.1:6379/0\" already has a password"),
             "{err}"
@@ -379,14 +376,11 @@ mod tests {
             !err.contains("store.username"),
             "no user in that URL: {err}"
         );
-        let err = Config::parse(&redis("redis://app@127.0.0.1:6379/0", both))
-            .unwrap_err()
-            .0
-            .join("\n");
+        let err = problems_of(&redis("redis://app@127.0.0.1:6379/0", both));
         assert!(err.contains("store.username: store.url"), "{err}");
 
         let embedded = MINIMAL.replace("[upstream]", "password = \"literal:x\"\n[upstream]");
-        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        let err = problems_of(&embedded);
         assert!(
             err.contains("store.password: only valid with kind = \"redis\""),
             "{err}"
@@ -397,7 +391,7 @@ mod tests {
     fn allow_eviction_defaults_off_and_needs_redis() {
         assert!(!Config::parse(MINIMAL).unwrap().store.allow_eviction);
         let embedded = MINIMAL.replace("[upstream]", "allow_eviction = true\n[upstream]");
-        let err = Config::parse(&embedded).unwrap_err().0.join("\n");
+        let err = problems_of(&embedded);
         assert!(
             err.contains("store.allow_eviction: only valid with kind = \"redis\""),
             "{err}"

@@ -124,7 +124,7 @@ fn routes(
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::config::tests::MINIMAL;
+    use crate::config::tests::{MINIMAL, problems_of};
 
     #[test]
     fn worker_threads_default_to_one_and_size_the_redis_pool() {
@@ -147,7 +147,7 @@ mod tests {
             Config::parse(&with("0")).unwrap().limits.worker_threads,
             cpus
         );
-        let err = Config::parse(&with("5000")).unwrap_err().0.join("\n");
+        let err = problems_of(&with("5000"));
         assert!(
             err.contains("limits.worker_threads: must be at most 1024"),
             "{err}"
@@ -160,20 +160,14 @@ mod tests {
         assert_eq!(config.limits.idle_timeout.as_secs(), 10);
         assert_eq!(config.limits.max_buffered_bytes, 64 * 1024 * 1024);
         let with = |lines: &str| MINIMAL.replace("[store]", &format!("[limits]\n{lines}\n[store]"));
-        let err = Config::parse(&with("idle_timeout = \"0s\""))
-            .unwrap_err()
-            .0
-            .join("\n");
+        let err = problems_of(&with("idle_timeout = \"0s\""));
         assert!(
             err.contains("limits.idle_timeout: must be greater than zero"),
             "{err}"
         );
-        let err = Config::parse(&with(
+        let err = problems_of(&with(
             "max_body_bytes = 2097152\nmax_buffered_bytes = 1048576",
-        ))
-        .unwrap_err()
-        .0
-        .join("\n");
+        ));
         assert!(
             err.contains(
                 "limits.max_buffered_bytes: must be at least limits.max_body_bytes (2097152)"
@@ -226,7 +220,7 @@ mod tests {
             let twice = format!(
                 "{MINIMAL}\n[[route]]\nname = \"other\"\npath_prefix = \"{prefix}\"\n[route.signature]\nscheme = \"none\"\n"
             );
-            let err = Config::parse(&twice).unwrap_err().0.join("\n");
+            let err = problems_of(&twice);
             assert!(
                 err.contains("route[1].path_prefix: route \"payments\" already matches"),
                 "{prefix}: {err}"

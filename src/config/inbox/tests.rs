@@ -23,6 +23,13 @@ fn problems(idempotency: &str, inbox: &str) -> String {
     with_inbox(idempotency, inbox).unwrap_err()
 }
 
+/// The minimal config with these tables is refused, one problem reading
+/// `expected`.
+fn assert_problem(idempotency: &str, inbox: &str, expected: &str) {
+    let err = problems(idempotency, inbox);
+    assert!(err.contains(expected), "{inbox}: {err}");
+}
+
 #[test]
 fn absent_or_disabled_tables_give_no_inbox() {
     let config = Config::parse(MINIMAL).unwrap();
@@ -96,18 +103,15 @@ fn on_must_name_known_failures() {
 
 #[test]
 fn a_status_is_either_stored_or_queued() {
-    let err = problems(
+    assert_problem(
         "cache_status = [\"2xx\", \"4xx\"]",
         "on = [\"5xx\", \"429\"]",
+        "route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued",
     );
-    assert!(
-        err.contains("route[0].inbox.on: \"429\" overlaps idempotency.cache_status \"4xx\": an answer can not be both stored and queued"),
-        "{err}"
-    );
-    let err = problems("cache_status = [\"2xx\", \"503\"]", "on = [\"5xx\"]");
-    assert!(
-        err.contains("\"5xx\" overlaps idempotency.cache_status \"503\""),
-        "{err}"
+    assert_problem(
+        "cache_status = [\"2xx\", \"503\"]",
+        "on = [\"5xx\"]",
+        "\"5xx\" overlaps idempotency.cache_status \"503\"",
     );
     let fine = with_inbox(
         "cache_status = [\"2xx\", \"404\"]",
@@ -143,31 +147,24 @@ fn a_default_cache_status_leaves_out_what_is_queued() {
 
 #[test]
 fn acks_are_2xx_with_a_body_only_where_one_is_allowed() {
-    let err = problems("", "ack_status = 500");
-    assert!(
-        err.contains("route[0].inbox.ack_status: 500 must be 200-299: a sender retries any other status anyway"),
-        "{err}"
+    assert_problem(
+        "",
+        "ack_status = 500",
+        "route[0].inbox.ack_status: 500 must be 200-299: a sender retries any other status anyway",
     );
     for status in [204, 304] {
-        let err = problems(
+        assert_problem(
             "",
             &format!("ack_status = {status}\nack_body = \"success\""),
-        );
-        assert!(
-            err.contains(&format!(
-                "route[0].inbox.ack_body: must be empty with ack_status = {status}"
-            )),
-            "{err}"
+            &format!("route[0].inbox.ack_body: must be empty with ack_status = {status}"),
         );
     }
     let wechat = parsed("", "ack_status = 204");
     assert_eq!((wechat.ack.status, wechat.ack.content_type), (204, None));
-    let err = problems("", "ack_content_type = \"text/plain\\n\"");
-    assert!(
-        err.contains(
-            "route[0].inbox.ack_content_type: \"text/plain\\n\" is not a valid header value"
-        ),
-        "{err}"
+    assert_problem(
+        "",
+        "ack_content_type = \"text/plain\\n\"",
+        "route[0].inbox.ack_content_type: \"text/plain\\n\" is not a valid header value",
     );
     let json = parsed(
         "",
@@ -208,8 +205,7 @@ fn schedule_limits() {
             "route[0].inbox.max_backoff: must be at least backoff (2m)",
         ),
     ] {
-        let err = problems("", setting);
-        assert!(err.contains(expected), "{setting}: {err}");
+        assert_problem("", setting, expected);
     }
     let edges = parsed(
         "",
@@ -221,10 +217,10 @@ fn schedule_limits() {
 
 #[test]
 fn visibility_timeout_exceeds_the_upstream_timeout() {
-    let err = problems("", "visibility_timeout = \"30s\"");
-    assert!(
-        err.contains("route[0].inbox.visibility_timeout: must be at least the upstream timeout (30s) plus 1s (31s)"),
-        "{err}"
+    assert_problem(
+        "",
+        "visibility_timeout = \"30s\"",
+        "route[0].inbox.visibility_timeout: must be at least the upstream timeout (30s) plus 1s (31s)",
     );
     let err = problems("", "visibility_timeout = \"30001ms\"");
     assert!(
@@ -247,12 +243,10 @@ fn retention_need_not_outlast_the_schedule() {
 
 #[test]
 fn shadow_mode_queues_nothing() {
-    let err = problems("mode = \"shadow\"", "");
-    assert!(
-        err.contains(
-            "route[0].idempotency.mode: \"shadow\" claims nothing, so nothing can be queued"
-        ),
-        "{err}"
+    assert_problem(
+        "mode = \"shadow\"",
+        "",
+        "route[0].idempotency.mode: \"shadow\" claims nothing, so nothing can be queued",
     );
     let off = with_inbox("mode = \"shadow\"", "enabled = false").unwrap();
     assert!(off.routes[0].inbox.is_none());
@@ -267,8 +261,7 @@ fn a_good_table_has_no_problems_and_unknown_keys_are_errors() {
          concurrency = 4\nvisibility_timeout = \"60s\"",
     );
     assert!(good.on.timeout && good.on.refused);
-    let err = problems("", "retries = 3");
-    assert!(err.contains("retries"), "{err}");
+    assert_problem("", "retries = 3", "retries");
 }
 
 #[test]
@@ -280,15 +273,15 @@ fn delivered_statuses_default_to_2xx_and_never_overlap_what_is_queued() {
     }
     let custom = parsed("", "delivered_status = [\"2xx\", \"409\"]");
     assert!(custom.delivered.contains(409));
-    let err = problems("", "delivered_status = [\"2xx\", \"5xx\"]");
-    assert!(
-        err.contains("route[0].inbox.delivered_status: 500 is also in inbox.on"),
-        "{err}"
+    assert_problem(
+        "",
+        "delivered_status = [\"2xx\", \"5xx\"]",
+        "route[0].inbox.delivered_status: 500 is also in inbox.on",
     );
-    let err = problems("", "delivered_status = []");
-    assert!(
-        err.contains("route[0].inbox.delivered_status: must list at least one status"),
-        "{err}"
+    assert_problem(
+        "",
+        "delivered_status = []",
+        "route[0].inbox.delivered_status: must list at least one status",
     );
 }
 
@@ -296,9 +289,9 @@ fn delivered_statuses_default_to_2xx_and_never_overlap_what_is_queued() {
 fn the_backlog_bound_defaults_high_and_is_never_zero() {
     assert_eq!(parsed("", "").max_queued, 100_000);
     assert_eq!(parsed("", "max_queued = 3").max_queued, 3);
-    let err = problems("", "max_queued = 0");
-    assert!(
-        err.contains("route[0].inbox.max_queued: must be at least 1"),
-        "{err}"
+    assert_problem(
+        "",
+        "max_queued = 0",
+        "route[0].inbox.max_queued: must be at least 1",
     );
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::hmac_only_keys;
+use super::{checked_secrets, hmac_only_keys};
 use crate::config::problems::Problems;
 use crate::config::raw::RawSignature;
 use crate::config::redact::redact_url;
@@ -236,16 +236,9 @@ fn derived(
     derive: Derivation,
     hint: &str,
 ) -> Vec<Secret> {
-    secrets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, secret)| {
-            problems.take(
-                &format!("{key}.secrets[{i}]"),
-                secret.derived(derive).map_err(|_| hint.to_owned()),
-            )
-        })
-        .collect()
+    checked_secrets(problems, key, secrets, |secret| {
+        secret.derived(derive).map_err(|_| hint.to_owned())
+    })
 }
 
 /// Checks `public_url`: `http(s)://host[:port][/prefix]`, nothing after

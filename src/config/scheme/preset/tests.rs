@@ -19,6 +19,14 @@ fn preset_route(signature: &str, idempotency: &str) -> Result<Config, ConfigErro
     ))
 }
 
+/// The problems that refuse a route with these tables, one a line.
+fn refusal(signature: &str, idempotency: &str) -> String {
+    preset_route(signature, idempotency)
+        .unwrap_err()
+        .0
+        .join("\n")
+}
+
 #[test]
 fn presets_fix_their_own_parameters() {
     let config = preset_route(
@@ -33,13 +41,10 @@ fn presets_fix_their_own_parameters() {
     );
     assert_eq!(route.scheme.tolerance(), Some(Duration::from_secs(300)));
 
-    let err = preset_route(
+    let err = refusal(
         "scheme = \"github\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]\nalgorithm = \"sha512\"\nmessage = \"{body}\"\ntolerance = \"1m\"",
         "",
-    )
-    .unwrap_err()
-    .0
-    .join("\n");
+    );
     assert!(
         err.contains("route[0].signature.algorithm: only for scheme = \"hmac\""),
         "{err}"
@@ -53,15 +58,11 @@ fn presets_fix_their_own_parameters() {
         "{err}"
     );
 
-    let err = preset_route(
+    let err = refusal(
         "scheme = \"standard-webhooks\"\nsecrets = [\"literal:whsec_***\"]",
         "",
-    )
-    .unwrap_err();
-    assert!(
-        err.0[0].starts_with("route[0].signature.secrets[0]"),
-        "{err}"
     );
+    assert!(err.starts_with("route[0].signature.secrets[0]"), "{err}");
     let err = preset_route(
         "scheme = \"paypal\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
         "",
@@ -304,12 +305,10 @@ fn payment_presets_key_on_signed_fields_and_ignore_what_retries_change() {
 #[test]
 fn payment_keys_read_signed_fields_only() {
     let twilio = "scheme = \"twilio\"\nsecrets = [\"literal:2613416aded31ff34d03ba7e6eb7f391\"]\npublic_url = \"https://h\"";
-    let err = preset_route(
+    let err = refusal(
         twilio,
         "key = [\"form:MessageSid\", \"header:I-Twilio-Idempotency-Token\"]",
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         err.contains("route[0].idempotency.key[1]: header:i-twilio-idempotency-token is not signed: scheme = \"twilio\" does not sign header:i-twilio-idempotency-token"),
         "{err}"
@@ -351,12 +350,10 @@ fn payment_keys_read_signed_fields_only() {
     preset_route(v2, "key = [\"xml:/xml/transaction_id\"]").unwrap();
     assert!(preset_route(v2, "key = [\"xml:/xml/a/b\"]").is_err());
     assert!(preset_route(v2, "key = [\"form:transaction_id\"]").is_err());
-    let err = preset_route(
+    let err = refusal(
         "scheme = \"github\"\nsecrets = [\"literal:x-secret-0123456789abcdef\"]",
         "key = [\"header:X-GitHub-Delivery\"]",
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         err.contains("scheme = \"github\" does not sign header:x-github-delivery"),
         "GitHub signs the body only: {err}"
