@@ -279,70 +279,37 @@ pub trait Store: Send + Sync + 'static {
 /// object (the private `Dispatch`, and [`inbox::InboxOps`]).
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// [`Store`] with its futures boxed: the one way [`AnyStore`] reaches its
-/// backend. Boxing costs one small allocation per store call, nothing next
-/// to a network round trip or a durable redb commit, and spares a match
-/// over the backends in every operation.
-trait Dispatch: Send + Sync + std::fmt::Debug {
-    fn claim<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        record: Record,
-        ttl: Duration,
-    ) -> Call<'a, ClaimOutcome>;
-    fn complete<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        owner: OwnerToken,
-        record: &'a Record,
-        ttl: Duration,
-    ) -> Call<'a, Completion>;
-    fn release<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken) -> Call<'a, bool>;
-    fn renew<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> Call<'a, bool>;
-    fn lookup<'a>(&'a self, key: &'a StoreKey) -> Call<'a, Option<Existing>>;
-    fn purge<'a>(&'a self, key: &'a StoreKey) -> Call<'a, bool>;
-    fn ping(&self) -> Call<'_, ()>;
+/// Declares `Dispatch`, [`Store`] with its futures boxed, and implements
+/// it for every store, from one list of the operations: the boxed
+/// signatures are written once, so the mirror and its forwarding bodies can
+/// not drift apart. `'a` in an argument's type is the borrow the boxed
+/// future holds.
+macro_rules! boxed_store {
+    ($($op:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
+        /// [`Store`] with its futures boxed: the one way [`AnyStore`]
+        /// reaches its backend. Boxing costs one small allocation per store
+        /// call, nothing next to a network round trip or a durable redb
+        /// commit, and spares a match over the backends in every operation.
+        trait Dispatch: Send + Sync + std::fmt::Debug {
+            $(fn $op<'a>(&'a self, $($arg: $ty),*) -> Call<'a, $out>;)*
+        }
+
+        impl<S: Store + std::fmt::Debug> Dispatch for S {
+            $(fn $op<'a>(&'a self, $($arg: $ty),*) -> Call<'a, $out> {
+                Box::pin(Store::$op(self, $($arg),*))
+            })*
+        }
+    };
 }
 
-impl<S: Store + std::fmt::Debug> Dispatch for S {
-    fn claim<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        record: Record,
-        ttl: Duration,
-    ) -> Call<'a, ClaimOutcome> {
-        Box::pin(Store::claim(self, key, record, ttl))
-    }
-
-    fn complete<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        owner: OwnerToken,
-        record: &'a Record,
-        ttl: Duration,
-    ) -> Call<'a, Completion> {
-        Box::pin(Store::complete(self, key, owner, record, ttl))
-    }
-
-    fn release<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken) -> Call<'a, bool> {
-        Box::pin(Store::release(self, key, owner))
-    }
-
-    fn renew<'a>(&'a self, key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> Call<'a, bool> {
-        Box::pin(Store::renew(self, key, owner, ttl))
-    }
-
-    fn lookup<'a>(&'a self, key: &'a StoreKey) -> Call<'a, Option<Existing>> {
-        Box::pin(Store::lookup(self, key))
-    }
-
-    fn purge<'a>(&'a self, key: &'a StoreKey) -> Call<'a, bool> {
-        Box::pin(Store::purge(self, key))
-    }
-
-    fn ping(&self) -> Call<'_, ()> {
-        Box::pin(Store::ping(self))
-    }
+boxed_store! {
+    claim(key: &'a StoreKey, record: Record, ttl: Duration) -> ClaimOutcome;
+    complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration) -> Completion;
+    release(key: &'a StoreKey, owner: OwnerToken) -> bool;
+    renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
+    lookup(key: &'a StoreKey) -> Option<Existing>;
+    purge(key: &'a StoreKey) -> bool;
+    ping() -> ();
 }
 
 /// The configured backend, metered: every call but `ping` records

@@ -91,15 +91,6 @@ fn expiry_of(raw: &[u8]) -> Option<u64> {
         .map(u64::from_be_bytes)
 }
 
-/// The expiry of whatever is stored under `key`, live or not yet swept:
-/// what [`write_entry`] must unindex before it overwrites.
-fn stored_expiry(records: &Records<'_>, key: &str) -> Result<Option<u64>, StoreError> {
-    Ok(records
-        .get(key)
-        .map_err(backend)?
-        .and_then(|guard| expiry_of(guard.value())))
-}
-
 fn read_entry(
     records: &impl ReadableTable<&'static str, &'static [u8]>,
     key: &str,
@@ -122,39 +113,73 @@ fn read_entry(
     }))
 }
 
-fn write_entry(
-    records: &mut Records<'_>,
-    expiries: &mut Expiries<'_>,
-    key: &str,
-    previous_expiry: Option<u64>,
-    expires_at_ms: u64,
-    record: &[u8],
-) -> Result<(), StoreError> {
-    if let Some(old) = previous_expiry {
-        expiries.remove((old, key)).map_err(backend)?;
-    }
-    let mut value = Vec::with_capacity(8 + record.len());
-    value.extend_from_slice(&expires_at_ms.to_be_bytes());
-    value.extend_from_slice(record);
-    records.insert(key, value.as_slice()).map_err(backend)?;
-    expiries.insert((expires_at_ms, key), ()).map_err(backend)?;
-    Ok(())
+/// One record key inside a write transaction: the record tables, the
+/// transaction (for the owed set that changes with an inbox record) and
+/// the time it started. Every record operation reads and writes one key,
+/// so the key travels with the tables, and every write keeps `expiries`
+/// in step with `records`.
+struct Slot<'s, 't> {
+    txn: &'s redb::WriteTransaction,
+    records: &'s mut Records<'t>,
+    expiries: &'s mut Expiries<'t>,
+    key: &'s StoreKey,
+    now: u64,
 }
 
-fn delete_entry(
-    records: &mut Records<'_>,
-    expiries: &mut Expiries<'_>,
-    key: &str,
-) -> Result<bool, StoreError> {
-    let removed = records.remove(key).map_err(backend)?;
-    let Some(guard) = removed else {
-        return Ok(false);
-    };
-    if let Some(expiry) = expiry_of(guard.value()) {
-        drop(guard);
-        expiries.remove((expiry, key)).map_err(backend)?;
+impl Slot<'_, '_> {
+    /// The live entry under the key, if any.
+    fn live(&self) -> Result<Option<Entry>, StoreError> {
+        read_entry(&*self.records, self.key.as_str(), self.now)
     }
-    Ok(true)
+
+    /// The record bytes stored under the key, live or not yet swept.
+    fn stored_record(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .records
+            .get(self.key.as_str())
+            .map_err(backend)?
+            .and_then(|guard| guard.value().get(8..).map(<[u8]>::to_vec)))
+    }
+
+    /// Stores `record` expiring `ttl` from now, unindexing the expiry of
+    /// whatever it overwrites (live or not yet swept).
+    fn put(&mut self, ttl: Duration, record: &[u8]) -> Result<(), StoreError> {
+        let key = self.key.as_str();
+        let expires_at_ms = deadline(self.now, ttl);
+        let mut value = Vec::with_capacity(8 + record.len());
+        value.extend_from_slice(&expires_at_ms.to_be_bytes());
+        value.extend_from_slice(record);
+        let previous = self
+            .records
+            .insert(key, value.as_slice())
+            .map_err(backend)?
+            .and_then(|old| expiry_of(old.value()));
+        if let Some(old) = previous {
+            self.expiries.remove((old, key)).map_err(backend)?;
+        }
+        self.expiries
+            .insert((expires_at_ms, key), ())
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    /// Deletes whatever is stored under the key; returns whether anything was.
+    fn delete(&mut self) -> Result<bool, StoreError> {
+        let key = self.key.as_str();
+        let Some(guard) = self.records.remove(key).map_err(backend)? else {
+            return Ok(false);
+        };
+        if let Some(expiry) = expiry_of(guard.value()) {
+            drop(guard);
+            self.expiries.remove((expiry, key)).map_err(backend)?;
+        }
+        Ok(true)
+    }
+
+    /// Puts the key into its scope's owed set (`owed`) or takes it out.
+    fn mark_owed(&self, owed: bool) -> Result<(), StoreError> {
+        owed::mark(self.txn, self.key, owed)
+    }
 }
 
 fn deadline(now: u64, ttl: Duration) -> u64 {
@@ -232,10 +257,10 @@ impl EmbeddedStore {
     async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(
-                &redb::WriteTransaction,
-                &mut Records<'_>,
-                &mut Expiries<'_>,
+        F: for<'t> FnOnce(
+                &'t redb::WriteTransaction,
+                &mut Records<'t>,
+                &mut Expiries<'t>,
                 u64,
             ) -> Result<(T, bool), StoreError>
             + Send
@@ -249,6 +274,26 @@ impl EmbeddedStore {
         .await
     }
 
+    /// Runs `op` on `key`'s [`Slot`] in one write transaction (see
+    /// [`EmbeddedStore::write`]): how every record operation writes.
+    async fn write_key<T, F>(&self, key: &StoreKey, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
+    {
+        let key = key.clone();
+        self.write(move |txn, records, expiries, now| {
+            op(&mut Slot {
+                txn,
+                records,
+                expiries,
+                key: &key,
+                now,
+            })
+        })
+        .await
+    }
+
     /// Applies `change` to `key` if `owner` still owns it (see
     /// [`Change`]). Returns whether it did, and whether the key was free.
     async fn change_owned(
@@ -257,10 +302,8 @@ impl EmbeddedStore {
         owner: OwnerToken,
         change: Change,
     ) -> Result<Owned, StoreError> {
-        let store_key = key.clone();
-        let key = key.0.clone();
-        self.write(move |txn, records, expiries, now| {
-            let entry = read_entry(records, &key, now)?;
+        self.write_key(key, move |slot| {
+            let entry = slot.live()?;
             let owned = match (&entry, &change) {
                 (None, Change::Complete(..)) => Owned::Free,
                 (None, _) => return Ok((Owned::No, false)),
@@ -279,32 +322,20 @@ impl EmbeddedStore {
             }
             let (bytes, ttl) = match change {
                 Change::Release => {
-                    delete_entry(records, expiries, &key)?;
+                    slot.delete()?;
                     return Ok((owned, true));
                 }
                 Change::Complete(bytes, ttl, owes) => {
                     if owes {
-                        owed::mark(txn, &store_key, true)?;
+                        slot.mark_owed(true)?;
                     }
                     (bytes, ttl)
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
-                Change::Renew(ttl) => {
-                    let guard = records.get(key.as_str()).map_err(backend)?;
-                    let raw = guard.as_ref().and_then(|g| g.value().get(8..));
-                    (raw.unwrap_or_default().to_vec(), ttl)
-                }
+                Change::Renew(ttl) => (slot.stored_record()?.unwrap_or_default(), ttl),
             };
-            let previous = stored_expiry(records, &key)?;
-            write_entry(
-                records,
-                expiries,
-                &key,
-                previous,
-                deadline(now, ttl),
-                &bytes,
-            )?;
+            slot.put(ttl, &bytes)?;
             Ok((owned, true))
         })
         .await
@@ -326,29 +357,16 @@ impl EmbeddedStore {
         ttl: Duration,
         owed: bool,
     ) -> Result<bool, StoreError> {
-        let store_key = key.clone();
-        let key = key.0.clone();
-        self.write(move |txn, records, expiries, now| {
-            let Some(entry) = read_entry(records, &key, now)? else {
+        self.write_key(key, move |slot| {
+            let Some(entry) = slot.live()? else {
                 return Ok((false, false));
             };
             if entry.record.owner != expected {
-                let landed = records
-                    .get(key.as_str())
-                    .map_err(backend)?
-                    .is_some_and(|guard| guard.value().get(8..) == Some(record.as_slice()));
+                let landed = slot.stored_record()?.as_deref() == Some(record.as_slice());
                 return Ok((landed, false));
             }
-            let expires_at_ms = deadline(now, ttl);
-            write_entry(
-                records,
-                expiries,
-                &key,
-                Some(entry.expires_at_ms),
-                expires_at_ms,
-                &record,
-            )?;
-            owed::mark(txn, &store_key, owed)?;
+            slot.put(ttl, &record)?;
+            slot.mark_owed(owed)?;
             Ok((true, true))
         })
         .await
@@ -392,22 +410,13 @@ impl Store for EmbeddedStore {
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let encoded = record.encode().map_err(StoreError::from)?;
-        let name = key.0.clone();
         let found = self
-            .write(move |_, records, expiries, now| {
-                if let Some(entry) = read_entry(records, &name, now)? {
-                    let ttl = Duration::from_millis(entry.expires_at_ms - now);
+            .write_key(key, move |slot| {
+                if let Some(entry) = slot.live()? {
+                    let ttl = Duration::from_millis(entry.expires_at_ms - slot.now);
                     return Ok((Some((entry.record, ttl)), false));
                 }
-                let stale_expiry = stored_expiry(records, &name)?;
-                write_entry(
-                    records,
-                    expiries,
-                    &name,
-                    stale_expiry,
-                    deadline(now, ttl),
-                    &encoded,
-                )?;
+                slot.put(ttl, &encoded)?;
                 Ok((None, true))
             })
             .await?;
@@ -470,10 +479,9 @@ impl Store for EmbeddedStore {
     }
 
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        let name = key.0.clone();
-        self.write(move |_, records, expiries, now| {
-            let live = read_entry(records, &name, now)?.is_some();
-            let existed = delete_entry(records, expiries, &name)?;
+        self.write_key(key, |slot| {
+            let live = slot.live()?.is_some();
+            let existed = slot.delete()?;
             Ok((live, existed))
         })
         .await

@@ -429,7 +429,11 @@ impl Store for RedisStore {
         };
         if !self.replicated(client, key).await? {
             let owner = vec![owner_arg(lease.owner())];
-            let _ = self.eval(client, &self.scripts.release, key, owner).await;
+            // Best effort: a claim left behind turns unknown when its lease
+            // runs out, and the caller hears the store is unavailable anyway.
+            if let Err(error) = self.eval(client, &self.scripts.release, key, owner).await {
+                tracing::debug!(key = key.hash(), %error, "releasing an unreplicated claim failed");
+            }
             return Err(StoreError::Unavailable(
                 "too few replicas acknowledged the claim".into(),
             ));
