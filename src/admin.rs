@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
-//! the inbox API and `/admin/hot-keys`.
+//! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
+//! (see `about`). Every 405 names the path's methods in `Allow` (`allow`).
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -36,8 +37,13 @@
 //! `/healthz`, `/readyz` and `/metrics` answer plain text in every case:
 //! probes and scrapers read that.
 
+mod about;
+mod allow;
 mod hot_keys;
 mod inbox;
+
+use about::About;
+use allow::Allow;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +75,8 @@ pub(crate) struct Admin {
     metrics: Option<PrometheusHandle>,
     inboxes: Arc<Inboxes>,
     hot_keys: Arc<HotKeys>,
+    /// When this process started serving, for `/admin/info`.
+    started: about::Started,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
@@ -114,19 +122,30 @@ impl Admin {
             metrics,
             inboxes,
             hot_keys,
+            started: about::Started::now(),
         }
     }
 
-    /// `/readyz`: the store answers within [`READY_TIMEOUT`] and no Redis
-    /// primary may evict keys (unless `allow_eviction`). The eviction
-    /// settings are re-read on every probe; if that read fails although the
-    /// ping succeeded, the last findings decide.
+    /// `/readyz`: [`Admin::readiness`] as plain text for probes.
     async fn ready(&self) -> Response<ProxyBody> {
+        match self.readiness().await {
+            Ok(()) => text(StatusCode::OK, "ready"),
+            Err(problem) => text(StatusCode::SERVICE_UNAVAILABLE, &problem),
+        }
+    }
+
+    /// Whether the store can take claims now: it answers within
+    /// [`READY_TIMEOUT`] and no Redis primary may evict keys (unless
+    /// `allow_eviction`); the error says why not. The eviction settings
+    /// are re-read on every call; if that read fails although the ping
+    /// succeeded, the last findings decide. `/readyz` and `/admin/info`
+    /// both read it, so they never disagree.
+    async fn readiness(&self) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         match tokio::time::timeout_at(deadline, self.store.ping()).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => return text(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
-            Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store timed out"),
+            Ok(Err(error)) => return Err(error.to_string()),
+            Err(_) => return Err("store timed out".to_owned()),
         }
         // The doc above: a failed or late re-read leaves the last findings
         // to decide, so the probe's own outcome changes nothing here.
@@ -136,8 +155,8 @@ impl Admin {
             Err(_) => tracing::debug!("readiness: eviction re-read timed out"),
         }
         match self.store.eviction_problem() {
-            None => text(StatusCode::OK, "ready"),
-            Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, &problem),
+            None => Ok(()),
+            Some(problem) => Err(problem),
         }
     }
 
@@ -158,15 +177,27 @@ impl Admin {
                 return refused;
             }
             if request.method() != Method::GET {
-                return self.problem(AdminReason::MethodNotAllowed, "only GET is served here");
+                return self.method_not_allowed(Allow::Get);
             }
             return self.hot_keys(request.uri().query());
         }
+        if let Some(about) = About::at(&path) {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return self.about(about).await;
+        }
         if request.method() != Method::GET {
             if PLAIN_PATHS.contains(&path.as_str()) {
-                return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                let mut refused = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                Allow::Get.stamp(&mut refused);
+                return refused;
             }
-            return self.problem(AdminReason::MethodNotAllowed, "only GET is served here");
+            // RFC 9110 §15.5.6: 405 only where the path exists.
+            return self.problem(AdminReason::NotFound, "no admin endpoint at this path");
         }
         match path.as_str() {
             "/healthz" => text(StatusCode::OK, "ok"),
@@ -227,6 +258,10 @@ impl Admin {
         if let Some(refused) = self.refuse_unauthorized(request) {
             return refused;
         }
+        // The method set belongs to the path: checked before its target.
+        if !Allow::GetDelete.admits(request.method()) {
+            return self.method_not_allowed(Allow::GetDelete);
+        }
         let (route_name, path_key) = match rest.split_once('/') {
             Some((route, key)) => (route, Some(key)),
             None => (rest, None),
@@ -246,8 +281,8 @@ impl Admin {
                 Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
                 Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
             },
-            Method::DELETE => self.purge(route, &key, &key_hash).await,
-            _ => self.problem(AdminReason::MethodNotAllowed, "GET or DELETE"),
+            // DELETE: the only other method `Allow::GetDelete` admits.
+            _ => self.purge(route, &key, &key_hash).await,
         }
     }
 

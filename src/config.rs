@@ -126,11 +126,19 @@ pub struct Upstream {
     pub timeout: Duration,
 }
 
+impl Upstream {
+    /// The URL without its userinfo password: the form logs, `Debug` and
+    /// `/admin/info` show.
+    pub fn shown_url(&self) -> String {
+        redact_url(&self.url.to_string())
+    }
+}
+
 impl fmt::Debug for Upstream {
     /// Prints the URL without its userinfo password, like the store URL.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
-            .field("url", &redact_url(&self.url.to_string()))
+            .field("url", &self.shown_url())
             .field("timeout", &self.timeout)
             .finish()
     }

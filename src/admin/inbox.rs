@@ -15,7 +15,7 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{Admin, json, query_pairs};
+use super::{Admin, Allow, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::inbox::{Action, Listing, RouteInbox};
@@ -148,19 +148,19 @@ impl Admin {
         let query = request.uri().query();
         if action.is_empty() {
             if request.method() != Method::GET {
-                return self.problem(AdminReason::MethodNotAllowed, "GET");
+                return self.method_not_allowed(Allow::Get);
             }
             return self.inbox_page(inbox, query).await;
         }
-        let method = match action {
-            "delivery" => Method::GET,
-            "retry" | "drop" => Method::POST,
+        let allow = match action {
+            "delivery" => Allow::Get,
+            "retry" | "drop" => Allow::Post,
             _ => {
                 return self.problem(AdminReason::NotFound, "expected delivery, retry or drop");
             }
         };
-        if *request.method() != method {
-            return self.problem(AdminReason::MethodNotAllowed, method.as_str());
+        if !allow.admits(request.method()) {
+            return self.method_not_allowed(allow);
         }
         let (hash, key) = match self.record_key(route, None, query) {
             Ok(named) => named,

@@ -50,6 +50,25 @@ pub enum StoreBackend {
     },
 }
 
+impl StoreBackend {
+    /// `redis` or `embedded`: what `/admin/info` and logs call the backend.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Redis { .. } => "redis",
+            Self::Embedded { .. } => "embedded",
+        }
+    }
+
+    /// Where the records live, safe to show: the Redis URL with any
+    /// password replaced, or the embedded database's path.
+    pub fn location(&self) -> String {
+        match self {
+            Self::Redis { url } => redact_url(url),
+            Self::Embedded { path } => path.display().to_string(),
+        }
+    }
+}
+
 impl fmt::Debug for StoreBackend {
     /// Prints the Redis URL with any password replaced, so `check-config`
     /// output and logs never carry it.

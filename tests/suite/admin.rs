@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crate::support::*;
 
+mod about;
+
 const TOKEN: &str = "admin-token-for-tests";
 
 fn with_admin(text: &str) -> String {

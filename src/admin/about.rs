@@ -1,0 +1,109 @@
+//! `/admin/config` and `/admin/info`: what this instance runs, for the
+//! operator who has only the admin port.
+//!
+//! `/admin/config` is the effective configuration exactly as
+//! `idemgate check-config` prints it (every default written out, secrets
+//! as their source, URL passwords replaced), so two instances can be
+//! diffed without shell access. `/admin/info` names the build, when the
+//! process started, the store and its readiness (the same verdict as
+//! `/readyz`) and the routes. Both sit behind the admin token: a
+//! configuration is a map of the deployment even with its secrets out.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use http::{Response, StatusCode};
+
+use super::{Admin, json, reply};
+use crate::body::ProxyBody;
+use crate::metrics::REVISION;
+
+/// The two read-only views this module serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum About {
+    /// `GET /admin/config`.
+    Config,
+    /// `GET /admin/info`.
+    Info,
+}
+
+impl About {
+    /// The view `path` names, if any.
+    pub(crate) fn at(path: &str) -> Option<Self> {
+        match path {
+            "/admin/config" => Some(Self::Config),
+            "/admin/info" => Some(Self::Info),
+            _ => None,
+        }
+    }
+}
+
+/// The start of this process, on both clocks: the wall clock to report
+/// it, the monotonic one to count the uptime (immune to clock steps).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    wall: SystemTime,
+    monotonic: Instant,
+}
+
+impl Started {
+    /// Now, taken when the admin state is built at start-up.
+    pub(crate) fn now() -> Self {
+        Self {
+            wall: SystemTime::now(),
+            monotonic: Instant::now(),
+        }
+    }
+
+    fn unix_ms(self) -> u128 {
+        self.wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis())
+    }
+}
+
+impl Admin {
+    /// Answers `GET` on one of the [`About`] views.
+    pub(crate) async fn about(&self, view: About) -> Response<ProxyBody> {
+        match view {
+            About::Config => reply(
+                StatusCode::OK,
+                "application/toml; charset=utf-8",
+                self.config.to_toml(),
+            ),
+            About::Info => json(StatusCode::OK, &self.info().await),
+        }
+    }
+
+    async fn info(&self) -> serde_json::Value {
+        let readiness = self.readiness().await;
+        let routes: Vec<serde_json::Value> = self
+            .config
+            .routes
+            .iter()
+            .map(|route| {
+                serde_json::json!({
+                    "name": route.name,
+                    "path_prefix": route.path_prefix,
+                    "methods": route.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                    "upstream": route.upstream.shown_url(),
+                    "inbox": route.inbox.is_some(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "revision": REVISION,
+            "started_at_unix_ms": self.started.unix_ms(),
+            "uptime_ms": crate::time::millis(self.started.monotonic.elapsed()),
+            "store": {
+                "kind": self.config.store.backend.kind(),
+                "location": self.config.store.backend.location(),
+                "ready": readiness.is_ok(),
+                "problem": readiness.err(),
+            },
+            "routes": routes,
+        })
+    }
+}

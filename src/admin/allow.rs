@@ -1,0 +1,90 @@
+//! The methods an admin path serves, and the 405 that names them.
+//!
+//! RFC 9110 §15.5.6: a 405 must carry `Allow` listing what the target
+//! resource does serve, so a client (or the console, or `idemgate admin`)
+//! can tell a wrong method from a wrong path. Each path's handler names
+//! its set once, as one of these values, and both the check and the
+//! header come from it.
+
+use http::{HeaderValue, Method, Response, header};
+
+use super::Admin;
+use crate::body::ProxyBody;
+use crate::error::AdminReason;
+
+/// The method set of one admin path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Allow {
+    /// Read-only views: probes, metrics, listings, config, info.
+    Get,
+    /// A record: show it or purge it.
+    GetDelete,
+    /// An inbox action (retry, drop).
+    Post,
+}
+
+impl Allow {
+    /// The `Allow` header value.
+    pub(crate) fn header(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::GetDelete => "GET, DELETE",
+            Self::Post => "POST",
+        }
+    }
+
+    /// Whether `method` is one of the set.
+    pub(crate) fn admits(self, method: &Method) -> bool {
+        match self {
+            Self::Get => method == Method::GET,
+            Self::GetDelete => method == Method::GET || method == Method::DELETE,
+            Self::Post => method == Method::POST,
+        }
+    }
+
+    /// Adds the `Allow` header to a 405 answer.
+    pub(crate) fn stamp(self, response: &mut Response<ProxyBody>) {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(self.header()));
+    }
+}
+
+impl Admin {
+    /// The 405 problem for a path that serves `allow`, with its `Allow`.
+    pub(crate) fn method_not_allowed(&self, allow: Allow) -> Response<ProxyBody> {
+        let mut refused = self.problem(
+            AdminReason::MethodNotAllowed,
+            &format!("this path serves {}", allow.header()),
+        );
+        allow.stamp(&mut refused);
+        refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_set_admits_exactly_what_its_header_lists() {
+        let methods = [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::DELETE,
+            Method::PATCH,
+        ];
+        for allow in [Allow::Get, Allow::GetDelete, Allow::Post] {
+            let listed: Vec<&str> = allow.header().split(", ").collect();
+            for method in &methods {
+                assert_eq!(
+                    allow.admits(method),
+                    listed.contains(&method.as_str()),
+                    "{allow:?} {method}"
+                );
+            }
+        }
+    }
+}
