@@ -132,6 +132,8 @@ impl RouteHotKeys {
 pub struct HotKeys {
     k: usize,
     window: Duration,
+    /// `[hot_keys] export_keys`: whether `/metrics` names keys.
+    export_keys: bool,
     routes: Vec<Arc<RouteHotKeys>>,
 }
 
@@ -150,6 +152,7 @@ impl HotKeys {
         Self {
             k,
             window: settings.window,
+            export_keys: settings.export_keys,
             routes,
         }
     }
@@ -157,6 +160,11 @@ impl HotKeys {
     /// Whether hot keys are tracked at all.
     pub fn enabled(&self) -> bool {
         !self.routes.is_empty()
+    }
+
+    /// Whether `/metrics` carries a series per key.
+    pub fn export_keys(&self) -> bool {
+        self.export_keys
     }
 
     /// The window length.
@@ -218,6 +226,7 @@ mod tests {
             enabled: true,
             k: TopK::new(k).expect("valid k"),
             window,
+            export_keys: false,
         }
     }
 

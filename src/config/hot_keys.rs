@@ -1,8 +1,8 @@
 //! `[hot_keys]`: the per-route top-k of keys by deliveries in a sliding
 //! window (`crate::hot_keys`), validated.
 //!
-//! `k` bounds both the label cardinality of the exported series (at most
-//! `k` per route) and the memory of each route's table, so it has a hard
+//! `k` bounds both the label cardinality of the per-key series (at most
+//! `k` per route, and only with `export_keys`) and the memory of each route's table, so it has a hard
 //! ceiling; the window must be long enough to split into its slices.
 
 use std::time::Duration;
@@ -48,6 +48,10 @@ pub struct HotKeysConfig {
     pub k: TopK,
     /// Length of the sliding window.
     pub window: Duration,
+    /// Whether `/metrics` names keys: off by default, because a series per
+    /// key churns with every new key a sender uses; the key-less
+    /// `idemgate_hot_key_max_deliveries` is exported either way.
+    pub export_keys: bool,
 }
 
 impl Default for HotKeysConfig {
@@ -57,6 +61,7 @@ impl Default for HotKeysConfig {
             k: TopK(raw::DEFAULT_HOT_KEYS_K),
             window: raw::parse_duration(raw::DEFAULT_HOT_KEYS_WINDOW)
                 .unwrap_or(Duration::from_secs(60)),
+            export_keys: false,
         }
     }
 }
@@ -68,6 +73,7 @@ impl HotKeysConfig {
             enabled: Some(self.enabled),
             k: Some(self.k.get()),
             window: Some(format_duration(self.window)),
+            export_keys: Some(self.export_keys),
         }
     }
 }
@@ -101,6 +107,7 @@ pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConf
         enabled: raw.enabled.unwrap_or(true),
         k,
         window,
+        export_keys: raw.export_keys.unwrap_or(false),
     }
 }
 
@@ -115,13 +122,18 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_on_ten_keys_one_minute() {
+    fn defaults_are_on_ten_keys_one_minute_no_key_series() {
         let (config, problems) = check(&RawHotKeys::default());
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(config, HotKeysConfig::default());
         assert_eq!(
-            (config.enabled, config.k.get(), config.window),
-            (true, 10, Duration::from_secs(60))
+            (
+                config.enabled,
+                config.k.get(),
+                config.window,
+                config.export_keys
+            ),
+            (true, 10, Duration::from_secs(60), false)
         );
     }
 
@@ -165,11 +177,17 @@ mod tests {
             enabled: Some(false),
             k: Some(100),
             window: Some("5m".into()),
+            export_keys: Some(true),
         });
         assert!(problems.is_empty());
         assert_eq!(
-            (config.enabled, config.k.get(), config.window),
-            (false, 100, Duration::from_secs(300))
+            (
+                config.enabled,
+                config.k.get(),
+                config.window,
+                config.export_keys
+            ),
+            (false, 100, Duration::from_secs(300), true)
         );
         assert_eq!(TopK::new(1).map(TopK::get), Some(1));
     }

@@ -286,6 +286,9 @@ pub struct RawHotKeys {
     pub k: Option<usize>,
     /// Length of the sliding window.
     pub window: Option<String>,
+    /// Export a series per key (with duplicates) on `/metrics` (default
+    /// false).
+    pub export_keys: Option<bool>,
 }
 
 /// `[tracing]`.

@@ -172,17 +172,21 @@ fn exported(text: &str) -> BTreeSet<String> {
 
 /// The README's metric table and the contract's list exactly what the
 /// binary exports, both ways: a gate with every optional part on (an inbox
-/// route, hot keys, the replay cache, tracing) after one delivery, so the
-/// histograms and hot keys have something to show.
+/// route, hot keys with their per-key series, the replay cache, tracing)
+/// after a delivery and its copy, so the histograms and the per-key
+/// series (keys with duplicates only) have something to show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_exported_metric_is_documented_and_every_documented_one_exported() {
     let (_dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
     let text = config_text(&store, &upstream.url(), "")
-        + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n";
+        + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n"
+        + "\n[hot_keys]\nexport_keys = true\n";
     let gate = GateProcess::start(&text);
-    let answer = deliver(&gate.url("/notify"), &payment("metrics-table-1")).await;
-    assert_eq!(answer.status, 200, "{answer:?}");
+    for _ in 0..2 {
+        let answer = deliver(&gate.url("/notify"), &payment("metrics-table-1")).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
     let (status, scraped) = admin_get(gate.admin, "/metrics").await;
     assert_eq!(status, 200, "{scraped}");
     let exported = exported(&scraped);

@@ -90,7 +90,11 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     const FORGED: usize = 3;
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), INBOX));
+    // Per-key hot-key series too, so the hot-keys table's queries have
+    // values (the replays below are the duplicates they need).
+    let text = config_text(&redis_store(&redis), &upstream.url(), INBOX)
+        + "\n[hot_keys]\nexport_keys = true\n";
+    let gate = GateProcess::start(&text);
     let prometheus = Prometheus::start(&prometheus_config(gate.admin));
     let started = Instant::now();
 
