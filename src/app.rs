@@ -88,6 +88,7 @@ fn describe_metrics() {
     }
     crate::rotation::describe();
     crate::telemetry::describe();
+    crate::log_writer::register_metrics();
 }
 
 /// A started idemgate.

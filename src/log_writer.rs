@@ -11,12 +11,14 @@
 //! Trade-offs, chosen for a proxy that must never stall on its logs:
 //! - Lines reach the sink up to [`FLUSH_INTERVAL`] late, in order.
 //! - A batch holds at most [`BATCH_CAPACITY`] bytes; when the sink is slower
-//!   than the traffic, further lines are dropped (never blocking a request)
-//!   and the next batch says how many.
+//!   than the traffic, further lines are dropped (never blocking a request);
+//!   the next batch says how many in a line of the configured format (a
+//!   JSON object in JSON mode, so a JSON pipeline never meets plain text),
+//!   and `idemgate_log_lines_dropped_total` counts them.
 //! - [`FlushGuard`] writes what is pending when dropped (normal exit and
 //!   unwinding); a process killed with SIGKILL loses at most one interval.
 //!
-//! For JSON lines ([`BatchedWriter::escaping_json`]) the appender also
+//! For JSON lines ([`LineFormat::Json`]) the appender also
 //! writes every non-ASCII character the text format escapes (C1 controls
 //! such as U+0085 and U+009B, U+2028 and U+2029, bidirectional and other
 //! invisible format characters) as a `\uXXXX` escape: serde_json leaves
@@ -29,6 +31,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+
+use crate::metrics::Description;
+
 /// How long a batch fills before it is written: long enough that its one
 /// wake-up and write are spread over many lines, short enough for `tail -f`.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
@@ -36,6 +43,33 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Bytes one batch may hold (about 20,000 request lines): ample for any
 /// rate the proxy serves, bounded when the sink stalls.
 pub const BATCH_CAPACITY: usize = 4 << 20;
+
+/// `idemgate_log_lines_dropped_total`: lines the full batch could not
+/// take (see the module docs).
+pub(crate) const LOG_LINES_DROPPED_TOTAL: Description = Description::counter(
+    "idemgate_log_lines_dropped_total",
+    "Log lines dropped because the log sink was slower than the traffic",
+);
+
+/// The metrics this module owns.
+pub(crate) const DESCRIPTIONS: &[Description] = &[LOG_LINES_DROPPED_TOTAL];
+
+/// The `target` the drop notice names, as a log line would.
+const NOTICE_TARGET: &str = "idemgate::log_writer";
+
+/// The format of the lines the subscriber writes: it decides how each line
+/// is appended and the form of the drop notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineFormat {
+    /// tracing-subscriber's text lines, appended as they are.
+    Text,
+    /// One JSON object per line, escaped as the module docs say.
+    Json,
+}
+
+/// Counts dropped lines: the global counter when running, a probe in tests
+/// (the writer thread can not see a test's thread-local recorder).
+type DropCounter = Arc<dyn Fn(u64) + Send + Sync>;
 
 #[derive(Default, Debug)]
 struct Batch {
@@ -55,6 +89,7 @@ struct Shared {
     batch: Mutex<Batch>,
     wake: Condvar,
     capacity: usize,
+    format: LineFormat,
 }
 
 impl Shared {
@@ -70,17 +105,6 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct BatchedWriter {
     shared: Arc<Shared>,
-    json: bool,
-}
-
-impl BatchedWriter {
-    /// The same writer for JSON lines: non-ASCII characters the text format
-    /// escapes are appended as `\uXXXX` escapes (see the module docs).
-    #[must_use]
-    pub fn escaping_json(mut self) -> Self {
-        self.json = true;
-        self
-    }
 }
 
 /// Whether the text format (`str`'s `Debug`) would escape `c`: a control,
@@ -125,20 +149,32 @@ pub struct FlushGuard {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Starts the background thread writing to `sink` every [`FLUSH_INTERVAL`].
-pub fn batched<W>(sink: W) -> io::Result<(BatchedWriter, FlushGuard)>
+/// Starts the background thread writing lines of `format` to `sink` every
+/// [`FLUSH_INTERVAL`].
+pub fn batched<W>(sink: W, format: LineFormat) -> io::Result<(BatchedWriter, FlushGuard)>
 where
     W: Write + Send + 'static,
 {
-    with_limits(sink, FLUSH_INTERVAL, BATCH_CAPACITY)
+    let count: DropCounter =
+        Arc::new(|dropped| metrics::counter!(LOG_LINES_DROPPED_TOTAL.name).increment(dropped));
+    with_limits(sink, format, FLUSH_INTERVAL, BATCH_CAPACITY, count)
 }
 
-/// [`batched`] with an explicit interval and capacity (the tests use short
-/// and small ones).
+/// Describes `idemgate_log_lines_dropped_total` and creates it at 0, so
+/// an alert on it has a series before the first drop.
+pub(crate) fn register_metrics() {
+    crate::metrics::describe(DESCRIPTIONS);
+    metrics::counter!(LOG_LINES_DROPPED_TOTAL.name).increment(0);
+}
+
+/// [`batched`] with an explicit interval, capacity and drop counter (the
+/// tests use short and small ones, and their own counter).
 fn with_limits<W>(
     sink: W,
+    format: LineFormat,
     interval: Duration,
     capacity: usize,
+    count_drops: DropCounter,
 ) -> io::Result<(BatchedWriter, FlushGuard)>
 where
     W: Write + Send + 'static,
@@ -147,15 +183,15 @@ where
         batch: Mutex::new(Batch::default()),
         wake: Condvar::new(),
         capacity,
+        format,
     });
     let for_thread = Arc::clone(&shared);
     let thread = std::thread::Builder::new()
         .name("idemgate-log".into())
-        .spawn(move || write_batches(&for_thread, sink, interval))?;
+        .spawn(move || write_batches(&for_thread, sink, interval, &*count_drops))?;
     Ok((
         BatchedWriter {
             shared: Arc::clone(&shared),
-            json: false,
         },
         FlushGuard {
             shared,
@@ -167,7 +203,12 @@ where
 /// The background thread: sleep until a batch starts, let it fill for one
 /// interval (or until closing), take it and write it in one call outside
 /// the lock. An idle proxy costs this thread no wake-ups at all.
-fn write_batches<W: Write>(shared: &Shared, mut sink: W, interval: Duration) {
+fn write_batches<W: Write>(
+    shared: &Shared,
+    mut sink: W,
+    interval: Duration,
+    count_drops: &(dyn Fn(u64) + Send + Sync),
+) {
     let mut out = Vec::new();
     loop {
         let (dropped, closing) = {
@@ -190,12 +231,8 @@ fn write_batches<W: Write>(shared: &Shared, mut sink: W, interval: Duration) {
             (std::mem::take(&mut batch.dropped), batch.closing)
         };
         if dropped > 0 {
-            // Plain text even in JSON mode: a line a collector will show as-is.
-            writeln!(
-                out,
-                "idemgate: {dropped} log line(s) dropped: the log sink is slower than the traffic"
-            )
-            .expect("writing into a Vec cannot fail");
+            count_drops(dropped);
+            drop_notice(&mut out, shared.format, dropped);
         }
         if !out.is_empty() {
             // Nothing sensible to do when stderr itself fails: a failure
@@ -207,6 +244,35 @@ fn write_batches<W: Write>(shared: &Shared, mut sink: W, interval: Duration) {
             return;
         }
     }
+}
+
+/// Appends the line saying `dropped` lines were lost, in `format` and with
+/// the log lines' own timestamp form, so it sorts and parses among them.
+fn drop_notice(out: &mut Vec<u8>, format: LineFormat, dropped: u64) {
+    let mut timestamp = String::new();
+    if SystemTime
+        .format_time(&mut Writer::new(&mut timestamp))
+        .is_err()
+    {
+        // A clock before 1970 or a formatter error: the notice still goes
+        // out, without its time.
+        timestamp.clear();
+    }
+    let message = format!("{dropped} log line(s) dropped: the log sink is slower than the traffic");
+    let written = match format {
+        LineFormat::Text => writeln!(out, "{timestamp}  WARN {NOTICE_TARGET}: {message}"),
+        LineFormat::Json => {
+            let line = serde_json::json!({
+                "timestamp": timestamp,
+                "level": "WARN",
+                "message": message,
+                "dropped": dropped,
+                "target": NOTICE_TARGET,
+            });
+            writeln!(out, "{line}")
+        }
+    };
+    written.expect("writing into a Vec cannot fail");
 }
 
 impl Drop for FlushGuard {
@@ -226,7 +292,6 @@ impl Drop for FlushGuard {
 #[derive(Debug)]
 pub struct BatchAppender<'a> {
     shared: &'a Shared,
-    json: bool,
 }
 
 impl Write for BatchAppender<'_> {
@@ -235,16 +300,15 @@ impl Write for BatchAppender<'_> {
         let starts_batch = batch.is_empty();
         // An escaped character takes at most three times its UTF-8 bytes
         // (2 → 6, 4 → 12): bound the batch by the worst case.
-        let room = if self.json {
-            line.len() * 3
-        } else {
-            line.len()
+        let format = self.shared.format;
+        let room = match format {
+            LineFormat::Json => line.len() * 3,
+            LineFormat::Text => line.len(),
         };
         if batch.bytes.len() + room <= self.shared.capacity {
-            if self.json {
-                append_json_escaped(&mut batch.bytes, line);
-            } else {
-                batch.bytes.extend_from_slice(line);
+            match format {
+                LineFormat::Json => append_json_escaped(&mut batch.bytes, line),
+                LineFormat::Text => batch.bytes.extend_from_slice(line),
             }
         } else {
             batch.dropped += 1;
@@ -268,7 +332,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
     fn make_writer(&'a self) -> Self::Writer {
         BatchAppender {
             shared: &self.shared,
-            json: self.json,
         }
     }
 }
@@ -282,13 +345,17 @@ mod tests {
     use std::time::Instant;
     use tracing_subscriber::fmt::MakeWriter;
 
-    /// A sink the test can read while the writer thread owns a handle.
+    /// A sink the test can read while the writer thread owns a handle,
+    /// with the count of dropped lines the writer reported.
     #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+    struct Sink {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        dropped: Arc<std::sync::atomic::AtomicU64>,
+    }
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
+            self.bytes.lock().unwrap().extend_from_slice(bytes);
             Ok(bytes.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -298,7 +365,7 @@ mod tests {
 
     impl Sink {
         fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+            String::from_utf8(self.bytes.lock().unwrap().clone()).unwrap()
         }
     }
 
@@ -307,10 +374,19 @@ mod tests {
     /// A batch capacity no test fills.
     const ROOMY: usize = 1 << 16;
 
-    /// A writer with these limits onto a fresh [`Sink`] the test reads.
-    fn writer_into_sink(interval: Duration, capacity: usize) -> (Sink, BatchedWriter, FlushGuard) {
+    /// A writer of `format` with these limits onto a fresh [`Sink`] the
+    /// test reads.
+    fn writer_into_sink(
+        format: LineFormat,
+        interval: Duration,
+        capacity: usize,
+    ) -> (Sink, BatchedWriter, FlushGuard) {
         let sink = Sink::default();
-        let (writer, guard) = with_limits(sink.clone(), interval, capacity).unwrap();
+        let dropped = Arc::clone(&sink.dropped);
+        let count: DropCounter = Arc::new(move |n| {
+            dropped.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        });
+        let (writer, guard) = with_limits(sink.clone(), format, interval, capacity, count).unwrap();
         (sink, writer, guard)
     }
 
@@ -327,7 +403,8 @@ mod tests {
 
     #[test]
     fn lines_wait_for_the_batch_and_arrive_in_order() {
-        let (sink, writer, guard) = writer_into_sink(Duration::from_millis(200), ROOMY);
+        let (sink, writer, guard) =
+            writer_into_sink(LineFormat::Text, Duration::from_millis(200), ROOMY);
         log(&writer, "one\n");
         log(&writer, "two\n");
         // Written through, a line would already be in the sink.
@@ -353,7 +430,7 @@ mod tests {
 
     #[test]
     fn dropping_the_guard_writes_what_is_pending() {
-        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
+        let (sink, writer, guard) = writer_into_sink(LineFormat::Text, NEVER, ROOMY);
         log(&writer, "last words\n");
         let started = Instant::now();
         drop(guard);
@@ -364,20 +441,41 @@ mod tests {
         );
     }
 
+    /// A full batch drops lines, counts them, and says how many in a line
+    /// of the writer's own format.
     #[test]
-    fn a_full_batch_drops_lines_and_says_how_many() {
-        let (sink, writer, guard) = writer_into_sink(NEVER, 11);
-        log(&writer, "12345\n");
-        log(&writer, "6789\n");
-        log(&writer, "too long\n");
-        log(&writer, "x\n");
-        let text = text_once_closed(&sink, guard);
-        assert!(text.starts_with("12345\n6789\n"), "{text}");
-        assert!(
-            !text.contains("too long") && !text.contains("x\n"),
-            "{text}"
-        );
-        assert!(text.contains("2 log line(s) dropped"), "{text}");
+    fn a_full_batch_drops_lines_and_says_how_many_in_its_format() {
+        for (format, capacity, kept) in [
+            (LineFormat::Text, 11, ["12345\n", "6789\n"]),
+            // JSON appends reserve three times a line's length.
+            (LineFormat::Json, 33, ["{\"a\":1}\n", "{\"b\":2}\n"]),
+        ] {
+            let (sink, writer, guard) = writer_into_sink(format, NEVER, capacity);
+            for line in kept {
+                log(&writer, line);
+            }
+            log(&writer, "{\"too\":\"long\"}\n");
+            log(&writer, "{\"x\":\"yz\"}\n");
+            let text = text_once_closed(&sink, guard);
+            assert!(text.starts_with(&kept.concat()), "{text}");
+            let notice = text.lines().nth(2).expect("a notice line");
+            assert_eq!(text.lines().count(), 3, "{text}");
+            assert!(notice.contains("2 log line(s) dropped"), "{notice}");
+            match format {
+                LineFormat::Text => {
+                    assert!(notice.contains("  WARN idemgate::log_writer: "), "{notice}");
+                }
+                LineFormat::Json => {
+                    let doc: serde_json::Value = serde_json::from_str(notice).expect(notice);
+                    assert_eq!(doc["level"], "WARN", "{doc}");
+                    assert_eq!(doc["dropped"], 2, "{doc}");
+                    assert_eq!(doc["target"], NOTICE_TARGET, "{doc}");
+                    assert!(doc["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
+                }
+            }
+            let counted = sink.dropped.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(counted, 2, "{format:?}");
+        }
     }
 
     #[test]
@@ -407,10 +505,10 @@ mod tests {
 
     #[test]
     fn a_json_writer_escapes_through_tracing() {
-        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
+        let (sink, writer, guard) = writer_into_sink(LineFormat::Json, NEVER, ROOMY);
         let subscriber = tracing_subscriber::fmt()
             .json()
-            .with_writer(writer.escaping_json())
+            .with_writer(writer)
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(path = "/notify\u{2028}x\u{85}", "request");
@@ -425,7 +523,7 @@ mod tests {
 
     #[test]
     fn tracing_events_go_through_the_batch() {
-        let (sink, writer, guard) = writer_into_sink(NEVER, ROOMY);
+        let (sink, writer, guard) = writer_into_sink(LineFormat::Text, NEVER, ROOMY);
         let subscriber = tracing_subscriber::fmt()
             .with_writer(writer)
             .with_ansi(false)

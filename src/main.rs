@@ -85,7 +85,11 @@ fn init_logging(
                     ExitCode::FAILURE
                 })?,
         );
-    let (writer, guard) = log_writer::batched(std::io::stderr()).map_err(|error| {
+    let line_format = match format {
+        LogFormat::Text => log_writer::LineFormat::Text,
+        LogFormat::Json => log_writer::LineFormat::Json,
+    };
+    let (writer, guard) = log_writer::batched(std::io::stderr(), line_format).map_err(|error| {
         eprintln!("could not start the log writer thread: {error}");
         ExitCode::FAILURE
     })?;
@@ -95,11 +99,7 @@ fn init_logging(
         LogFormat::Text => lines.with_writer(writer).boxed(),
         // serde_json leaves U+2028, C1 controls and the like raw; the
         // writer escapes them as the text format does (`log_writer`).
-        LogFormat::Json => lines
-            .json()
-            .flatten_event(true)
-            .with_writer(writer.escaping_json())
-            .boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).with_writer(writer).boxed(),
     };
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))
