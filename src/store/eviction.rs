@@ -22,12 +22,13 @@
 //!   primary), so readiness follows a `CONFIG SET` at once.
 //! * **what then** — an ERROR line per risky node naming node, policy and
 //!   `maxmemory` (on every periodic check and whenever the findings change),
-//!   `idemgate_store_eviction_risk` 1, `idemgate_store_evicted_keys` the
-//!   sum over the primaries, and `/readyz` 503 unless `[store]
+//!   `idemgate_store_eviction_risk` 1, `idemgate_store_evicted_keys_total`
+//!   counting what the primaries newly evicted (restarts and promotions
+//!   handled in `store::metrics`), and `/readyz` 503 unless `[store]
 //!   allow_eviction = true`. A check that can not reach Redis keeps the
 //!   previous findings (an unreachable store already fails `/readyz`).
 //!
-//! The embedded store never evicts: both gauges stay 0.
+//! The embedded store never evicts: both metrics stay 0.
 //!
 //! The watcher belongs to [`AnyStore`](super::AnyStore), which runs it
 //! with the rest of its upkeep and answers `/readyz` from it
@@ -133,8 +134,10 @@ impl EvictionWatch {
     }
 
     fn record(&self, reports: &[NodeReport], trigger: Trigger) {
-        let evicted = reports.iter().filter_map(|r| r.evicted_keys).sum();
         let risky: Vec<NodeReport> = reports.iter().filter(|r| r.may_evict()).cloned().collect();
+        let evicted = reports
+            .iter()
+            .filter_map(|r| Some((r.node.as_str(), r.evicted_keys?)));
         self.metrics.set(!risky.is_empty(), evicted);
         let mut last = self.risky.lock().unwrap_or_else(|e| e.into_inner());
         let same = |a: &NodeReport, b: &NodeReport| a.node == b.node && a.memory == b.memory;

@@ -2,12 +2,15 @@
 //! often it fails, and whether Redis may evict idemgate's keys.
 //!
 //! Kept beside the store, which alone records them ([`AnyStore`] meters
-//! every call, the eviction watcher sets the two gauges), so the crate's
+//! every call, the eviction watcher sets the risk gauge and counts
+//! evictions), so the crate's
 //! `metrics` module stays a leaf. Names and the `op` label values are part
 //! of the product contract (dashboards and alert rules read them).
 //!
 //! [`AnyStore`]: super::AnyStore
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
@@ -31,13 +34,14 @@ pub(crate) const STORE_EVICTION_RISK: Description = Description::gauge(
     "idemgate_store_eviction_risk",
     "1 while a Redis primary may evict keys (maxmemory with a policy other than noeviction)",
 );
-/// `idemgate_store_evicted_keys`: Redis's own `evicted_keys` (`INFO
-/// stats`), summed over the primaries. A gauge that mirrors the servers'
-/// counters, so it drops when a server restarts; `increase()` reads such a
-/// drop as a counter reset.
-pub(crate) const STORE_EVICTED_KEYS: Description = Description::gauge(
-    "idemgate_store_evicted_keys",
-    "Keys Redis evicted (INFO stats evicted_keys), summed over the primaries",
+/// `idemgate_store_evicted_keys_total`: keys the Redis primaries evicted
+/// since this process first read them, from each node's own
+/// `evicted_keys` (`INFO stats`). A true counter: a node whose counter went
+/// down was restarted, so all it reports now is new; a node seen for the
+/// first time (start-up, a promoted replica) sets its baseline.
+pub(crate) const STORE_EVICTED_KEYS_TOTAL: Description = Description::counter(
+    "idemgate_store_evicted_keys_total",
+    "Keys the Redis primaries evicted since idemgate first read them (INFO stats evicted_keys)",
 );
 
 /// The store's metrics, described at start-up (`app::install_metrics`).
@@ -45,7 +49,7 @@ pub(crate) const DESCRIPTIONS: &[Description] = &[
     STORE_DURATION,
     STORE_ERRORS_TOTAL,
     STORE_EVICTION_RISK,
-    STORE_EVICTED_KEYS,
+    STORE_EVICTED_KEYS_TOTAL,
 ];
 
 /// Store operation (`op` label).
@@ -126,30 +130,55 @@ impl Default for StoreMetrics {
     }
 }
 
-/// The store's eviction gauges, resolved once; both start at 0, which is
+/// The store's eviction metrics, resolved once; both start at 0, which is
 /// also what the embedded store (it never evicts) keeps.
 #[derive(Debug)]
 pub(crate) struct EvictionMetrics {
     risk: Gauge,
-    evicted: Gauge,
+    evicted: Counter,
+    /// Each node's `evicted_keys` as last read.
+    seen: Mutex<HashMap<String, u64>>,
 }
 
 impl EvictionMetrics {
-    /// Handles for both gauges, set to 0.
+    /// Handles for both metrics, at 0.
     pub(crate) fn new() -> Self {
         let this = Self {
             risk: gauge!(STORE_EVICTION_RISK.name),
-            evicted: gauge!(STORE_EVICTED_KEYS.name),
+            evicted: at_zero(counter!(STORE_EVICTED_KEYS_TOTAL.name)),
+            seen: Mutex::new(HashMap::new()),
         };
         this.risk.set(0.0);
-        this.evicted.set(0.0);
         this
     }
 
-    /// Records the outcome of one eviction check.
-    pub(crate) fn set(&self, at_risk: bool, evicted_keys: u64) {
+    /// Records the outcome of one eviction check: the risk, and each
+    /// node's `evicted_keys` (node name, value) where `INFO` answered.
+    pub(crate) fn set<'a>(
+        &self,
+        at_risk: bool,
+        evicted_keys: impl Iterator<Item = (&'a str, u64)>,
+    ) {
         self.risk.set(if at_risk { 1.0 } else { 0.0 });
-        self.evicted.set(evicted_keys as f64);
+        // A poisoned map only means a check panicked mid-update; its
+        // readings are still each node's latest.
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let new: u64 = evicted_keys
+            .map(|(node, now)| newly_evicted(&mut seen, node, now))
+            .sum();
+        self.evicted.increment(new);
+    }
+}
+
+/// The evictions `node` reports beyond its last reading, which `now`
+/// replaces: none on a first reading (the baseline), the difference while
+/// its counter grows, and all of `now` after it went down (the server
+/// restarted and counts from 0 again).
+fn newly_evicted(seen: &mut HashMap<String, u64>, node: &str, now: u64) -> u64 {
+    match seen.insert(node.to_owned(), now) {
+        None => 0,
+        Some(before) if now >= before => now - before,
+        Some(_) => now,
     }
 }
 
@@ -169,5 +198,40 @@ mod tests {
     #[test]
     fn label_arrays_follow_declaration_order() {
         assert_declaration_order(&StoreOp::ALL, |op| op as usize);
+    }
+
+    #[test]
+    fn evictions_count_across_restarts_and_new_nodes() {
+        let mut seen = HashMap::new();
+        // (node, its evicted_keys now, newly counted)
+        for (node, now, new) in [
+            ("a", 40, 0), // first reading: the baseline
+            ("a", 45, 5),
+            ("a", 45, 0),
+            ("b", 7, 0), // a promoted replica: its own baseline
+            ("a", 3, 3), // restarted: everything it reports is new
+            ("a", 10, 7),
+            ("b", 9, 2),
+        ] {
+            assert_eq!(newly_evicted(&mut seen, node, now), new, "{node} at {now}");
+        }
+    }
+
+    #[test]
+    fn the_counter_adds_what_the_nodes_newly_evicted() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let metrics = EvictionMetrics::new();
+            metrics.set(false, [("a", 100), ("b", 1)].into_iter());
+            metrics.set(true, [("a", 104), ("b", 3)].into_iter());
+            metrics.set(true, [("a", 2)].into_iter());
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("idemgate_store_evicted_keys_total 8"),
+            "{text}"
+        );
+        assert!(text.contains("idemgate_store_eviction_risk 1"), "{text}");
     }
 }
