@@ -1,6 +1,6 @@
 //! The `idemgate` binary: command line, logging, signals.
 //!
-//! `idemgate [serve] --config PATH` runs the proxy until SIGTERM/SIGINT;
+//! `idemgate [serve] -c PATH` runs the proxy until SIGTERM/SIGINT;
 //! `idemgate check-config --config PATH` validates a file (exit 2 with every
 //! error on failure) and prints the effective configuration as TOML; `idemgate demo` runs the self-contained demonstration.
 
@@ -24,18 +24,41 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Exit code for an invalid configuration (contract §8).
 const EXIT_BAD_CONFIG: u8 = 2;
 
+/// The end of `--help`: what an operator needs beyond the flags, so a
+/// script or a unit file can be written from the binary alone.
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  stopped cleanly (serve), valid configuration (check-config), healthy (healthcheck)
+  1  could not start or run: a listener, the store, a secret file, an unhealthy probe
+  2  invalid configuration: every problem is printed, one per line
+
+Signals (serve):
+  SIGTERM, SIGINT  stop accepting, finish in-flight deliveries (up to [limits] shutdown_grace), exit 0
+  SIGHUP           re-read every file: secret and public key; a refused file keeps the old one
+
+Configuration reference: config/idemgate.toml in the repository (every key, its
+default and why), docs/contract.md for the guarantees; check-config prints the
+effective configuration.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "idemgate",
     version = env!("IDEMGATE_VERSION"),
-    about = "Idempotency sidecar for at-least-once webhooks"
+    about = "Idempotency sidecar for at-least-once webhooks",
+    after_help = AFTER_HELP
 )]
 struct Cli {
-    /// Configuration file.
-    #[arg(long, global = true, env = "IDEMGATE_CONFIG")]
+    /// Configuration file (TOML; see config/idemgate.toml).
+    #[arg(
+        short = 'c',
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "IDEMGATE_CONFIG"
+    )]
     config: Option<PathBuf>,
     /// Log line format.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "IDEMGATE_LOG_FORMAT")]
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "IDEMGATE_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,

@@ -124,3 +124,41 @@ fn a_message_without_body_or_values_is_refused() {
         );
     }
 }
+
+/// `--help` ends with what a unit file or a script needs (exit codes,
+/// signals, where the reference lives), and `-c` is `--config`.
+#[test]
+fn help_names_exit_codes_signals_and_the_reference_and_c_is_config() {
+    let idemgate = env!("CARGO_BIN_EXE_idemgate");
+    let help = std::process::Command::new(idemgate)
+        .arg("--help")
+        .output()
+        .expect("run --help");
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&help.stdout);
+    for expected in [
+        "-c, --config <FILE>",
+        "--log-format <FORMAT>",
+        "Exit codes:",
+        "  2  invalid configuration",
+        "SIGTERM, SIGINT",
+        "SIGHUP",
+        "config/idemgate.toml",
+    ] {
+        assert!(
+            help.contains(expected),
+            "{expected:?} missing from:\n{help}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.toml");
+    for (text, code) in [(VALID.to_owned(), 0), (VALID.replace("lease", "leese"), 2)] {
+        std::fs::write(&path, text).unwrap();
+        let run = std::process::Command::new(idemgate)
+            .args(["check-config", "-c"])
+            .arg(&path)
+            .output()
+            .expect("run check-config -c");
+        assert_eq!(run.status.code(), Some(code), "{run:?}");
+    }
+}
