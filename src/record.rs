@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     version (= 1)
+//! 0       1     version (= 2, [`VERSION`])
 //! 1       1     state: 1 in-flight, 2 completed, 3 unknown,
 //!               4 completed, answer not stored (over max_stored_answer_bytes),
 //!               5 in the inbox (the ack, then the inbox section: [`inbox`])
@@ -20,7 +20,7 @@
 //! 83      8     span id of the first delivery (zero when absent)
 //! -- completed records only (states 2 and 4; state 4 has body length 0) --
 //! 91      2     status code, big-endian
-//! 60      2     header count N
+//! 93      2     header count N
 //!         N ×   (u16 name length, name bytes, u32 value length, value bytes)
 //!         4     body length, then the body bytes
 //! ```

@@ -20,7 +20,7 @@
 //!   `max_buffered_bytes / max_body_bytes` (1 to 100), with flow-control
 //!   windows of [`STREAM_WINDOW`] per stream and [`CONNECTION_WINDOW`] per
 //!   connection, so one connection can not park more bodies than the
-//!   budget holds (`crate::pipeline::budget` bounds the bytes themselves).
+//!   budget holds (`crate::budget` bounds the bytes themselves).
 //!
 //! hyper's HTTP/1 parser refuses the classic request-smuggling shapes
 //! (conflicting `Content-Length`/`Transfer-Encoding`, repeated or invalid
