@@ -258,10 +258,12 @@ impl Admin {
         if let Some(refused) = self.refuse_unauthorized(request) {
             return refused;
         }
-        // The method set belongs to the path: checked before its target.
-        if !Allow::GetDelete.admits(request.method()) {
-            return self.method_not_allowed(Allow::GetDelete);
-        }
+        // The method set belongs to the path: decided before its target.
+        let purge = match *request.method() {
+            Method::GET => false,
+            Method::DELETE => true,
+            _ => return self.method_not_allowed(Allow::GetDelete),
+        };
         let (route_name, path_key) = match rest.split_once('/') {
             Some((route, key)) => (route, Some(key)),
             None => (rest, None),
@@ -273,16 +275,13 @@ impl Admin {
             Ok(named) => named,
             Err(problem) => return *problem,
         };
-        match *request.method() {
-            Method::GET => match self.store.lookup(&key).await {
-                Ok(Some(existing)) => {
-                    json(StatusCode::OK, &record_view(route, &key_hash, &existing))
-                }
-                Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
-                Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
-            },
-            // DELETE: the only other method `Allow::GetDelete` admits.
-            _ => self.purge(route, &key, &key_hash).await,
+        if purge {
+            return self.purge(route, &key, &key_hash).await;
+        }
+        match self.store.lookup(&key).await {
+            Ok(Some(existing)) => json(StatusCode::OK, &record_view(route, &key_hash, &existing)),
+            Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
+            Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
     }
 

@@ -9,8 +9,6 @@
 //! `/readyz`) and the routes. Both sit behind the admin token: a
 //! configuration is a map of the deployment even with its secrets out.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use tokio::time::Instant;
 
 use http::{Response, StatusCode};
@@ -43,7 +41,7 @@ impl About {
 /// it, the monotonic one to count the uptime (immune to clock steps).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Started {
-    wall: SystemTime,
+    unix_ms: u64,
     monotonic: Instant,
 }
 
@@ -51,15 +49,9 @@ impl Started {
     /// Now, taken when the admin state is built at start-up.
     pub(crate) fn now() -> Self {
         Self {
-            wall: SystemTime::now(),
+            unix_ms: crate::time::now_ms(),
             monotonic: Instant::now(),
         }
-    }
-
-    fn unix_ms(self) -> u128 {
-        self.wall
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis())
     }
 }
 
@@ -95,7 +87,7 @@ impl Admin {
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "revision": REVISION,
-            "started_at_unix_ms": self.started.unix_ms(),
+            "started_at_unix_ms": self.started.unix_ms,
             "uptime_ms": crate::time::millis(self.started.monotonic.elapsed()),
             "store": {
                 "kind": self.config.store.backend.kind(),

@@ -33,13 +33,12 @@ impl Allow {
         }
     }
 
-    /// Whether `method` is one of the set.
+    /// Whether `method` is one of the set: read from [`Allow::header`], so
+    /// what is admitted and what a 405 lists can not disagree.
     pub(crate) fn admits(self, method: &Method) -> bool {
-        match self {
-            Self::Get => method == Method::GET,
-            Self::GetDelete => method == Method::GET || method == Method::DELETE,
-            Self::Post => method == Method::POST,
-        }
+        self.header()
+            .split(", ")
+            .any(|name| name == method.as_str())
     }
 
     /// Adds the `Allow` header to a 405 answer.
@@ -67,7 +66,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_set_admits_exactly_what_its_header_lists() {
+    fn each_set_admits_its_methods_and_nothing_else() {
         let methods = [
             Method::GET,
             Method::HEAD,
@@ -76,12 +75,15 @@ mod tests {
             Method::DELETE,
             Method::PATCH,
         ];
-        for allow in [Allow::Get, Allow::GetDelete, Allow::Post] {
-            let listed: Vec<&str> = allow.header().split(", ").collect();
+        for (allow, admitted) in [
+            (Allow::Get, &[Method::GET][..]),
+            (Allow::GetDelete, &[Method::GET, Method::DELETE][..]),
+            (Allow::Post, &[Method::POST][..]),
+        ] {
             for method in &methods {
                 assert_eq!(
                     allow.admits(method),
-                    listed.contains(&method.as_str()),
+                    admitted.contains(method),
                     "{allow:?} {method}"
                 );
             }
