@@ -1,7 +1,7 @@
 # idemgate container image.
 #
 #   docker build -t idemgate .
-#   docker run --rm --stop-timeout 45 -p 8080:8080 -p 9090:9090 \
+#   docker run --rm --stop-timeout 45 -p 8080:8080 -p 8790:8790 \
 #     -v "$PWD/my-idemgate.toml:/etc/idemgate/idemgate.toml:ro" \
 #     -e PAYMENTS_SECRET=... -e IDEMGATE_ADMIN_TOKEN=... \
 #     idemgate
@@ -13,7 +13,7 @@
 #
 #   [listen]
 #   proxy = "0.0.0.0:8080"
-#   admin = "0.0.0.0:9090"
+#   admin = "0.0.0.0:8790"
 #
 # because the defaults (127.0.0.1) are unreachable from outside the
 # container; and its [store] url / [upstream] url must name addresses that
@@ -92,9 +92,9 @@ COPY LICENSE-MIT LICENSE-APACHE /usr/share/doc/idemgate/
 
 ENV IDEMGATE_CONFIG=/etc/idemgate/idemgate.toml
 WORKDIR /var/lib/idemgate
-# 8080: proxy (senders deliver here); 9090: admin (/metrics, /healthz,
+# 8080: proxy (senders deliver here); 8790: admin (/metrics, /healthz,
 # /readyz, /admin/*). Both only reachable if the config listens on 0.0.0.0.
-EXPOSE 8080 9090
+EXPOSE 8080 8790
 # Numeric, so that Kubernetes' runAsNonRoot can verify it (a user name
 # cannot be checked and the pod is refused). 10001 = idemgate, created above.
 USER 10001:10001

@@ -21,7 +21,7 @@ pub use duration::{DurationError, format_duration, parse_duration};
 /// Default proxy address: loopback, beside the handler it protects.
 pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
 /// Default admin address: loopback, so metrics and the record API stay private.
-pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9090";
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8790";
 /// Default body limit: callbacks are small; 1 MiB leaves ample room.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 /// Largest upstream answer body stored for replay: 1 MiB keeps one

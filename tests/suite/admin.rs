@@ -410,7 +410,7 @@ async fn readme_unknown_outcome_runbook_works_copy_paste() {
         .map(|block| {
             block
                 .replace("/var/log/idemgate.log", &log.display().to_string())
-                .replace("127.0.0.1:9090", &gate.admin.to_string())
+                .replace("127.0.0.1:8790", &gate.admin.to_string())
         })
         .collect();
     assert_eq!(blocks.len(), 2, "inspect and purge: {blocks:?}");

@@ -18,7 +18,7 @@ use crate::support::{Proc, free_port, http_get_blocking, repo_path};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const PROXY_PORT: u16 = 8080;
-const ADMIN_PORT: u16 = 9090;
+const ADMIN_PORT: u16 = 8790;
 /// Where the image (Dockerfile `ENV IDEMGATE_CONFIG`) and the manifests put
 /// the configuration.
 const CONFIG_PATH: &str = "/etc/idemgate/idemgate.toml";

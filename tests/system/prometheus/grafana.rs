@@ -236,10 +236,10 @@ fn every_dashboard_query_filters_by_job_namespace_and_instance() {
             ("idemgate_e".to_owned(), String::new())
         ]
     );
-    let one = Vars::one("idemgate", SocketAddr::from(([127, 0, 0, 1], 9090)));
+    let one = Vars::one("idemgate", SocketAddr::from(([127, 0, 0, 1], 8790)));
     assert_eq!(
         one.substitute(r#"m{job=~"$job",instance=~"${instance}"}[$__rate_interval]"#),
-        r#"m{job=~"idemgate",instance=~"127\\.0\\.0\\.1:9090"}[1m]"#
+        r#"m{job=~"idemgate",instance=~"127\\.0\\.0\\.1:8790"}[1m]"#
     );
 }
 
