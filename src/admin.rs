@@ -1,6 +1,8 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
 //! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
-//! (see `about`). Every 405 names the path's methods in `Allow` (`allow`).
+//! (see `about`), and `/admin/openapi.json`, the document describing all
+//! of them (see `openapi`). Every 405 names the path's methods in `Allow`
+//! (`allow`).
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -41,6 +43,7 @@ mod about;
 mod allow;
 mod hot_keys;
 mod inbox;
+mod openapi;
 
 use about::About;
 use allow::Allow;
@@ -180,6 +183,12 @@ impl Admin {
                 return self.method_not_allowed(Allow::Get);
             }
             return self.hot_keys(request.uri().query());
+        }
+        if path == openapi::PATH {
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return openapi::document();
         }
         if let Some(about) = About::at(&path) {
             if let Some(refused) = self.refuse_unauthorized(&request) {
