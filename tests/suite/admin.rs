@@ -321,11 +321,9 @@ fn version_names_the_build() {
 /// The shell blocks of the docs/runbooks.md section `## {heading}`, in
 /// order, with their list indentation removed.
 fn runbook_shell_blocks(heading: &str) -> Vec<String> {
-    let runbooks = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/runbooks.md"
-    ))
-    .expect("docs/runbooks.md");
+    let runbooks =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/runbooks.md"))
+            .expect("docs/runbooks.md");
     let start = runbooks
         .find(&format!("\n## {heading}\n"))
         .unwrap_or_else(|| panic!("docs/runbooks.md has no section {heading:?}"));

@@ -170,7 +170,10 @@ fn every_alert_has_a_runbook_section_and_names_no_host() {
     let mut linked = BTreeSet::new();
     for (file, groups) in [
         ("alerts.yml", &rules["groups"]),
-        ("kubernetes-prometheusrule.yaml", &generated["spec"]["groups"]),
+        (
+            "kubernetes-prometheusrule.yaml",
+            &generated["spec"]["groups"],
+        ),
     ] {
         let urls = runbook_urls(groups);
         assert!(urls.len() >= 12, "{file}: {} alerts", urls.len());
@@ -191,7 +194,10 @@ fn every_alert_has_a_runbook_section_and_names_no_host() {
     }
     let orphans: Vec<_> = sections.difference(&linked).collect();
     assert!(orphans.is_empty(), "runbooks no alert links: {orphans:?}");
-    assert!(runbooks.starts_with("# Runbooks\n"), "docs/runbooks.md has its title");
+    assert!(
+        runbooks.starts_with("# Runbooks\n"),
+        "docs/runbooks.md has its title"
+    );
     assert_eq!(
         heading_anchor(" Store may evict keys"),
         "store-may-evict-keys"
