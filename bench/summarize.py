@@ -252,7 +252,7 @@ def main():
             + " |"
         )
 
-    # Performance targets (README "Performance"): replays, first
+    # Performance targets (docs/performance.md): replays, first
     # deliveries and peak RSS, each against its reference.
     def target(ok, text):
         return ("PASS" if ok else "FAIL") if ok is not None else "n/a", text

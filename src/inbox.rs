@@ -1,6 +1,6 @@
 //! The durable inbox: a first delivery the handler could not take is
 //! acknowledged to its sender, kept in the store and redelivered until the
-//! handler takes it (README, "Durable inbox"; `[route.inbox]`).
+//! handler takes it (docs/inbox.md; `[route.inbox]`).
 //!
 //! ```text
 //! pipeline (first delivery failed as `on` lists)

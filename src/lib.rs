@@ -6,8 +6,8 @@
 //! forwards only the first delivery, stores the handler's answer and
 //! replays it to every duplicate. The product contract is
 //! `docs/contract.md` (cited in the code as "contract §N");
-//! `config/idemgate.toml` is the reference of every setting and the README
-//! the user guide.
+//! `config/idemgate.toml` is the reference of every setting and `docs/` (indexed
+//! by the README) the user guide.
 //!
 //! # Architecture
 //!

@@ -1,4 +1,4 @@
-//! OpenTelemetry trace export (`[tracing]`, README "Tracing"): the tracer provider
+//! OpenTelemetry trace export (`[tracing]`, docs/operations.md "Tracing"): the tracer provider
 //! and the `tracing` layer that turns idemgate's delivery spans into
 //! OpenTelemetry spans and ships them to an OTLP/HTTP collector.
 //!

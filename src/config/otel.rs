@@ -1,4 +1,4 @@
-//! `[tracing]`: the checked OpenTelemetry export settings (README "Tracing").
+//! `[tracing]`: the checked OpenTelemetry export settings (docs/operations.md "Tracing").
 //!
 //! Owns [`Tracing`] and its validation: the collector URL must be a plain
 //! `http://` OTLP/HTTP endpoint (spans go out through idemgate's own hyper

@@ -1,4 +1,4 @@
-//! The durable inbox's metrics (contract §7; README "Durable inbox").
+//! The durable inbox's metrics (contract §7; docs/inbox.md).
 //!
 //! The three gauges report the **shared** backlog of the route's scope, as
 //! the store holds it: every instance reports the same value, so

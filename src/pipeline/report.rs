@@ -9,7 +9,7 @@
 //! microseconds.
 //!
 //! [`Settled`] is how a first delivery's claim was settled, as the log
-//! line reports it (README "Logs").
+//! line reports it (docs/operations.md "Logs").
 
 use std::net::SocketAddr;
 

@@ -1,4 +1,4 @@
-//! The OpenTelemetry spans of a delivery (README "Tracing"): what they are named,
+//! The OpenTelemetry spans of a delivery (docs/operations.md "Tracing"): what they are named,
 //! what they carry, and how a duplicate links to its first delivery.
 //!
 //! ```text

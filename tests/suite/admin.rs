@@ -319,15 +319,16 @@ fn version_names_the_build() {
     );
 }
 
-/// The shell blocks of the README section `### {heading}`, in order, with
-/// their list indentation removed.
-fn readme_shell_blocks(heading: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find(&format!("\n### {heading}\n"))
-        .unwrap_or_else(|| panic!("README has no section {heading:?}"));
-    let section = &readme[start + 1..];
+/// The shell blocks of the docs/runbooks.md section `## {heading}`, in
+/// order, with their list indentation removed.
+fn runbook_shell_blocks(heading: &str) -> Vec<String> {
+    let runbooks =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/runbooks.md"))
+            .expect("docs/runbooks.md");
+    let start = runbooks
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("docs/runbooks.md has no section {heading:?}"));
+    let section = &runbooks[start + 1..];
     let section = &section[..section[4..]
         .find("\n#")
         .map_or(section.len(), |end| end + 4)];
@@ -366,10 +367,10 @@ fn run_runbook(script: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The README's unknown-outcome runbook, run as written against the real
+/// The unknown-outcome runbook (docs/runbooks.md), run as written against the real
 /// binary: only the log file and the admin address are this test's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_unknown_outcome_runbook_works_copy_paste() {
+async fn unknown_outcome_runbook_works_copy_paste() {
     let redis = RedisServer::start();
     let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
     let text = times_out_to_unknown(&redis, &upstream);
@@ -406,7 +407,7 @@ async fn readme_unknown_outcome_runbook_works_copy_paste() {
     let blocked = deliver(&gate.url("/notify"), &body).await;
     assert_eq!(blocked.reason().as_deref(), Some("outcome_unknown"));
 
-    let blocks: Vec<String> = readme_shell_blocks("Outcome unknown")
+    let blocks: Vec<String> = runbook_shell_blocks("Outcome unknown")
         .into_iter()
         .map(|block| {
             block

@@ -19,6 +19,7 @@ mod concurrency;
 mod coverage;
 mod demo;
 mod deploy;
+mod docs;
 mod embedded;
 mod eviction;
 mod failures;

@@ -170,7 +170,7 @@ fn exported(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The README's metric table and the contract's list exactly what the
+/// The metric tables of docs/operations.md and the contract list exactly what the
 /// binary exports, both ways: a gate with every optional part on (an inbox
 /// route, hot keys with their per-key series, the replay cache, tracing)
 /// after a delivery and its copy, so the histograms and the per-key
@@ -190,7 +190,7 @@ async fn every_exported_metric_is_documented_and_every_documented_one_exported()
     let (status, scraped) = admin_get(gate.admin, "/metrics").await;
     assert_eq!(status, 200, "{scraped}");
     let exported = exported(&scraped);
-    for doc in ["README.md", "docs/contract.md"] {
+    for doc in ["docs/operations.md", "docs/contract.md"] {
         let documented = documented(doc);
         let undocumented: Vec<_> = exported.difference(&documented).collect();
         let missing: Vec<_> = documented.difference(&exported).collect();

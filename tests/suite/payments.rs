@@ -284,7 +284,7 @@ fn adyen_unsigned_fields_are_not_authenticated() {
     body["live"] = "true".into();
     assert!(
         check(&scheme, &Delivery::of(auth).with_body(body.to_string()), 0).is_ok(),
-        "only the eight fields are signed (README says so)"
+        "only the eight fields are signed (docs/payments.md says so)"
     );
     let batch = &payment_vector("adyen-batch");
     assert_eq!(

@@ -1,5 +1,5 @@
 //! One scope, two routes (`[route.idempotency] scope`, docs/contract.md §2;
-//! the "one idempotent Apply" of README "Configuration walk-through"): a
+//! the "one idempotent Apply" of docs/configuration.md "Configuration walk-through"): a
 //! payment callback (JSON, the gateway's secret) and a reconciliation
 //! poller's result (form, its own secret) for the same trade claim one
 //! record, so whichever arrives first executes and the other is replayed; a

@@ -152,7 +152,7 @@ async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     redis.restart();
     // The answer takes the free key as soon as idemgate reconnects. (A
     // retry that arrived before that would find the key free: the gap the
-    // README's "Guarantees" section names for claims lost with the store.)
+    // docs/guarantees.md names for claims lost with the store.)
     let stored = eventually(Duration::from_secs(5), || {
         !redis.keys("idemgate:pay:*").is_empty()
     })

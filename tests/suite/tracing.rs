@@ -1,4 +1,4 @@
-//! OpenTelemetry traces (`[tracing]`, README "Tracing"), checked on the
+//! OpenTelemetry traces (`[tracing]`, docs/operations.md "Tracing"), checked on the
 //! real binary against a real OTLP/HTTP receiver ([`OtlpReceiver`]): a
 //! delivery's span joins the sender's trace with its child spans and
 //! attributes, the upstream gets the `forward` span as its parent, every

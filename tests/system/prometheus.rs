@@ -7,7 +7,8 @@
 //!   tests of `config/prometheus/alerts_test.yml` fire the upstream-down,
 //!   eviction, inbox, hit-rate (per namespace and job) and key-retry-loop
 //!   alerts on synthetic series;
-//! * every alert's `runbook_url` names a heading of README.md;
+//! * every alert's `runbook_url` names a section of docs/runbooks.md and
+//!   no host (its base is the external label `idemgate_repo`);
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled

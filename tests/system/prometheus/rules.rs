@@ -1,6 +1,6 @@
 //! The alert rules and their runbooks: promtool checks and unit tests (of
-//! alerts.yml and of the PrometheusRule generated from it), a README
-//! section per `runbook_url`, and the parser checks behind them.
+//! alerts.yml and of the PrometheusRule generated from it), a
+//! docs/runbooks.md section per `runbook_url`, and the parser checks behind them.
 
 use super::*;
 
@@ -122,39 +122,82 @@ fn heading_anchor(heading: &str) -> String {
         .collect()
 }
 
-#[test]
-fn every_alert_has_a_runbook_section_in_the_readme() {
-    const BASE: &str = "https://github.com/idemgate/idemgate#";
-    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README.md");
-    let anchors: BTreeSet<String> = readme
+/// What every `runbook_url` is: the section of docs/runbooks.md, behind
+/// the base a Prometheus supplies as its external label `idemgate_repo`
+/// (empty without it), so no host is ever named in the rules.
+const RUNBOOK_PREFIX: &str = "{{ $externalLabels.idemgate_repo }}docs/runbooks.md#";
+
+/// The anchors of a Markdown file's headings.
+fn heading_anchors(markdown: &str, level: &str) -> BTreeSet<String> {
+    markdown
         .lines()
-        .filter_map(|line| line.strip_prefix('#'))
-        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
-        .collect();
-    let rules: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
-    )
-    .expect("alerts.yml is YAML");
-    let mut alerts = 0;
-    for group in rules["groups"].as_sequence().expect("groups") {
+        .filter_map(|line| line.strip_prefix(level))
+        .map(heading_anchor)
+        .collect()
+}
+
+/// Every alert's `runbook_url` in a rule file's `groups`, by alert name.
+fn runbook_urls(groups: &serde_yaml::Value) -> Vec<(String, String)> {
+    let mut urls = Vec::new();
+    for group in groups.as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {
             let Some(name) = rule["alert"].as_str() else {
                 continue;
             };
-            alerts += 1;
             let url = rule["annotations"]["runbook_url"]
                 .as_str()
                 .unwrap_or_else(|| panic!("{name} has no runbook_url"));
-            let anchor = url
-                .strip_prefix(BASE)
-                .unwrap_or_else(|| panic!("{name}: {url} does not start with {BASE}"));
-            assert!(
-                anchors.contains(anchor),
-                "{name}: README.md has no heading for #{anchor}"
-            );
+            urls.push((name.to_owned(), url.to_owned()));
         }
     }
-    assert!(alerts >= 12, "{alerts} alerts");
+    urls
+}
+
+/// Every alert of alerts.yml and of the generated PrometheusRule links its
+/// own section of docs/runbooks.md through the configurable base, names no
+/// host, and every section of the page is some alert's runbook.
+#[test]
+fn every_alert_has_a_runbook_section_and_names_no_host() {
+    let runbooks = std::fs::read_to_string(repo_path("docs/runbooks.md")).expect("runbooks.md");
+    let sections = heading_anchors(&runbooks, "## ");
+    let read_yaml = |relative: &str| -> serde_yaml::Value {
+        let text = std::fs::read_to_string(repo_path(relative))
+            .unwrap_or_else(|e| panic!("{relative}: {e}"));
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+    };
+    let rules = read_yaml("config/prometheus/alerts.yml");
+    let generated = read_yaml("config/deploy/kubernetes-prometheusrule.yaml");
+    let mut linked = BTreeSet::new();
+    for (file, groups) in [
+        ("alerts.yml", &rules["groups"]),
+        (
+            "kubernetes-prometheusrule.yaml",
+            &generated["spec"]["groups"],
+        ),
+    ] {
+        let urls = runbook_urls(groups);
+        assert!(urls.len() >= 12, "{file}: {} alerts", urls.len());
+        for (name, url) in urls {
+            assert!(
+                !url.contains("://") && !url.contains("www."),
+                "{file}: {name}: {url} names a host; the base is the external label"
+            );
+            let anchor = url.strip_prefix(RUNBOOK_PREFIX).unwrap_or_else(|| {
+                panic!("{file}: {name}: {url} does not start with {RUNBOOK_PREFIX}")
+            });
+            assert!(
+                sections.contains(anchor),
+                "{file}: {name}: docs/runbooks.md has no section ## for #{anchor}"
+            );
+            linked.insert(anchor.to_owned());
+        }
+    }
+    let orphans: Vec<_> = sections.difference(&linked).collect();
+    assert!(orphans.is_empty(), "runbooks no alert links: {orphans:?}");
+    assert!(
+        runbooks.starts_with("# Runbooks\n"),
+        "docs/runbooks.md has its title"
+    );
     assert_eq!(
         heading_anchor(" Store may evict keys"),
         "store-may-evict-keys"
