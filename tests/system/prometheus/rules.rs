@@ -122,15 +122,23 @@ fn heading_anchor(heading: &str) -> String {
         .collect()
 }
 
+/// The anchors of the headings of the Markdown file at `path`.
+fn heading_anchors(path: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_path(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every `runbook_url` names a heading of the README
+/// (`https://github.com/idemgate/idemgate#<anchor>`) or of a page in the
+/// repository (`…/blob/main/<path>#<anchor>`).
 #[test]
 fn every_alert_has_a_runbook_section_in_the_readme() {
     const BASE: &str = "https://github.com/idemgate/idemgate#";
-    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README.md");
-    let anchors: BTreeSet<String> = readme
-        .lines()
-        .filter_map(|line| line.strip_prefix('#'))
-        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
-        .collect();
+    const PAGES: &str = "https://github.com/idemgate/idemgate/blob/main/";
+    let anchors = heading_anchors("README.md");
     let rules: serde_yaml::Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
     )
@@ -145,6 +153,16 @@ fn every_alert_has_a_runbook_section_in_the_readme() {
             let url = rule["annotations"]["runbook_url"]
                 .as_str()
                 .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+            if let Some(page) = url.strip_prefix(PAGES) {
+                let (path, anchor) = page
+                    .split_once('#')
+                    .unwrap_or_else(|| panic!("{name}: {url} names no section"));
+                assert!(
+                    heading_anchors(path).contains(anchor),
+                    "{name}: {path} has no heading for #{anchor}"
+                );
+                continue;
+            }
             let anchor = url
                 .strip_prefix(BASE)
                 .unwrap_or_else(|| panic!("{name}: {url} does not start with {BASE}"));
