@@ -203,24 +203,22 @@ impl Reason {
     pub fn status(self) -> StatusCode {
         match self {
             Self::RouteNotFound => StatusCode::NOT_FOUND,
-            Self::PathAmbiguous => StatusCode::BAD_REQUEST,
-            Self::UnsignedParameters => StatusCode::BAD_REQUEST,
+            Self::PathAmbiguous
+            | Self::UnsignedParameters
+            | Self::KeyMissing
+            | Self::KeyInvalid
+            | Self::BadRequestBody
+            | Self::FieldInvalid
+            | Self::FieldAmbiguous => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::OverCapacity => StatusCode::SERVICE_UNAVAILABLE,
-            Self::SignatureMissing => StatusCode::UNAUTHORIZED,
-            Self::SignatureInvalid => StatusCode::UNAUTHORIZED,
-            Self::TimestampMissing => StatusCode::UNAUTHORIZED,
-            Self::TimestampOutOfWindow => StatusCode::UNAUTHORIZED,
-            Self::KeyMissing => StatusCode::BAD_REQUEST,
-            Self::KeyInvalid => StatusCode::BAD_REQUEST,
-            Self::BadRequestBody => StatusCode::BAD_REQUEST,
-            Self::FieldInvalid => StatusCode::BAD_REQUEST,
-            Self::FieldAmbiguous => StatusCode::BAD_REQUEST,
+            Self::OverCapacity | Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::SignatureMissing
+            | Self::SignatureInvalid
+            | Self::TimestampMissing
+            | Self::TimestampOutOfWindow => StatusCode::UNAUTHORIZED,
             Self::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::InFlight => StatusCode::CONFLICT,
-            Self::OutcomeUnknown => StatusCode::CONFLICT,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::InFlight | Self::OutcomeUnknown => StatusCode::CONFLICT,
             Self::UpstreamError => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
