@@ -197,6 +197,33 @@ impl Reason {
         Self::FieldAmbiguous,
     ];
 
+    /// The HTTP status idemgate answers with for this reason: one status
+    /// per reason, so the metrics can tell from the reasons alone which
+    /// status classes a rejection can produce (`status_class`).
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::RouteNotFound => StatusCode::NOT_FOUND,
+            Self::PathAmbiguous
+            | Self::UnsignedParameters
+            | Self::KeyMissing
+            | Self::KeyInvalid
+            | Self::BadRequestBody
+            | Self::FieldInvalid
+            | Self::FieldAmbiguous => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::OverCapacity | Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::SignatureMissing
+            | Self::SignatureInvalid
+            | Self::TimestampMissing
+            | Self::TimestampOutOfWindow => StatusCode::UNAUTHORIZED,
+            Self::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InFlight | Self::OutcomeUnknown => StatusCode::CONFLICT,
+            Self::UpstreamError => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
     /// The reason word.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -234,111 +261,48 @@ struct Row {
 
 impl Rejection {
     fn row(&self) -> Row {
-        let (status, reason, title) = match self {
-            Self::RouteNotFound => (StatusCode::NOT_FOUND, Reason::RouteNotFound, "No route"),
+        let (reason, title) = match self {
+            Self::RouteNotFound => (Reason::RouteNotFound, "No route"),
             Self::PathAmbiguous => (
-                StatusCode::BAD_REQUEST,
                 Reason::PathAmbiguous,
                 "Ambiguous spelling of a protected route",
             ),
             Self::UnsignedParameters => (
-                StatusCode::BAD_REQUEST,
                 Reason::UnsignedParameters,
                 "Parameters outside the signed content",
             ),
-            Self::BodyTooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Reason::BodyTooLarge,
-                "Request body too large",
-            ),
-            Self::BodyTimeout => (
-                StatusCode::REQUEST_TIMEOUT,
-                Reason::BodyTimeout,
-                "Request body too slow",
-            ),
-            Self::OverCapacity => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Reason::OverCapacity,
-                "Over capacity",
-            ),
-            Self::SignatureMissing => (
-                StatusCode::UNAUTHORIZED,
-                Reason::SignatureMissing,
-                "Signature missing",
-            ),
-            Self::SignatureInvalid => (
-                StatusCode::UNAUTHORIZED,
-                Reason::SignatureInvalid,
-                "Signature invalid",
-            ),
-            Self::TimestampMissing => (
-                StatusCode::UNAUTHORIZED,
-                Reason::TimestampMissing,
-                "Timestamp missing",
-            ),
+            Self::BodyTooLarge => (Reason::BodyTooLarge, "Request body too large"),
+            Self::BodyTimeout => (Reason::BodyTimeout, "Request body too slow"),
+            Self::OverCapacity => (Reason::OverCapacity, "Over capacity"),
+            Self::SignatureMissing => (Reason::SignatureMissing, "Signature missing"),
+            Self::SignatureInvalid => (Reason::SignatureInvalid, "Signature invalid"),
+            Self::TimestampMissing => (Reason::TimestampMissing, "Timestamp missing"),
             Self::TimestampOutOfWindow => (
-                StatusCode::UNAUTHORIZED,
                 Reason::TimestampOutOfWindow,
                 "Timestamp outside the allowed window",
             ),
-            Self::KeyMissing(_) => (
-                StatusCode::BAD_REQUEST,
-                Reason::KeyMissing,
-                "Idempotency key missing",
-            ),
-            Self::KeyInvalid(_) => (
-                StatusCode::BAD_REQUEST,
-                Reason::KeyInvalid,
-                "Idempotency key invalid",
-            ),
-            Self::BadRequestBody(_) => (
-                StatusCode::BAD_REQUEST,
-                Reason::BadRequestBody,
-                "Request body unparsable",
-            ),
-            Self::FieldInvalid(_) => (
-                StatusCode::BAD_REQUEST,
-                Reason::FieldInvalid,
-                "Field value not allowed",
-            ),
-            Self::FieldAmbiguous(_) => (
-                StatusCode::BAD_REQUEST,
-                Reason::FieldAmbiguous,
-                "Field ambiguous",
-            ),
+            Self::KeyMissing(_) => (Reason::KeyMissing, "Idempotency key missing"),
+            Self::KeyInvalid(_) => (Reason::KeyInvalid, "Idempotency key invalid"),
+            Self::BadRequestBody(_) => (Reason::BadRequestBody, "Request body unparsable"),
+            Self::FieldInvalid(_) => (Reason::FieldInvalid, "Field value not allowed"),
+            Self::FieldAmbiguous(_) => (Reason::FieldAmbiguous, "Field ambiguous"),
             Self::FingerprintMismatch => (
-                StatusCode::UNPROCESSABLE_ENTITY,
                 Reason::FingerprintMismatch,
                 "Idempotency key reused for a different request",
             ),
-            Self::InFlight { .. } => (
-                StatusCode::CONFLICT,
-                Reason::InFlight,
-                "First delivery still in flight",
-            ),
+            Self::InFlight { .. } => (Reason::InFlight, "First delivery still in flight"),
             Self::OutcomeUnknown { .. } => (
-                StatusCode::CONFLICT,
                 Reason::OutcomeUnknown,
                 "Outcome of the first delivery unknown",
             ),
-            Self::StoreUnavailable { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Reason::StoreUnavailable,
-                "Idempotency store unavailable",
-            ),
-            Self::UpstreamError => (
-                StatusCode::BAD_GATEWAY,
-                Reason::UpstreamError,
-                "Upstream connection failed",
-            ),
-            Self::UpstreamTimeout => (
-                StatusCode::GATEWAY_TIMEOUT,
-                Reason::UpstreamTimeout,
-                "Upstream timed out",
-            ),
+            Self::StoreUnavailable { .. } => {
+                (Reason::StoreUnavailable, "Idempotency store unavailable")
+            }
+            Self::UpstreamError => (Reason::UpstreamError, "Upstream connection failed"),
+            Self::UpstreamTimeout => (Reason::UpstreamTimeout, "Upstream timed out"),
         };
         Row {
-            status,
+            status: reason.status(),
             reason,
             title,
         }

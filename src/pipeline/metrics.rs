@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use http::StatusCode;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 use crate::metrics::{Description, at_zero};
@@ -16,10 +17,12 @@ use crate::config::CacheStatus;
 use crate::error::Reason;
 use crate::upstream::{ForwardError, UpstreamAnswer};
 
-/// `idemgate_requests_total{route, outcome}`.
+/// `idemgate_requests_total{route, outcome, status_class}`: `status_class`
+/// is the class of the status the sender was answered with, so the share
+/// of 5xx senders see is one ratio of this counter.
 pub(crate) const REQUESTS_TOTAL: Description = Description::counter(
     "idemgate_requests_total",
-    "Requests handled, by route and outcome",
+    "Requests handled, by route, outcome and the class of the status the sender was answered with",
 );
 /// `idemgate_rejections_total{route, reason}`.
 pub(crate) const REJECTIONS_TOTAL: Description = Description::counter(
@@ -92,6 +95,25 @@ impl Outcome {
         Self::ShadowDuplicate,
     ];
 
+    /// The status classes a request with this outcome can be answered
+    /// with, whose series are created at zero: idemgate's own answers for
+    /// a rejection (the classes of every [`Reason`]'s status), the
+    /// handler's answer (or, when it failed, idemgate's 502/504) for every
+    /// other outcome.
+    pub(crate) fn status_classes(self) -> Vec<StatusClass> {
+        match self {
+            Self::Rejected => StatusClass::ALL
+                .into_iter()
+                .filter(|class| {
+                    Reason::ALL
+                        .iter()
+                        .any(|r| StatusClass::of(r.status()) == *class)
+                })
+                .collect(),
+            _ => StatusClass::FINAL.to_vec(),
+        }
+    }
+
     /// The label value.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -101,6 +123,68 @@ impl Outcome {
             Self::Passthrough => "passthrough",
             Self::Unprotected => "unprotected",
             Self::ShadowDuplicate => "shadow_duplicate",
+        }
+    }
+}
+
+/// The class of the status a sender was answered with (`status_class`
+/// label): the first digit of the code, which is all a 5xx ratio needs and
+/// keeps the label set closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusClass {
+    /// 2xx.
+    Success,
+    /// 3xx.
+    Redirection,
+    /// 4xx.
+    ClientError,
+    /// 5xx.
+    ServerError,
+    /// Anything else a handler can send that the `http` crate accepts: a
+    /// 101 without an upgrade, or a code from 600 to 999. Not created at
+    /// start-up (no well-behaved handler produces it): its series appears
+    /// with the first such answer.
+    Other,
+}
+
+impl StatusClass {
+    /// Every class, in declaration order (handles are indexed by it).
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Success,
+        Self::Redirection,
+        Self::ClientError,
+        Self::ServerError,
+        Self::Other,
+    ];
+
+    /// The classes of a final answer RFC 9110 defines, which a handler
+    /// may send: created at zero for every outcome the handler answers.
+    const FINAL: [Self; 4] = [
+        Self::Success,
+        Self::Redirection,
+        Self::ClientError,
+        Self::ServerError,
+    ];
+
+    /// The class of `status`.
+    pub(crate) fn of(status: StatusCode) -> Self {
+        match status.as_u16() / 100 {
+            2 => Self::Success,
+            3 => Self::Redirection,
+            4 => Self::ClientError,
+            5 => Self::ServerError,
+            _ => Self::Other,
+        }
+    }
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "2xx",
+            Self::Redirection => "3xx",
+            Self::ClientError => "4xx",
+            Self::ServerError => "5xx",
+            Self::Other => "other",
         }
     }
 }
@@ -159,7 +243,10 @@ pub(crate) const DESCRIPTIONS: &[Description] = &[
 pub(crate) struct RouteMetrics {
     /// The `route` label: the route's name, or [`UNMATCHED_ROUTE`].
     name: String,
-    requests: Vec<Counter>,
+    /// By outcome, then by status class: `None` for a pair the outcome
+    /// can not produce ([`Outcome::status_classes`]), whose series is
+    /// only created if it happens after all.
+    requests: Vec<[Option<Counter>; StatusClass::ALL.len()]>,
     durations: Vec<Histogram>,
     rejections: Vec<Counter>,
     upstream: Histogram,
@@ -177,7 +264,14 @@ impl RouteMetrics {
         let this = Self {
             requests: Outcome::ALL
                 .iter()
-                .map(|o| at_zero(counter!(REQUESTS_TOTAL.name, "route" => route.clone(), "outcome" => o.as_str())))
+                .map(|&outcome| {
+                    let classes = outcome.status_classes();
+                    StatusClass::ALL.map(|class| {
+                        classes
+                            .contains(&class)
+                            .then(|| at_zero(requests_counter(&route, outcome, class)))
+                    })
+                })
                 .collect(),
             durations: Outcome::ALL
                 .iter()
@@ -211,9 +305,14 @@ impl RouteMetrics {
         &self.name
     }
 
-    /// Counts one finished request and its latency.
-    pub(crate) fn request(&self, outcome: Outcome, elapsed: Duration) {
-        self.requests[outcome as usize].increment(1);
+    /// Counts one finished request, by the status its sender was answered
+    /// with, and its latency.
+    pub(crate) fn request(&self, outcome: Outcome, status: StatusCode, elapsed: Duration) {
+        let class = StatusClass::of(status);
+        match &self.requests[outcome as usize][class as usize] {
+            Some(counter) => counter.increment(1),
+            None => requests_counter(&self.name, outcome, class).increment(1),
+        }
         self.durations[outcome as usize].record(elapsed.as_secs_f64());
     }
 
@@ -274,6 +373,16 @@ impl RouteMetrics {
     }
 }
 
+/// The `idemgate_requests_total` series of one (route, outcome, class).
+fn requests_counter(route: &str, outcome: Outcome, class: StatusClass) -> Counter {
+    counter!(
+        REQUESTS_TOTAL.name,
+        "route" => route.to_owned(),
+        "outcome" => outcome.as_str(),
+        "status_class" => class.as_str()
+    )
+}
+
 /// The bounded `secret_index` label value.
 fn secret_label(index: usize) -> &'static str {
     const INDEX: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
@@ -291,6 +400,7 @@ mod tests {
     fn label_arrays_follow_declaration_order() {
         assert_declaration_order(&Outcome::ALL, |outcome| outcome as usize);
         assert_declaration_order(&UpstreamErrorKind::ALL, |kind| kind as usize);
+        assert_declaration_order(&StatusClass::ALL, |class| class as usize);
         assert_declaration_order(&Reason::ALL, |reason| reason as usize);
     }
 
@@ -300,19 +410,94 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             let meters = RouteMetrics::new("pay", 2);
-            meters.request(Outcome::Replayed, Duration::from_millis(1));
+            meters.request(Outcome::Replayed, StatusCode::OK, Duration::from_millis(1));
             meters.rejection(Reason::InFlight);
             meters.secret_match(1);
         });
         let text = handle.render();
         for line in [
-            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\"} 1",
-            "idemgate_requests_total{route=\"pay\",outcome=\"forwarded\"} 0",
+            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\",status_class=\"2xx\"} 1",
+            "idemgate_requests_total{route=\"pay\",outcome=\"forwarded\",status_class=\"5xx\"} 0",
             "idemgate_rejections_total{route=\"pay\",reason=\"in_flight\"} 1",
             "idemgate_secret_matches_total{route=\"pay\",secret_index=\"1\"} 1",
             "idemgate_secret_matches_total{route=\"pay\",secret_index=\"0\"} 0",
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }
+    }
+
+    /// Every status, from the lowest code `http` accepts to the highest.
+    fn every_status() -> impl Iterator<Item = StatusCode> {
+        (100..=999).map(|code| StatusCode::from_u16(code).expect("a valid code"))
+    }
+
+    #[test]
+    fn a_status_class_is_its_first_digit() {
+        for status in every_status() {
+            let expected = match status.as_u16() {
+                200..=299 => "2xx",
+                300..=399 => "3xx",
+                400..=499 => "4xx",
+                500..=599 => "5xx",
+                _ => "other",
+            };
+            assert_eq!(StatusClass::of(status).as_str(), expected, "{status}");
+        }
+    }
+
+    /// A rejection is answered 4xx or 5xx (idemgate's own table); every
+    /// other outcome carries the handler's answer or idemgate's 502/504.
+    #[test]
+    fn outcomes_produce_their_status_classes() {
+        let words = |outcome: Outcome| -> Vec<&str> {
+            outcome
+                .status_classes()
+                .into_iter()
+                .map(StatusClass::as_str)
+                .collect()
+        };
+        assert_eq!(words(Outcome::Rejected), ["4xx", "5xx"]);
+        for outcome in Outcome::ALL.into_iter().filter(|o| *o != Outcome::Rejected) {
+            assert_eq!(words(outcome), ["2xx", "3xx", "4xx", "5xx"], "{outcome:?}");
+        }
+        for reason in Reason::ALL {
+            let class = StatusClass::of(reason.status());
+            assert!(
+                Outcome::Rejected.status_classes().contains(&class),
+                "{reason:?}"
+            );
+        }
+    }
+
+    /// 22 series per route at start-up (5 outcomes x 4 classes + 2 for
+    /// rejections); an answer outside 2xx-5xx adds its own series, counted.
+    #[test]
+    fn request_series_are_bounded_and_created_at_zero() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let series = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with("idemgate_requests_total{"))
+                .map(str::to_owned)
+                .collect()
+        };
+        metrics::with_local_recorder(&recorder, || {
+            let meters = RouteMetrics::new("pay", 1);
+            let idle = series(&handle.render());
+            assert_eq!(idle.len(), 22, "{idle:#?}");
+            assert!(idle.iter().all(|line| line.ends_with(" 0")), "{idle:#?}");
+            assert!(!idle.iter().any(|line| line.contains("other")));
+            for status in every_status() {
+                meters.request(Outcome::Forwarded, status, Duration::ZERO);
+            }
+            let text = handle.render();
+            assert_eq!(series(&text).len(), 23, "{text}");
+            for (class, count) in [("2xx", 100), ("5xx", 100), ("other", 500)] {
+                let line = format!(
+                    "idemgate_requests_total{{route=\"pay\",outcome=\"forwarded\",status_class=\"{class}\"}} {count}"
+                );
+                assert!(text.contains(&line), "missing {line}:\n{text}");
+            }
+        });
     }
 }

@@ -261,7 +261,7 @@ impl Finished {
     ) -> Response<ProxyBody> {
         let route = meters.name();
         let elapsed = origin.started.elapsed();
-        meters.request(self.outcome, elapsed);
+        meters.request(self.outcome, self.response.status(), elapsed);
         let rejection = match self.reason {
             Some(LogReason::Rejection(reason)) => Some(reason),
             _ => None,

@@ -87,7 +87,7 @@ async fn an_answer_of_the_limit_is_stored_and_a_larger_one_is_not() {
     assert_eq!(
         sample(
             &metrics,
-            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\"}"
+            "idemgate_requests_total{route=\"pay\",outcome=\"replayed\",status_class=\"2xx\"}"
         ),
         Some(4.0)
     );

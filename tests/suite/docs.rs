@@ -18,7 +18,6 @@ const ARRIVING: &[&str] = &[
     "docs/console.md",
     "docs/cli.md",
     "docs/tracing.md",
-    "docs/dashboard.md",
     "docs/kubernetes.md",
 ];
 

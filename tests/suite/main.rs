@@ -41,6 +41,7 @@ mod routing;
 mod scopes;
 mod secrets;
 mod signatures;
+mod status_class;
 mod store_auth;
 mod store_contract;
 mod store_pressure;

@@ -9,6 +9,7 @@
 //!   alerts on synthetic series;
 //! * every alert's `runbook_url` names a section of docs/runbooks.md and
 //!   no host (its base is the external label `idemgate_repo`);
+//! * the dashboard's first row links each stat to an alert's runbook;
 //! * `/metrics` holds exactly the counts a scripted mix of deliveries must
 //!   produce, read with a parser of the text exposition format;
 //! * Prometheus scraping idemgate evaluates every expression of the bundled
@@ -51,6 +52,8 @@ mod rules;
 struct Tally {
     /// (route, outcome) → requests.
     outcomes: BTreeMap<(&'static str, &'static str), u64>,
+    /// (route, outcome, status class of the answer) → requests.
+    classes: BTreeMap<(&'static str, &'static str, &'static str), u64>,
     /// (route, reason) → rejections.
     reasons: BTreeMap<(&'static str, &'static str), u64>,
     /// secret index → verified deliveries on route `pay`.
@@ -125,9 +128,20 @@ impl Tally {
             .outcomes
             .entry((expect.route, expect.outcome))
             .or_default() += 1;
+        *self
+            .classes
+            .entry((expect.route, expect.outcome, status_class(expect.status)))
+            .or_default() += 1;
         if let Some(index) = expect.secret {
             *self.secrets.entry(index).or_default() += 1;
         }
+    }
+
+    fn class(&self, route: &str, outcome: &str, class: &str) -> u64 {
+        self.classes
+            .get(&(route, outcome, class))
+            .copied()
+            .unwrap_or_default()
     }
 
     fn outcome(&self, route: &str, outcome: &str) -> u64 {
@@ -135,6 +149,17 @@ impl Tally {
             .get(&(route, outcome))
             .copied()
             .unwrap_or_default()
+    }
+}
+
+/// The `status_class` label of an answer with `status`.
+fn status_class(status: u16) -> &'static str {
+    match status / 100 {
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        5 => "5xx",
+        _ => "other",
     }
 }
 
@@ -165,7 +190,7 @@ fn without(headers: Headers, name: &str) -> Headers {
 async fn until_scraped_replays(prometheus: &Prometheus, replays: f64, what: &str) {
     poll(what, WAIT, Duration::from_millis(100), async || {
         let v = prometheus
-            .scalar(r#"idemgate_requests_total{route="pay",outcome="replayed"}"#)
+            .scalar(r#"sum(idemgate_requests_total{route="pay",outcome="replayed"})"#)
             .await?;
         (v == replays).then_some(())
     })

@@ -25,6 +25,12 @@ const HIT_RATE_STAT: &str = "Hit rate (5m)";
 /// nothing is queued.
 const INBOX: &str = "[route.inbox]\nmax_backoff = \"1m\"\n";
 
+/// Whether a panel expression reads 0 rather than nothing when its
+/// series have no value (a stat that must not show "No data" when idle).
+fn fills_zero(expr: &str) -> bool {
+    expr.ends_with("or vector(0)")
+}
+
 /// The inbox gauges report the shared backlog of a scope: every instance
 /// reports the same value, so any `sum` would multiply it by the number of
 /// instances. Every dashboard and alert expression reading them aggregates
@@ -146,6 +152,12 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     let idle = prometheus.values(&stat).await;
     println!("idle hit-rate stat: {stat} => {idle:?}");
     assert_eq!(idle, [0.0], "{HIT_RATE_STAT} without traffic: {stat}");
+    for (panel, expr) in dashboard_expressions(&vars) {
+        if fills_zero(&expr) {
+            let idle = prometheus.values(&expr).await;
+            assert_eq!(idle, [0.0], "{panel} without traffic: {expr}");
+        }
+    }
     let contract_idle = prometheus.values(CONTRACT_HIT_RATE).await;
     assert!(
         contract_idle.iter().all(|v| v.is_nan()),
@@ -261,12 +273,27 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
         );
     }
     // With a job that does not exist selected, every panel is empty (the
-    // filter is applied), except the hit-rate stat, which reads 0.
+    // filter is applied), except the stats that fill in 0 (`or vector(0)`:
+    // the hit rate, the 5xx senders see, the eviction risk).
     for (panel, expr) in dashboard_expressions(&Vars::one("no-such-job", gate.admin)) {
         let values = prometheus.values(&expr).await;
-        let expected: &[f64] = if panel == HIT_RATE_STAT { &[0.0] } else { &[] };
+        let expected: &[f64] = if fills_zero(&expr) { &[0.0] } else { &[] };
         assert_eq!(values, expected, "panel {panel:?} for another job: {expr}");
     }
+
+    // Every answer's status class as Prometheus scraped it: the forged
+    // and stale deliveries were answered 401, everything else 200.
+    let class = async |class: &str| {
+        let expr = format!(r#"sum(idemgate_requests_total{{status_class="{class}"}})"#);
+        prometheus.scalar(&expr).await.expect(&expr)
+    };
+    let passthrough = 2.0;
+    assert_eq!(class("4xx").await, (2 * FORGED) as f64);
+    assert_eq!(
+        class("2xx").await,
+        (FIRST + FIRST * REPLAYS_EACH) as f64 + passthrough
+    );
+    assert_eq!(class("5xx").await, 0.0);
 
     // The inbox series of route pay exist from start-up, at 0: one per
     // gauge and one per redelivery result.

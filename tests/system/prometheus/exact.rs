@@ -17,6 +17,17 @@ const OUTCOMES: [&str; 6] = [
     "shadow_duplicate",
 ];
 
+/// The `status_class` series of `idemgate_requests_total` each outcome has
+/// from start-up: idemgate's own 4xx/5xx for a rejection, any class of a
+/// final answer for the others (docs/contract.md §7).
+fn status_classes(outcome: &str) -> &'static [&'static str] {
+    if outcome == "rejected" {
+        &["4xx", "5xx"]
+    } else {
+        &["2xx", "3xx", "4xx", "5xx"]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_text_has_exact_counter_values() {
     let mut redis = RedisServer::start();
@@ -85,16 +96,27 @@ async fn assert_every_counter_pre_registered(admin: SocketAddr) {
     let idle = scrape(admin).await;
     for route in ["pay", "_unmatched"] {
         for outcome in OUTCOMES {
-            assert_eq!(
-                idle.value(
-                    "idemgate_requests_total",
-                    &[("route", route), ("outcome", outcome)]
-                ),
-                Some(0.0),
-                "{route}/{outcome} pre-registered"
-            );
+            for class in status_classes(outcome) {
+                assert_eq!(
+                    idle.value(
+                        "idemgate_requests_total",
+                        &[
+                            ("route", route),
+                            ("outcome", outcome),
+                            ("status_class", class)
+                        ]
+                    ),
+                    Some(0.0),
+                    "{route}/{outcome}/{class} pre-registered"
+                );
+            }
         }
     }
+    assert_eq!(
+        idle.series("idemgate_requests_total").len(),
+        2 * 22,
+        "only the pairs an outcome can produce"
+    );
 }
 
 /// Delivers `body` signed with the current secret (index 0) and tallies
@@ -290,17 +312,28 @@ async fn store_down(redis: &mut RedisServer, url: &str, tally: &mut Tally) {
 
 /// Returns the number of first deliveries of route `pay`.
 fn assert_requests(metrics: &Exposition, tally: &Tally) -> u64 {
-    // idemgate_requests_total: every (route, outcome) exactly.
+    // idemgate_requests_total: every (route, outcome, status_class)
+    // exactly, from the status each answer had.
     let routes = ROUTES;
     let mut expected = BTreeMap::new();
     for route in routes {
         for outcome in OUTCOMES {
-            expected.insert(
-                labels_of(&[("route", route), ("outcome", outcome)]),
-                tally.outcome(route, outcome) as f64,
-            );
+            for class in status_classes(outcome) {
+                expected.insert(
+                    labels_of(&[
+                        ("route", route),
+                        ("outcome", outcome),
+                        ("status_class", class),
+                    ]),
+                    tally.class(route, outcome, class) as f64,
+                );
+            }
         }
     }
+    assert_eq!(
+        tally.classes.values().sum::<u64>(),
+        tally.outcomes.values().sum::<u64>()
+    );
     metrics.assert_series("idemgate_requests_total", &expected);
     let (n, m) = (
         tally.outcome("pay", "forwarded"),

@@ -59,9 +59,28 @@ impl Vars {
                 .replace(&format!("${{{name}}}"), value)
                 .replace(&format!("${name}"), value);
         }
+        for (name, value) in textbox_defaults() {
+            out = out.replace(&format!("${name}"), &value);
+        }
         assert!(!out.contains('$'), "unsubstituted variable in {out}");
         out
     }
+}
+
+/// The dashboard's text-box variables and their default values (the
+/// memory limit the process row divides by, the runbook base URL).
+fn textbox_defaults() -> Vec<(String, String)> {
+    dashboard()["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .filter(|variable| variable["type"] == "textbox")
+        .map(|variable| {
+            let name = variable["name"].as_str().expect("variable name");
+            let value = variable["query"].as_str().expect("a default value");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
 }
 
 fn dashboard() -> Value {
@@ -90,7 +109,13 @@ fn dashboard_queries() -> Vec<(String, String)> {
                     .unwrap_or_else(|| panic!("panel {title:?}: target without expr"));
                 out.push((title.clone(), expr.to_owned()));
             }
-            if panel["type"] != "row" {
+            if panel["type"] == "alertlist" {
+                // Lists the alerts of the chosen data source; no query.
+                assert_eq!(
+                    panel["options"]["datasource"], "${datasource}",
+                    "panel {title:?} lists the alerts of the datasource variable"
+                );
+            } else if panel["type"] != "row" {
                 assert_eq!(
                     panel["datasource"]["uid"], "${datasource}",
                     "panel {title:?} uses the datasource variable"
@@ -170,22 +195,34 @@ pub(super) fn dashboard_variables() -> Vec<Variable> {
         .collect()
 }
 
-/// Each `idemgate_*` selector of `expr`: (metric, matchers between braces).
+/// Whether `name` is a series the dashboard reads from idemgate's targets:
+/// its own metrics, the process metrics it exports, and the targets' `up`.
+fn is_idemgate_series(name: &str, selector_follows: bool) -> bool {
+    name.starts_with("idemgate_")
+        || name.starts_with("process_")
+        || (name == "up" && selector_follows)
+}
+
+/// Each selector of an idemgate series in `expr` (see
+/// [`is_idemgate_series`]): (metric, matchers between braces).
 fn selectors(expr: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let mut rest = expr;
-    while let Some(start) = rest.find("idemgate_") {
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphabetic() || c == '_') {
         let tail = &rest[start..];
         let name_len = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(tail.len());
         let name = &tail[..name_len];
         let after = &tail[name_len..];
-        let (matchers, consumed) = after
+        let braces = after
             .strip_prefix('{')
             .and_then(|m| m.split_once('}'))
-            .map_or(("", 0), |(inside, _)| (inside, inside.len() + 2));
-        found.push((name.to_owned(), matchers.to_owned()));
+            .map(|(inside, _)| inside);
+        let consumed = braces.map_or(0, |inside| inside.len() + 2);
+        if is_idemgate_series(name, braces.is_some()) {
+            found.push((name.to_owned(), braces.unwrap_or_default().to_owned()));
+        }
         rest = &after[consumed..];
     }
     found
@@ -234,6 +271,13 @@ fn every_dashboard_query_filters_by_job_namespace_and_instance() {
         [
             ("idemgate_b".to_owned(), r#"c="d""#.to_owned()),
             ("idemgate_e".to_owned(), String::new())
+        ]
+    );
+    assert_eq!(
+        selectors(r#"count(up{j="k"}) - sum by (up) (process_open_fds{l="m"})"#),
+        [
+            ("up".to_owned(), r#"j="k""#.to_owned()),
+            ("process_open_fds".to_owned(), r#"l="m""#.to_owned())
         ]
     );
     let one = Vars::one("idemgate", SocketAddr::from(([127, 0, 0, 1], 8790)));
@@ -290,4 +334,115 @@ fn hot_keys_table_shows_route_key_deliveries_and_duplicates() {
     columns.sort();
     let columns: Vec<&str> = columns.iter().map(|(_, c)| c.as_str()).collect();
     assert_eq!(columns, ["route", "key", "deliveries", "duplicates"]);
+}
+
+/// The titles of the first row's panels, in order: what needs a person,
+/// then the alerts firing.
+const FIRST_ROW: [&str; 8] = [
+    "Targets up",
+    "5xx seen by senders (5m)",
+    "p99 latency (5m)",
+    "Unknown outcomes (24h)",
+    "Dead deliveries",
+    "Eviction risk",
+    "Store errors (5m)",
+    "Alerts firing and pending",
+];
+
+/// The anchors the alerts' `runbook_url`s name (after `#`).
+fn alert_runbook_anchors() -> BTreeSet<String> {
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("config/prometheus/alerts.yml")).expect("alerts.yml"),
+    )
+    .expect("alerts.yml is YAML");
+    rules["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_sequence().expect("rules").iter())
+        .filter_map(|rule| rule["annotations"]["runbook_url"].as_str())
+        .filter_map(|url| url.split_once('#').map(|(_, anchor)| anchor.to_owned()))
+        .collect()
+}
+
+/// The dashboard opens on trouble: a first row of stats, each turning
+/// red on its own and linking to its runbook under the `runbook_base`
+/// variable, and the alert list; then the detail rows, the process row
+/// last.
+#[test]
+fn the_first_row_leads_with_trouble_and_links_runbooks() {
+    let dashboard = dashboard();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert_eq!(panels[0]["type"], "row", "the dashboard opens with a row");
+    let first: Vec<&Value> = panels[1..]
+        .iter()
+        .take_while(|panel| panel["type"] != "row")
+        .collect();
+    let titles: Vec<&str> = first.iter().filter_map(|p| p["title"].as_str()).collect();
+    assert_eq!(titles, FIRST_ROW);
+    for panel in &first {
+        let y = panel["gridPos"]["y"].as_u64().expect("gridPos.y");
+        assert!(y <= 6, "{}: on the first screen (y = {y})", panel["title"]);
+    }
+
+    let anchors = alert_runbook_anchors();
+    for panel in first.iter().filter(|p| p["type"] == "stat") {
+        let title = panel["title"].as_str().expect("title");
+        let links = panel["links"].as_array().expect("links");
+        let url = links
+            .iter()
+            .find(|link| link["title"] == "Runbook")
+            .and_then(|link| link["url"].as_str())
+            .unwrap_or_else(|| panic!("{title}: no Runbook link"));
+        let anchor = url
+            .strip_prefix("${runbook_base}docs/runbooks.md#")
+            .unwrap_or_else(|| {
+                panic!("{title}: {url} is not under ${{runbook_base}}docs/runbooks.md")
+            });
+        assert!(
+            anchors.contains(anchor),
+            "{title}: #{anchor} is no alert's runbook ({anchors:?})"
+        );
+        let steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"].as_array();
+        let overrides = panel["fieldConfig"]["overrides"].to_string();
+        assert!(
+            steps.is_some_and(|s| s.len() >= 2) || overrides.contains("red"),
+            "{title}: turns a colour on trouble"
+        );
+    }
+    let alerts = first
+        .iter()
+        .find(|p| p["type"] == "alertlist")
+        .expect("an alert list on the first screen");
+    assert_eq!(alerts["options"]["alertName"], "Idemgate");
+    let base = textbox_defaults()
+        .into_iter()
+        .find(|(name, _)| name == "runbook_base")
+        .expect("a runbook_base text variable");
+    // No host is named by default: the operator sets where runbooks live.
+    assert_eq!(base.1, "", "{base:?}");
+
+    // The process row, last: CPU, memory against the limit, descriptors.
+    let last_row = panels
+        .iter()
+        .rposition(|p| p["type"] == "row")
+        .expect("rows");
+    assert_eq!(panels[last_row]["title"], "Process");
+    let exprs: Vec<String> = panels[last_row + 1..]
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    for needle in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes{",
+        "$memory_limit_bytes",
+        "process_open_fds{",
+        "process_max_fds{",
+    ] {
+        assert!(
+            exprs.iter().any(|e| e.contains(needle)),
+            "the process row reads {needle}: {exprs:?}"
+        );
+    }
 }
