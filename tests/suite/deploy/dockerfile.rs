@@ -194,8 +194,12 @@ fn dockerfile_default_config_is_the_container_default() {
         "COPY {default}"
     );
     let reference_elsewhere = copies.iter().any(|copy| {
-        copy.split_whitespace().any(|part| part == "config/idemgate.toml")
+        copy.split_whitespace()
+            .any(|part| part == "config/idemgate.toml")
             && !copy.ends_with(CONFIG_PATH)
     });
-    assert!(reference_elsewhere, "the annotated reference is not in the image");
+    assert!(
+        reference_elsewhere,
+        "the annotated reference is not in the image"
+    );
 }

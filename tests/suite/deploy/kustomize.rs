@@ -22,7 +22,9 @@ fn render(dir: &Path) -> Vec<Yaml> {
         .arg("kustomize")
         .arg(dir)
         .output()
-        .unwrap_or_else(|e| panic!("kubectl: {e}: rendering the kustomizations needs kubectl (kustomize v5)"));
+        .unwrap_or_else(|e| {
+            panic!("kubectl: {e}: rendering the kustomizations needs kubectl (kustomize v5)")
+        });
     assert!(
         output.status.success(),
         "kubectl kustomize {}:\n{}",
@@ -58,7 +60,9 @@ fn assert_config_map_generated(k8s: &Kubernetes) -> String {
 /// port (no other container names that port) as job="idemgate".
 fn assert_pod_monitor(k8s: &Kubernetes) {
     let monitor = k8s.one("PodMonitor");
-    let selector = at(monitor, "spec.selector.matchLabels").as_mapping().unwrap();
+    let selector = at(monitor, "spec.selector.matchLabels")
+        .as_mapping()
+        .unwrap();
     let labels = at(k8s.one("Deployment"), "spec.template.metadata.labels");
     for (key, value) in selector {
         assert_eq!(labels.get(key), Some(value), "PodMonitor selector {key:?}");
@@ -123,7 +127,9 @@ fn assert_idemgate_wired(k8s: &Kubernetes) {
             "the Service reaches idemgate's proxy port"
         );
     }
-    let grace = at(k8s.pod(), "terminationGracePeriodSeconds").as_u64().unwrap();
+    let grace = at(k8s.pod(), "terminationGracePeriodSeconds")
+        .as_u64()
+        .unwrap();
     let pre_stop: u64 = words(at(idemgate, "lifecycle.preStop.exec.command"))[1]
         .parse()
         .unwrap();
@@ -157,12 +163,18 @@ fn kustomize_base_renders_a_valid_gateway_with_budget_and_monitoring() {
     // The budget covers these pods and always leaves one serving.
     let budget = k8s.one("PodDisruptionBudget");
     let labels = at(k8s.one("Deployment"), "spec.template.metadata.labels");
-    for (key, value) in at(budget, "spec.selector.matchLabels").as_mapping().unwrap() {
+    for (key, value) in at(budget, "spec.selector.matchLabels")
+        .as_mapping()
+        .unwrap()
+    {
         assert_eq!(labels.get(key), Some(value), "PDB selector {key:?}");
     }
     let replicas = at(k8s.one("Deployment"), "spec.replicas").as_u64().unwrap();
     let unavailable = at(budget, "spec.maxUnavailable").as_u64().unwrap();
-    assert!(unavailable >= 1 && unavailable < replicas, "{unavailable} of {replicas}");
+    assert!(
+        unavailable >= 1 && unavailable < replicas,
+        "{unavailable} of {replicas}"
+    );
 
     // The upstream is a Service, not loopback: the base is its own pod.
     let (host, _) = url_host_port(k8s.config().required("upstream.url"));
@@ -170,10 +182,19 @@ fn kustomize_base_renders_a_valid_gateway_with_budget_and_monitoring() {
 }
 
 fn k8s_kinds(k8s: &Kubernetes) -> BTreeSet<&str> {
-    ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PodMonitor", "PrometheusRule", "Service", "Secret"]
-        .into_iter()
-        .filter(|kind| !k8s.all(kind).is_empty())
-        .collect()
+    [
+        "ConfigMap",
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "PrometheusRule",
+        "Service",
+        "Secret",
+    ]
+    .into_iter()
+    .filter(|kind| !k8s.all(kind).is_empty())
+    .collect()
 }
 
 /// Editing idemgate.toml renames the ConfigMap (content hash) and with it
@@ -195,9 +216,16 @@ fn kustomize_config_change_rolls_the_pods() {
     assert_eq!(before, template(&render(&base)), "rendering is stable");
     let config = base.join("idemgate.toml");
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("tolerance = \"5m\"", "tolerance = \"4m\"")).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("tolerance = \"5m\"", "tolerance = \"4m\""),
+    )
+    .unwrap();
     let after = template(&render(&base));
-    assert_ne!(before, after, "a config change must change the pod template");
+    assert_ne!(
+        before, after,
+        "a config change must change the pod template"
+    );
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -251,9 +279,9 @@ fn kustomize_sidecar_component_patches_the_existing_deployment() {
     let (host, port) = url_host_port(k8s.config().required("upstream.url"));
     assert_eq!(host, "127.0.0.1");
     assert!(
-        app_containers
+        app_containers.iter().any(|c| seq_at(c, "ports")
             .iter()
-            .any(|c| seq_at(c, "ports").iter().any(|p| at(p, "containerPort").as_u64() == Some(u64::from(port)))),
+            .any(|p| at(p, "containerPort").as_u64() == Some(u64::from(port)))),
         "no app container listens on {port}"
     );
     let config_map = assert_config_map_generated(&k8s);
@@ -276,7 +304,11 @@ fn kustomize_sidecar_component_leaves_unmarked_workloads_alone() {
     let app = example.join("app");
     for file in ["deployment.yaml", "service.yaml"] {
         let text = std::fs::read_to_string(app.join(file)).unwrap();
-        std::fs::write(app.join(format!("other-{file}")), text.replace("payments-handler", "reports")).unwrap();
+        std::fs::write(
+            app.join(format!("other-{file}")),
+            text.replace("payments-handler", "reports"),
+        )
+        .unwrap();
     }
     std::fs::write(
         app.join("kustomization.yaml"),
@@ -295,9 +327,21 @@ fn kustomize_sidecar_component_leaves_unmarked_workloads_alone() {
     let other = named("Deployment", "reports");
     assert_eq!(
         seq_at(&other, "spec.template.spec.containers").len(),
-        seq_at(&original("deployment.yaml"), "spec.template.spec.containers").len()
+        seq_at(
+            &original("deployment.yaml"),
+            "spec.template.spec.containers"
+        )
+        .len()
     );
-    assert!(other.get("metadata").unwrap().get("labels").unwrap().get(SIDECAR_LABEL.0).is_none());
+    assert!(
+        other
+            .get("metadata")
+            .unwrap()
+            .get("labels")
+            .unwrap()
+            .get(SIDECAR_LABEL.0)
+            .is_none()
+    );
     let service = named("Service", "reports");
     assert_eq!(
         at(&service, "spec.ports"),

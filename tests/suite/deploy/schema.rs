@@ -73,7 +73,10 @@ pub(super) fn assert_strictly_valid(origin: &str, documents: &[Yaml]) {
         "{origin}: the strict schema check failed:\n{report}"
     );
     // One "passed" per document, and no kind left unchecked.
-    let passed = report.lines().filter(|l| l.contains(" passed for ")).count();
+    let passed = report
+        .lines()
+        .filter(|l| l.contains(" passed for "))
+        .count();
     assert_eq!(passed, checked.len(), "{origin}:\n{report}");
     assert!(!report.contains("WARN"), "{origin}:\n{report}");
 }
@@ -95,7 +98,10 @@ fn schema_check_rejects_unknown_fields_wrong_types_and_kinds() {
             "an unknown field",
             text.replacen("replicas:", "replicaz:", 1),
         ),
-        ("a wrong type", text.replacen("replicas: 2", "replicas: two", 1)),
+        (
+            "a wrong type",
+            text.replacen("replicas: 2", "replicas: two", 1),
+        ),
         (
             "an unknown kind",
             text.replacen("kind: Deployment", "kind: Deploymnet", 1),
@@ -132,5 +138,8 @@ fn kubernetes_files_pass_the_strict_schema_check() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 2, "kubernetes.yaml and the ServiceMonitor's Service");
+    assert_eq!(
+        checked, 2,
+        "kubernetes.yaml and the ServiceMonitor's Service"
+    );
 }
