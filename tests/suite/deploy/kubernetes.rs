@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod memory;
 mod monitoring;
 
 const KUBERNETES: &str = "config/deploy/kubernetes.yaml";
