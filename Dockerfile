@@ -2,24 +2,30 @@
 #
 #   docker build -t idemgate .
 #   docker run --rm --stop-timeout 45 -p 8080:8080 -p 8790:8790 \
+#     -e IDEMGATE_ADMIN_TOKEN=... -e IDEMGATE_WEBHOOK_SECRET=... \
+#     idemgate                                  # the default config (below)
+#   docker run --rm --stop-timeout 45 -p 8080:8080 -p 8790:8790 \
 #     -v "$PWD/my-idemgate.toml:/etc/idemgate/idemgate.toml:ro" \
 #     -e PAYMENTS_SECRET=... -e IDEMGATE_ADMIN_TOKEN=... \
-#     idemgate
+#     idemgate                                  # your own
 #
-# Configuration: the image carries config/idemgate.toml (the annotated
-# reference) at /etc/idemgate/idemgate.toml only as an example. Operators
-# mount their own file over it (or elsewhere, pointing IDEMGATE_CONFIG at
-# it; see below). Inside a container that file must set
+# Configuration: the image's default, config/container.toml at
+# /etc/idemgate/idemgate.toml, listens on 0.0.0.0 (proxy 8080, admin 8790),
+# keeps its records in the embedded store under /var/lib/idemgate and
+# forwards to http://127.0.0.1:3000; it reads its admin token and its
+# signature secret from IDEMGATE_ADMIN_TOKEN and IDEMGATE_WEBHOOK_SECRET and
+# refuses to start without them (exit 2, naming the variable), so a bare
+# `docker run` is either healthy or stopped, never open. The annotated
+# reference (config/idemgate.toml) is at /usr/share/doc/idemgate/.
 #
-#   [listen]
-#   proxy = "0.0.0.0:8080"
-#   admin = "0.0.0.0:8790"
-#
-# because the defaults (127.0.0.1) are unreachable from outside the
-# container; and its [store] url / [upstream] url must name addresses that
+# For real deployments mount your own file over the default (or elsewhere,
+# pointing IDEMGATE_CONFIG at it; see below). Inside a container that file
+# must listen on 0.0.0.0 (127.0.0.1 is unreachable from outside the
+# container), and its [store] url / [upstream] url must name addresses that
 # are reachable from the container (127.0.0.1 is the container itself,
 # unless it shares the pod's or host's network namespace, as a sidecar does).
-# Secrets come from the environment (env:NAME) or mounted files (file:PATH).
+# Secrets come from the environment (env:NAME) or mounted files (file:PATH),
+# the Redis password too ([store] password = "env:NAME").
 # Validate a file with: docker run --rm -v ... idemgate check-config
 #
 # --stop-timeout: docker stop waits 10s by default before SIGKILL; give it
@@ -28,8 +34,8 @@
 # Point at your file by mounting it over the default path or by setting
 # IDEMGATE_CONFIG, not with `serve --config PATH`: the HEALTHCHECK below runs
 # `idemgate healthcheck`, which finds the admin listener through
-# IDEMGATE_CONFIG and would otherwise read the example file (127.0.0.1, whose
-# secrets are not set) and report the container unhealthy.
+# IDEMGATE_CONFIG and would otherwise probe the default file's admin
+# address instead of yours.
 #
 # The admin listener serves /healthz (liveness) and /readyz (store
 # reachable) for orchestrator probes. With [store] kind = "embedded", a
@@ -87,13 +93,16 @@ RUN apt-get update \
     && chown idemgate:idemgate /var/lib/idemgate
 
 COPY --from=builder /build/target/release/idemgate /usr/local/bin/idemgate
-COPY config/idemgate.toml /etc/idemgate/idemgate.toml
-COPY LICENSE-MIT LICENSE-APACHE /usr/share/doc/idemgate/
+# The container default (listens on 0.0.0.0, refuses to start without its
+# secrets); the annotated reference beside the licences.
+COPY config/container.toml /etc/idemgate/idemgate.toml
+COPY config/idemgate.toml LICENSE-MIT LICENSE-APACHE /usr/share/doc/idemgate/
 
 ENV IDEMGATE_CONFIG=/etc/idemgate/idemgate.toml
 WORKDIR /var/lib/idemgate
 # 8080: proxy (senders deliver here); 8790: admin (/metrics, /healthz,
-# /readyz, /admin/*). Both only reachable if the config listens on 0.0.0.0.
+# /readyz, /admin/*). The default config listens on 0.0.0.0; a file of
+# yours must too.
 EXPOSE 8080 8790
 # Numeric, so that Kubernetes' runAsNonRoot can verify it (a user name
 # cannot be checked and the pod is refused). 10001 = idemgate, created above.

@@ -24,9 +24,12 @@ const ADMIN_PORT: u16 = 8790;
 const CONFIG_PATH: &str = "/etc/idemgate/idemgate.toml";
 
 mod compose;
+mod container;
 mod dockerfile;
 mod kubernetes;
+mod kustomize;
 mod licences;
+mod schema;
 
 use dockerfile::dockerfile_user;
 mod systemd;

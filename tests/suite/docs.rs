@@ -18,7 +18,6 @@ const ARRIVING: &[&str] = &[
     "docs/console.md",
     "docs/cli.md",
     "docs/tracing.md",
-    "docs/kubernetes.md",
 ];
 
 /// The front page stays a front page: it is read top to bottom.

@@ -174,3 +174,32 @@ fn dockerfile_labels_and_copied_files() {
         }
     }
 }
+
+/// The image's default configuration is the container default
+/// (`config/container.toml`: every interface, refuses to start without its
+/// secrets), at the path IDEMGATE_CONFIG names; the annotated reference
+/// rides along as documentation only.
+#[test]
+fn dockerfile_default_config_is_the_container_default() {
+    let copies = instruction_values("COPY");
+    let default = copies
+        .iter()
+        .filter(|copy| !copy.starts_with("--from"))
+        .find(|copy| copy.ends_with(&format!(" {CONFIG_PATH}")))
+        .unwrap_or_else(|| panic!("nothing is copied to {CONFIG_PATH}: {copies:?}"));
+    let sources: Vec<&str> = default.split_whitespace().collect();
+    assert_eq!(
+        sources[..sources.len() - 1],
+        [super::container::CONTAINER_CONFIG],
+        "COPY {default}"
+    );
+    let reference_elsewhere = copies.iter().any(|copy| {
+        copy.split_whitespace()
+            .any(|part| part == "config/idemgate.toml")
+            && !copy.ends_with(CONFIG_PATH)
+    });
+    assert!(
+        reference_elsewhere,
+        "the annotated reference is not in the image"
+    );
+}

@@ -4,59 +4,69 @@
 
 use super::*;
 
+mod memory;
 mod monitoring;
 
 const KUBERNETES: &str = "config/deploy/kubernetes.yaml";
 
-struct Kubernetes {
+/// The documents of one manifest (a file, or what kustomize rendered),
+/// with the idemgate container, its config and its ports looked up.
+pub(super) struct Kubernetes {
+    origin: String,
     documents: Vec<Yaml>,
 }
 
 impl Kubernetes {
     fn load() -> Self {
-        let documents = yaml_documents(KUBERNETES);
+        Self::from_documents(KUBERNETES, yaml_documents(KUBERNETES))
+    }
+
+    pub(super) fn from_documents(origin: &str, documents: Vec<Yaml>) -> Self {
         for document in &documents {
             str_at(document, "apiVersion");
             str_at(document, "kind");
             str_at(document, "metadata.name");
         }
-        Self { documents }
+        Self {
+            origin: origin.to_owned(),
+            documents,
+        }
     }
 
-    fn all(&self, kind: &str) -> Vec<&Yaml> {
+    pub(super) fn all(&self, kind: &str) -> Vec<&Yaml> {
         self.documents
             .iter()
             .filter(|document| str_at(document, "kind") == kind)
             .collect()
     }
 
-    fn one(&self, kind: &str) -> &Yaml {
+    pub(super) fn one(&self, kind: &str) -> &Yaml {
         let found = self.all(kind);
-        assert_eq!(found.len(), 1, "{KUBERNETES}: expected one {kind}");
+        assert_eq!(found.len(), 1, "{}: expected one {kind}", self.origin);
         found[0]
     }
 
-    fn pod(&self) -> &Yaml {
+    pub(super) fn pod(&self) -> &Yaml {
         at(self.one("Deployment"), "spec.template.spec")
     }
 
-    fn containers(&self) -> &[Yaml] {
+    pub(super) fn containers(&self) -> &[Yaml] {
         seq_at(self.pod(), "containers")
     }
 
-    fn idemgate(&self) -> &Yaml {
+    pub(super) fn idemgate(&self) -> &Yaml {
         self.containers()
             .iter()
             .find(|container| str_at(container, "name") == "idemgate")
             .expect("a container named idemgate")
     }
 
-    fn config(&self) -> GateConfig {
+    pub(super) fn config(&self) -> GateConfig {
         let text = str_field(at(self.config_map(), "data"), "idemgate.toml");
-        GateConfig::new(&format!("{KUBERNETES} ConfigMap"), text)
+        GateConfig::new(&format!("{} ConfigMap", self.origin), text)
     }
 
-    fn config_map(&self) -> &Yaml {
+    pub(super) fn config_map(&self) -> &Yaml {
         let name = self.config_volume_source();
         self.all("ConfigMap")
             .into_iter()
@@ -65,7 +75,7 @@ impl Kubernetes {
     }
 
     /// (volume name, ConfigMap name) of the volume holding the config file.
-    fn config_volume_source(&self) -> &str {
+    pub(super) fn config_volume_source(&self) -> &str {
         let (volume, _) = self.config_mount();
         let volume = seq_at(self.pod(), "volumes")
             .iter()
@@ -76,7 +86,7 @@ impl Kubernetes {
 
     /// The idemgate container's mount that holds IDEMGATE_CONFIG, and the
     /// file's path inside the volume.
-    fn config_mount(&self) -> (&str, String) {
+    pub(super) fn config_mount(&self) -> (&str, String) {
         let config_path = env_value(self.idemgate(), "IDEMGATE_CONFIG")
             .expect("IDEMGATE_CONFIG set on the idemgate container");
         for mount in seq_at(self.idemgate(), "volumeMounts") {
@@ -96,7 +106,7 @@ impl Kubernetes {
         panic!("no volume mounted at {config_path}");
     }
 
-    fn port_number(&self, container: &Yaml, port: &Yaml) -> u16 {
+    pub(super) fn port_number(&self, container: &Yaml, port: &Yaml) -> u16 {
         if let Some(number) = port.as_u64() {
             return u16::try_from(number).unwrap();
         }
@@ -109,7 +119,7 @@ impl Kubernetes {
     }
 }
 
-fn env_entry<'a>(container: &'a Yaml, name: &str) -> Option<&'a Yaml> {
+pub(super) fn env_entry<'a>(container: &'a Yaml, name: &str) -> Option<&'a Yaml> {
     container
         .get("env")?
         .as_sequence()?
@@ -117,7 +127,7 @@ fn env_entry<'a>(container: &'a Yaml, name: &str) -> Option<&'a Yaml> {
         .find(|entry| entry.get("name").and_then(Yaml::as_str) == Some(name))
 }
 
-fn env_value<'a>(container: &'a Yaml, name: &str) -> Option<&'a str> {
+pub(super) fn env_value<'a>(container: &'a Yaml, name: &str) -> Option<&'a str> {
     env_entry(container, name)?.get("value")?.as_str()
 }
 
@@ -401,4 +411,21 @@ fn kubernetes_pods_are_scraped_on_the_admin_port() {
         ADMIN_PORT.to_string()
     );
     assert_eq!(str_field(annotations, "prometheus.io/path"), "/metrics");
+}
+
+/// The pod template carries the SHA-256 of the config it mounts, so a
+/// config change applied together with its checksum rolls the pods; a
+/// config edited without its checksum fails here.
+#[test]
+fn kubernetes_config_checksum_matches_the_config_map() {
+    use sha2::{Digest, Sha256};
+    let k8s = Kubernetes::load();
+    let text = str_field(at(k8s.config_map(), "data"), "idemgate.toml");
+    let expected = hex::encode(Sha256::digest(text.as_bytes()));
+    let annotations = at(k8s.one("Deployment"), "spec.template.metadata.annotations");
+    assert_eq!(
+        str_field(annotations, "checksum/config"),
+        expected,
+        "{KUBERNETES}: set the pod template's checksum/config to the SHA-256 of the ConfigMap's idemgate.toml"
+    );
 }

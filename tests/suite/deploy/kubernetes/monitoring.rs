@@ -11,6 +11,9 @@ use super::*;
 const SERVICE_MONITOR: &str = "config/deploy/kubernetes-servicemonitor.yaml";
 const POD_MONITOR: &str = "config/deploy/kubernetes-podmonitor.yaml";
 const PROMETHEUS_RULE: &str = "config/deploy/kubernetes-prometheusrule.yaml";
+/// The same rule for the kustomize base and sidecar component (kustomize
+/// loads no file outside a kustomization's directory).
+const KUSTOMIZE_RULE: &str = "config/deploy/kustomize/rules/prometheusrule.yaml";
 const ALERTS: &str = "config/prometheus/alerts.yml";
 const MONITORING_API: &str = "monitoring.coreos.com/v1";
 /// The environment variable that makes the sync test rewrite the
@@ -199,6 +202,8 @@ const HEADER: &str = "\
 # The same test, without IDEMGATE_BLESS, fails in CI while it is out of date.
 #
 #   kubectl apply -f config/deploy/kubernetes-prometheusrule.yaml
+# (the same file is config/deploy/kustomize/rules/prometheusrule.yaml, which
+# the kustomize base and sidecar component include)
 #
 # The alert rules for the Prometheus Operator: spec.groups are exactly the
 # groups of alerts.yml. They select job=\"idemgate\", the job the ServiceMonitor
@@ -236,14 +241,20 @@ fn generated_prometheus_rule() -> String {
     format!("{HEADER}---\n{body}")
 }
 
-/// `IDEMGATE_BLESS=1` rewrites the file; otherwise it must be exactly what
-/// the generator makes of today's alerts.yml.
+/// `IDEMGATE_BLESS=1` rewrites the files; otherwise each must be exactly
+/// what the generator makes of today's alerts.yml.
 #[test]
 fn prometheus_rule_is_generated_from_alerts_yml() {
     let expected = generated_prometheus_rule();
-    let path = repo_path(PROMETHEUS_RULE);
+    for file in [PROMETHEUS_RULE, KUSTOMIZE_RULE] {
+        assert_generated(file, &expected);
+    }
+}
+
+fn assert_generated(file: &str, expected: &str) {
+    let path = repo_path(file);
     if std::env::var_os(BLESS).is_some_and(|v| v == "1") {
-        std::fs::write(&path, &expected).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        std::fs::write(&path, expected).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         eprintln!("{BLESS}=1: wrote {}", path.display());
         return;
     }
@@ -257,7 +268,7 @@ fn prometheus_rule_is_generated_from_alerts_yml() {
         .position(|(a, e)| a != e)
         .unwrap_or_else(|| actual.lines().count().min(expected.lines().count()));
     panic!(
-        "{PROMETHEUS_RULE} is out of sync with {ALERTS} (first difference at line {}:\n  \
+        "{file} is out of sync with {ALERTS} (first difference at line {}:\n  \
          checked in: {:?}\n  generated:  {:?}).\nRegenerate it with\n  {REGENERATE}",
         first_difference + 1,
         actual
