@@ -38,6 +38,7 @@
 mod cached;
 pub mod embedded;
 mod eviction;
+pub mod listing;
 pub mod inbox;
 pub(crate) mod metrics;
 pub mod redis;
