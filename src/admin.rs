@@ -485,9 +485,7 @@ fn hash_value(value: &[u8]) -> String {
 fn state_word(route: &Route, existing: &Existing) -> &'static str {
     match existing.observe(route.idempotency.unknown_hold) {
         // The inbox API shows the rest (`/admin/inbox/{route}/delivery`).
-        Observed::Completed(_) if matches!(existing.record.state, RecordState::Inbox(_)) => {
-            "inbox"
-        }
+        Observed::Completed(_) if matches!(existing.record.state, RecordState::Inbox(_)) => "inbox",
         Observed::Completed(_) => "completed",
         Observed::InFlight => "in_flight",
         Observed::Unknown { .. } if existing.record.state == RecordState::InFlight => {

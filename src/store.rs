@@ -38,8 +38,8 @@
 mod cached;
 pub mod embedded;
 mod eviction;
-pub mod listing;
 pub mod inbox;
+pub mod listing;
 pub(crate) mod metrics;
 pub mod redis;
 mod upkeep;

@@ -32,7 +32,9 @@ const MAX_LIMIT: usize = 500;
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum ListingError {
     /// `state=` other than `unknown` or `in_flight`.
-    #[error("state must be unknown or in_flight (dead deliveries: /admin/inbox/{{route}}?state=dead)")]
+    #[error(
+        "state must be unknown or in_flight (dead deliveries: /admin/inbox/{{route}}?state=dead)"
+    )]
     BadState,
     /// `limit=` out of range or not a number.
     #[error("limit must be 1-{MAX_LIMIT}")]
@@ -207,11 +209,20 @@ mod tests {
             ("state=unknown&limit=0", ListingError::BadLimit),
             ("state=unknown&limit=501", ListingError::BadLimit),
             ("state=unknown&limit=x", ListingError::BadLimit),
-            ("state=unknown&cursor=zz", ListingError::BadCursor(BadCursor)),
+            (
+                "state=unknown&cursor=zz",
+                ListingError::BadCursor(BadCursor),
+            ),
             ("state=unknown&key=a", ListingError::Combined),
             ("state=unknown&hash=a", ListingError::Combined),
-            ("state=unknown&page=2", ListingError::UnknownParameter("page".into())),
-            ("state=unknown&state=in_flight", ListingError::Repeated("state".into())),
+            (
+                "state=unknown&page=2",
+                ListingError::UnknownParameter("page".into()),
+            ),
+            (
+                "state=unknown&state=in_flight",
+                ListingError::Repeated("state".into()),
+            ),
         ] {
             assert_eq!(listing_query(Some(bad)), Err(error), "{bad}");
         }

@@ -104,8 +104,14 @@ impl Cursor {
         if fields.next() != Some(CURSOR_TAG) {
             return Err(BadCursor);
         }
-        let node = fields.next().and_then(|n| n.parse().ok()).ok_or(BadCursor)?;
-        let scan = fields.next().and_then(|n| n.parse().ok()).ok_or(BadCursor)?;
+        let node = fields
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(BadCursor)?;
+        let scan = fields
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(BadCursor)?;
         let after = fields.next().ok_or(BadCursor)?.to_owned();
         Ok(Self { node, scan, after })
     }
@@ -179,10 +185,19 @@ mod tests {
             },
         ] {
             let text = cursor.encode();
-            assert!(text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert!(
+                text.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
             assert_eq!(Cursor::decode(&text), Ok(cursor));
         }
-        for bad in ["", "!!", "YWJj", &URL_SAFE_NO_PAD.encode("c1:x:0:"), &URL_SAFE_NO_PAD.encode("c2:0:0:")] {
+        for bad in [
+            "",
+            "!!",
+            "YWJj",
+            &URL_SAFE_NO_PAD.encode("c1:x:0:"),
+            &URL_SAFE_NO_PAD.encode("c2:0:0:"),
+        ] {
             assert_eq!(Cursor::decode(bad), Err(BadCursor), "{bad}");
         }
         assert_eq!(

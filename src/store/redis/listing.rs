@@ -127,7 +127,11 @@ impl RedisStore {
                     .scan_page(cursor, pattern, Some(SCAN_COUNT), None)
                     .await
             }
-            None => client.scan_page(cursor, pattern, Some(SCAN_COUNT), None).await,
+            None => {
+                client
+                    .scan_page(cursor, pattern, Some(SCAN_COUNT), None)
+                    .await
+            }
         }
         .map_err(|e| classify(&e))?;
         let unexpected = || StoreError::Backend("unexpected SCAN reply".into());
