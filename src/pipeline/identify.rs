@@ -82,13 +82,13 @@ pub fn identify(
     })
 }
 
+/// A key's digest and, for a single-part key, its value.
+type KeyDigest = ([u8; 32], Option<bytes::Bytes>);
+
 /// SHA-256 of the length-prefixed key parts and, for a single-part key,
 /// its value; `None` when the route has no key parts (or they are
 /// optional and absent).
-fn key_digest(
-    verified: &Verified,
-    route: &Route,
-) -> Result<Option<([u8; 32], Option<bytes::Bytes>)>, Rejection> {
+fn key_digest(verified: &Verified, route: &Route) -> Result<Option<KeyDigest>, Rejection> {
     let Some(parts) = &route.idempotency.key else {
         return Ok(None);
     };
