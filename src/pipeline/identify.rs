@@ -356,6 +356,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_single_part_key_keeps_its_value() {
+        let single = route(r#"key = ["header:Idempotency-Key"]"#);
+        let one = identity(&single, &[("idempotency-key", b"\"evt_1\"")], "").unwrap();
+        // The value as hashed: the sf-string's content, so `?key=evt_1` names it.
+        assert_eq!(one.key_value.as_deref(), Some(&b"evt_1"[..]));
+        assert_eq!(one.key_hash, lower_hex(&hash_key_parts([&b"evt_1"[..]])));
+        let composite = route(r#"key = ["json:/a", "json:/b"]"#);
+        let two = identity(&composite, &[], r#"{"a":"x","b":"y"}"#).unwrap();
+        assert_eq!(two.key_value, None);
+        let fingerprint = route("fingerprint = [\"body\"]");
+        assert_eq!(identity(&fingerprint, &[], "b").unwrap().key_value, None);
+    }
+
+    #[test]
     fn key_errors() {
         let r = route(r#"key = ["json:/a"]"#);
         assert!(matches!(
