@@ -14,7 +14,6 @@ use crate::support::repo_path;
 /// link to one of these may dangle until it is merged; once the page
 /// exists the test fails until it is taken off this list.
 const ARRIVING: &[&str] = &[
-    "docs/admin-api.md",
     "docs/console.md",
     "docs/cli.md",
     "docs/tracing.md",
