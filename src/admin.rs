@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
 //! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
-//! (see `about`). Every 405 names the path's methods in `Allow` (`allow`).
+//! (see `about`), and the operator console at `/admin/` (`console`).
+//! Every 405 names the path's methods in `Allow` (`allow`).
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -39,11 +40,13 @@
 
 mod about;
 mod allow;
+mod console;
 mod hot_keys;
 mod inbox;
 
 use about::About;
 use allow::Allow;
+use console::Console;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,6 +192,14 @@ impl Admin {
                 return self.method_not_allowed(Allow::Get);
             }
             return self.about(about).await;
+        }
+        // The console's files hold no data: served without the token
+        // (`console`); the calls the page makes carry it.
+        if let Some(file) = Console::at(&path) {
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return file.serve();
         }
         if request.method() != Method::GET {
             if PLAIN_PATHS.contains(&path.as_str()) {
