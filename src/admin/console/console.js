@@ -170,13 +170,17 @@
     }, ACTIONS[kind].label));
   }
 
+  /** Fields that count milliseconds; every other `*_ms` is a Unix time. */
+  const DURATIONS = new Set(["age_ms", "ttl_ms", "uptime_ms"]);
+
   /** `[name, value]` rows of a JSON object, nested objects as dotted names. */
   function fields(value, prefix = "") {
     const rows = [];
     for (const [name, item] of Object.entries(value || {})) {
       const full = prefix + name;
       if (item && typeof item === "object" && !Array.isArray(item)) rows.push(...fields(item, full + "."));
-      else if (name.endsWith("_ms") && typeof item === "number" && !name.endsWith("unix_ms")) rows.push([full, `${item} (${duration(item)})`]);
+      else if (DURATIONS.has(name) && typeof item === "number") rows.push([full, `${item} (${duration(item)})`]);
+      else if (name.endsWith("_ms") && typeof item === "number") rows.push([full, `${item} (${new Date(item).toISOString()})`]);
       else rows.push([full, item === null ? "–" : typeof item === "string" ? item : JSON.stringify(item)]);
     }
     return rows;
@@ -245,42 +249,54 @@
       return page;
     };
     more.addEventListener("click", () => fetchPage().catch((error) => failed(box, error)));
-    const page = await fetchPage();
+    // A store walk may end a page early (fewer items, a next_cursor):
+    // follow a few pages before calling the list empty.
+    let page = await fetchPage();
+    for (let i = 0; i < 10 && rows.length === 0 && cursor !== null; i += 1) page = await fetchPage();
     box.append(el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody), more);
     if (rows.length === 0) box.append(el("p", { class: "note" }, empty));
     return page;
   }
 
+  /** Why a listed record needs a person, in words. */
+  const WHY = {
+    unknown: "outcome unknown",
+    unknown_owner_lost: "in flight past its lease (owner lost)",
+    in_flight: "in flight",
+  };
+
   function recordRow(route, kind, item) {
-    return el("tr", { data: { kind, hash: item.key_hash } },
+    const why = el("td", { text: WHY[item.state] || item.state || "–" });
+    if (item.past_lease === true && item.state === "in_flight") why.append(" ", el("span", { class: "badge bad", text: "past lease" }));
+    return el("tr", { data: { kind, hash: item.key_hash, state: item.state || "" } },
       hashCell(item.key_hash),
       el("td", { class: "mono", text: item.key === null || item.key === undefined ? "–" : item.key }),
-      el("td", { text: duration(item.age_ms) }),
+      why,
+      el("td", { text: item.age_ms === undefined ? "–" : duration(item.age_ms) }),
       el("td", { text: item.ttl_ms === null || item.ttl_ms === undefined ? "–" : duration(item.ttl_ms) }),
       el("td", { class: "mono", text: item.trace_id || "–" }),
-      el("td", { class: "actions" }, detailButton("record", route, item.key_hash), actionButtons(["purge"], route, item.key_hash)));
+      el("td", { class: "actions" }, detailButton("record", route, item.key_hash),
+        // A claim within its lease is being handled: no purge offered.
+        kind === "unknown" || item.past_lease === true ? actionButtons(["purge"], route, item.key_hash) : []));
   }
 
+  const RECORD_HEADINGS = ["key hash", "key", "state", "age", "expires in", "first trace", ""];
+
+  /** Unknown outcomes and claims whose owner stopped renewing them: both block their key until an operator acts. */
   async function unknownPanel(route) {
-    const box = panel("unknown", "Unknown outcomes", true);
-    await listing(box, `/admin/records/${enc(route)}?state=unknown&limit=${PAGE_LIMIT}`,
-      ["key hash", "key", "age", "held for", "trace", ""],
+    const box = panel("unknown", "Unknown outcomes and deliveries in flight past their lease", true);
+    await listing(box, `/admin/records/${enc(route)}?state=unknown&limit=${PAGE_LIMIT}`, RECORD_HEADINGS,
       (item) => recordRow(route, "unknown", item),
       "No unknown outcomes.").catch((error) => failed(box, error));
     return box;
   }
 
+  /** Claims within their lease: being handled now, shown for context. */
   async function inFlightPanel(route) {
-    const box = panel("in_flight", "In flight past their lease", true);
-    let within = 0;
-    await listing(box, `/admin/records/${enc(route)}?state=in_flight&limit=${PAGE_LIMIT}`,
-      ["key hash", "key", "age", "expires in", "trace", ""],
-      (item) => {
-        if (item.past_lease === false) { within += 1; return null; }
-        return recordRow(route, "in_flight", item);
-      },
-      "No delivery is in flight past its lease.").catch((error) => failed(box, error));
-    if (within > 0) box.append(el("p", { class: "note" }, `${within} more in flight within their lease (being handled).`));
+    const box = panel("in_flight", "In flight", false);
+    await listing(box, `/admin/records/${enc(route)}?state=in_flight&limit=${PAGE_LIMIT}`, RECORD_HEADINGS,
+      (item) => recordRow(route, "in_flight", item),
+      "Nothing in flight.").catch((error) => failed(box, error));
     return box;
   }
 
