@@ -253,8 +253,8 @@
     // follow a few pages before calling the list empty.
     let page = await fetchPage();
     for (let i = 0; i < 10 && rows.length === 0 && cursor !== null; i += 1) page = await fetchPage();
-    box.append(el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody), more);
-    if (rows.length === 0) box.append(el("p", { class: "note" }, empty));
+    if (rows.length === 0 && cursor === null) box.append(el("p", { class: "note" }, empty));
+    else box.append(el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody), more);
     return page;
   }
 

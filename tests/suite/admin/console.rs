@@ -161,6 +161,8 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     let row = format!("[data-panel='unknown'] tr[data-kind='unknown'][data-hash='{hash}']");
     let shown = browser.find(&row).await.text().await.expect("row text");
     assert!(shown.contains(&hash[..16]), "{shown}");
+    // The key value, as the text it is.
+    assert!(shown.contains(MARKUP_ID), "{shown}");
     assert_eq!(browser.count("#xss-key").await, 0, "a key became markup");
     browser.screenshot("console-overview").await;
 
