@@ -58,19 +58,27 @@ impl Console {
     fn file(self) -> Option<(&'static str, &'static str)> {
         match self {
             Self::Redirect => None,
-            Self::Page => Some(("text/html; charset=utf-8", include_str!("console/index.html"))),
+            Self::Page => Some((
+                "text/html; charset=utf-8",
+                include_str!("console/index.html"),
+            )),
             Self::Script => Some((
                 "text/javascript; charset=utf-8",
                 include_str!("console/console.js"),
             )),
-            Self::Style => Some(("text/css; charset=utf-8", include_str!("console/console.css"))),
+            Self::Style => Some((
+                "text/css; charset=utf-8",
+                include_str!("console/console.css"),
+            )),
         }
     }
 
     /// The answer to `GET` (the caller checked the method).
     pub(crate) fn serve(self) -> Response<ProxyBody> {
         let mut response = match self.file() {
-            Some((content_type, content)) => reply(StatusCode::OK, content_type, content.to_owned()),
+            Some((content_type, content)) => {
+                reply(StatusCode::OK, content_type, content.to_owned())
+            }
             None => {
                 let mut moved = reply(
                     StatusCode::PERMANENT_REDIRECT,

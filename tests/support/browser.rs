@@ -49,7 +49,10 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut parents = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.filter_map(Result::ok) {
-            let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok())
+            let Some(child) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -68,7 +71,12 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        found.extend(parents.iter().filter(|(_, p)| *p == parent).map(|(c, _)| *c));
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
         i += 1;
     }
     found.remove(0);

@@ -22,7 +22,11 @@ async fn embedded_gate(admin_section: bool) -> (tempfile::TempDir, Upstream, Gat
     let (dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
     let text = config_text(&store, &upstream.url(), "");
-    let text = if admin_section { with_admin(&text) } else { text };
+    let text = if admin_section {
+        with_admin(&text)
+    } else {
+        text
+    };
     (dir, upstream, Gate::start(&text).await)
 }
 
@@ -61,9 +65,15 @@ async fn the_console_is_served_without_the_token_under_a_strict_policy() {
     assert!(page.contains("type=\"password\""), "the token prompt");
 
     let moved = admin(&gate, "GET", "/admin", None).await;
-    assert_eq!((moved.status, moved.header("location")), (308, Some("/admin/")));
+    assert_eq!(
+        (moved.status, moved.header("location")),
+        (308, Some("/admin/"))
+    );
     let refused = admin(&gate, "POST", "/admin/", Some(TOKEN)).await;
-    assert_eq!((refused.status, refused.header("allow")), (405, Some("GET")));
+    assert_eq!(
+        (refused.status, refused.header("allow")),
+        (405, Some("GET"))
+    );
     // The page is open; the data it shows is not.
     assert_eq!(admin(&gate, "GET", "/admin/info", None).await.status, 401);
     gate.stop().await;
@@ -95,7 +105,12 @@ async fn loads(browser: &Browser) -> u64 {
 /// Clicks Refresh and waits for the page to draw again.
 async fn refresh(browser: &Browser) {
     let before = loads(browser).await;
-    browser.find("#refresh").await.click().await.expect("refresh");
+    browser
+        .find("#refresh")
+        .await
+        .click()
+        .await
+        .expect("refresh");
     let deadline = Instant::now() + PAGE_LIMIT;
     while loads(browser).await <= before {
         assert!(Instant::now() < deadline, "the page did not refresh");
@@ -125,7 +140,11 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
     let gate = Gate::start(&with_admin(&times_out_to_unknown(&redis, &upstream))).await;
     let console = format!("http://{}/admin/", gate.admin);
-    browser.client.goto(&console).await.expect("open the console");
+    browser
+        .client
+        .goto(&console)
+        .await
+        .expect("open the console");
     browser
         .until_text("#message", "Enter the admin token")
         .await;
@@ -138,7 +157,10 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     sign_in(&browser, TOKEN).await;
     browser.find("section.route[data-route='pay']").await;
     browser
-        .until_text("[data-route='pay'] [data-panel='unknown']", "No unknown outcomes")
+        .until_text(
+            "[data-route='pay'] [data-panel='unknown']",
+            "No unknown outcomes",
+        )
         .await;
 
     // A delivery whose outcome turns unknown, under a key that is markup.
@@ -187,9 +209,14 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     let asked = browser.answer_confirmation(false).await;
     assert!(asked.contains("Purge"), "{asked}");
     assert_eq!(
-        admin(&gate, "GET", &format!("/admin/records/pay?hash={hash}"), Some(TOKEN))
-            .await
-            .status,
+        admin(
+            &gate,
+            "GET",
+            &format!("/admin/records/pay?hash={hash}"),
+            Some(TOKEN)
+        )
+        .await
+        .status,
         200,
         "a dismissed confirmation purges nothing"
     );
@@ -210,7 +237,12 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     assert_eq!(upstream.calls(), 2, "the upstream saw the delivery again");
     assert_eq!(id_of(&upstream.bodies()[1]), MARKUP_ID);
 
-    browser.find("#sign-out").await.click().await.expect("sign out");
+    browser
+        .find("#sign-out")
+        .await
+        .click()
+        .await
+        .expect("sign out");
     browser.until_text("#message", "Token forgotten").await;
     browser.stop().await;
     gate.stop().await;
@@ -226,7 +258,13 @@ fn dying_inbox(store: &str, upstream: &str) -> String {
 
 /// The key hashes the inbox lists under `state`.
 async fn listed(gate: &Gate, state: &str) -> Vec<String> {
-    let page = admin(&gate, "GET", &format!("/admin/inbox/pay?state={state}"), Some(TOKEN)).await;
+    let page = admin(
+        gate,
+        "GET",
+        &format!("/admin/inbox/pay?state={state}"),
+        Some(TOKEN),
+    )
+    .await;
     let page: serde_json::Value = serde_json::from_slice(&page.body).expect("a listing");
     page["items"]
         .as_array()
@@ -257,7 +295,10 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     let (_dir, store) = temp_embedded_store();
     let gate = Gate::start(&dying_inbox(&store, &upstream.url())).await;
     for id in ["dead-1", "dead-2"] {
-        assert_eq!(deliver(&gate.url("/notify"), &payment(id)).await.status, 200);
+        assert_eq!(
+            deliver(&gate.url("/notify"), &payment(id)).await.status,
+            200
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while listed(&gate, "dead").await.len() < 2 {
@@ -284,15 +325,24 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     let first = browser.find(dead).await;
     let hash = first.attr("data-hash").await.expect("attr").expect("hash");
     browser
-        .find(&format!("{dead}[data-hash='{hash}'] button[data-action='detail']"))
+        .find(&format!(
+            "{dead}[data-hash='{hash}'] button[data-action='detail']"
+        ))
         .await
         .click()
         .await
         .expect("details");
     browser
-        .until_text("#detail tr[data-field='last_answer.body'] td", MARKUP_ANSWER)
+        .until_text(
+            "#detail tr[data-field='last_answer.body'] td",
+            MARKUP_ANSWER,
+        )
         .await;
-    assert_eq!(browser.count("#xss-answer").await, 0, "an answer became markup");
+    assert_eq!(
+        browser.count("#xss-answer").await,
+        0,
+        "an answer became markup"
+    );
     browser.screenshot("console-delivery").await;
 
     // Retry from the detail: sent once more, delivered this time.
@@ -318,7 +368,9 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
         .find(|h| *h != hash)
         .expect("the other dead delivery");
     browser
-        .find(&format!("{dead}[data-hash='{other}'] button[data-action='drop']"))
+        .find(&format!(
+            "{dead}[data-hash='{other}'] button[data-action='drop']"
+        ))
         .await
         .click()
         .await
