@@ -7,6 +7,7 @@ use crate::support::*;
 
 mod about;
 mod console;
+mod listing;
 
 const TOKEN: &str = "admin-token-for-tests";
 
