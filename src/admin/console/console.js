@@ -150,15 +150,18 @@
   async function act(kind, route, hash) {
     const action = ACTIONS[kind];
     if (!window.confirm(`${action.ask}\n\nRoute ${route}\nKey hash ${hash}`)) return;
+    let outcome;
     try {
       await api(action.method, action.path(route, hash));
-      message(`${action.done} (route ${route}, key hash ${hash})`, "info");
+      outcome = [`${action.done} (route ${route}, key hash ${hash})`, "info"];
     } catch (error) {
       if (error.status === 401) return fatal(error);
-      message(`${action.label} failed: ${explain(error)}`, "error");
+      outcome = [`${action.label} failed: ${explain(error)}`, "error"];
     }
     if ($("detail").open) $("detail").close();
+    // Redrawn first, then told: the message means the page shows the result.
     await load();
+    message(...outcome);
   }
 
   function actionButtons(kinds, route, hash) {
