@@ -1,8 +1,8 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
 //! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
-//! (see `about`), and `/admin/openapi.json`, the document describing all
-//! of them (see `openapi`). Every 405 names the path's methods in `Allow`
-//! (`allow`).
+//! (see `about`), the operator console at `/admin/` (`console`), and
+//! `/admin/openapi.json`, the document describing all of them (see
+//! `openapi`). Every 405 names the path's methods in `Allow` (`allow`).
 //!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
@@ -44,13 +44,15 @@
 
 mod about;
 mod allow;
+mod console;
 mod hot_keys;
 mod inbox;
-mod openapi;
 mod listing;
+mod openapi;
 
 use about::About;
 use allow::Allow;
+use console::Console;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,6 +204,14 @@ impl Admin {
                 return self.method_not_allowed(Allow::Get);
             }
             return self.about(about).await;
+        }
+        // The console's files hold no data: served without the token
+        // (`console`); the calls the page makes carry it.
+        if let Some(file) = Console::at(&path) {
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return file.serve();
         }
         if request.method() != Method::GET {
             if PLAIN_PATHS.contains(&path.as_str()) {

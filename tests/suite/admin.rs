@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::support::*;
 
 mod about;
-mod openapi;
+mod console;
 mod listing;
+mod openapi;
 
 const TOKEN: &str = "admin-token-for-tests";
 

@@ -12,6 +12,8 @@
 //!   and answers as a test script says.
 //! * [`gate`] — the test configuration, [`Gate`] (in-process) and
 //!   [`GateProcess`] (the real binary).
+//! * [`browser`] — [`Browser`], headless Chromium over WebDriver, for the
+//!   console's tests.
 //! * [`client`] — [`send`], the bounded pooled [`Sender`], [`http_get`] and
 //!   raw HTTP/1.1 exchanges.
 //! * [`signing`] — the test route's signing scheme and payment bodies.
@@ -25,6 +27,7 @@
 // Each binary uses a part of the harness.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
+mod browser;
 mod client;
 mod exposition;
 mod gate;
@@ -37,6 +40,7 @@ mod signing;
 mod upstream;
 mod wait;
 
+pub use browser::*;
 pub use client::*;
 pub use exposition::*;
 pub use gate::*;

@@ -154,10 +154,11 @@ async fn every_documented_operation_answers_as_documented_and_nothing_else_does(
 }
 
 /// The string literals in a Rust source that start with `/`, outside
-/// comment lines.
+/// comment lines and the unit tests (which name paths that must not exist).
 fn path_literals(source: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for line in source.lines() {
+    let served = source.split("#[cfg(test)]").next().unwrap_or_default();
+    for line in served.lines() {
         if line.trim_start().starts_with("//") {
             continue;
         }
@@ -208,4 +209,55 @@ fn every_path_the_router_names_is_documented() {
         }
     }
     assert!(checked >= 8, "the router's paths were found ({checked})");
+}
+
+/// The admin URLs a console file names (in quotes or template literals),
+/// with `${enc(route)}` written as the document's `{route}`.
+fn console_calls(source: &str) -> Vec<String> {
+    let mut calls = Vec::new();
+    for quote in ['"', '\'', '`'] {
+        let opener = format!("{quote}/admin");
+        let mut rest = source;
+        while let Some(start) = rest.find(&opener) {
+            let after = &rest[start + 1..];
+            let end = after.find(quote).unwrap_or(after.len());
+            calls.push(after[..end].replace("${enc(route)}", "{route}"));
+            rest = &after[end..];
+        }
+    }
+    calls
+}
+
+#[test]
+fn every_call_the_console_makes_is_documented_with_its_parameters() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/admin/console");
+    let document = document();
+    let paths = document["paths"].as_object().unwrap();
+    let mut checked = 0;
+    for file in ["console.js", "index.html"] {
+        let source = std::fs::read_to_string(root.join(file)).unwrap();
+        for call in console_calls(&source) {
+            let (path, query) = call.split_once('?').unwrap_or((&call, ""));
+            let item = paths
+                .get(path)
+                .unwrap_or_else(|| panic!("{file}: {path} is not in docs/admin-openapi.json"));
+            let names: BTreeSet<String> = item
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(method, _)| *method != "parameters")
+                .flat_map(|(_, operation)| query_parameters(operation))
+                .map(|(name, _)| name)
+                .collect();
+            for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+                let name = pair.split('=').next().unwrap_or_default();
+                assert!(
+                    names.contains(name),
+                    "{file}: {call}: ?{name}= is undocumented"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "the console's calls were found ({checked})");
 }

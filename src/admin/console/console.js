@@ -1,0 +1,433 @@
+// idemgate console (docs/console.md). Plain browser JavaScript, no build
+// step, nothing fetched from elsewhere. Every value from the API reaches
+// the page through textContent or an attribute, never as markup.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "idemgate.admin.token";
+  /** Rows shown of the inbox backlog; the count covers up to QUEUED_LIMIT. */
+  const BACKLOG_ROWS = 20;
+  const QUEUED_LIMIT = 500;
+  const PAGE_LIMIT = 50;
+
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with text children and properties; strings become text nodes. */
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = String(value);
+      else if (name === "data") Object.assign(node.dataset, value);
+      else if (name === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
+      else node.setAttribute(name, String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  /** A refusal or failure of an admin API call. */
+  class ApiError extends Error {
+    constructor(status, reason, detail) {
+      super(`${status ? "HTTP " + status : "network error"}${reason ? " " + reason : ""}${detail ? ": " + detail : ""}`);
+      this.status = status;
+      this.reason = reason;
+      this.detail = detail;
+    }
+  }
+
+  /** One admin API call; `token` false sends none. Resolves to the JSON answer (null for 204). */
+  async function api(method, path, token = sessionStorage.getItem(TOKEN_KEY)) {
+    const headers = { Accept: "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    let response;
+    try {
+      response = await fetch(path, { method, headers, cache: "no-store", credentials: "omit" });
+    } catch (error) {
+      throw new ApiError(0, null, String(error));
+    }
+    if (response.status === 204) return null;
+    const text = await response.text();
+    let body = null;
+    try { body = JSON.parse(text); } catch (_) { body = null; }
+    if (!response.ok) {
+      throw new ApiError(response.status, body && body.reason, (body && (body.detail || body.title)) || text.trim());
+    }
+    return body;
+  }
+
+  const enc = encodeURIComponent;
+
+  function duration(ms) {
+    if (ms === undefined || ms === null) return "–";
+    const s = Math.floor(ms / 1000);
+    if (s < 1) return `${ms} ms`;
+    if (s < 60) return `${s} s`;
+    const m = Math.floor(s / 60);
+    if (m < 60) return `${m} min ${s % 60} s`;
+    const h = Math.floor(m / 60);
+    if (h < 48) return `${h} h ${m % 60} min`;
+    return `${Math.floor(h / 24)} d ${h % 24} h`;
+  }
+
+  function hashCell(hash) {
+    return el("td", { class: "hash", title: hash }, hash ? hash.slice(0, 16) + "…" : "–");
+  }
+
+  function message(text, kind) {
+    const box = $("message");
+    box.textContent = text;
+    box.className = kind || "info";
+    box.hidden = !text;
+  }
+
+  function showLogin(text, kind) {
+    message(text, kind);
+    $("login").hidden = false;
+    $("routes").replaceChildren();
+    for (const id of ["refresh", "sign-out"]) $(id).hidden = true;
+    $("instance").textContent = "";
+    $("updated").textContent = "";
+    $("token").focus();
+  }
+
+  /** What an API error means to the operator, and whether the console can go on. */
+  function explain(error) {
+    if (error.reason === "admin_api_disabled") {
+      return "The admin API is disabled on this instance (admin_api_disabled): set [admin] token in its configuration to use the console.";
+    }
+    if (error.status === 401 || error.reason === "unauthorized") {
+      return "The token was refused (401 unauthorized): enter the [admin] token of this instance.";
+    }
+    return `The admin API answered ${error.message}`;
+  }
+
+  function fatal(error) {
+    if (error.reason === "admin_api_disabled") {
+      $("login").hidden = true;
+      $("routes").replaceChildren();
+      message(explain(error), "error");
+      return;
+    }
+    if (error.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin(explain(error), "error");
+      return;
+    }
+    message(explain(error), "error");
+  }
+
+  // ---- detail dialog and actions -------------------------------------
+
+  const ACTIONS = {
+    purge: {
+      label: "Purge",
+      method: "DELETE",
+      path: (route, hash) => `/admin/records/${enc(route)}?hash=${enc(hash)}`,
+      ask: "Purge the record: the next delivery of this key is forwarded to the upstream. Check the backend first: if it did the work, a purge lets it happen twice.",
+      done: "Record purged: the next delivery of this key will be forwarded.",
+    },
+    retry: {
+      label: "Retry",
+      method: "POST",
+      path: (route, hash) => `/admin/inbox/${enc(route)}/retry?hash=${enc(hash)}`,
+      ask: "Retry the delivery: it is queued for one more attempt now.",
+      done: "Delivery queued for one more attempt.",
+    },
+    drop: {
+      label: "Drop",
+      method: "POST",
+      path: (route, hash) => `/admin/inbox/${enc(route)}/drop?hash=${enc(hash)}`,
+      ask: "Drop the delivery: it is resolved without being sent; copies still get the acknowledgement.",
+      done: "Delivery dropped.",
+    },
+  };
+
+  async function act(kind, route, hash) {
+    const action = ACTIONS[kind];
+    if (!window.confirm(`${action.ask}\n\nRoute ${route}\nKey hash ${hash}`)) return;
+    let outcome;
+    try {
+      await api(action.method, action.path(route, hash));
+      outcome = [`${action.done} (route ${route}, key hash ${hash})`, "info"];
+    } catch (error) {
+      if (error.status === 401) return fatal(error);
+      outcome = [`${action.label} failed: ${explain(error)}`, "error"];
+    }
+    if ($("detail").open) $("detail").close();
+    // Redrawn first, then told: the message means the page shows the result.
+    await load();
+    message(...outcome);
+  }
+
+  function actionButtons(kinds, route, hash) {
+    return kinds.map((kind) => el("button", {
+      type: "button",
+      class: kind === "retry" ? null : "danger",
+      data: { action: kind },
+      on: { click: () => act(kind, route, hash) },
+    }, ACTIONS[kind].label));
+  }
+
+  /** Fields that count milliseconds; every other `*_ms` is a Unix time. */
+  const DURATIONS = new Set(["age_ms", "ttl_ms", "uptime_ms"]);
+
+  /** `[name, value]` rows of a JSON object, nested objects as dotted names. */
+  function fields(value, prefix = "") {
+    const rows = [];
+    for (const [name, item] of Object.entries(value || {})) {
+      const full = prefix + name;
+      if (item && typeof item === "object" && !Array.isArray(item)) rows.push(...fields(item, full + "."));
+      else if (DURATIONS.has(name) && typeof item === "number") rows.push([full, `${item} (${duration(item)})`]);
+      else if (name.endsWith("_ms") && typeof item === "number") rows.push([full, `${item} (${new Date(item).toISOString()})`]);
+      else rows.push([full, item === null ? "–" : typeof item === "string" ? item : JSON.stringify(item)]);
+    }
+    return rows;
+  }
+
+  async function showDetail(kind, route, hash) {
+    const path = kind === "delivery"
+      ? `/admin/inbox/${enc(route)}/delivery?hash=${enc(hash)}`
+      : `/admin/records/${enc(route)}?hash=${enc(hash)}`;
+    let view;
+    try {
+      view = await api("GET", path);
+    } catch (error) {
+      if (error.status === 401) return fatal(error);
+      message(`Detail failed: ${explain(error)}`, "error");
+      return;
+    }
+    $("detail-title").textContent = kind === "delivery" ? "Inbox delivery" : "Record";
+    const body = $("detail-table").tBodies[0];
+    body.replaceChildren(...fields(view).map(([name, value]) =>
+      el("tr", { data: { field: name } }, el("th", { text: name }), el("td", { text: value }))));
+    let kinds = ["purge"];
+    if (kind === "delivery") kinds = view.state === "dead" || view.state === "unknown" ? ["retry", "drop"] : ["drop"];
+    $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash));
+    if (!$("detail").open) $("detail").showModal();
+  }
+
+  function detailButton(kind, route, hash) {
+    return el("button", { type: "button", data: { action: "detail" }, on: { click: () => showDetail(kind, route, hash) } }, "Details");
+  }
+
+  // ---- panels ---------------------------------------------------------
+
+  function table(headings, rows) {
+    return el("table", {},
+      el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows));
+  }
+
+  function panel(name, title, trouble) {
+    return el("div", { class: "panel" + (trouble ? " trouble" : ""), data: { panel: name } }, el("h3", { text: title }));
+  }
+
+  function failed(box, error) {
+    box.append(el("p", { class: "note error" }, explain(error)));
+  }
+
+  /**
+   * Fills `box` with the pages of a listing from `first`, one table, a
+   * "More" button while a next_cursor is given. `row(item)` builds a row
+   * or null to leave the item out.
+   */
+  async function listing(box, first, headings, row, empty) {
+    const rows = [];
+    let cursor = null;
+    const more = el("button", { type: "button", data: { action: "more" } }, "More");
+    const tbody = el("tbody");
+    const fetchPage = async () => {
+      const page = await api("GET", cursor === null ? first : `${first}&cursor=${enc(String(cursor))}`);
+      for (const item of page.items || []) {
+        const tr = row(item);
+        if (tr) { rows.push(tr); tbody.append(tr); }
+      }
+      cursor = page.next_cursor === undefined ? null : page.next_cursor;
+      more.hidden = cursor === null;
+      return page;
+    };
+    more.addEventListener("click", () => fetchPage().catch((error) => failed(box, error)));
+    // A store walk may end a page early (fewer items, a next_cursor):
+    // follow a few pages before calling the list empty.
+    let page = await fetchPage();
+    for (let i = 0; i < 10 && rows.length === 0 && cursor !== null; i += 1) page = await fetchPage();
+    if (rows.length === 0 && cursor === null) box.append(el("p", { class: "note" }, empty));
+    else box.append(el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody), more);
+    return page;
+  }
+
+  /** Why a listed record needs a person, in words. */
+  const WHY = {
+    unknown: "outcome unknown",
+    unknown_owner_lost: "in flight past its lease (owner lost)",
+    in_flight: "in flight",
+  };
+
+  function recordRow(route, kind, item) {
+    const why = el("td", { text: WHY[item.state] || item.state || "–" });
+    if (item.past_lease === true && item.state === "in_flight") why.append(" ", el("span", { class: "badge bad", text: "past lease" }));
+    return el("tr", { data: { kind, hash: item.key_hash, state: item.state || "" } },
+      hashCell(item.key_hash),
+      el("td", { class: "mono", text: item.key === null || item.key === undefined ? "–" : item.key }),
+      why,
+      el("td", { text: item.age_ms === undefined ? "–" : duration(item.age_ms) }),
+      el("td", { text: item.ttl_ms === null || item.ttl_ms === undefined ? "–" : duration(item.ttl_ms) }),
+      el("td", { class: "mono", text: item.trace_id || "–" }),
+      el("td", { class: "actions" }, detailButton("record", route, item.key_hash),
+        // A claim within its lease is being handled: no purge offered.
+        kind === "unknown" || item.past_lease === true ? actionButtons(["purge"], route, item.key_hash) : []));
+  }
+
+  const RECORD_HEADINGS = ["key hash", "key", "state", "age", "expires in", "first trace", ""];
+
+  /** Unknown outcomes and claims whose owner stopped renewing them: both block their key until an operator acts. */
+  async function unknownPanel(route) {
+    const box = panel("unknown", "Unknown outcomes and deliveries in flight past their lease", true);
+    await listing(box, `/admin/records/${enc(route)}?state=unknown&limit=${PAGE_LIMIT}`, RECORD_HEADINGS,
+      (item) => recordRow(route, "unknown", item),
+      "No unknown outcomes.").catch((error) => failed(box, error));
+    return box;
+  }
+
+  /** Claims within their lease: being handled now, shown for context. */
+  async function inFlightPanel(route) {
+    const box = panel("in_flight", "In flight", false);
+    await listing(box, `/admin/records/${enc(route)}?state=in_flight&limit=${PAGE_LIMIT}`, RECORD_HEADINGS,
+      (item) => recordRow(route, "in_flight", item),
+      "Nothing in flight.").catch((error) => failed(box, error));
+    return box;
+  }
+
+  async function deadPanel(route) {
+    const box = panel("dead", "Dead deliveries", true);
+    await listing(box, `/admin/inbox/${enc(route)}?state=dead&limit=${PAGE_LIMIT}`,
+      ["key hash", "attempts", "last error", "age", ""],
+      (item) => el("tr", { data: { kind: "dead", hash: item.key_hash } },
+        hashCell(item.key_hash),
+        el("td", { text: item.attempts === undefined ? "–" : `${item.attempts}/${item.attempt_limit}` }),
+        el("td", { text: item.last_error || item.state || "–" }),
+        el("td", { text: duration(item.age_ms) }),
+        el("td", { class: "actions" }, detailButton("delivery", route, item.key_hash),
+          item.state === "dead" ? actionButtons(["retry", "drop"], route, item.key_hash) : [])),
+      "No dead deliveries.").catch((error) => failed(box, error));
+    return box;
+  }
+
+  async function backlogPanel(route) {
+    const box = panel("queued", "Inbox backlog", false);
+    try {
+      const page = await api("GET", `/admin/inbox/${enc(route)}?state=queued&limit=${QUEUED_LIMIT}`);
+      const items = page.items || [];
+      const count = page.next_cursor === null || page.next_cursor === undefined ? `${items.length}` : `more than ${items.length}`;
+      const oldest = items.length ? `; oldest waiting ${duration(items[0].age_ms)}` : "";
+      box.append(el("p", { class: "summary", data: { count: items.length } }, `${count} queued${oldest}`));
+      if (items.length) {
+        box.append(table(["key hash", "attempts", "next attempt in", "age", ""],
+          items.slice(0, BACKLOG_ROWS).map((item) => el("tr", { data: { kind: "queued", hash: item.key_hash } },
+            hashCell(item.key_hash),
+            el("td", { text: item.attempts === undefined ? "–" : `${item.attempts}/${item.attempt_limit}` }),
+            el("td", { text: item.next_due_ms ? duration(Math.max(0, item.next_due_ms - Date.now())) : "–" }),
+            el("td", { text: duration(item.age_ms) }),
+            el("td", { class: "actions" }, detailButton("delivery", route, item.key_hash))))));
+        if (items.length > BACKLOG_ROWS) box.append(el("p", { class: "note" }, `… and ${items.length - BACKLOG_ROWS} more`));
+      }
+    } catch (error) {
+      failed(box, error);
+    }
+    return box;
+  }
+
+  function hotPanel(route, hot) {
+    const box = panel("hot", "Hot keys", false);
+    if (hot instanceof ApiError) {
+      box.append(el("p", { class: "note" }, hot.reason === "hot_keys_disabled" ? "Hot keys are off ([hot_keys] enabled = false)." : explain(hot)));
+      return box;
+    }
+    const keys = (hot.get(route) || []).filter((key) => key.duplicates > 0);
+    if (!keys.length) {
+      box.append(el("p", { class: "note" }, "No key had duplicates in the window."));
+      return box;
+    }
+    box.append(table(["key hash", "deliveries", "duplicates", "last outcome", "last seen", ""],
+      keys.map((key) => el("tr", { data: { kind: "hot", hash: key.key } },
+        hashCell(key.key),
+        el("td", { text: key.deliveries }),
+        el("td", { text: key.duplicates }),
+        el("td", { text: key.last_outcome + (key.last_reason ? ` (${key.last_reason})` : "") }),
+        el("td", { text: duration(Date.now() - key.last_seen_unix_ms) + " ago" }),
+        el("td", { class: "actions" }, detailButton("record", route, key.key))))));
+    return box;
+  }
+
+  async function routeSection(route, hot) {
+    const methods = (route.methods || []).join(", ") || "any method";
+    const panels = [unknownPanel(route.name), inFlightPanel(route.name)];
+    if (route.inbox) panels.push(deadPanel(route.name), backlogPanel(route.name));
+    const boxes = await Promise.all(panels);
+    boxes.push(hotPanel(route.name, hot));
+    return el("section", { class: "route", data: { route: route.name } },
+      el("h2", { text: route.name }),
+      el("p", { class: "about muted" }, `${methods} ${route.path_prefix} → ${route.upstream}${route.inbox ? " · inbox" : ""}`),
+      boxes);
+  }
+
+  // ---- the whole page -----------------------------------------------------
+
+  async function load() {
+    if (!sessionStorage.getItem(TOKEN_KEY)) {
+      // No token yet: ask, unless the API is off altogether.
+      try {
+        await api("GET", "/admin/info", null);
+      } catch (error) {
+        if (error.reason === "admin_api_disabled") return fatal(error);
+      }
+      return showLogin("Enter the admin token to open the console.", "info");
+    }
+    let info;
+    try {
+      info = await api("GET", "/admin/info");
+    } catch (error) {
+      return fatal(error);
+    }
+    $("login").hidden = true;
+    for (const id of ["refresh", "sign-out"]) $(id).hidden = false;
+    $("instance").textContent = `idemgate ${info.version} · ${info.store.kind} store ${info.store.ready ? "ready" : "NOT READY"}`;
+    if (!info.store.ready) message(`The store is not ready: ${info.store.problem}`, "error");
+    let hot;
+    try {
+      const answer = await api("GET", "/admin/hot-keys");
+      hot = new Map((answer.routes || []).map((r) => [r.route, r.keys || []]));
+    } catch (error) {
+      hot = error instanceof ApiError ? error : new ApiError(0, null, String(error));
+    }
+    const sections = await Promise.all((info.routes || []).map((route) => routeSection(route, hot)));
+    $("routes").replaceChildren(...sections);
+    $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    // How many times the routes were drawn: tests wait for the next one.
+    document.body.dataset.loads = String(Number(document.body.dataset.loads || 0) + 1);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("login").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = $("token").value;
+      $("token").value = "";
+      if (!token) return;
+      sessionStorage.setItem(TOKEN_KEY, token);
+      message("", "info");
+      load();
+    });
+    $("refresh").addEventListener("click", () => load());
+    $("sign-out").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin("Token forgotten.", "info");
+    });
+    $("detail-close").addEventListener("click", () => $("detail").close());
+    load();
+  });
+})();
