@@ -48,6 +48,9 @@ pub(super) enum ListingError {
     /// `hash=` or `key=` (or a path key) beside `state=`.
     #[error("state= lists records; hash=, key= and a path key name one: use one or the other")]
     Combined,
+    /// `limit=` or `cursor=` without `state=`.
+    #[error("limit= and cursor= page a listing: add state=unknown or state=in_flight")]
+    MissingState,
     /// Any other parameter.
     #[error("unknown query parameter {0:?}; expected state=, limit=, cursor=")]
     UnknownParameter(String),
@@ -61,14 +64,16 @@ pub(super) struct ListingQuery {
     cursor: Cursor,
 }
 
-/// Whether `query` asks for a listing (has `state=`): then the record
-/// API's other forms do not apply.
+/// Whether `query` asks for a listing (names `state=`, `limit=` or
+/// `cursor=`): then the record API's other forms do not apply, and a
+/// listing parameter beside a record's name is refused as such.
 pub(super) fn is_listing(query: Option<&str>) -> bool {
-    query_pairs(query).any(|(name, _)| name == "state")
+    query_pairs(query).any(|(name, _)| matches!(name, "state" | "limit" | "cursor"))
 }
 
 /// Reads a listing query (one that [`is_listing`]).
 fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
+    let mut wanted = None;
     let mut parsed = ListingQuery {
         wanted: Wanted::Unknown,
         limit: DEFAULT_LIMIT,
@@ -82,11 +87,11 @@ fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
         seen.push(name);
         match name {
             "state" => {
-                parsed.wanted = match value {
+                wanted = Some(match value {
                     "unknown" => Wanted::Unknown,
                     "in_flight" => Wanted::InFlight,
                     _ => return Err(ListingError::BadState),
-                };
+                });
             }
             "limit" => {
                 parsed.limit = value
@@ -100,6 +105,7 @@ fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
             other => return Err(ListingError::UnknownParameter(other.to_owned())),
         }
     }
+    parsed.wanted = wanted.ok_or(ListingError::MissingState)?;
     Ok(parsed)
 }
 
@@ -191,6 +197,7 @@ mod tests {
     fn listing_queries_are_checked() {
         assert!(is_listing(Some("limit=2&state=unknown")));
         assert!(!is_listing(Some("key=state")));
+        assert!(is_listing(Some("limit=2")), "a page without its state");
         let parsed = listing_query(Some("state=in_flight&limit=7")).unwrap();
         assert_eq!((parsed.wanted, parsed.limit), (Wanted::InFlight, 7));
         let cursor = Cursor {
@@ -214,6 +221,8 @@ mod tests {
                 ListingError::BadCursor(BadCursor),
             ),
             ("state=unknown&key=a", ListingError::Combined),
+            ("limit=2", ListingError::MissingState),
+            ("hash=a&cursor=x", ListingError::Combined),
             ("state=unknown&hash=a", ListingError::Combined),
             (
                 "state=unknown&page=2",
