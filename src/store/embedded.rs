@@ -183,14 +183,6 @@ impl Slot<'_, '_> {
     }
 }
 
-/// redb's page cache. Its own default is 1 GiB, which a busy instance
-/// fills within seconds (507–633 MiB peak RSS measured with `bench/peak-rss`)
-/// and a container limit then kills. Records are small and read once or
-/// twice, and the kernel's page cache still holds the file, so a bounded
-/// cache costs little; the figure is what `docs/kubernetes.md` adds to the
-/// measured peak for the embedded store.
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
-
 fn deadline(now: u64, ttl: Duration) -> u64 {
     now.saturating_add(crate::time::millis(ttl))
 }
@@ -201,10 +193,7 @@ impl EmbeddedStore {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(backend)?;
         }
-        let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-            .map_err(backend)?;
+        let db = Database::create(path).map_err(backend)?;
         let txn = db.begin_write().map_err(backend)?;
         txn.open_table(RECORDS).map_err(backend)?;
         txn.open_table(EXPIRIES).map_err(backend)?;
