@@ -43,6 +43,17 @@ enum Shape {
     Text,
 }
 
+impl Shape {
+    /// A field every answer of this shape has.
+    fn required_field(self) -> &'static str {
+        match self {
+            Self::Record | Self::Delivery => "key_hash",
+            Self::HotKeys | Self::Info => "routes",
+            Self::Text => "",
+        }
+    }
+}
+
 /// Runs the command `args` names against `client`, giving `out` the text
 /// to print, in pieces (a long `--all` listing prints as its pages come in
 /// with `--json`).
@@ -120,7 +131,7 @@ pub(crate) async fn execute(
         out(&with_newline(&answer.body));
         return Ok(());
     }
-    let view = json_of(&answer)?;
+    let view = json_of(&answer, shape.required_field())?;
     let now = now_ms();
     out(&match shape {
         Shape::Record => render::record(&view, now),
@@ -163,7 +174,7 @@ async fn listing(
             path.push_str(&format!("&cursor={}", encode(cursor)));
         }
         let answer = accepted(client.call(Method::GET, &path).await?)?;
-        let document = json_of(&answer)?;
+        let document = json_of(&answer, "items")?;
         if json {
             out(&with_newline(&answer.body));
         } else {
@@ -218,14 +229,18 @@ fn accepted(answer: Answer) -> Result<Answer, CliError> {
     })
 }
 
-/// The answer's JSON, or why it is not the admin API's.
-fn json_of(answer: &Answer) -> Result<Value, CliError> {
-    serde_json::from_slice(&answer.body).map_err(|_| {
-        CliError::Unreachable(format!(
-            "HTTP {} with a body that is not JSON: is this the admin listener?",
+/// The answer's JSON object, which must hold `field` (every view of the
+/// API has one it cannot lack), or why it is not the admin API's: a
+/// proxy port or another service answers too, and an empty table would
+/// hide that.
+fn json_of(answer: &Answer, field: &str) -> Result<Value, CliError> {
+    match serde_json::from_slice::<Value>(&answer.body) {
+        Ok(view) if view.get(field).is_some() => Ok(view),
+        _ => Err(CliError::Unreachable(format!(
+            "HTTP {} with no {field:?} in its JSON: is this the admin listener?",
             answer.status.as_u16()
-        ))
-    })
+        ))),
+    }
 }
 
 fn with_newline(body: &[u8]) -> String {
