@@ -22,6 +22,14 @@ fn field_text(name: &str, value: &Value, now_ms: u64) -> String {
     }
 }
 
+/// A field's name for people: the unit suffix goes, its value already
+/// reads as a duration or a time (`age_ms` → `age`).
+fn label(name: &str) -> String {
+    name.trim_end_matches("_ms")
+        .trim_end_matches("_unix")
+        .to_owned()
+}
+
 /// An object's fields as `name  value` lines: `order` first, then the
 /// rest alphabetically; nested objects flattened as `parent.child`.
 fn object_fields(object: &Map<String, Value>, order: &[&str], now_ms: u64) -> String {
@@ -45,10 +53,10 @@ fn object_fields(object: &Map<String, Value>, order: &[&str], now_ms: u64) -> St
                 keys.sort_unstable();
                 for key in keys {
                     let full = format!("{name}.{key}");
-                    pairs.push((full.clone(), field_text(&full, &inner[key], now_ms)));
+                    pairs.push((label(&full), field_text(&full, &inner[key], now_ms)));
                 }
             }
-            value => pairs.push((name.to_owned(), field_text(name, value, now_ms))),
+            value => pairs.push((label(name), field_text(name, value, now_ms))),
         }
     }
     fields(&pairs)
@@ -305,5 +313,78 @@ pub(crate) fn refusal(status: u16, body: &[u8]) -> String {
                 super::table::single_line(text.trim())
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_as_labelled_fields_in_the_api_order() {
+        let view = serde_json::json!({
+            "age_ms": 342, "fingerprint": "8f9e", "key_hash": "5260", "route": "pay",
+            "state": "unknown", "ttl_ms": 599_851, "newer_field": true,
+        });
+        assert_eq!(
+            record(&view, 0),
+            "route        pay\nkey_hash     5260\nstate        unknown\nage          342ms\n\
+             ttl          9m59s\nfingerprint  8f9e\nnewer_field  yes\n"
+        );
+    }
+
+    #[test]
+    fn a_delivery_flattens_its_parts_and_times_read_relative() {
+        let view = serde_json::json!({
+            "key_hash": "01e8", "state": "dead", "changed_ms": 9_000,
+            "last_answer": { "status": 503 }, "request": { "method": "POST" },
+        });
+        assert_eq!(
+            delivery(&view, 10_000),
+            "key_hash            01e8\nstate               dead\nchanged             1s ago\n\
+             last_answer.status  503\nrequest.method      POST\n"
+        );
+    }
+
+    #[test]
+    fn a_listing_says_when_it_is_empty_and_where_the_next_page_is() {
+        let page = serde_json::json!({ "items": [], "next_cursor": null });
+        let rows = record_rows(&page);
+        assert_eq!(
+            listing(&RECORD_HEADER, &rows, "unknown records", None),
+            "no unknown records\n"
+        );
+        let page = serde_json::json!({ "items": [
+            { "key_hash": "ab", "key": null, "state": "in_flight", "age_ms": 61_000,
+              "ttl_ms": null, "status": null, "trace_id": "4bf9", "past_lease": true }
+        ] });
+        let rows = record_rows(&page);
+        assert_eq!(
+            rows[0],
+            [
+                "ab",
+                "-",
+                "in_flight (past lease)",
+                "1m01s",
+                "-",
+                "-",
+                "4bf9"
+            ]
+        );
+        let next = Value::from("c2");
+        assert!(
+            listing(&RECORD_HEADER, &rows, "x", Some(&next))
+                .ends_with("more: --cursor c2 (or --all)\n")
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_title_detail_and_reason() {
+        let problem = br#"{"title":"No record","detail":"no record under this key","reason":"record_not_found","status":404}"#;
+        assert_eq!(
+            refusal(404, problem),
+            "error: No record: no record under this key (reason record_not_found, HTTP 404)"
+        );
+        assert!(refusal(502, b"<html>bad gateway</html>").contains("is this the admin listener?"));
     }
 }
