@@ -41,6 +41,7 @@ mod about;
 mod allow;
 mod hot_keys;
 mod inbox;
+mod listing;
 
 use about::About;
 use allow::Allow;
@@ -271,6 +272,17 @@ impl Admin {
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
+        if listing::is_listing(request.uri().query()) {
+            if purge {
+                return self.problem(
+                    AdminReason::BadRequest,
+                    "state= lists; DELETE needs hash= or key=",
+                );
+            }
+            return self
+                .record_listing(route, path_key, request.uri().query())
+                .await;
+        }
         let (key_hash, key) = match self.record_key(route, path_key, request.uri().query()) {
             Ok(named) => named,
             Err(problem) => return *problem,
@@ -468,21 +480,28 @@ fn hash_value(value: &[u8]) -> String {
     lower_hex(&hash_key_parts([value]))
 }
 
+/// The state word the record API and the listing show for a record, as
+/// `route` observes it (contract §4 rule 4).
+fn state_word(route: &Route, existing: &Existing) -> &'static str {
+    match existing.observe(route.idempotency.unknown_hold) {
+        // The inbox API shows the rest (`/admin/inbox/{route}/delivery`).
+        Observed::Completed(_) if matches!(existing.record.state, RecordState::Inbox(_)) => "inbox",
+        Observed::Completed(_) => "completed",
+        Observed::InFlight => "in_flight",
+        Observed::Unknown { .. } if existing.record.state == RecordState::InFlight => {
+            "unknown_owner_lost"
+        }
+        Observed::Unknown { .. } => "unknown",
+    }
+}
+
 /// The JSON view of a record: no body content, only its size.
 fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::Value {
     let record = &existing.record;
-    let state = match existing.observe(route.idempotency.unknown_hold) {
-        // The inbox API shows the rest (`/admin/inbox/{route}/delivery`).
-        Observed::Completed(_) if matches!(record.state, RecordState::Inbox(_)) => "inbox",
-        Observed::Completed(_) => "completed",
-        Observed::InFlight => "in_flight",
-        Observed::Unknown { .. } if record.state == RecordState::InFlight => "unknown_owner_lost",
-        Observed::Unknown { .. } => "unknown",
-    };
     let mut view = serde_json::json!({
         "route": route.name,
         "key_hash": key_hash,
-        "state": state,
+        "state": state_word(route, existing),
         "age_ms": now_ms().saturating_sub(record.created_at_ms),
         "ttl_ms": existing.ttl.map(crate::time::millis),
         "fingerprint": hex::encode(record.fingerprint.0),

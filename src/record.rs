@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     version (= 2, [`VERSION`])
+//! 0       1     version (= 3, [`VERSION`])
 //! 1       1     state: 1 in-flight, 2 completed, 3 unknown,
 //!               4 completed, answer not stored (over max_stored_answer_bytes),
 //!               5 in the inbox (the ack, then the inbox section: [`inbox`])
@@ -18,9 +18,13 @@
 //! 66      1     trace flags: bit 0 a trace context follows, bit 1 sampled
 //! 67      16    trace id of the first delivery (zero when absent)
 //! 83      8     span id of the first delivery (zero when absent)
+//! 91      2     key length K: the single-part key value's length, 0 when
+//!               the route's key is not single-part or the value is longer
+//!               than [`MAX_STORED_KEY`]
+//! 93      K     the key value, so the admin listing can show it
 //! -- completed records only (states 2 and 4; state 4 has body length 0) --
-//! 91      2     status code, big-endian
-//! 93      2     header count N
+//! 93+K    2     status code, big-endian
+//! 95+K    2     header count N
 //!         N ×   (u16 name length, name bytes, u32 value length, value bytes)
 //!         4     body length, then the body bytes
 //! ```
@@ -30,10 +34,11 @@
 //! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
 //! completed answer.
 //!
-//! Version 1 records (this layout without bytes 58–90) are still read, so
-//! a rolling upgrade replays what the old build stored: they decode with
-//! "answered at" = "created at" and no trace. A version 1 build reads a
-//! version 2 record as corrupt, which it answers as an unknown outcome —
+//! Older records are still read, so a rolling upgrade replays what the old
+//! build stored: version 2 (this layout without bytes 91..93+K) decodes
+//! with no key value; version 1 (without bytes 58..93+K) with "answered
+//! at" = "created at", no trace and no key value. An older build reads a
+//! newer record as corrupt, which it answers as an unknown outcome —
 //! never as a free key.
 //!
 //! A record that fails to decode (unknown version, truncated) is a
@@ -51,12 +56,18 @@ pub use inbox::{InboxEntry, Stage, StoredRequest};
 pub use trace::TraceContext;
 
 /// The encoding version written by this build.
-pub const VERSION: u8 = 2;
-/// The previous encoding, still decoded (module docs).
+pub const VERSION: u8 = 3;
+/// The previous encodings, still decoded (module docs).
+const VERSION_2: u8 = 2;
 const VERSION_1: u8 = 1;
+/// The longest single-part key value a record keeps (bytes): enough for
+/// every provider's event or payment id, small next to any answer.
+pub const MAX_STORED_KEY: usize = 256;
 /// Byte range of the owner token, as the Lua scripts read it (1-based 3..18).
 pub const OWNER_RANGE: std::ops::Range<usize> = 2..18;
 const FINGERPRINT_RANGE: std::ops::Range<usize> = 18..50;
+/// Length of the fixed header of a version 2 record (and of a version 3
+/// one before its key length).
 const HEADER_LEN: usize = 66 + trace::ENCODED_LEN;
 /// Header length of a version 1 record.
 const V1_HEADER_LEN: usize = 58;
@@ -185,6 +196,10 @@ pub struct Record {
     pub answered_at_ms: u64,
     /// The first delivery's trace context, which duplicates' spans link to.
     pub trace: Option<TraceContext>,
+    /// The single-part key value the first delivery carried, for the
+    /// admin listing; `None` for a multi-part or fingerprint key, a value
+    /// over [`MAX_STORED_KEY`] bytes, or a record an older build wrote.
+    pub key: Option<Bytes>,
     /// State and, when completed, the answer.
     pub state: RecordState,
 }
@@ -241,8 +256,18 @@ impl Record {
             created_at_ms: now,
             answered_at_ms: now,
             trace,
+            key: None,
             state: RecordState::InFlight,
         }
+    }
+
+    /// The same record keeping `key` as its key value, unless the value
+    /// is longer than [`MAX_STORED_KEY`] (then none is kept).
+    pub fn with_key(self, key: Option<&[u8]>) -> Self {
+        let key = key
+            .filter(|key| key.len() <= MAX_STORED_KEY)
+            .map(Bytes::copy_from_slice);
+        Self { key, ..self }
     }
 
     /// The same record in another state (keeps owner, fingerprint, age and
@@ -293,7 +318,12 @@ impl Record {
             RecordState::Inbox(entry) => response_len(&entry.ack) + entry.encoded_len(),
             _ => 0,
         };
-        let mut out = BytesMut::with_capacity(HEADER_LEN + extra);
+        let key = self
+            .key
+            .as_deref()
+            .filter(|key| key.len() <= MAX_STORED_KEY)
+            .unwrap_or_default();
+        let mut out = BytesMut::with_capacity(HEADER_LEN + 2 + key.len() + extra);
         out.put_u8(VERSION);
         out.put_u8(match &self.state {
             RecordState::InFlight => 1,
@@ -313,6 +343,8 @@ impl Record {
         out.put_u64(self.created_at_ms);
         out.put_u64(self.answered_at_ms);
         TraceContext::put(self.trace.as_ref(), &mut out);
+        out.put_u16(prefix("key", key.len())?);
+        out.put_slice(key);
         match &self.state {
             RecordState::Completed(response) => put_response(&mut out, response)?,
             RecordState::Inbox(entry) => {
@@ -330,12 +362,12 @@ impl Record {
         if bytes.is_empty() {
             return Err(DecodeError::Truncated);
         }
-        let header_len = match bytes[0] {
-            VERSION => HEADER_LEN,
+        let fixed_len = match bytes[0] {
+            VERSION | VERSION_2 => HEADER_LEN,
             VERSION_1 => V1_HEADER_LEN,
             other => return Err(DecodeError::Version(other)),
         };
-        if bytes.len() < header_len {
+        if bytes.len() < fixed_len {
             return Err(DecodeError::Truncated);
         }
         let mut owner = [0u8; 16];
@@ -343,12 +375,25 @@ impl Record {
         let mut fingerprint = [0u8; 32];
         fingerprint.copy_from_slice(&bytes[FINGERPRINT_RANGE]);
         let created_at_ms = u64::from_be_bytes(bytes[50..58].try_into().expect("8 bytes"));
-        let (answered_at_ms, trace) = if header_len == HEADER_LEN {
+        let (answered_at_ms, trace) = if fixed_len == HEADER_LEN {
             let answered_at_ms = u64::from_be_bytes(bytes[58..66].try_into().expect("8 bytes"));
             (answered_at_ms, TraceContext::read(&bytes[66..HEADER_LEN])?)
         } else {
             (created_at_ms, None)
         };
+        let mut header = Cursor {
+            bytes,
+            at: fixed_len,
+        };
+        let key = if bytes[0] == VERSION {
+            let len = usize::from(header.u16()?);
+            // Copied: a slice would pin the whole reply it came in.
+            let key = header.take(len)?;
+            (!key.is_empty()).then(|| Bytes::copy_from_slice(&key))
+        } else {
+            None
+        };
+        let header_len = header.at;
         let state = match bytes[1] {
             1 | 3 if bytes.len() > header_len => return Err(DecodeError::Trailing),
             1 => RecordState::InFlight,
@@ -373,6 +418,7 @@ impl Record {
             created_at_ms,
             answered_at_ms,
             trace,
+            key,
             state,
         })
     }
@@ -527,6 +573,7 @@ pub(crate) fn sample(state: RecordState) -> Record {
         created_at_ms: 1_700_000_000_000,
         answered_at_ms: 1_700_000_000_000,
         trace: None,
+        key: None,
         state,
     }
 }

@@ -39,6 +39,7 @@ mod cached;
 pub mod embedded;
 mod eviction;
 pub mod inbox;
+pub mod listing;
 pub(crate) mod metrics;
 pub mod redis;
 mod upkeep;

@@ -213,7 +213,8 @@ impl Claimer {
         let mut backoff = Backoff::new(POLL_FIRST, POLL_MAX);
         loop {
             let attempt = async {
-                let record = Record::in_flight(owner, identity.fingerprint, trace);
+                let record = Record::in_flight(owner, identity.fingerprint, trace)
+                    .with_key(identity.key_value.as_deref());
                 let mut pending = PendingClaim {
                     store: &self.store,
                     tracker: &self.tracker,
@@ -353,6 +354,7 @@ mod tests {
             key_hash: hash,
             key_digest: [0xbb; 32],
             fingerprint: Fingerprint([3; 32]),
+            key_value: None,
         }
     }
 

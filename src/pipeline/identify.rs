@@ -53,6 +53,9 @@ pub struct Identity {
     pub key_digest: [u8; 32],
     /// The request fingerprint.
     pub fingerprint: Fingerprint,
+    /// The key value when the route's key has exactly one part: kept in
+    /// the record so the admin listing can show it (`crate::record`).
+    pub key_value: Option<bytes::Bytes>,
 }
 
 /// Computes the identity of a verified delivery; `canonical` is stage 1's
@@ -65,19 +68,27 @@ pub fn identify(
 ) -> Result<Identity, Rejection> {
     let request = verified.inbound();
     let fingerprint = fingerprint(request, route, canonical)?;
-    let digest = key_digest(verified, route)?.unwrap_or(fingerprint.0);
+    let (digest, key_value) = match key_digest(verified, route)? {
+        Some((digest, value)) => (digest, value),
+        None => (fingerprint.0, None),
+    };
     let key_hash = lower_hex(&digest);
     Ok(Identity {
         key: StoreKey::new(key_prefix, &route.idempotency.scope, &key_hash),
         key_hash,
         key_digest: digest,
         fingerprint,
+        key_value,
     })
 }
 
-/// SHA-256 of the length-prefixed key parts, or `None` when the route has
-/// no key parts (or they are optional and absent).
-fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Rejection> {
+/// SHA-256 of the length-prefixed key parts and, for a single-part key,
+/// its value; `None` when the route has no key parts (or they are
+/// optional and absent).
+fn key_digest(
+    verified: &Verified,
+    route: &Route,
+) -> Result<Option<([u8; 32], Option<bytes::Bytes>)>, Rejection> {
     let Some(parts) = &route.idempotency.key else {
         return Ok(None);
     };
@@ -100,7 +111,12 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<[u8; 32]>, Re
         };
         values.push(key_part(part, raw)?);
     }
-    Ok(Some(hash_key_parts(values.iter().map(AsRef::as_ref))))
+    let digest = hash_key_parts(values.iter().map(AsRef::as_ref));
+    let single = match values.as_slice() {
+        [only] => Some(bytes::Bytes::copy_from_slice(only)),
+        _ => None,
+    };
+    Ok(Some((digest, single)))
 }
 
 /// The 4-byte length contract §2 puts before each joined part. Parts come out

@@ -89,6 +89,73 @@ fn trace_and_answer_time_round_trip() {
 }
 
 #[test]
+fn key_value_round_trips_and_is_capped() {
+    for state in [RecordState::InFlight, RecordState::Unknown] {
+        let record = sample(state).with_key(Some(b"evt_123"));
+        assert_eq!(record.key.as_deref(), Some(&b"evt_123"[..]));
+        assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
+    }
+    let completed = sample(RecordState::Completed(StoredResponse {
+        status: 201,
+        headers: vec![(Bytes::from_static(b"x-a"), Bytes::from_static(b"1"))],
+        body: StoredBody::Kept(Bytes::from_static(b"ok")),
+    }))
+    .with_key(Some(&[b'k'; MAX_STORED_KEY]));
+    let encoded = completed.encode().unwrap();
+    assert_eq!(&encoded[91..93], &(MAX_STORED_KEY as u16).to_be_bytes());
+    assert_eq!(Record::decode(&encoded), Ok(completed.clone()));
+    // Longer than the cap: no key kept, and a later state keeps the key.
+    let long = sample(RecordState::InFlight).with_key(Some(&[b'k'; MAX_STORED_KEY + 1]));
+    assert_eq!(long.key, None);
+    assert_eq!(
+        completed.with_state(RecordState::Unknown).key,
+        completed.key
+    );
+}
+
+#[test]
+fn version_2_records_are_still_read() {
+    // A version 2 record, as the previous build wrote it: the header up to
+    // the span id (no key length), then the completed answer.
+    let mut v2 = vec![2u8, 2];
+    v2.extend([7u8; 16]);
+    v2.extend([9u8; 32]);
+    v2.extend(1_700_000_000_000u64.to_be_bytes());
+    v2.extend(1_700_000_000_500u64.to_be_bytes());
+    v2.push(0b11);
+    v2.extend([3u8; 16]);
+    v2.extend([4u8; 8]);
+    v2.extend(201u16.to_be_bytes());
+    v2.extend(0u16.to_be_bytes());
+    v2.extend(2u32.to_be_bytes());
+    v2.extend(b"ok");
+    let decoded = Record::decode(&Bytes::from(v2)).unwrap();
+    assert_eq!(decoded.key, None);
+    assert_eq!(decoded.answered_at_ms, 1_700_000_000_500);
+    assert_eq!(decoded.trace, TraceContext::new([3; 16], [4; 8], true));
+    assert_eq!(
+        decoded.state,
+        RecordState::Completed(StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: StoredBody::Kept(Bytes::from_static(b"ok")),
+        })
+    );
+    let unknown_v2 = [&[2u8, 3][..], &[0; 89]].concat();
+    assert_eq!(
+        Record::decode(&Bytes::from(unknown_v2)).map(|r| (r.key, r.state)),
+        Ok((None, RecordState::Unknown))
+    );
+    // Version 3 with a key length past the end is truncated.
+    let mut short = sample(RecordState::InFlight).encode().unwrap().to_vec();
+    short[92] = 5;
+    assert_eq!(
+        Record::decode(&Bytes::from(short)),
+        Err(DecodeError::Truncated)
+    );
+}
+
+#[test]
 fn version_1_records_are_still_read() {
     // A version 1 record, as the previous build wrote it: the header
     // without bytes 58..91, then the completed answer.

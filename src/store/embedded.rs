@@ -18,6 +18,7 @@
 
 mod books;
 mod index;
+mod listing;
 mod owed;
 
 use std::path::Path;

@@ -23,6 +23,7 @@
 //! upkeep reach them through `pub(super)` methods.
 
 mod inbox;
+mod listing;
 pub(crate) mod slots;
 mod tracking;
 

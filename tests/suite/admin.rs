@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::support::*;
 
 mod about;
+mod listing;
 
 const TOKEN: &str = "admin-token-for-tests";
 

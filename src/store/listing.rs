@@ -1,0 +1,226 @@
+//! Listing one scope's records by state, a page at a time: how the admin
+//! listing (`GET /admin/records/{route}?state=…`) finds the records that
+//! need a person without a key copied out of a log line.
+//!
+//! Both backends walk the scope's key space in an order they can resume:
+//!
+//! * **Redis** — `SCAN … MATCH {prefix}:{scope}:*` on every primary in
+//!   turn (the one primary of a standalone or Sentinel deployment; each
+//!   Cluster primary from fred's cached cluster state, in its sorted
+//!   order), each key read through the `lookup` script. A `SCAN` batch is
+//!   sorted by key, so a page that ends inside a batch resumes by
+//!   repeating that batch's `SCAN` and skipping the keys up to the last
+//!   one shown.
+//! * **Embedded** — a range read of the `records` table after the last
+//!   key examined, in one read transaction per page.
+//!
+//! Either way a page examines at most [`Budget::examined`] keys, so a
+//! scope of a million completed records costs each request a bounded
+//! amount of work: a page may hold fewer than `limit` records (even none)
+//! while `next` says more follow. `SCAN` guarantees every key present for
+//! the whole walk is seen; a key created or deleted meanwhile may or may
+//! not be, and so does a Cluster resharded between pages.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use super::{AnyStore, Backend, Existing, Observed, StoreError};
+
+/// Which records a listing keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// Observed unknown: an unknown outcome, or an in-flight claim whose
+    /// owner stopped renewing it (contract §4 rule 4).
+    Unknown,
+    /// In flight within the lease: an owner is working on it.
+    InFlight,
+}
+
+/// What a listing looks for and how much work one page may do.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    /// The state wanted.
+    pub wanted: Wanted,
+    /// The route's `unknown_hold`, which decides when an in-flight record
+    /// has lost its owner.
+    pub unknown_hold: Duration,
+    /// The most records a page holds.
+    pub limit: usize,
+}
+
+impl Filter {
+    /// Whether `existing` is a record this listing shows.
+    pub fn keeps(&self, existing: &Existing) -> bool {
+        matches!(
+            (self.wanted, existing.observe(self.unknown_hold)),
+            (Wanted::Unknown, Observed::Unknown { .. }) | (Wanted::InFlight, Observed::InFlight)
+        )
+    }
+
+    /// The most keys one page examines: ten per record asked for.
+    pub fn examined(&self) -> usize {
+        self.limit.saturating_mul(10)
+    }
+}
+
+/// Where a listing resumes. Opaque to clients (see [`Cursor::encode`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// The primary being walked (index into the sorted primaries; always
+    /// 0 for one node and for the embedded store).
+    pub node: u32,
+    /// The `SCAN` cursor of the batch to read next (0: from the start;
+    /// unused by the embedded store).
+    pub scan: u64,
+    /// The last key suffix (after `{prefix}:{scope}:`) already examined in
+    /// that batch (Redis) or in the table (embedded); empty: none.
+    pub after: String,
+}
+
+/// A `cursor=` value that is not one a previous page gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cursor must be the next_cursor of a previous page")]
+pub struct BadCursor;
+
+/// The version tag of the cursor text, so a later layout can refuse an
+/// older cursor cleanly.
+const CURSOR_TAG: &str = "c1";
+
+impl Cursor {
+    /// The cursor as clients see it: base64url (no padding) of
+    /// `c1:{node}:{scan}:{after}`.
+    pub fn encode(&self) -> String {
+        let text = format!("{CURSOR_TAG}:{}:{}:{}", self.node, self.scan, self.after);
+        URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// Reads what [`Cursor::encode`] wrote.
+    pub fn decode(text: &str) -> Result<Self, BadCursor> {
+        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| BadCursor)?;
+        let raw = String::from_utf8(raw).map_err(|_| BadCursor)?;
+        let mut fields = raw.splitn(4, ':');
+        if fields.next() != Some(CURSOR_TAG) {
+            return Err(BadCursor);
+        }
+        let node = fields
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(BadCursor)?;
+        let scan = fields
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(BadCursor)?;
+        let after = fields.next().ok_or(BadCursor)?.to_owned();
+        Ok(Self { node, scan, after })
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug)]
+pub struct Page {
+    /// The records kept, as (key hash, record), in walk order.
+    pub records: Vec<(String, Existing)>,
+    /// Where the next page starts; `None` after the last.
+    pub next: Option<Cursor>,
+}
+
+impl AnyStore {
+    /// One page of the records of `scope` (under `key_prefix`) that
+    /// `filter` keeps, from `cursor` (the module docs say how each backend
+    /// walks). Not metered: the `op` label set covers the request path.
+    pub async fn list_records(
+        &self,
+        key_prefix: &str,
+        scope: &str,
+        filter: Filter,
+        cursor: Cursor,
+    ) -> Result<Page, StoreError> {
+        // The namespace `StoreKey::new` puts every record of the scope in.
+        let namespace = format!("{key_prefix}:{scope}");
+        match &self.backend {
+            Backend::Redis(store) => store.list(&namespace, filter, cursor).await,
+            Backend::Embedded(store) => store.list(&namespace, filter, cursor).await,
+            #[cfg(test)]
+            Backend::Test(_) => Err(StoreError::Backend(
+                "the scripted test store can not list".into(),
+            )),
+        }
+    }
+}
+
+/// The key hash a key suffix names, if it is a record key: exactly 64 hex
+/// digits. The scope's other keys (`inbox:…`) and a longer scope that
+/// starts with this one (`pay:eu:…` under `pay`) are not.
+pub(super) fn record_hash(suffix: &str) -> Option<&str> {
+    (suffix.len() == 64 && suffix.bytes().all(|b| b.is_ascii_hexdigit())).then_some(suffix)
+}
+
+/// `text` with the `SCAN MATCH` glob's special characters escaped, so a
+/// prefix or scope containing `*`, `?`, `[` or `\` matches only itself.
+pub(super) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_forgeries() {
+        for cursor in [
+            Cursor::default(),
+            Cursor {
+                node: 2,
+                scan: 17_179_869_184,
+                after: "ab".repeat(32),
+            },
+        ] {
+            let text = cursor.encode();
+            assert!(
+                text.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
+            assert_eq!(Cursor::decode(&text), Ok(cursor));
+        }
+        for bad in [
+            "",
+            "!!",
+            "YWJj",
+            &URL_SAFE_NO_PAD.encode("c1:x:0:"),
+            &URL_SAFE_NO_PAD.encode("c2:0:0:"),
+        ] {
+            assert_eq!(Cursor::decode(bad), Err(BadCursor), "{bad}");
+        }
+        assert_eq!(
+            Cursor::decode(&URL_SAFE_NO_PAD.encode("c1:1:5:")),
+            Ok(Cursor {
+                node: 1,
+                scan: 5,
+                after: String::new()
+            })
+        );
+    }
+
+    #[test]
+    fn only_64_hex_suffixes_are_records() {
+        assert!(record_hash(&"a".repeat(64)).is_some());
+        assert!(record_hash("inbox:owed").is_none());
+        assert!(record_hash(&format!("eu:{}", "a".repeat(64))).is_none());
+        assert!(record_hash(&"g".repeat(64)).is_none());
+    }
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(glob_escape("idem:pay"), "idem:pay");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}
