@@ -201,7 +201,9 @@ pub struct Page {
 pub enum RecordListing {
     /// Outcomes idemgate could not learn: held for an operator.
     Unknown,
-    /// Deliveries being forwarded now (or whose owner was lost).
+    /// Deliveries being forwarded now (or whose owner was lost). Spelled
+    /// as the API spells it; `in-flight` is taken too.
+    #[value(name = "in_flight", alias = "in-flight")]
     InFlight,
 }
 

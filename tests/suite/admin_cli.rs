@@ -522,3 +522,99 @@ async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
     );
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_list_pages_through_the_unknown_outcomes() {
+    let redis = RedisServer::start();
+    // Every call outlasts the 200 ms upstream timeout: every outcome is unknown.
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_secs(2))).await;
+    let gate = Gate::start(&times_out_to_unknown(&redis, &upstream)).await;
+    let ids = ["p-list-0", "p-list-1", "p-list-2"];
+    for id in ids {
+        assert_eq!(
+            deliver(&gate.url("/notify"), &payment(id)).await.status,
+            504
+        );
+    }
+
+    // People: one table of every page.
+    let all = cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--limit", "1", "--all",
+        ],
+    )
+    .await
+    .ok();
+    let mut lines = all.stdout.lines();
+    assert!(
+        lines.next().unwrap().starts_with("KEY HASH  "),
+        "{}",
+        all.stdout
+    );
+    let mut keys: Vec<&str> = lines
+        .map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells[0].len(), 64, "{line}");
+            assert_eq!(cells[2], "unknown", "{line}");
+            cells[1]
+        })
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ids, "{}", all.stdout);
+
+    // One page: the rest is announced with its cursor, which the next run takes.
+    let first = cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--limit", "1",
+        ],
+    )
+    .await
+    .ok();
+    let cursor = first
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("more: --cursor "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a next page: {}", first.stdout))
+        .to_owned();
+    cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--cursor", &cursor,
+        ],
+    )
+    .await
+    .ok();
+
+    // Scripts: one page document per line, the items of all of them.
+    let pages = cli_at(
+        gate.admin,
+        &[
+            "--json", "records", "list", "pay", "--state", "unknown", "--limit", "1", "--all",
+        ],
+    )
+    .await
+    .ok();
+    let items: usize = pages
+        .stdout
+        .lines()
+        .map(|line| {
+            let page: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(page["state"], "unknown", "{line}");
+            page["items"].as_array().unwrap().len()
+        })
+        .sum();
+    assert_eq!(items, 3, "{}", pages.stdout);
+    assert!(pages.stdout.lines().count() >= 3, "{}", pages.stdout);
+
+    let none = cli_at(
+        gate.admin,
+        &["records", "list", "pay", "--state", "in_flight"],
+    )
+    .await
+    .ok();
+    assert_eq!(none.stdout, "no in_flight records on route pay\n");
+    gate.stop().await;
+}
