@@ -618,3 +618,43 @@ async fn records_list_pages_through_the_unknown_outcomes() {
     assert_eq!(none.stdout, "no in_flight records on route pay\n");
     gate.stop().await;
 }
+
+/// `idemgate admin --help` shows an example of every subcommand, says
+/// where the address and token come from, and no flag takes the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_has_an_example_of_every_subcommand_and_no_token_flag() {
+    let help = cli(&["--help"], &[]).await.ok();
+    for expected in [
+        "admin records get pay --key",
+        "admin records get pay --hash",
+        "admin records list pay --state unknown --all",
+        "admin records purge pay --key",
+        "admin inbox list pay --state dead",
+        "admin inbox show pay --key",
+        "admin inbox retry pay --key",
+        "admin inbox drop pay --hash",
+        "admin hot-keys --route pay",
+        "admin config",
+        "admin -c /etc/idemgate/idemgate.toml info",
+        "IDEMGATE_ADMIN_ADDR",
+        "IDEMGATE_ADMIN_TOKEN",
+        "--token-file",
+        "There is no --token flag",
+        "Plain HTTP",
+        "1  the API refused",
+        "2  usage error",
+    ] {
+        assert!(
+            help.stdout.contains(expected),
+            "{expected:?} in:\n{}",
+            help.stdout
+        );
+    }
+    let refused = cli(&["--token", "secret", "info"], &[]).await;
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    let top = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&top.stdout).contains("admin "));
+}
