@@ -65,6 +65,14 @@ impl CliError {
     }
 }
 
+/// Writes `text` to stdout. A closed pipe (`| head`) ends the output,
+/// not the command, and is no panic (as `print!` would make it).
+fn print(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}
+
 /// Runs one admin command; `config` is `-c/--config` (or
 /// `IDEMGATE_CONFIG`), read only for what the flags and the environment
 /// leave open. Prints the result on stdout, a failure on stderr.
@@ -82,18 +90,13 @@ pub fn run(args: &AdminArgs, config: Option<&Path>) -> ExitCode {
                 .build()
                 .map_err(|e| CliError::Usage(format!("cannot start the tokio runtime: {e}")))?;
             let client = http::AdminClient::new(endpoint);
-            runtime.block_on(commands::execute(&client, args, &mut |text| {
-                let mut stdout = std::io::stdout().lock();
-                // A closed pipe (`| head`) ends the output, not the command.
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-            }))
+            runtime.block_on(commands::execute(&client, args, &mut print))
         });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             if let (true, CliError::Refused { body, .. }) = (args.json, &error) {
-                println!("{}", String::from_utf8_lossy(body).trim_end());
+                print(&format!("{}\n", String::from_utf8_lossy(body).trim_end()));
             }
             eprintln!("{error}");
             ExitCode::from(error.exit_code())

@@ -138,7 +138,7 @@ pub(crate) async fn execute(
         Shape::Delivery => render::delivery(&view, now),
         Shape::HotKeys => render::hot_keys(&view, now),
         Shape::Info => render::info(&view, now),
-        Shape::Text => unreachable!("printed above"),
+        Shape::Text => with_newline(&answer.body),
     });
     Ok(())
 }

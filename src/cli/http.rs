@@ -23,7 +23,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest answer read: far above a 500-item page.
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 
-/// An answer the API gave: status, whether it is a problem document, body.
+/// An answer the API gave, of any status: a refusal's body is its
+/// problem document.
 #[derive(Debug)]
 pub(crate) struct Answer {
     /// The HTTP status.
