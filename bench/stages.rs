@@ -363,6 +363,7 @@ fn completed(body_len: usize) -> Record {
         created_at_ms: NOW_MS,
         answered_at_ms: NOW_MS,
         trace: None,
+        key: None,
         state: RecordState::Completed(StoredResponse {
             status: 200,
             headers: vec![

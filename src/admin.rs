@@ -22,10 +22,13 @@
 //! | `/admin/records/{route}?key=<value>` | a single-part key value, percent-encoded (`+` is a plus sign, not a space) |
 //! | `/admin/records/{route}/{key}` | the same key value in the path (contract §6), percent-decoded |
 //!
+//! | `/admin/records/{route}?state=unknown\|in_flight[&limit=N][&cursor=C]` | no one record: a page of the records in that state (`listing`) |
+//!
 //! `GET` shows the record; `DELETE` purges it so the next delivery is
 //! forwarded — how an operator resolves an unknown outcome after checking
 //! the backend. Anything else (both forms, an unknown parameter, a hash
-//! that is not 64 hex digits) is a 400 that says which forms exist. The
+//! that is not 64 hex digits) is a 400 that says which forms exist; so is
+//! `state=` beside a record's name or with `DELETE`. The
 //! record API exists only when `[admin] token` is set; the `Bearer` scheme
 //! is matched case-insensitively (RFC 9110 §11.1) and the token is compared
 //! as SHA-256 digests in constant time, so neither its bytes nor its length

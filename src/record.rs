@@ -199,7 +199,8 @@ pub struct Record {
     /// The single-part key value the first delivery carried, for the
     /// admin listing; `None` for a multi-part or fingerprint key, a value
     /// over [`MAX_STORED_KEY`] bytes, or a record an older build wrote.
-    pub key: Option<Bytes>,
+    /// Boxed bytes, not `Bytes`: 16 bytes in every record rather than 32.
+    pub key: Option<Box<[u8]>>,
     /// State and, when completed, the answer.
     pub state: RecordState,
 }
@@ -264,9 +265,7 @@ impl Record {
     /// The same record keeping `key` as its key value, unless the value
     /// is longer than [`MAX_STORED_KEY`] (then none is kept).
     pub fn with_key(self, key: Option<&[u8]>) -> Self {
-        let key = key
-            .filter(|key| key.len() <= MAX_STORED_KEY)
-            .map(Bytes::copy_from_slice);
+        let key = key.filter(|key| key.len() <= MAX_STORED_KEY).map(Box::from);
         Self { key, ..self }
     }
 
@@ -389,7 +388,7 @@ impl Record {
             let len = usize::from(header.u16()?);
             // Copied: a slice would pin the whole reply it came in.
             let key = header.take(len)?;
-            (!key.is_empty()).then(|| Bytes::copy_from_slice(&key))
+            (!key.is_empty()).then(|| Box::from(&key[..]))
         } else {
             None
         };

@@ -22,6 +22,9 @@
 //! whose remaining TTL is at most `unknown_hold` has lost its owner) is done
 //! once, here, in [`Existing::observe`], for both backends.
 //!
+//! `listing.rs` walks one scope's records a page at a time (the admin
+//! listing by state): Redis `SCAN` on every primary, a range read of redb.
+//!
 //! `eviction.rs` watches the other way a record can vanish: a Redis whose
 //! `maxmemory-policy` lets it evict keys (contract §4 rule 10).
 //!

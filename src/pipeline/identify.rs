@@ -82,13 +82,13 @@ pub fn identify(
     })
 }
 
+/// A key's digest and, for a single-part key, its value.
+type KeyDigest = ([u8; 32], Option<bytes::Bytes>);
+
 /// SHA-256 of the length-prefixed key parts and, for a single-part key,
 /// its value; `None` when the route has no key parts (or they are
 /// optional and absent).
-fn key_digest(
-    verified: &Verified,
-    route: &Route,
-) -> Result<Option<([u8; 32], Option<bytes::Bytes>)>, Rejection> {
+fn key_digest(verified: &Verified, route: &Route) -> Result<Option<KeyDigest>, Rejection> {
     let Some(parts) = &route.idempotency.key else {
         return Ok(None);
     };
@@ -353,6 +353,20 @@ mod tests {
         assert_ne!(one.key, two.key);
         assert!(one.key.as_str().starts_with("idemgate:r:"));
         assert_eq!(one.key.as_str().len(), "idemgate:r:".len() + 64);
+    }
+
+    #[test]
+    fn only_a_single_part_key_keeps_its_value() {
+        let single = route(r#"key = ["header:Idempotency-Key"]"#);
+        let one = identity(&single, &[("idempotency-key", b"\"evt_1\"")], "").unwrap();
+        // The value as hashed: the sf-string's content, so `?key=evt_1` names it.
+        assert_eq!(one.key_value.as_deref(), Some(&b"evt_1"[..]));
+        assert_eq!(one.key_hash, lower_hex(&hash_key_parts([&b"evt_1"[..]])));
+        let composite = route(r#"key = ["json:/a", "json:/b"]"#);
+        let two = identity(&composite, &[], r#"{"a":"x","b":"y"}"#).unwrap();
+        assert_eq!(two.key_value, None);
+        let fingerprint = route("fingerprint = [\"body\"]");
+        assert_eq!(identity(&fingerprint, &[], "b").unwrap().key_value, None);
     }
 
     #[test]

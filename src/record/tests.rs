@@ -102,7 +102,10 @@ fn key_value_round_trips_and_is_capped() {
     }))
     .with_key(Some(&[b'k'; MAX_STORED_KEY]));
     let encoded = completed.encode().unwrap();
-    assert_eq!(&encoded[91..93], &(MAX_STORED_KEY as u16).to_be_bytes());
+    assert_eq!(
+        &encoded[91..93],
+        &u16::try_from(MAX_STORED_KEY).unwrap().to_be_bytes()
+    );
     assert_eq!(Record::decode(&encoded), Ok(completed.clone()));
     // Longer than the cap: no key kept, and a later state keeps the key.
     let long = sample(RecordState::InFlight).with_key(Some(&[b'k'; MAX_STORED_KEY + 1]));

@@ -36,9 +36,8 @@ impl EmbeddedStore {
                 .range::<&str>((Bound::Excluded(start.as_str()), Bound::Unbounded))
                 .map_err(backend)?;
             let mut records = Vec::new();
-            let mut examined = 0;
             let mut last = String::new();
-            for entry in range {
+            for (examined, entry) in range.enumerate() {
                 let (key, value) = entry.map_err(backend)?;
                 let Some(suffix) = key.value().strip_prefix(&prefix) else {
                     // Past the scope: keys sort by namespace first.
@@ -54,7 +53,6 @@ impl EmbeddedStore {
                         next: Some(next),
                     });
                 }
-                examined += 1;
                 last = suffix.to_owned();
                 let Some(hash) = record_hash(suffix) else {
                     continue;
