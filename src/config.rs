@@ -26,10 +26,13 @@
 //! * `cross` — the checks that compare one section with another, and
 //!   `coverage`, the signed-coverage rule among them (contract §4 rule 12);
 //! * `effective` — the sections' printouts put together (`to_toml`);
+//! * `access` — the admin address and token source alone, for the
+//!   commands that talk to a running instance (`healthcheck`, `admin`);
 //! * shared leaves: `problems` (the error collector), `read` (typed
 //!   readers), `choice` (settings spelled as one of a few words), `status`
 //!   (status class lists), `redact` (credentials out of URLs).
 
+mod access;
 mod choice;
 mod coverage;
 mod cross;
@@ -67,6 +70,7 @@ pub use crate::signature::{
     RawPublicKey, ReloadError, ReloadFailure, RsaDigest, Scheme, Secret, Strength, TimestampRule,
     TimestampUnit, decode_hex_key, decode_whsec, secret_strength,
 };
+pub use access::{AdminAccess, admin_address};
 pub use choice::Choice;
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
@@ -290,28 +294,6 @@ pub struct FailedReload {
     pub setting: String,
     /// Why, naming the source but never the value.
     pub error: ReloadError,
-}
-
-/// The admin listener address a configuration file names, read without
-/// resolving secrets or validating anything else (for `idemgate healthcheck`).
-pub fn admin_address(path: &Path) -> Result<SocketAddr, String> {
-    #[derive(serde::Deserialize)]
-    struct Listen {
-        admin: Option<String>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Partial {
-        listen: Option<Listen>,
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let partial: Partial = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let admin = partial
-        .listen
-        .and_then(|l| l.admin)
-        .unwrap_or_else(|| raw::DEFAULT_ADMIN_ADDR.to_owned());
-    admin
-        .parse()
-        .map_err(|_| format!("listen.admin: {admin:?} is not an address"))
 }
 
 impl Config {

@@ -82,6 +82,7 @@
 //!   modules share; each module keeps its own metrics beside it.
 //! * [`hot_keys`] — per-route top-k keys by deliveries in a sliding window.
 //! * [`admin`] — the admin listener.
+//! * [`cli`] — `idemgate admin …`, the operator's commands over the admin API.
 //! * [`rotation`] — `file:` secrets re-read on SIGHUP or when they change.
 //! * [`telemetry`] — optional OpenTelemetry trace export (`[tracing]`).
 //! * [`log_writer`] — log lines to stderr in timed batches.
@@ -96,6 +97,7 @@ pub mod app;
 pub(crate) mod backoff;
 pub(crate) mod body;
 pub(crate) mod budget;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub(crate) mod encoding;

@@ -2,7 +2,8 @@
 //!
 //! `idemgate [serve] -c PATH` runs the proxy until SIGTERM/SIGINT;
 //! `idemgate check-config --config PATH` validates a file (exit 2 with every
-//! error on failure) and prints the effective configuration as TOML; `idemgate demo` runs the self-contained demonstration.
+//! error on failure) and prints the effective configuration as TOML; `idemgate demo` runs the self-contained demonstration;
+//! `idemgate admin …` talks to a running instance's admin API (`idemgate::cli`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ Exit codes:
   0  stopped cleanly (serve), valid configuration (check-config), healthy (healthcheck)
   1  could not start or run: a listener, the store, a secret file, an unhealthy probe
   2  invalid configuration: every problem is printed, one per line
+  admin: 0 done, 1 the API refused, 2 usage error or no admin listener (admin --help)
 
 Signals (serve):
   SIGTERM, SIGINT  stop accepting, finish in-flight deliveries (up to [limits] shutdown_grace), exit 0
@@ -78,6 +80,9 @@ enum Command {
     CheckConfig,
     /// Run a self-contained demonstration on loopback.
     Demo,
+    /// Operator commands over a running instance's admin API: records,
+    /// inbox, hot keys, configuration, info.
+    Admin(idemgate::cli::AdminArgs),
     /// Probe the admin listener's /healthz (container HEALTHCHECK; no shell
     /// tools needed). Exit 0 when healthy, 1 otherwise.
     Healthcheck,
@@ -282,6 +287,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Admin(args) => idemgate::cli::run(&args, cli.config.as_deref()),
         Command::Healthcheck => {
             // Only the admin address is needed: no secrets are resolved, and
             // every failure is exit 1 (container runtimes reserve 2).

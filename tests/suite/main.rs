@@ -11,6 +11,7 @@
 mod support;
 
 mod admin;
+mod admin_cli;
 mod ambiguity;
 mod bounded_answers;
 mod buffer_budget;

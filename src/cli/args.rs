@@ -1,0 +1,237 @@
+//! The `idemgate admin` command line as clap types: `main.rs` nests
+//! [`AdminArgs`] under its `admin` subcommand and hands it to
+//! [`super::run`]. Every subcommand is one admin API request (or, with
+//! `--all`, one per page).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// The end of `idemgate admin --help`: where the address and token come
+/// from, the exit codes, and one example per subcommand, so the runbooks'
+/// one-liners can be written from the binary alone.
+const AFTER_HELP: &str = "\
+Where the admin listener is (first found wins):
+  --addr HOST:PORT, then IDEMGATE_ADMIN_ADDR, then -c FILE's [listen] admin,
+  then the default 127.0.0.1:8790. Plain HTTP: run it on the host (or through
+  a port-forward) of a private admin listener, never across a network.
+
+The token (first found wins):
+  --token-file FILE, then IDEMGATE_ADMIN_TOKEN, then -c FILE's [admin] token
+  (env:NAME, file:PATH or literal:VALUE, resolved as idemgate resolves it).
+  There is no --token flag: a value on the command line shows in `ps` and
+  in shell history.
+
+Output: aligned tables for people; --json prints the API's JSON unchanged
+(with --all, one page per line). `config` prints the TOML document either way.
+
+Exit codes:
+  0  done
+  1  the API refused: its title, detail and reason are printed on stderr
+  2  usage error, or the admin listener could not be reached
+
+Examples:
+  idemgate admin -c /etc/idemgate/idemgate.toml info
+  idemgate admin config
+  idemgate admin records list pay --state unknown --all
+  idemgate admin records get pay --key evt_1Nx
+  idemgate admin records get pay --hash 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+  idemgate admin records purge pay --key evt_1Nx
+  idemgate admin inbox list pay --state dead
+  idemgate admin inbox show pay --key evt_1Nx
+  idemgate admin inbox retry pay --key evt_1Nx
+  idemgate admin inbox drop pay --hash 9f86d0…
+  idemgate admin hot-keys --route pay
+  IDEMGATE_ADMIN_ADDR=127.0.0.1:8790 idemgate admin --token-file /run/secrets/admin --json info
+
+Reference: docs/cli.md.";
+
+/// `idemgate admin …`: the operator's jobs over the admin API.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct AdminArgs {
+    /// The admin listener, HOST:PORT [env: IDEMGATE_ADMIN_ADDR] (default: the
+    /// config file's [listen] admin, else 127.0.0.1:8790).
+    #[arg(long, global = true, value_name = "HOST:PORT")]
+    pub addr: Option<String>,
+    /// A file holding the admin token (trailing newlines ignored). No flag
+    /// takes the token itself: it would show in `ps`. Else
+    /// IDEMGATE_ADMIN_TOKEN, else the config file's [admin] token.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Print the API's JSON unchanged instead of tables (for scripts).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+/// The admin subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Records: show one, list those that need a person, purge one.
+    #[command(subcommand)]
+    Records(RecordsCommand),
+    /// The durable inbox: list queued or dead deliveries, show, retry, drop.
+    #[command(subcommand)]
+    Inbox(InboxCommand),
+    /// The keys delivered most in the hot-key window, per route.
+    HotKeys {
+        /// Only this route.
+        #[arg(long, value_name = "ROUTE")]
+        route: Option<String>,
+    },
+    /// The running instance's effective configuration (secrets redacted),
+    /// as `check-config` prints it.
+    Config,
+    /// Version, revision, uptime, the store and its readiness, the routes.
+    Info,
+}
+
+/// `idemgate admin records …`.
+#[derive(Debug, Subcommand)]
+pub enum RecordsCommand {
+    /// Show one record: state, age, time to live, stored status.
+    #[command(after_help = "Example:\n  idemgate admin records get pay --key evt_1Nx")]
+    Get {
+        /// The route's name.
+        route: String,
+        /// Which record.
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the records in one state: unknown outcomes, or deliveries in
+    /// flight (those past their lease are marked).
+    #[command(after_help = "Example:\n  idemgate admin records list pay --state unknown --all")]
+    List {
+        /// The route's name.
+        route: String,
+        /// Which records.
+        #[arg(long, value_enum)]
+        state: RecordListing,
+        /// Paging.
+        #[command(flatten)]
+        page: Page,
+    },
+    /// Purge one record, so the next delivery of its key is forwarded
+    /// (after checking the backend, to resolve an unknown outcome).
+    #[command(after_help = "Example:\n  idemgate admin records purge pay --key evt_1Nx")]
+    Purge {
+        /// The route's name.
+        route: String,
+        /// Which record.
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `idemgate admin inbox …`.
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// List queued (oldest first) or dead deliveries.
+    #[command(after_help = "Example:\n  idemgate admin inbox list pay --state dead")]
+    List {
+        /// The route's name.
+        route: String,
+        /// Which deliveries.
+        #[arg(long, value_enum)]
+        state: InboxListing,
+        /// Paging.
+        #[command(flatten)]
+        page: Page,
+    },
+    /// Show one delivery: stage, attempts, next due, last error, last answer.
+    #[command(after_help = "Example:\n  idemgate admin inbox show pay --key evt_1Nx")]
+    Show {
+        /// The route's name.
+        route: String,
+        /// Which delivery.
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Queue a dead (or unknown) delivery for one attempt now.
+    #[command(after_help = "Example:\n  idemgate admin inbox retry pay --key evt_1Nx")]
+    Retry {
+        /// The route's name.
+        route: String,
+        /// Which delivery.
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resolve a delivery without sending it; copies still get the ack.
+    #[command(after_help = "Example:\n  idemgate admin inbox drop pay --key evt_1Nx")]
+    Drop {
+        /// The route's name.
+        route: String,
+        /// Which delivery.
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// One record or delivery, named exactly one way (as the API names it).
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub struct Target {
+    /// The key hash, as log lines print it (`key=<64 hex>`).
+    #[arg(long, value_name = "HEX")]
+    pub hash: Option<String>,
+    /// The key value of a single-part key, as the sender sent it.
+    #[arg(long, value_name = "VALUE")]
+    pub key: Option<String>,
+}
+
+/// A listing's paging options.
+#[derive(Debug, Clone, Args)]
+pub struct Page {
+    /// Items per page (the API's default when absent).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Start at this page (a previous page's next_cursor).
+    #[arg(long, value_name = "CURSOR", conflicts_with = "all")]
+    pub cursor: Option<String>,
+    /// Follow next_cursor to the last page.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The record states `records list` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordListing {
+    /// Outcomes idemgate could not learn: held for an operator.
+    Unknown,
+    /// Deliveries being forwarded now (or whose owner was lost). Spelled
+    /// as the API spells it; `in-flight` is taken too.
+    #[value(name = "in_flight", alias = "in-flight")]
+    InFlight,
+}
+
+/// The inbox listings `inbox list` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InboxListing {
+    /// Waiting for their next attempt.
+    Queued,
+    /// Out of attempts, held for an operator.
+    Dead,
+}
+
+impl RecordListing {
+    /// The API's `state=` word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::InFlight => "in_flight",
+        }
+    }
+}
+
+impl InboxListing {
+    /// The API's `state=` word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Dead => "dead",
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Each admin subcommand as its request(s) to the admin API, and what is
+//! printed from the answer.
+
+use http::{Method, StatusCode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::Value;
+
+use super::args::{AdminArgs, AdminCommand, InboxCommand, Page, RecordsCommand, Target};
+use super::http::{AdminClient, Answer};
+use super::{CliError, render};
+use crate::time::now_ms;
+
+/// Everything but RFC 3986's unreserved characters is escaped in a path
+/// segment or a query value (so `+`, `&`, `/` and `%` in a key stay theirs).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+fn encode(text: &str) -> String {
+    utf8_percent_encode(text, COMPONENT).to_string()
+}
+
+/// `?hash=…` or `?key=…`, as the record and inbox APIs take it.
+fn target_query(target: &Target) -> String {
+    match (&target.hash, &target.key) {
+        (Some(hash), _) => format!("hash={}", encode(hash)),
+        (None, Some(key)) => format!("key={}", encode(key)),
+        // clap's group makes exactly one of them present.
+        (None, None) => String::new(),
+    }
+}
+
+/// What an answer becomes for people.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Record,
+    Delivery,
+    HotKeys,
+    Info,
+    /// Text as it came (`/admin/config` is TOML).
+    Text,
+}
+
+impl Shape {
+    /// A field every answer of this shape has.
+    fn required_field(self) -> &'static str {
+        match self {
+            Self::Record | Self::Delivery => "key_hash",
+            Self::HotKeys | Self::Info => "routes",
+            Self::Text => "",
+        }
+    }
+}
+
+/// Runs the command `args` names against `client`, giving `out` the text
+/// to print, in pieces (a long `--all` listing prints as its pages come in
+/// with `--json`).
+pub(crate) async fn execute(
+    client: &AdminClient,
+    args: &AdminArgs,
+    out: &mut dyn FnMut(&str),
+) -> Result<(), CliError> {
+    let (method, path, shape) = match &args.command {
+        AdminCommand::Records(RecordsCommand::Get { route, target }) => (
+            Method::GET,
+            format!("/admin/records/{}?{}", encode(route), target_query(target)),
+            Shape::Record,
+        ),
+        AdminCommand::Records(RecordsCommand::Purge { route, target }) => {
+            let path = format!("/admin/records/{}?{}", encode(route), target_query(target));
+            let answer = accepted(client.call(Method::DELETE, &path).await?)?;
+            if !args.json {
+                out(&purged(route, target));
+            } else if !answer.body.is_empty() {
+                out(&with_newline(&answer.body));
+            }
+            return Ok(());
+        }
+        AdminCommand::Records(RecordsCommand::List { route, state, page }) => {
+            let base = format!("/admin/records/{}?state={}", encode(route), state.as_str());
+            let what = format!("{} records on route {route}", state.as_str());
+            return listing(client, args.json, &base, page, Listing::Records, &what, out).await;
+        }
+        AdminCommand::Inbox(InboxCommand::List { route, state, page }) => {
+            let base = format!("/admin/inbox/{}?state={}", encode(route), state.as_str());
+            let what = format!("{} deliveries on route {route}", state.as_str());
+            return listing(client, args.json, &base, page, Listing::Inbox, &what, out).await;
+        }
+        AdminCommand::Inbox(InboxCommand::Show { route, target }) => (
+            Method::GET,
+            format!(
+                "/admin/inbox/{}/delivery?{}",
+                encode(route),
+                target_query(target)
+            ),
+            Shape::Delivery,
+        ),
+        AdminCommand::Inbox(InboxCommand::Retry { route, target }) => (
+            Method::POST,
+            format!(
+                "/admin/inbox/{}/retry?{}",
+                encode(route),
+                target_query(target)
+            ),
+            Shape::Delivery,
+        ),
+        AdminCommand::Inbox(InboxCommand::Drop { route, target }) => (
+            Method::POST,
+            format!(
+                "/admin/inbox/{}/drop?{}",
+                encode(route),
+                target_query(target)
+            ),
+            Shape::Delivery,
+        ),
+        AdminCommand::HotKeys { route } => (
+            Method::GET,
+            match route {
+                Some(route) => format!("/admin/hot-keys?route={}", encode(route)),
+                None => "/admin/hot-keys".to_owned(),
+            },
+            Shape::HotKeys,
+        ),
+        AdminCommand::Config => (Method::GET, "/admin/config".to_owned(), Shape::Text),
+        AdminCommand::Info => (Method::GET, "/admin/info".to_owned(), Shape::Info),
+    };
+    let answer = accepted(client.call(method, &path).await?)?;
+    if args.json || matches!(shape, Shape::Text) {
+        out(&with_newline(&answer.body));
+        return Ok(());
+    }
+    let view = json_of(&answer, shape.required_field())?;
+    let now = now_ms();
+    out(&match shape {
+        Shape::Record => render::record(&view, now),
+        Shape::Delivery => render::delivery(&view, now),
+        Shape::HotKeys => render::hot_keys(&view, now),
+        Shape::Info => render::info(&view, now),
+        Shape::Text => with_newline(&answer.body),
+    });
+    Ok(())
+}
+
+/// The two listings the CLI pages through.
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    Records,
+    Inbox,
+}
+
+/// One page, or with `--all` every page from the first, following
+/// `next_cursor`. `--json` prints each page's document on its own line
+/// as it arrives; people get one table.
+async fn listing(
+    client: &AdminClient,
+    json: bool,
+    base: &str,
+    page: &Page,
+    kind: Listing,
+    what: &str,
+    out: &mut dyn FnMut(&str),
+) -> Result<(), CliError> {
+    let mut cursor: Option<String> = page.cursor.clone();
+    let mut rows = Vec::new();
+    let now = now_ms();
+    loop {
+        let mut path = base.to_owned();
+        if let Some(limit) = page.limit {
+            path.push_str(&format!("&limit={limit}"));
+        }
+        if let Some(cursor) = &cursor {
+            path.push_str(&format!("&cursor={}", encode(cursor)));
+        }
+        let answer = accepted(client.call(Method::GET, &path).await?)?;
+        let document = json_of(&answer, "items")?;
+        if json {
+            out(&with_newline(&answer.body));
+        } else {
+            rows.extend(match kind {
+                Listing::Records => render::record_rows(&document),
+                Listing::Inbox => render::delivery_rows(&document, now),
+            });
+        }
+        let next = match &document["next_cursor"] {
+            Value::Null => None,
+            Value::String(text) => Some(text.clone()),
+            other => Some(other.to_string()),
+        };
+        match next {
+            Some(next) if page.all => {
+                if cursor.as_deref() == Some(next.as_str()) {
+                    return Err(CliError::Unreachable(format!(
+                        "the API gave the same cursor twice ({next}); stopping"
+                    )));
+                }
+                cursor = Some(next);
+            }
+            next => {
+                if !json {
+                    let header: &[&str] = match kind {
+                        Listing::Records => &render::RECORD_HEADER,
+                        Listing::Inbox => &render::DELIVERY_HEADER,
+                    };
+                    let next = next.map(Value::String);
+                    out(&render::listing(header, &rows, what, next.as_ref()));
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A 2xx answer through; any other is the API's refusal.
+fn accepted(answer: Answer) -> Result<Answer, CliError> {
+    if answer.status.is_success() {
+        return Ok(answer);
+    }
+    let mut message = render::refusal(answer.status.as_u16(), &answer.body);
+    if answer.status == StatusCode::UNAUTHORIZED {
+        message.push_str(
+            "\nhint: the token comes from --token-file, IDEMGATE_ADMIN_TOKEN or the config's [admin] token",
+        );
+    }
+    Err(CliError::Refused {
+        message,
+        body: answer.body,
+    })
+}
+
+/// The answer's JSON object, which must hold `field` (every view of the
+/// API has one it cannot lack), or why it is not the admin API's: a
+/// proxy port or another service answers too, and an empty table would
+/// hide that.
+fn json_of(answer: &Answer, field: &str) -> Result<Value, CliError> {
+    match serde_json::from_slice::<Value>(&answer.body) {
+        Ok(view) if view.get(field).is_some() => Ok(view),
+        _ => Err(CliError::Unreachable(format!(
+            "HTTP {} with no {field:?} in its JSON: is this the admin listener?",
+            answer.status.as_u16()
+        ))),
+    }
+}
+
+fn with_newline(body: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+/// What `records purge` tells people.
+fn purged(route: &str, target: &Target) -> String {
+    let named = match (&target.hash, &target.key) {
+        (Some(hash), _) => format!("hash {hash}"),
+        (None, Some(key)) => format!("key {}", super::table::single_line(key)),
+        (None, None) => String::new(),
+    };
+    format!("purged the record of {named} on route {route}: its next delivery is forwarded\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_escaped_so_the_api_reads_them_back_unchanged() {
+        let target = Target {
+            hash: None,
+            key: Some("a b+c/d&e=%".to_owned()),
+        };
+        assert_eq!(target_query(&target), "key=a%20b%2Bc%2Fd%26e%3D%25");
+        let target = Target {
+            hash: Some("AB".to_owned()),
+            key: None,
+        };
+        assert_eq!(target_query(&target), "hash=AB");
+        assert_eq!(encode("évt_1-x.y~z"), "%C3%A9vt_1-x.y~z");
+    }
+}

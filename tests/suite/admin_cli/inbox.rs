@@ -1,0 +1,131 @@
+//! `idemgate admin inbox …` on a dead delivery: list, show, retry, drop.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{cli_at, with_admin};
+use crate::support::*;
+
+/// The test route with an inbox whose handler always fails: one
+/// redelivery 100 ms after the live attempt, then the delivery is dead.
+fn dying_inbox(redis: &RedisServer, handler: &Upstream) -> String {
+    with_admin(&format!(
+        "{}\n[route.inbox]\nack_body = \"success\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\n\
+         max_attempts = 1\nvisibility_timeout = \"10s\"\n",
+        config_text(&redis_store(redis), &handler.url(), "")
+    ))
+}
+
+/// Polls `inbox show` until the delivery `id` is in `state` (bounded: 20 s).
+async fn until_state(admin: SocketAddr, id: &str, state: &str) -> serde_json::Value {
+    poll(
+        &format!("delivery {id} to be {state}"),
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        async || {
+            let view = cli_at(admin, &["--json", "inbox", "show", "pay", "--key", id])
+                .await
+                .ok()
+                .json();
+            (view["state"] == state).then_some(view)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
+    let redis = RedisServer::start();
+    let handler = Upstream::scripted(|_, _| Reply::status(503)).await;
+    let gate = Gate::start(&dying_inbox(&redis, &handler)).await;
+    let first = deliver(&gate.url("/notify"), &payment("p-dead")).await;
+    assert_eq!((first.status, &first.body[..]), (200, &b"success"[..]));
+    let dead = until_state(gate.admin, "p-dead", "dead").await;
+    let hash = dead["key_hash"].as_str().unwrap().to_owned();
+    let calls = handler.calls();
+
+    let shown = cli_at(gate.admin, &["inbox", "show", "pay", "--hash", &hash])
+        .await
+        .ok();
+    assert!(
+        shown.stdout.contains("handler answered 503"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("state ") && l.ends_with(" dead")),
+        "{}",
+        shown.stdout
+    );
+
+    let listed = cli_at(gate.admin, &["inbox", "list", "pay", "--state", "dead"])
+        .await
+        .ok();
+    let mut lines = listed.stdout.lines();
+    assert!(
+        lines.next().unwrap().starts_with("KEY HASH"),
+        "{}",
+        listed.stdout
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..3],
+        &[hash.as_str(), "dead", "1/1"],
+        "{}",
+        listed.stdout
+    );
+    let page = cli_at(
+        gate.admin,
+        &["--json", "inbox", "list", "pay", "--state", "dead", "--all"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 1, "{page}");
+    let queued = cli_at(gate.admin, &["inbox", "list", "pay", "--state", "queued"])
+        .await
+        .ok();
+    assert_eq!(queued.stdout, "no queued deliveries on route pay\n");
+
+    // Retry: one attempt now (the handler still fails: dead again).
+    let retried = cli_at(
+        gate.admin,
+        &["--json", "inbox", "retry", "pay", "--key", "p-dead"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(retried["state"], "queued", "{retried}");
+    until_state(gate.admin, "p-dead", "dead").await;
+    assert_eq!(handler.calls(), calls + 1, "the retry sent it once");
+
+    // Drop: resolved without sending; copies still get the ack.
+    let dropped = cli_at(gate.admin, &["inbox", "drop", "pay", "--key", "p-dead"])
+        .await
+        .ok();
+    assert!(
+        dropped
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("state ") && l.ends_with(" dropped")),
+        "{}",
+        dropped.stdout
+    );
+    let empty = cli_at(gate.admin, &["inbox", "list", "pay", "--state", "dead"])
+        .await
+        .ok();
+    assert_eq!(empty.stdout, "no dead deliveries on route pay\n");
+    let copy = deliver(&gate.url("/notify"), &payment("p-dead")).await;
+    assert_eq!((copy.status, copy.replayed()), (200, Some("true")));
+    assert_eq!(handler.calls(), calls + 1);
+    let nobody = cli_at(gate.admin, &["inbox", "show", "pay", "--key", "nobody"]).await;
+    assert_eq!(nobody.code, Some(1), "{nobody:?}");
+    assert!(
+        nobody.stderr.contains("reason delivery_not_found"),
+        "{nobody:?}"
+    );
+    gate.stop().await;
+}

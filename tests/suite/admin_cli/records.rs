@@ -1,0 +1,206 @@
+//! `idemgate admin records …`: get and purge by key and by hash, and the
+//! listing of unknown outcomes page by page.
+
+use std::time::Duration;
+
+use super::{cli_at, with_admin};
+use crate::support::*;
+
+/// A config whose upstream times out after 200 ms (the first call takes
+/// 2 s), so that delivery's outcome turns unknown and is held.
+fn times_out_to_unknown(redis: &RedisServer, upstream: &Upstream) -> String {
+    with_admin(
+        &config_text(
+            &redis_store(redis),
+            &upstream.url(),
+            "unknown_hold = \"10m\"",
+        )
+        .replace("timeout = \"5s\"", "timeout = \"200ms\""),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_get_and_purge_by_key_and_by_hash_resolve_an_unknown_outcome() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let gate = Gate::start(&times_out_to_unknown(&redis, &upstream)).await;
+    let body = payment("p-cli");
+    assert_eq!(deliver(&gate.url("/notify"), &body).await.status, 504);
+
+    let shown = cli_at(gate.admin, &["records", "get", "pay", "--key", "p-cli"])
+        .await
+        .ok();
+    assert!(
+        shown.stdout.contains("state        unknown"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("route        pay"),
+        "{}",
+        shown.stdout
+    );
+    let view = cli_at(
+        gate.admin,
+        &["--json", "records", "get", "pay", "--key", "p-cli"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(view["state"], "unknown");
+    let hash = view["key_hash"].as_str().unwrap().to_owned();
+    let by_hash = cli_at(
+        gate.admin,
+        &["--json", "records", "get", "pay", "--hash", &hash],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(by_hash["fingerprint"], view["fingerprint"]);
+
+    // Purged by hash: the next delivery is forwarded.
+    let purged = cli_at(gate.admin, &["records", "purge", "pay", "--hash", &hash])
+        .await
+        .ok();
+    assert!(purged.stdout.contains("purged"), "{purged:?}");
+    let again = cli_at(gate.admin, &["records", "purge", "pay", "--hash", &hash]).await;
+    assert_eq!(again.code, Some(1), "{again:?}");
+    assert!(
+        again.stderr.contains("reason record_not_found"),
+        "{again:?}"
+    );
+    let retry = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 2);
+
+    // Completed now; purged by key (a key value with characters a URL
+    // escapes), the next delivery is forwarded again.
+    let completed = cli_at(
+        gate.admin,
+        &["--json", "records", "get", "pay", "--key", "p-cli"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        (&completed["state"], &completed["status"]),
+        (&"completed".into(), &200.into())
+    );
+    cli_at(gate.admin, &["records", "purge", "pay", "--key", "p-cli"])
+        .await
+        .ok();
+    let third = deliver(&gate.url("/notify"), &body).await;
+    assert_eq!((third.status, third.replayed()), (200, Some("false")));
+    assert_eq!(upstream.calls(), 3);
+
+    let odd = "a b+c/d&e=%";
+    assert_eq!(
+        deliver(&gate.url("/notify"), &payment(odd)).await.status,
+        200
+    );
+    let odd_view = cli_at(
+        gate.admin,
+        &["--json", "records", "get", "pay", "--key", odd],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(odd_view["state"], "completed");
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_list_pages_through_the_unknown_outcomes() {
+    let redis = RedisServer::start();
+    // Every call outlasts the 200 ms upstream timeout: every outcome is unknown.
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_secs(2))).await;
+    let gate = Gate::start(&times_out_to_unknown(&redis, &upstream)).await;
+    let ids = ["p-list-0", "p-list-1", "p-list-2"];
+    for id in ids {
+        assert_eq!(
+            deliver(&gate.url("/notify"), &payment(id)).await.status,
+            504
+        );
+    }
+
+    // People: one table of every page.
+    let all = cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--limit", "1", "--all",
+        ],
+    )
+    .await
+    .ok();
+    let mut lines = all.stdout.lines();
+    assert!(
+        lines.next().unwrap().starts_with("KEY HASH  "),
+        "{}",
+        all.stdout
+    );
+    let mut keys: Vec<&str> = lines
+        .map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells[0].len(), 64, "{line}");
+            assert_eq!(cells[2], "unknown", "{line}");
+            cells[1]
+        })
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ids, "{}", all.stdout);
+
+    // One page: the rest is announced with its cursor, which the next run takes.
+    let first = cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--limit", "1",
+        ],
+    )
+    .await
+    .ok();
+    let cursor = first
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("more: --cursor "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a next page: {}", first.stdout))
+        .to_owned();
+    cli_at(
+        gate.admin,
+        &[
+            "records", "list", "pay", "--state", "unknown", "--cursor", &cursor,
+        ],
+    )
+    .await
+    .ok();
+
+    // Scripts: one page document per line, the items of all of them.
+    let pages = cli_at(
+        gate.admin,
+        &[
+            "--json", "records", "list", "pay", "--state", "unknown", "--limit", "1", "--all",
+        ],
+    )
+    .await
+    .ok();
+    let items: usize = pages
+        .stdout
+        .lines()
+        .map(|line| {
+            let page: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(page["state"], "unknown", "{line}");
+            page["items"].as_array().unwrap().len()
+        })
+        .sum();
+    assert_eq!(items, 3, "{}", pages.stdout);
+    assert!(pages.stdout.lines().count() >= 3, "{}", pages.stdout);
+
+    let none = cli_at(
+        gate.admin,
+        &["records", "list", "pay", "--state", "in_flight"],
+    )
+    .await
+    .ok();
+    assert_eq!(none.stdout, "no in_flight records on route pay\n");
+    gate.stop().await;
+}
