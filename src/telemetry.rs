@@ -18,12 +18,12 @@
 
 mod http;
 mod queue;
+mod resource;
 
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
@@ -67,11 +67,11 @@ pub struct Telemetry {
 impl Telemetry {
     /// Starts export to `config`'s collector: the export thread, the
     /// sampler (parent-based, `sampling_ratio` for new traces) and the
-    /// `service.name` resource.
+    /// resource ([`resource`]). The exporter adds the headers of
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`,
+    /// to every export (read once, here).
     pub fn start(config: &Tracing) -> Result<Self, TelemetryError> {
-        let resource = Resource::builder()
-            .with_service_name(config.service_name.clone())
-            .build();
+        let resource = resource::resource(config.service_name.as_deref());
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_endpoint(config.traces_url())
