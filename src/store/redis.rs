@@ -24,6 +24,7 @@
 
 mod inbox;
 pub(crate) mod slots;
+mod span;
 mod tracking;
 
 use std::future::Future;
@@ -44,43 +45,69 @@ use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
 
+/// A script and the name its spans give it (`db.stored_procedure.name`:
+/// its file's, without `.lua`).
+#[derive(Debug)]
+struct Named {
+    name: &'static str,
+    script: Script,
+}
+
+impl std::ops::Deref for Named {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// Names a script after its file in `lua/`.
+macro_rules! named {
+    ($name:literal) => {
+        Named {
+            name: $name,
+            script: Script::from_lua(include_str!(concat!("../../lua/", $name, ".lua"))),
+        }
+    };
+}
+
 /// The scripts of contract §5, compiled into the binary.
 #[derive(Debug)]
 struct Scripts {
-    claim: Script,
-    complete: Script,
-    release: Script,
-    renew: Script,
-    lookup: Script,
-    swap: Script,
-    take: Script,
-    prune: Script,
+    claim: Named,
+    complete: Named,
+    release: Named,
+    renew: Named,
+    lookup: Named,
+    swap: Named,
+    take: Named,
+    prune: Named,
 }
 
 impl Scripts {
     fn new() -> Self {
         Self {
-            claim: Script::from_lua(include_str!("../../lua/claim.lua")),
-            complete: Script::from_lua(include_str!("../../lua/complete.lua")),
-            release: Script::from_lua(include_str!("../../lua/release.lua")),
-            renew: Script::from_lua(include_str!("../../lua/renew.lua")),
-            lookup: Script::from_lua(include_str!("../../lua/lookup.lua")),
-            swap: Script::from_lua(include_str!("../../lua/swap.lua")),
-            take: Script::from_lua(include_str!("../../lua/take.lua")),
-            prune: Script::from_lua(include_str!("../../lua/prune.lua")),
+            claim: named!("claim"),
+            complete: named!("complete"),
+            release: named!("release"),
+            renew: named!("renew"),
+            lookup: named!("lookup"),
+            swap: named!("swap"),
+            take: named!("take"),
+            prune: named!("prune"),
         }
     }
 
     fn all(&self) -> [&Script; 8] {
         [
-            &self.claim,
-            &self.complete,
-            &self.release,
-            &self.renew,
-            &self.lookup,
-            &self.swap,
-            &self.take,
-            &self.prune,
+            &self.claim.script,
+            &self.complete.script,
+            &self.release.script,
+            &self.renew.script,
+            &self.lookup.script,
+            &self.swap.script,
+            &self.take.script,
+            &self.prune.script,
         ]
     }
 }
@@ -106,6 +133,8 @@ pub struct RedisStore {
     command_timeout: Duration,
     /// The RESP3 client the replay cache reads over, once enabled.
     tracking: Option<Client>,
+    /// The spans of the calls a traced delivery makes.
+    spans: span::Spans,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -264,6 +293,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             replica_ack,
             clustered: config.server.is_clustered(),
+            spans: span::Spans::of(&config),
             config,
             command_timeout,
             tracking: None,
@@ -357,19 +387,21 @@ impl RedisStore {
     async fn eval(
         &self,
         client: &Client,
-        script: &Script,
+        script: &Named,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        script
-            .evalsha_with_reload(client, key.as_str(), args)
+        let call = script.evalsha_with_reload(client, key.as_str(), args);
+        self.spans
+            .call("EVALSHA", Some(script.name), async {
+                call.await.map_err(|e| classify(&e))
+            })
             .await
-            .map_err(|e| classify(&e))
     }
 
     async fn eval_flag(
         &self,
-        script: &Script,
+        script: &Named,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<bool, StoreError> {
@@ -391,10 +423,11 @@ impl RedisStore {
             Value::Integer(i64::from(ack.replicas)),
             Value::Integer(millis(ack.timeout)),
         ];
-        let acknowledged = client
-            .custom::<Value, Value>(command, args)
-            .await
-            .map_err(|e| classify(&e))?
+        let call = client.custom::<Value, Value>(command, args);
+        let acknowledged = self
+            .spans
+            .call("WAIT", None, async { call.await.map_err(|e| classify(&e)) })
+            .await?
             .as_i64()
             .unwrap_or(0);
         Ok(acknowledged >= i64::from(ack.replicas))
@@ -460,11 +493,13 @@ impl Store for RedisStore {
             // same step (store::inbox, "Owed sets").
             args.push(Value::from(key.hash()));
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            self.scripts
-                .complete
-                .evalsha_with_reload(client, keys, args)
-                .await
-                .map_err(|e| classify(&e))?
+            let script = &self.scripts.complete;
+            let call = script.evalsha_with_reload(client, keys, args);
+            self.spans
+                .call("EVALSHA", Some(script.name), async {
+                    call.await.map_err(|e| classify(&e))
+                })
+                .await?
         } else {
             self.eval(client, &self.scripts.complete, key, args).await?
         };

@@ -151,12 +151,14 @@ impl InboxOps for RedisStore {
             ];
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
             let client = self.pool.next_connected();
-            let reply: Value = self
-                .scripts
-                .swap
-                .evalsha_with_reload(client, keys, args)
-                .await
-                .map_err(|e| classify(&e))?;
+            let script = &self.scripts.swap;
+            let call = script.evalsha_with_reload::<Value, _, _>(client, keys, args);
+            let reply = self
+                .spans
+                .call("EVALSHA", Some(script.name), async {
+                    call.await.map_err(|e| classify(&e))
+                })
+                .await?;
             if reply.as_i64() != Some(1) {
                 return Ok(Swapped::Refused);
             }
