@@ -1,6 +1,6 @@
-//! OpenTelemetry trace export (`[tracing]`, README "Tracing"): the tracer provider
-//! and the `tracing` layer that turns idemgate's delivery spans into
-//! OpenTelemetry spans and ships them to an OTLP/HTTP collector.
+//! OpenTelemetry trace export (`[tracing]`, docs/tracing.md): the tracer
+//! provider and the `tracing` layer that turns idemgate's delivery spans
+//! into OpenTelemetry spans and ships them to an OTLP/HTTP collector.
 //!
 //! Owns the one rule export must keep: **it never fails or slows a
 //! request**. Finished spans go into a bounded queue ([`queue`]) that a
@@ -10,11 +10,21 @@
 //! for. The SDK's own `BatchSpanProcessor` also drops on a full queue, but
 //! only logs the count at shutdown, so the queue here is ours.
 //!
+//! Also owns who the spans say sent them ([`resource`]: `service.name`,
+//! `service.version`, `service.instance.id`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_SERVICE_NAME`) and what the exporter reads from the environment:
+//! `OTEL_EXPORTER_OTLP_HEADERS` (or `OTEL_EXPORTER_OTLP_TRACES_HEADERS`),
+//! sent with every export, e.g. a collector's token. The endpoint, the
+//! timeout and the protocol (http/protobuf) are idemgate's; the `OTEL_*`
+//! variables for those are ignored.
+//!
 //! The spans themselves (names, attributes, links) are made by
-//! `crate::pipeline::trace`; only spans of target [`TARGET`] reach the
-//! layer, and the log lines never show them. When tracing is off no layer
-//! is installed, [`TARGET`] is filtered out at its callsites, and a
-//! disabled span costs what `tracing` charges for one (an interest check).
+//! `crate::pipeline::trace` (HTTP server and client spans) and
+//! `crate::store` (Redis spans), by the OpenTelemetry semantic
+//! conventions; only spans of target [`TARGET`] reach the layer, and the
+//! log lines never show them. When tracing is off no layer is installed,
+//! [`TARGET`] is filtered out at its callsites, and a disabled span costs
+//! what `tracing` charges for one (an interest check).
 
 mod http;
 mod queue;
@@ -74,6 +84,9 @@ impl Telemetry {
         let resource = resource::resource(config.service_name.as_deref());
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            // The only encoding built in: OTEL_EXPORTER_OTLP_PROTOCOL is not
+            // to pick another.
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_endpoint(config.traces_url())
             .with_timeout(EXPORT_TIMEOUT)
             .with_http_client(http::Client::new(EXPORT_TIMEOUT))

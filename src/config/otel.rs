@@ -82,7 +82,10 @@ pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Optio
         );
     }
     let service_name = raw.service_name;
-    if service_name.as_deref().is_some_and(|name| name.trim().is_empty()) {
+    if service_name
+        .as_deref()
+        .is_some_and(|name| name.trim().is_empty())
+    {
         problems.push("tracing.service_name", "must not be empty");
     }
     let queue_size = raw.queue_size.unwrap_or(raw::DEFAULT_TRACE_QUEUE_SIZE);

@@ -1,15 +1,31 @@
-//! The OpenTelemetry spans of a delivery (README "Tracing"): what they are named,
-//! what they carry, and how a duplicate links to its first delivery.
+//! The OpenTelemetry spans of a delivery (docs/tracing.md): what they are
+//! named, what they carry by the semantic conventions for HTTP, and how a
+//! duplicate links to its first delivery.
 //!
 //! ```text
-//! delivery  (server)  route, outcome, reason, key hash, status, upstream
-//!   │                 status, secret index, delivery count; a duplicate
-//!   │                 also links to its first delivery's span
+//! POST /notify  (server)  http.route, http.request.method, url.path,
+//!   │                     server.*, client.*, http.response.status_code,
+//!   │                     and idemgate.*: route, outcome, reason, key hash,
+//!   │                     upstream status, secret index, delivery count;
+//!   │                     a duplicate also links to its first delivery
 //!   ├─ verify
-//!   ├─ claim          the store call that decides first or duplicate
-//!   ├─ forward (client)  its context is the upstream's `traceparent`
-//!   └─ settle         the store call that keeps the answer
+//!   ├─ claim              the store call that decides first or duplicate
+//!   │    └─ EVALSHA claim (client, store::redis)
+//!   ├─ POST   (client)    the upstream call: url.full, server.*,
+//!   │                     http.response.status_code or error.type; its
+//!   │                     context is the upstream's `traceparent`
+//!   └─ settle             the store call that keeps the answer
+//!        └─ EVALSHA complete (client, store::redis)
 //! ```
+//!
+//! The server span is created (as `delivery`, renamed by the `otel.name`
+//! field) before stage 1 picks a route: it is named by its method alone
+//! until [`routed`] adds the route's prefix. `http.route` is the route's
+//! configured `path_prefix`, never the path as sent, so the name stays low
+//! in cardinality. A 5xx marks the server span an error, a 4xx does not
+//! (the sender's fault); a 4xx, a 5xx or no answer marks the client span
+//! one. `url.full` has no userinfo and no query (the sender's query may
+//! carry a token).
 //!
 //! The store's timings are the `claim` and `settle` spans themselves (one
 //! span per store decision), not events. Every helper takes `on` (tracing
@@ -61,9 +77,8 @@ pub(crate) fn delivery(
         return Span::none();
     }
     let known = known_method(method);
-    let (host, port) = requested_host(uri, headers).unwrap_or_else(|| {
-        (listen.ip().to_string(), Some(listen.port()))
-    });
+    let (host, port) = requested_host(uri, headers)
+        .unwrap_or_else(|| (listen.ip().to_string(), Some(listen.port())));
     let span = tracing::info_span!(
         target: TARGET,
         "delivery",
@@ -104,7 +119,9 @@ pub(crate) fn routed(span: &Span, method: &Method, prefix: &str) {
     }
     let name = known_method(method).unwrap_or("HTTP");
     span.set_attribute("http.route", prefix.to_owned());
-    span.context().span().update_name(format!("{name} {prefix}"));
+    span.context()
+        .span()
+        .update_name(format!("{name} {prefix}"));
 }
 
 /// `http.request.method` of a request whose method is none of RFC 9110's
@@ -140,7 +157,10 @@ fn requested_host(uri: &Uri, headers: &HeaderMap) -> Option<(String, Option<u16>
         value.parse::<Authority>().ok()
     };
     let authority = uri.authority().cloned().or_else(from_header)?;
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     (!host.is_empty()).then(|| (host.to_owned(), authority.port_u16()))
 }
 
@@ -195,7 +215,11 @@ pub(crate) fn forward(on: bool, method: &Method, target: &Uri, headers: &mut Hea
 fn port_of(target: &Uri) -> u16 {
     target
         .port_u16()
-        .unwrap_or(if target.scheme_str() == Some("https") { 443 } else { 80 })
+        .unwrap_or(if target.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
 }
 
 /// `url.full` of an upstream call: `target` without its userinfo (the
@@ -419,7 +443,10 @@ mod tests {
                 "http://user:upstream-pw@127.0.0.1:3000/base/notify?token=sender-secret",
                 "http://127.0.0.1:3000/base/notify",
             ),
-            ("https://hooks.example:8443/n", "https://hooks.example:8443/n"),
+            (
+                "https://hooks.example:8443/n",
+                "https://hooks.example:8443/n",
+            ),
             ("http://user@handler/notify", "http://handler/notify"),
             ("http://[::1]:3000/", "http://[::1]:3000/"),
         ] {
@@ -443,13 +470,19 @@ mod tests {
         let mut headers = HeaderMap::new();
         let path = Uri::from_static("/notify");
         assert_eq!(requested_host(&path, &headers), None);
-        headers.insert(http::header::HOST, http::HeaderValue::from_static("gate.example:8080"));
+        headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_static("gate.example:8080"),
+        );
         assert_eq!(
             requested_host(&path, &headers),
             Some(("gate.example".to_owned(), Some(8080)))
         );
         headers.insert(http::header::HOST, http::HeaderValue::from_static("[::1]"));
-        assert_eq!(requested_host(&path, &headers), Some(("::1".to_owned(), None)));
+        assert_eq!(
+            requested_host(&path, &headers),
+            Some(("::1".to_owned(), None))
+        );
         let absolute = Uri::from_static("http://other.example:81/notify");
         assert_eq!(
             requested_host(&absolute, &headers),

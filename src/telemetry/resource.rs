@@ -6,8 +6,8 @@
 //! 1. idemgate's defaults: `service.name = "idemgate"` and
 //!    `service.instance.id`, a random UUID (v4) per process, so two
 //!    replicas of one service are told apart;
-//! 2. `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, values
-//!    percent-decoded), e.g. `deployment.environment.name=prod` or a
+//! 2. `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, taken as
+//!    written), e.g. `deployment.environment.name=prod` or a
 //!    `service.instance.id` of the pod's own;
 //! 3. `OTEL_SERVICE_NAME`;
 //! 4. the `telemetry.sdk.*` attributes and `service.version` (this binary's
@@ -85,10 +85,7 @@ mod tests {
 
     #[test]
     fn instance_ids_are_version_4_uuids() {
-        assert_eq!(
-            uuid_v4([0xff; 16]),
-            "ffffffff-ffff-4fff-bfff-ffffffffffff"
-        );
+        assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
         assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
         let (one, two) = (instance_id(), instance_id());
         assert_ne!(one, two, "one per process, never shared");
@@ -99,14 +96,19 @@ mod tests {
     fn the_file_names_the_service_and_the_binary_its_version() {
         let resource = resource(Some("gate-a"));
         let get = |key: &'static str| resource.get(&opentelemetry::Key::from_static_str(key));
-        assert_eq!(get("service.name").map(|v| v.to_string()).as_deref(), Some("gate-a"));
+        assert_eq!(
+            get("service.name").map(|v| v.to_string()).as_deref(),
+            Some("gate-a")
+        );
         assert_eq!(
             get("service.version").map(|v| v.to_string()).as_deref(),
             Some(env!("CARGO_PKG_VERSION"))
         );
         assert!(get("service.instance.id").is_some());
         assert_eq!(
-            get("telemetry.sdk.language").map(|v| v.to_string()).as_deref(),
+            get("telemetry.sdk.language")
+                .map(|v| v.to_string())
+                .as_deref(),
             Some("rust")
         );
     }

@@ -85,7 +85,10 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
                 "OTEL_RESOURCE_ATTRIBUTES",
                 "service.name=from-env,service.instance.id=pod-7,deployment.environment.name=staging",
             ),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-token=otlp-token-1"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-collector-token=otlp-token-1",
+            ),
         ],
         Some(&log),
     );
@@ -126,7 +129,10 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
         "the sender's span is its parent"
     );
     assert_eq!(delivery.span.kind, SERVER);
-    assert_eq!(delivery.service, "gate-under-test", "the file beats the env");
+    assert_eq!(
+        delivery.service, "gate-under-test",
+        "the file beats the env"
+    );
     let gate_port = gate.addr.port().to_string();
     assert_attributes(
         delivery,
@@ -271,7 +277,10 @@ async fn every_copy_of_a_delivery_links_to_the_first_attempt() {
     // No `service_name` in the file: the environment names the service.
     let envs = [
         ("OTEL_SERVICE_NAME", "svc-from-env"),
-        ("OTEL_RESOURCE_ATTRIBUTES", "service.name=loses-to-otel-service-name"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=loses-to-otel-service-name",
+        ),
     ];
     let mut gate = GateProcess::launch(&text, &envs, None);
     let url = gate.url("/notify");
@@ -372,11 +381,17 @@ async fn failed_upstream_calls_are_errors_by_the_conventions() {
         })
         .await;
     let forward = named(&spans, "POST");
-    assert_eq!(forward.attribute("http.response.status_code").as_deref(), Some("503"));
+    assert_eq!(
+        forward.attribute("http.response.status_code").as_deref(),
+        Some("503")
+    );
     assert_eq!(forward.attribute("error.type").as_deref(), Some("503"));
     assert!(is_error(forward), "a 5xx marks a client span an error");
     let server = named(&spans, "POST /notify");
-    assert_eq!(server.attribute("http.response.status_code").as_deref(), Some("503"));
+    assert_eq!(
+        server.attribute("http.response.status_code").as_deref(),
+        Some("503")
+    );
     assert_eq!(server.attribute("error.type").as_deref(), Some("503"));
     assert!(is_error(server), "a 5xx marks a server span an error");
     assert!(gate.terminate().success());
@@ -393,7 +408,8 @@ async fn failed_upstream_calls_are_errors_by_the_conventions() {
     assert_eq!(answer.status, 502);
     let spans = receiver
         .wait_for(ARRIVAL, "the refused call's span", |s| {
-            s.iter().any(|s| s.attribute("error.type").as_deref() == Some("connect"))
+            s.iter()
+                .any(|s| s.attribute("error.type").as_deref() == Some("connect"))
         })
         .await;
     let refused = spans

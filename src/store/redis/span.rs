@@ -34,9 +34,7 @@ impl Spans {
     /// Spans for the store `config` connects to.
     pub(super) fn of(config: &FredConfig) -> Self {
         let server = match &config.server {
-            ServerConfig::Centralized { server } => {
-                Some((server.host.to_string(), server.port))
-            }
+            ServerConfig::Centralized { server } => Some((server.host.to_string(), server.port)),
             _ => None,
         };
         Self { server }
@@ -124,7 +122,9 @@ mod tests {
     async fn outside_a_delivery_no_span_is_made() {
         let spans = Spans::default();
         assert!(spans.span("EVALSHA", Some("renew")).is_disabled());
-        let answer = spans.call("WAIT", None, async { Ok::<_, StoreError>(7) }).await;
+        let answer = spans
+            .call("WAIT", None, async { Ok::<_, StoreError>(7) })
+            .await;
         assert_eq!(answer.unwrap(), 7);
     }
 }
