@@ -214,18 +214,16 @@ impl Pipeline {
         let selection =
             self.router
                 .select(request.method(), uri.path(), uri.query(), request.headers());
-        match &selection {
-            Selection::Route(target) => trace::routed(
-                &tracing::Span::current(),
-                request.method(),
-                &target.route.settings.path_prefix,
-            ),
-            Selection::Ambiguous { route } => trace::routed(
-                &tracing::Span::current(),
-                request.method(),
-                &route.settings.path_prefix,
-            ),
-            Selection::Unmatched => {}
+        if self.tracing {
+            let chosen = match &selection {
+                Selection::Route(target) => Some(&target.route),
+                Selection::Ambiguous { route } => Some(route),
+                Selection::Unmatched => None,
+            };
+            if let Some(route) = chosen {
+                let prefix = &route.settings.path_prefix;
+                trace::routed(&tracing::Span::current(), request.method(), prefix);
+            }
         }
         let (method, path) = match &selection {
             Selection::Route(target) => (

@@ -62,9 +62,12 @@ impl Spans {
     }
 
     fn span(&self, operation: &'static str, script: Option<&'static str>) -> Span {
-        let traced = Span::current()
-            .metadata()
-            .is_some_and(|meta| meta.target() == TARGET);
+        // The interest check first: with tracing off it is a cached
+        // "never", and the current span is not looked up at all.
+        let traced = tracing::enabled!(target: TARGET, tracing::Level::INFO)
+            && Span::current()
+                .metadata()
+                .is_some_and(|meta| meta.target() == TARGET);
         if !traced {
             return Span::none();
         }
