@@ -39,6 +39,7 @@ use fred::prelude::{
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
@@ -391,12 +392,14 @@ impl RedisStore {
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        let call = script.evalsha_with_reload(client, key.as_str(), args);
-        self.spans
-            .call("EVALSHA", Some(script.name), async {
-                call.await.map_err(|e| classify(&e))
-            })
+        let span = self.spans.span("EVALSHA", Some(script.name));
+        let result = script
+            .evalsha_with_reload(client, key.as_str(), args)
+            .instrument(span.clone())
             .await
+            .map_err(|e| classify(&e));
+        span::ended(&span, &result);
+        result
     }
 
     async fn eval_flag(
@@ -423,13 +426,14 @@ impl RedisStore {
             Value::Integer(i64::from(ack.replicas)),
             Value::Integer(millis(ack.timeout)),
         ];
-        let call = client.custom::<Value, Value>(command, args);
-        let acknowledged = self
-            .spans
-            .call("WAIT", None, async { call.await.map_err(|e| classify(&e)) })
-            .await?
-            .as_i64()
-            .unwrap_or(0);
+        let span = self.spans.span("WAIT", None);
+        let reply = client
+            .custom::<Value, Value>(command, args)
+            .instrument(span.clone())
+            .await
+            .map_err(|e| classify(&e));
+        span::ended(&span, &reply);
+        let acknowledged = reply?.as_i64().unwrap_or(0);
         Ok(acknowledged >= i64::from(ack.replicas))
     }
 }
@@ -494,12 +498,14 @@ impl Store for RedisStore {
             args.push(Value::from(key.hash()));
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
             let script = &self.scripts.complete;
-            let call = script.evalsha_with_reload(client, keys, args);
-            self.spans
-                .call("EVALSHA", Some(script.name), async {
-                    call.await.map_err(|e| classify(&e))
-                })
-                .await?
+            let span = self.spans.span("EVALSHA", Some(script.name));
+            let reply = script
+                .evalsha_with_reload(client, keys, args)
+                .instrument(span.clone())
+                .await
+                .map_err(|e| classify(&e));
+            span::ended(&span, &reply);
+            reply?
         } else {
             self.eval(client, &self.scripts.complete, key, args).await?
         };

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::{RedisStore, classify, millis, owner_arg, slots};
+use tracing::Instrument as _;
+
+use super::{RedisStore, classify, millis, owner_arg, slots, span};
 use crate::record::{OwnerToken, Record};
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
@@ -152,13 +154,14 @@ impl InboxOps for RedisStore {
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
             let client = self.pool.next_connected();
             let script = &self.scripts.swap;
-            let call = script.evalsha_with_reload::<Value, _, _>(client, keys, args);
-            let reply = self
-                .spans
-                .call("EVALSHA", Some(script.name), async {
-                    call.await.map_err(|e| classify(&e))
-                })
-                .await?;
+            let span = self.spans.span("EVALSHA", Some(script.name));
+            let reply = script
+                .evalsha_with_reload::<Value, _, _>(client, keys, args)
+                .instrument(span.clone())
+                .await
+                .map_err(|e| classify(&e));
+            span::ended(&span, &reply);
+            let reply = reply?;
             if reply.as_i64() != Some(1) {
                 return Ok(Swapped::Refused);
             }
