@@ -193,7 +193,14 @@ impl Pipeline {
         request: Request<Incoming>,
         peer: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
-        let span = trace::delivery(self.tracing, request.headers());
+        let span = trace::delivery(
+            self.tracing,
+            request.method(),
+            request.uri(),
+            request.headers(),
+            peer,
+            self.config.listen.proxy,
+        );
         self.handle_in_span(request, peer).instrument(span).await
     }
 
@@ -207,6 +214,17 @@ impl Pipeline {
         let selection =
             self.router
                 .select(request.method(), uri.path(), uri.query(), request.headers());
+        if self.tracing {
+            let chosen = match &selection {
+                Selection::Route(target) => Some(&target.route),
+                Selection::Ambiguous { route } => Some(route),
+                Selection::Unmatched => None,
+            };
+            if let Some(route) = chosen {
+                let prefix = &route.settings.path_prefix;
+                trace::routed(&tracing::Span::current(), request.method(), prefix);
+            }
+        }
         let (method, path) = match &selection {
             Selection::Route(target) => (
                 target.canonical.method.clone(),
@@ -226,6 +244,11 @@ impl Pipeline {
             Selection::Unmatched => match self.unmatched(request, peer).await {
                 Unmatched::Finished(finished) => (None, finished.into()),
                 Unmatched::Ambiguous { route, inbound } => {
+                    trace::routed(
+                        &tracing::Span::current(),
+                        &inbound.parts.method,
+                        &route.settings.path_prefix,
+                    );
                     // A `_method` field of its form body reaches a route:
                     // refused as stage 1 refuses an override header.
                     let enforced = Enforced::Stopped {

@@ -1,6 +1,6 @@
-//! OpenTelemetry trace export (`[tracing]`, docs/operations.md "Tracing"): the tracer provider
-//! and the `tracing` layer that turns idemgate's delivery spans into
-//! OpenTelemetry spans and ships them to an OTLP/HTTP collector.
+//! OpenTelemetry trace export (`[tracing]`, docs/tracing.md): the tracer
+//! provider and the `tracing` layer that turns idemgate's delivery spans
+//! into OpenTelemetry spans and ships them to an OTLP/HTTP collector.
 //!
 //! Owns the one rule export must keep: **it never fails or slows a
 //! request**. Finished spans go into a bounded queue ([`queue`]) that a
@@ -10,20 +10,30 @@
 //! for. The SDK's own `BatchSpanProcessor` also drops on a full queue, but
 //! only logs the count at shutdown, so the queue here is ours.
 //!
+//! Also owns who the spans say sent them ([`resource`]: `service.name`,
+//! `service.version`, `service.instance.id`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_SERVICE_NAME`) and what the exporter reads from the environment:
+//! `OTEL_EXPORTER_OTLP_HEADERS` (or `OTEL_EXPORTER_OTLP_TRACES_HEADERS`),
+//! sent with every export, e.g. a collector's token. The endpoint, the
+//! timeout and the protocol (http/protobuf) are idemgate's; the `OTEL_*`
+//! variables for those are ignored.
+//!
 //! The spans themselves (names, attributes, links) are made by
-//! `crate::pipeline::trace`; only spans of target [`TARGET`] reach the
-//! layer, and the log lines never show them. When tracing is off no layer
-//! is installed, [`TARGET`] is filtered out at its callsites, and a
-//! disabled span costs what `tracing` charges for one (an interest check).
+//! `crate::pipeline::trace` (HTTP server and client spans) and
+//! `crate::store` (Redis spans), by the OpenTelemetry semantic
+//! conventions; only spans of target [`TARGET`] reach the layer, and the
+//! log lines never show them. When tracing is off no layer is installed,
+//! [`TARGET`] is filtered out at its callsites, and a disabled span costs
+//! what `tracing` charges for one (an interest check).
 
 mod http;
 mod queue;
+mod resource;
 
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
@@ -67,13 +77,16 @@ pub struct Telemetry {
 impl Telemetry {
     /// Starts export to `config`'s collector: the export thread, the
     /// sampler (parent-based, `sampling_ratio` for new traces) and the
-    /// `service.name` resource.
+    /// resource ([`resource`]). The exporter adds the headers of
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`,
+    /// to every export (read once, here).
     pub fn start(config: &Tracing) -> Result<Self, TelemetryError> {
-        let resource = Resource::builder()
-            .with_service_name(config.service_name.clone())
-            .build();
+        let resource = resource::resource(config.service_name.as_deref());
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            // The only encoding built in: OTEL_EXPORTER_OTLP_PROTOCOL is not
+            // to pick another.
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_endpoint(config.traces_url())
             .with_timeout(EXPORT_TIMEOUT)
             .with_http_client(http::Client::new(EXPORT_TIMEOUT))

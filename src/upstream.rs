@@ -17,5 +17,5 @@ mod quick_ack;
 pub(crate) use answer::stored;
 pub(crate) use forward::{
     AnswerBody, ForwardError, UpstreamAnswer, UpstreamClient, X_FORWARDED_FOR, client, forward,
-    forwarded_for, pass_through,
+    forwarded_for, pass_through, target,
 };

@@ -28,8 +28,10 @@ pub struct Tracing {
     /// Share of new traces kept (0.0 to 1.0); parent-based, so a sender's
     /// sampled `traceparent` is always kept and an unsampled one never.
     pub sampling_ratio: f64,
-    /// `service.name` of the exported spans.
-    pub service_name: String,
+    /// `service.name` of the exported spans as the file sets it; `None`
+    /// leaves it to `OTEL_SERVICE_NAME`, then `OTEL_RESOURCE_ATTRIBUTES`,
+    /// then [`raw::DEFAULT_SERVICE_NAME`] (`crate::telemetry`, "Resource").
+    pub service_name: Option<String>,
     /// Finished spans waiting for export at most; more are dropped and
     /// counted in `idemgate_trace_spans_dropped_total`.
     pub queue_size: usize,
@@ -63,7 +65,7 @@ impl Tracing {
         RawTracing {
             otlp_endpoint: Some(redact_url(&self.otlp_endpoint.to_string())),
             sampling_ratio: Some(self.sampling_ratio),
-            service_name: Some(self.service_name.clone()),
+            service_name: self.service_name.clone(),
             queue_size: Some(self.queue_size),
         }
     }
@@ -79,10 +81,11 @@ pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Optio
             format!("{sampling_ratio} is not between 0.0 and 1.0"),
         );
     }
-    let service_name = raw
-        .service_name
-        .unwrap_or_else(|| raw::DEFAULT_SERVICE_NAME.to_owned());
-    if service_name.trim().is_empty() {
+    let service_name = raw.service_name;
+    if service_name
+        .as_deref()
+        .is_some_and(|name| name.trim().is_empty())
+    {
         problems.push("tracing.service_name", "must not be empty");
     }
     let queue_size = raw.queue_size.unwrap_or(raw::DEFAULT_TRACE_QUEUE_SIZE);
@@ -161,7 +164,7 @@ mod tests {
     fn defaults_fill_in() {
         let tracing = on_with_endpoint("http://127.0.0.1:4318");
         assert_eq!(tracing.sampling_ratio, raw::DEFAULT_SAMPLING_RATIO);
-        assert_eq!(tracing.service_name, raw::DEFAULT_SERVICE_NAME);
+        assert_eq!(tracing.service_name, None, "left to the environment");
         assert_eq!(tracing.queue_size, raw::DEFAULT_TRACE_QUEUE_SIZE);
         assert_eq!(tracing.traces_url(), "http://127.0.0.1:4318/v1/traces");
     }

@@ -102,7 +102,9 @@ pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
 /// Default `[tracing] sampling_ratio`: every trace a sender did not
 /// decide on is kept; lower it when the collector can not take them all.
 pub const DEFAULT_SAMPLING_RATIO: f64 = 1.0;
-/// Default `[tracing] service_name`: the `service.name` of every span.
+/// The `service.name` of every span when neither `[tracing] service_name`
+/// nor the OpenTelemetry environment (`OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`) names the service.
 pub const DEFAULT_SERVICE_NAME: &str = "idemgate";
 /// Default `[tracing] queue_size`: finished spans waiting for export at
 /// most (a delivery makes four or five); more are dropped and counted.

@@ -40,7 +40,12 @@ impl Pipeline {
         let settings = &route.settings;
         let started = Instant::now();
         let max_stored = self.config.limits.max_stored_answer_bytes;
-        let span = trace::forward(self.tracing, &mut parts.headers);
+        let span = if self.tracing {
+            let target = upstream::target(&settings.upstream.url, parts.uri.path_and_query());
+            trace::forward(true, &parts.method, &target, &mut parts.headers)
+        } else {
+            tracing::Span::none()
+        };
         let result = upstream::forward(
             &self.client,
             &settings.upstream,

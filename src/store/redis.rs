@@ -25,6 +25,7 @@
 mod inbox;
 mod listing;
 pub(crate) mod slots;
+mod span;
 mod tracking;
 
 use std::future::Future;
@@ -39,49 +40,76 @@ use fred::prelude::{
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
 
+/// A script and the name its spans give it (`db.stored_procedure.name`:
+/// its file's, without `.lua`).
+#[derive(Debug)]
+struct Named {
+    name: &'static str,
+    script: Script,
+}
+
+impl std::ops::Deref for Named {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// Names a script after its file in `lua/`.
+macro_rules! named {
+    ($name:literal) => {
+        Named {
+            name: $name,
+            script: Script::from_lua(include_str!(concat!("../../lua/", $name, ".lua"))),
+        }
+    };
+}
+
 /// The scripts of contract §5, compiled into the binary.
 #[derive(Debug)]
 struct Scripts {
-    claim: Script,
-    complete: Script,
-    release: Script,
-    renew: Script,
-    lookup: Script,
-    swap: Script,
-    take: Script,
-    prune: Script,
+    claim: Named,
+    complete: Named,
+    release: Named,
+    renew: Named,
+    lookup: Named,
+    swap: Named,
+    take: Named,
+    prune: Named,
 }
 
 impl Scripts {
     fn new() -> Self {
         Self {
-            claim: Script::from_lua(include_str!("../../lua/claim.lua")),
-            complete: Script::from_lua(include_str!("../../lua/complete.lua")),
-            release: Script::from_lua(include_str!("../../lua/release.lua")),
-            renew: Script::from_lua(include_str!("../../lua/renew.lua")),
-            lookup: Script::from_lua(include_str!("../../lua/lookup.lua")),
-            swap: Script::from_lua(include_str!("../../lua/swap.lua")),
-            take: Script::from_lua(include_str!("../../lua/take.lua")),
-            prune: Script::from_lua(include_str!("../../lua/prune.lua")),
+            claim: named!("claim"),
+            complete: named!("complete"),
+            release: named!("release"),
+            renew: named!("renew"),
+            lookup: named!("lookup"),
+            swap: named!("swap"),
+            take: named!("take"),
+            prune: named!("prune"),
         }
     }
 
     fn all(&self) -> [&Script; 8] {
         [
-            &self.claim,
-            &self.complete,
-            &self.release,
-            &self.renew,
-            &self.lookup,
-            &self.swap,
-            &self.take,
-            &self.prune,
+            &self.claim.script,
+            &self.complete.script,
+            &self.release.script,
+            &self.renew.script,
+            &self.lookup.script,
+            &self.swap.script,
+            &self.take.script,
+            &self.prune.script,
         ]
     }
 }
@@ -107,6 +135,8 @@ pub struct RedisStore {
     command_timeout: Duration,
     /// The RESP3 client the replay cache reads over, once enabled.
     tracking: Option<Client>,
+    /// The spans of the calls a traced delivery makes.
+    spans: span::Spans,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -265,6 +295,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             replica_ack,
             clustered: config.server.is_clustered(),
+            spans: span::Spans::of(&config),
             config,
             command_timeout,
             tracking: None,
@@ -358,19 +389,23 @@ impl RedisStore {
     async fn eval(
         &self,
         client: &Client,
-        script: &Script,
+        script: &Named,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        script
+        let span = self.spans.span("EVALSHA", Some(script.name));
+        let result = script
             .evalsha_with_reload(client, key.as_str(), args)
+            .instrument(span.clone())
             .await
-            .map_err(|e| classify(&e))
+            .map_err(|e| classify(&e));
+        span::ended(&span, &result);
+        result
     }
 
     async fn eval_flag(
         &self,
-        script: &Script,
+        script: &Named,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<bool, StoreError> {
@@ -392,12 +427,14 @@ impl RedisStore {
             Value::Integer(i64::from(ack.replicas)),
             Value::Integer(millis(ack.timeout)),
         ];
-        let acknowledged = client
+        let span = self.spans.span("WAIT", None);
+        let reply = client
             .custom::<Value, Value>(command, args)
+            .instrument(span.clone())
             .await
-            .map_err(|e| classify(&e))?
-            .as_i64()
-            .unwrap_or(0);
+            .map_err(|e| classify(&e));
+        span::ended(&span, &reply);
+        let acknowledged = reply?.as_i64().unwrap_or(0);
         Ok(acknowledged >= i64::from(ack.replicas))
     }
 }
@@ -461,11 +498,15 @@ impl Store for RedisStore {
             // same step (store::inbox, "Owed sets").
             args.push(Value::from(key.hash()));
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            self.scripts
-                .complete
+            let script = &self.scripts.complete;
+            let span = self.spans.span("EVALSHA", Some(script.name));
+            let reply = script
                 .evalsha_with_reload(client, keys, args)
+                .instrument(span.clone())
                 .await
-                .map_err(|e| classify(&e))?
+                .map_err(|e| classify(&e));
+            span::ended(&span, &reply);
+            reply?
         } else {
             self.eval(client, &self.scripts.complete, key, args).await?
         };

@@ -110,6 +110,17 @@ impl ForwardError {
         }
     }
 
+    /// The class of failure as the `forward` span's `error.type`
+    /// (OpenTelemetry semantic conventions: low cardinality, documented
+    /// in docs/tracing.md).
+    pub(crate) fn error_type(self) -> &'static str {
+        match self {
+            Self::Refused => "connect",
+            Self::Broken => "connection_broken",
+            Self::Timeout => "timeout",
+        }
+    }
+
     /// The rejection the sender gets instead of an answer: 504 for a
     /// timeout, 502 for any connection failure.
     pub(crate) fn rejection(self) -> Rejection {

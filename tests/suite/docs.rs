@@ -9,12 +9,6 @@ use std::path::{Path, PathBuf};
 
 use crate::support::repo_path;
 
-/// Pages the README's index names that other issue-29 branches add (the
-/// admin API, console, CLI, tracing, dashboard and Kubernetes pages). A
-/// link to one of these may dangle until it is merged; once the page
-/// exists the test fails until it is taken off this list.
-const ARRIVING: &[&str] = &["docs/cli.md", "docs/tracing.md"];
-
 /// The front page stays a front page: it is read top to bottom.
 const FRONT_PAGE_MAX_LINES: usize = 200;
 
@@ -87,7 +81,7 @@ fn pages() -> Vec<PathBuf> {
 
 /// Every link problem of one page: a missing file, or an anchor the
 /// target page has no heading for.
-fn dead_links(page: &Path, arriving: &BTreeSet<PathBuf>) -> Vec<String> {
+fn dead_links(page: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(page).expect("page");
     let dir = page.parent().expect("page dir");
     let mut dead = Vec::new();
@@ -106,9 +100,7 @@ fn dead_links(page: &Path, arriving: &BTreeSet<PathBuf>) -> Vec<String> {
         };
         let normal = normalise(&path);
         if !normal.exists() {
-            if !arriving.contains(&normal) {
-                dead.push(format!("{target}: no such file"));
-            }
+            dead.push(format!("{target}: no such file"));
             continue;
         }
         if let Some(fragment) = fragment {
@@ -141,19 +133,13 @@ fn normalise(path: &Path) -> PathBuf {
 
 #[test]
 fn every_relative_link_in_the_readme_and_docs_resolves() {
-    let arriving: BTreeSet<PathBuf> = ARRIVING.iter().map(|page| repo_path(page)).collect();
     let mut dead = Vec::new();
     for page in pages() {
-        for problem in dead_links(&page, &arriving) {
+        for problem in dead_links(&page) {
             dead.push(format!("{}: {problem}", page.display()));
         }
     }
     assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
-    let arrived: Vec<_> = arriving.iter().filter(|page| page.exists()).collect();
-    assert!(
-        arrived.is_empty(),
-        "these pages exist now: take them off ARRIVING so their links are checked: {arrived:?}"
-    );
 }
 
 #[test]
@@ -166,7 +152,7 @@ fn the_link_check_finds_dead_links() {
     )
     .expect("write");
     std::fs::write(dir.path().join("b.md"), "# B title\n").expect("write");
-    let dead = dead_links(&dir.path().join("a.md"), &BTreeSet::new());
+    let dead = dead_links(&dir.path().join("a.md"));
     assert_eq!(
         dead,
         [

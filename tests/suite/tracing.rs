@@ -1,10 +1,12 @@
-//! OpenTelemetry traces (`[tracing]`, docs/operations.md "Tracing"), checked on the
+//! OpenTelemetry traces (`[tracing]`, docs/tracing.md), checked on the
 //! real binary against a real OTLP/HTTP receiver ([`OtlpReceiver`]): a
-//! delivery's span joins the sender's trace with its child spans and
-//! attributes, the upstream gets the `forward` span as its parent, every
-//! copy of a delivery links to the first attempt, a dead collector costs
-//! requests nothing, and with tracing off the trace headers pass through
-//! untouched.
+//! delivery's server span joins the sender's trace with its child spans
+//! and the semantic conventions' attributes (HTTP server, HTTP client,
+//! Redis), the upstream gets the client span as its parent, the resource
+//! and the export headers follow the `OTEL_*` environment, every copy of a
+//! delivery links to the first attempt, failures are marked as the
+//! conventions say, a dead collector costs requests nothing, and with
+//! tracing off the trace headers pass through untouched.
 
 use std::time::Duration;
 
@@ -13,6 +15,8 @@ use crate::support::*;
 /// The OTLP span kinds (`opentelemetry.proto.trace.v1.Span.SpanKind`).
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
+/// `opentelemetry.proto.trace.v1.Status.StatusCode.STATUS_CODE_ERROR`.
+const ERROR: i32 = 2;
 /// How long spans may take to arrive (the export batches for 200 ms).
 const ARRIVAL: Duration = Duration::from_secs(15);
 
@@ -30,8 +34,32 @@ fn with_traceparent(body: &str, traceparent: &str, tracestate: &str) -> Headers 
 
 fn delivery_with_outcome<'a>(spans: &'a [Received], outcome: &str) -> Option<&'a Received> {
     spans.iter().find(|s| {
-        s.name() == "delivery" && s.attribute("idemgate.outcome").as_deref() == Some(outcome)
+        s.span.kind == SERVER && s.attribute("idemgate.outcome").as_deref() == Some(outcome)
     })
+}
+
+/// The span named `name`; panics naming what arrived otherwise.
+fn named<'a>(spans: &'a [Received], name: &str) -> &'a Received {
+    spans.iter().find(|s| s.name() == name).unwrap_or_else(|| {
+        let names: Vec<&str> = spans.iter().map(Received::name).collect();
+        panic!("no span {name:?} in {names:?}")
+    })
+}
+
+/// Whether `span` ended with the error status.
+fn is_error(span: &Received) -> bool {
+    span.span.status.as_ref().is_some_and(|s| s.code == ERROR)
+}
+
+fn assert_attributes(span: &Received, expected: &[(&str, &str)]) {
+    for (key, value) in expected {
+        assert_eq!(
+            span.attribute(key).as_deref(),
+            Some(*value),
+            "{key} of {}",
+            span.name()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,7 +77,21 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
             receiver.url()
         ),
     );
-    let mut gate = GateProcess::launch(&text, &[("IDEMGATE_LOG_FORMAT", "json")], Some(&log));
+    let mut gate = GateProcess::launch(
+        &text,
+        &[
+            ("IDEMGATE_LOG_FORMAT", "json"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=from-env,service.instance.id=pod-7,deployment.environment.name=staging",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-collector-token=otlp-token-1",
+            ),
+        ],
+        Some(&log),
+    );
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let sender_span = "00f067aa0ba902b7";
@@ -59,17 +101,27 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
         &format!("00-{trace_id}-{sender_span}-01"),
         "vendor=kept",
     );
-    let answer = send("POST", &gate.url("/notify"), &headers, body).await;
+    // The query is the sender's (here a token): never in a span.
+    let url = gate.url("/notify?token=sender-secret");
+    let answer = send("POST", &url, &headers, body).await;
     assert_eq!(answer.status, 200);
 
     let spans = receiver
-        .wait_for(ARRIVAL, "delivery span with its four children", |spans| {
-            ["delivery", "verify", "claim", "forward", "settle"]
-                .iter()
-                .all(|name| spans.iter().any(|s| s.name() == *name))
+        .wait_for(ARRIVAL, "server span with its children", |spans| {
+            [
+                "POST /notify",
+                "verify",
+                "claim",
+                "POST",
+                "settle",
+                "EVALSHA claim",
+                "EVALSHA complete",
+            ]
+            .iter()
+            .all(|name| spans.iter().any(|s| s.name() == *name))
         })
         .await;
-    let delivery = spans.iter().find(|s| s.name() == "delivery").unwrap();
+    let delivery = named(&spans, "POST /notify");
     assert_eq!(delivery.trace_id(), trace_id, "the sender's trace");
     assert_eq!(
         delivery.parent_span_id(),
@@ -77,17 +129,59 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
         "the sender's span is its parent"
     );
     assert_eq!(delivery.span.kind, SERVER);
-    assert_eq!(delivery.service, "gate-under-test");
+    assert_eq!(
+        delivery.service, "gate-under-test",
+        "the file beats the env"
+    );
+    let gate_port = gate.addr.port().to_string();
+    assert_attributes(
+        delivery,
+        &[
+            ("http.route", "/notify"),
+            ("http.request.method", "POST"),
+            ("url.path", "/notify"),
+            ("url.scheme", "http"),
+            ("server.address", "127.0.0.1"),
+            ("server.port", &gate_port),
+            ("client.address", "127.0.0.1"),
+            ("idemgate.route", "pay"),
+            ("idemgate.outcome", "forwarded"),
+            ("http.response.status_code", "200"),
+            ("idemgate.upstream_status", "200"),
+            ("idemgate.secret_index", "0"),
+            ("idemgate.delivery_count", "1"),
+        ],
+    );
+    let client_port: u16 = delivery.attribute("client.port").unwrap().parse().unwrap();
+    assert_ne!(client_port, 0);
+    assert!(delivery.attribute("error.type").is_none() && !is_error(delivery));
     for (key, value) in [
-        ("idemgate.route", "pay"),
-        ("idemgate.outcome", "forwarded"),
-        ("http.response.status_code", "200"),
-        ("idemgate.upstream_status", "200"),
-        ("idemgate.secret_index", "0"),
-        ("idemgate.delivery_count", "1"),
+        ("service.name", "gate-under-test"),
+        ("service.instance.id", "pod-7"),
+        ("deployment.environment.name", "staging"),
+        ("service.version", env!("CARGO_PKG_VERSION")),
     ] {
-        assert_eq!(delivery.attribute(key).as_deref(), Some(value), "{key}");
+        assert_eq!(
+            delivery.resource_attribute(key).as_deref(),
+            Some(value),
+            "resource {key}"
+        );
     }
+    let exports = receiver.export_headers();
+    assert!(!exports.is_empty());
+    for headers in &exports {
+        assert_eq!(
+            headers.get("x-collector-token").map(|v| v.as_bytes()),
+            Some(&b"otlp-token-1"[..]),
+            "OTEL_EXPORTER_OTLP_HEADERS go with every export"
+        );
+    }
+    assert!(
+        spans
+            .iter()
+            .all(|s| !format!("{:?}", s.span.attributes).contains("sender-secret")),
+        "no span carries the sender's query"
+    );
     assert!(
         delivery
             .attribute("idemgate.key_hash")
@@ -98,17 +192,53 @@ async fn a_first_delivery_joins_the_senders_trace_and_parents_the_handler() {
         delivery.span.links.is_empty(),
         "a first delivery links to nothing"
     );
-    for name in ["verify", "claim", "forward", "settle"] {
-        let child = spans.iter().find(|s| s.name() == name).unwrap();
+    for name in ["verify", "claim", "POST", "settle"] {
+        let child = named(&spans, name);
         assert_eq!(child.trace_id(), trace_id, "{name} is in the trace");
         assert_eq!(
             child.parent_span_id(),
             delivery.span_id(),
-            "{name} is a child of delivery"
+            "{name} is a child of the server span"
         );
     }
-    let forward = spans.iter().find(|s| s.name() == "forward").unwrap();
+    let forward = named(&spans, "POST");
     assert_eq!(forward.span.kind, CLIENT);
+    let upstream_port = upstream.addr.port().to_string();
+    let full = format!("http://127.0.0.1:{upstream_port}/notify");
+    assert_attributes(
+        forward,
+        &[
+            ("http.request.method", "POST"),
+            ("server.address", "127.0.0.1"),
+            ("server.port", &upstream_port),
+            ("url.full", &full),
+            ("http.response.status_code", "200"),
+            ("idemgate.upstream_status", "200"),
+        ],
+    );
+    assert!(forward.attribute("error.type").is_none() && !is_error(forward));
+
+    let redis_port = redis.port.to_string();
+    for (script, parent) in [("claim", "claim"), ("complete", "settle")] {
+        let call = named(&spans, &format!("EVALSHA {script}"));
+        assert_eq!(call.span.kind, CLIENT, "{script}");
+        assert_eq!(call.trace_id(), trace_id);
+        assert_eq!(
+            call.parent_span_id(),
+            named(&spans, parent).span_id(),
+            "EVALSHA {script} is a child of {parent}"
+        );
+        assert_attributes(
+            call,
+            &[
+                ("db.system.name", "redis"),
+                ("db.operation.name", "EVALSHA"),
+                ("db.stored_procedure.name", script),
+                ("server.address", "127.0.0.1"),
+                ("server.port", &redis_port),
+            ],
+        );
+    }
 
     let seen = upstream.headers();
     assert_eq!(seen.len(), 1);
@@ -144,7 +274,15 @@ async fn every_copy_of_a_delivery_links_to_the_first_attempt() {
         &upstream,
         &format!("otlp_endpoint = \"{}\"", receiver.url()),
     );
-    let mut gate = GateProcess::start(&text);
+    // No `service_name` in the file: the environment names the service.
+    let envs = [
+        ("OTEL_SERVICE_NAME", "svc-from-env"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=loses-to-otel-service-name",
+        ),
+    ];
+    let mut gate = GateProcess::launch(&text, &envs, None);
     let url = gate.url("/notify");
 
     // The first delivery comes without a traceparent: a new trace.
@@ -156,6 +294,10 @@ async fn every_copy_of_a_delivery_links_to_the_first_attempt() {
         })
         .await;
     let first = delivery_with_outcome(&spans, "forwarded").unwrap().clone();
+    assert_eq!(first.service, "svc-from-env");
+    let instance = first.resource_attribute("service.instance.id").unwrap();
+    assert_eq!(instance.len(), 36, "a UUID: {instance}");
+    assert_eq!(&instance[14..15], "4", "version 4: {instance}");
 
     // The retry comes in a trace of its own.
     let retry_trace = "0af7651916cd43dd8448eb211c80319c";
@@ -187,6 +329,10 @@ async fn every_copy_of_a_delivery_links_to_the_first_attempt() {
         refused.attribute("http.response.status_code").as_deref(),
         Some("422")
     );
+    assert!(
+        !is_error(refused) && refused.attribute("error.type").is_none(),
+        "a 4xx is the sender's, not a server error"
+    );
     for (copy, count) in [(replayed, "2"), (refused, "3")] {
         let links: Vec<(String, String)> = copy
             .span
@@ -214,6 +360,65 @@ async fn every_copy_of_a_delivery_links_to_the_first_attempt() {
         );
     }
     assert_eq!(upstream.calls(), 1);
+    assert!(gate.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_upstream_calls_are_errors_by_the_conventions() {
+    let receiver = OtlpReceiver::start().await;
+    let redis = RedisServer::start();
+    let tracing = format!("otlp_endpoint = \"{}\"", receiver.url());
+
+    // The handler answers 503: the client span has `error.type = "503"`,
+    // and so has the server span, since the sender is answered 503 too.
+    let failing = Upstream::scripted(|_, _| Reply::status(503)).await;
+    let mut gate = GateProcess::start(&traced_config(&redis, &failing, &tracing));
+    let answer = deliver(&gate.url("/notify"), &payment("p-trace-503")).await;
+    assert_eq!(answer.status, 503);
+    let spans = receiver
+        .wait_for(ARRIVAL, "the 503's spans", |s| {
+            s.iter().any(|s| s.name() == "POST") && s.iter().any(|s| s.span.kind == SERVER)
+        })
+        .await;
+    let forward = named(&spans, "POST");
+    assert_eq!(
+        forward.attribute("http.response.status_code").as_deref(),
+        Some("503")
+    );
+    assert_eq!(forward.attribute("error.type").as_deref(), Some("503"));
+    assert!(is_error(forward), "a 5xx marks a client span an error");
+    let server = named(&spans, "POST /notify");
+    assert_eq!(
+        server.attribute("http.response.status_code").as_deref(),
+        Some("503")
+    );
+    assert_eq!(server.attribute("error.type").as_deref(), Some("503"));
+    assert!(is_error(server), "a 5xx marks a server span an error");
+    assert!(gate.terminate().success());
+
+    // Nothing listens where the handler should be: no answer, so the
+    // client span's `error.type` is the class of failure.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let text = format!(
+        "{}\n[tracing]\n{tracing}\n",
+        config_text(&redis_store(&redis), &dead, "")
+    );
+    let mut gate = GateProcess::start(&text);
+    let answer = deliver(&gate.url("/notify"), &payment("p-trace-dead")).await;
+    assert_eq!(answer.status, 502);
+    let spans = receiver
+        .wait_for(ARRIVAL, "the refused call's span", |s| {
+            s.iter()
+                .any(|s| s.attribute("error.type").as_deref() == Some("connect"))
+        })
+        .await;
+    let refused = spans
+        .iter()
+        .find(|s| s.attribute("error.type").as_deref() == Some("connect"))
+        .unwrap();
+    assert_eq!((refused.name(), refused.span.kind), ("POST", CLIENT));
+    assert!(refused.attribute("http.response.status_code").is_none());
+    assert!(is_error(refused));
     assert!(gate.terminate().success());
 }
 

@@ -1,7 +1,8 @@
 //! A real OTLP/HTTP trace receiver on loopback: `POST /v1/traces` with an
 //! `application/x-protobuf` `ExportTraceServiceRequest`, decoded with the
 //! official definitions (`opentelemetry-proto`'s prost types). It keeps
-//! every span it receives, with its resource's `service.name`.
+//! every span it receives, with its resource's attributes, and the
+//! headers of every export request.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,8 @@ use tokio::net::TcpListener;
 pub struct Received {
     pub service: String,
     pub span: OtlpSpan,
+    /// Its resource's attributes.
+    pub resource: Vec<KeyValue>,
 }
 
 impl Received {
@@ -46,6 +49,11 @@ impl Received {
     /// The attribute `key` as text (numbers printed), if present.
     pub fn attribute(&self, key: &str) -> Option<String> {
         attribute(&self.span.attributes, key)
+    }
+
+    /// The resource attribute `key` as text, if present.
+    pub fn resource_attribute(&self, key: &str) -> Option<String> {
+        attribute(&self.resource, key)
     }
 }
 
@@ -72,6 +80,7 @@ fn attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
 pub struct OtlpReceiver {
     pub addr: SocketAddr,
     spans: Arc<Mutex<Vec<Received>>>,
+    headers: Arc<Mutex<Vec<http::HeaderMap>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -82,13 +91,17 @@ impl OtlpReceiver {
             .expect("bind the OTLP receiver");
         let addr = listener.local_addr().expect("receiver addr");
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let headers = Arc::new(Mutex::new(Vec::new()));
         let kept = Arc::clone(&spans);
+        let heads = Arc::clone(&headers);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let kept = Arc::clone(&kept);
+                let heads = Arc::clone(&heads);
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
+                    let service = hyper::service::service_fn(move |request: Request<_>| {
                         let kept = Arc::clone(&kept);
+                        heads.lock().unwrap().push(request.headers().clone());
                         async move { Ok::<_, std::convert::Infallible>(receive(request, &kept).await) }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -97,12 +110,22 @@ impl OtlpReceiver {
                 });
             }
         });
-        Self { addr, spans, task }
+        Self {
+            addr,
+            spans,
+            headers,
+            task,
+        }
     }
 
     /// The base URL idemgate's `otlp_endpoint` is set to.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The headers of every export request received so far.
+    pub fn export_headers(&self) -> Vec<http::HeaderMap> {
+        self.headers.lock().unwrap().clone()
     }
 
     /// Every span received so far.
@@ -170,16 +193,17 @@ async fn receive(
     };
     let mut spans = kept.lock().unwrap();
     for resource_spans in export.resource_spans {
-        let service = resource_spans
+        let resource = resource_spans
             .resource
-            .as_ref()
-            .and_then(|r| attribute(&r.attributes, "service.name"))
+            .map(|r| r.attributes)
             .unwrap_or_default();
+        let service = attribute(&resource, "service.name").unwrap_or_default();
         for scope in resource_spans.scope_spans {
             for span in scope.spans {
                 spans.push(Received {
                     service: service.clone(),
                     span,
+                    resource: resource.clone(),
                 });
             }
         }

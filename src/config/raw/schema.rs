@@ -269,6 +269,7 @@ mod tests {
         token = "literal:token"
         [tracing]
         otlp_endpoint = "http://127.0.0.1:4318"
+        service_name = "idemgate-a"
         [[route]]
         name = "pay"
         path_prefix = "/notify"

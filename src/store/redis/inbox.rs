@@ -11,7 +11,9 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::{RedisStore, classify, millis, owner_arg, slots};
+use tracing::Instrument as _;
+
+use super::{RedisStore, classify, millis, owner_arg, slots, span};
 use crate::record::{OwnerToken, Record};
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
@@ -151,12 +153,15 @@ impl InboxOps for RedisStore {
             ];
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
             let client = self.pool.next_connected();
-            let reply: Value = self
-                .scripts
-                .swap
-                .evalsha_with_reload(client, keys, args)
+            let script = &self.scripts.swap;
+            let span = self.spans.span("EVALSHA", Some(script.name));
+            let reply = script
+                .evalsha_with_reload::<Value, _, _>(client, keys, args)
+                .instrument(span.clone())
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| classify(&e));
+            span::ended(&span, &reply);
+            let reply = reply?;
             if reply.as_i64() != Some(1) {
                 return Ok(Swapped::Refused);
             }
