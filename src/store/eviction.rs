@@ -39,7 +39,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fred::interfaces::{ClusterInterface, ServerInterface};
+use fred::interfaces::ServerInterface;
 use fred::prelude::{Client, ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use tokio::sync::broadcast;
@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
 use super::metrics::EvictionMetrics;
+use super::redis::primaries::cluster_primaries;
 use super::redis::{RedisStore, classify};
 
 /// Time between two checks while Redis answers: once a minute (contract §4 rule 10).
@@ -271,15 +272,7 @@ async fn probe_primaries(client: &Client) -> Result<Vec<NodeReport>, StoreError>
             .map_or_else(|| "redis".to_owned(), ToString::to_string);
         return Ok(vec![probe(client, node).await?]);
     }
-    let primaries = client
-        .cached_cluster_state()
-        .map(|state| state.unique_primary_nodes())
-        .unwrap_or_default();
-    if primaries.is_empty() {
-        return Err(StoreError::Unavailable(
-            "the cluster's primaries are not known yet".into(),
-        ));
-    }
+    let primaries = cluster_primaries(client)?;
     let mut reports = Vec::with_capacity(primaries.len());
     for server in primaries {
         let node = server.to_string();

@@ -24,6 +24,7 @@
 
 mod inbox;
 mod listing;
+pub(in crate::store) mod primaries;
 pub(crate) mod slots;
 mod span;
 mod tracking;

@@ -353,12 +353,23 @@ fn runbook_shell_blocks(heading: &str) -> Vec<String> {
 
 /// Runs `script` with `sh`, the admin token in the environment as the
 /// runbook expects; returns stdout, panicking on failure.
-fn run_runbook(script: &str) -> String {
+/// Runs a runbook block in `sh` as an operator's shell on the instance
+/// would: `idemgate` on `PATH`, the token in `IDEMGATE_ADMIN_TOKEN`, and
+/// `IDEMGATE_ADMIN_ADDR` naming this test's admin listener.
+fn run_runbook(script: &str, admin: std::net::SocketAddr) -> String {
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
+    let path = format!(
+        "{}:{}",
+        binary.parent().expect("the binary's folder").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let output = std::process::Command::new("sh")
         .args(["-c", script])
+        .env("PATH", path)
         .env("IDEMGATE_ADMIN_TOKEN", TOKEN)
+        .env("IDEMGATE_ADMIN_ADDR", admin.to_string())
         .output()
-        .expect("sh and curl are installed");
+        .expect("sh is installed");
     assert!(
         output.status.success(),
         "runbook step failed ({}):\n{script}\nstdout: {}\nstderr: {}",
@@ -370,7 +381,8 @@ fn run_runbook(script: &str) -> String {
 }
 
 /// The unknown-outcome runbook (docs/runbooks.md), run as written against the real
-/// binary: only the log file and the admin address are this test's own.
+/// binary and its operator CLI: only the log file and the admin address
+/// are this test's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_outcome_runbook_works_copy_paste() {
     let redis = RedisServer::start();
@@ -411,16 +423,12 @@ async fn unknown_outcome_runbook_works_copy_paste() {
 
     let blocks: Vec<String> = runbook_shell_blocks("Outcome unknown")
         .into_iter()
-        .map(|block| {
-            block
-                .replace("/var/log/idemgate.log", &log.display().to_string())
-                .replace("127.0.0.1:8790", &gate.admin.to_string())
-        })
+        .map(|block| block.replace("/var/log/idemgate.log", &log.display().to_string()))
         .collect();
     assert_eq!(blocks.len(), 2, "inspect and purge: {blocks:?}");
 
     // Step 1: find the key in the log and inspect the record.
-    let inspected = run_runbook(&blocks[0]);
+    let inspected = run_runbook(&blocks[0], gate.admin);
     let view: serde_json::Value = serde_json::from_str(&inspected).expect("record JSON");
     assert_eq!(view["state"], "unknown", "{inspected}");
     assert_eq!(
@@ -429,7 +437,7 @@ async fn unknown_outcome_runbook_works_copy_paste() {
     );
 
     // Step 3: purge (in the same shell, so with step 1's variables).
-    run_runbook(&format!("{}\n{}", blocks[0], blocks[1]));
+    run_runbook(&format!("{}\n{}", blocks[0], blocks[1]), gate.admin);
     let retry = deliver(&gate.url("/notify"), &body).await;
     assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
     assert_eq!(upstream.calls(), 2, "the purged key was forwarded again");

@@ -7,25 +7,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::support::repo_path;
+use crate::support::{heading_anchor, repo_path};
 
 /// The front page stays a front page: it is read top to bottom.
 const FRONT_PAGE_MAX_LINES: usize = 200;
-
-/// GitHub's anchor for a Markdown heading: lower case, spaces to `-`,
-/// punctuation other than `-` and `_` dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The lines of a Markdown text outside fenced code blocks.
 fn prose(text: &str) -> Vec<&str> {
@@ -46,7 +31,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
     prose(text)
         .into_iter()
         .filter(|line| line.starts_with('#'))
-        .map(|line| anchor(line.trim_start_matches('#')))
+        .map(|line| heading_anchor(line.trim_start_matches('#')))
         .collect()
 }
 
@@ -162,11 +147,11 @@ fn the_link_check_finds_dead_links() {
         ]
     );
     assert_eq!(
-        anchor("Durable inbox (nothing lost)"),
+        heading_anchor("Durable inbox (nothing lost)"),
         "durable-inbox-nothing-lost"
     );
     assert_eq!(
-        anchor("4. The rules that make it safe"),
+        heading_anchor("4. The rules that make it safe"),
         "4-the-rules-that-make-it-safe"
     );
 }

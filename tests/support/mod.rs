@@ -65,3 +65,19 @@ pub const SECRET: &str = "test-secret-0123456789";
 pub fn repo_path(relative: &str) -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
+
+/// GitHub's anchor for a Markdown heading: lower case, spaces to `-`,
+/// punctuation other than `-` and `_` dropped. The docs link check and
+/// the runbook check both resolve `#…` links with it.
+pub fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,7 +1,7 @@
 //! The Redis side of `store::listing`: `SCAN` every primary, read each
 //! record key through the `lookup` script, keep what the filter wants.
 
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface};
+use fred::interfaces::{ClientLike, KeysInterface};
 use fred::prelude::Value;
 use fred::types::config::Server;
 
@@ -25,16 +25,10 @@ impl RedisStore {
         let client = self.client();
         // `None`: the one node a standalone or Sentinel client talks to.
         let primaries: Vec<Option<Server>> = if client.is_clustered() {
-            let primaries = client
-                .cached_cluster_state()
-                .map(|state| state.unique_primary_nodes())
-                .unwrap_or_default();
-            if primaries.is_empty() {
-                return Err(StoreError::Unavailable(
-                    "the cluster's primaries are not known yet".into(),
-                ));
-            }
-            primaries.into_iter().map(Some).collect()
+            super::primaries::cluster_primaries(&client)?
+                .into_iter()
+                .map(Some)
+                .collect()
         } else {
             vec![None]
         };

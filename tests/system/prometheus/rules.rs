@@ -107,21 +107,6 @@ fn promtool_unit_tests_fire_the_upstream_eviction_inbox_and_hot_key_alerts() {
     assert!(printed.contains("SUCCESS"), "{printed}");
 }
 
-/// GitHub's anchor for a Markdown heading: lower case, spaces to `-`,
-/// punctuation other than `-` and `_` dropped.
-fn heading_anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 /// What every `runbook_url` is: the section of docs/runbooks.md, behind
 /// the base a Prometheus supplies as its external label `idemgate_repo`
 /// (empty without it), so no host is ever named in the rules.
