@@ -25,7 +25,7 @@ impl RedisStore {
         let client = self.client();
         // `None`: the one node a standalone or Sentinel client talks to.
         let primaries: Vec<Option<Server>> = if client.is_clustered() {
-            super::primaries::cluster_primaries(&client)?
+            super::primaries::cluster_primaries(client)?
                 .into_iter()
                 .map(Some)
                 .collect()
