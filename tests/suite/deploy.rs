@@ -374,10 +374,19 @@ fn assert_probe_paths_served(config: &GateConfig, liveness: &str, readiness: &st
     assert_eq!(status, 200, "{}: {metrics}:\n{answer}", config.origin);
     assert!(answer.contains("idemgate_build_info"), "{answer}");
 
+    assert_healthcheck_passes(&path, &secrets);
+}
+
+/// `idemgate healthcheck` (the image's `HEALTHCHECK`) with the config at
+/// `path` and the environment a deployment gives it exits 0.
+fn assert_healthcheck_passes<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+    path: &Path,
+    env: &[(K, V)],
+) {
     let health = Command::new(BIN)
         .arg("healthcheck")
-        .env("IDEMGATE_CONFIG", &path)
-        .envs(secrets.iter().map(|(k, v)| (k, v)))
+        .env("IDEMGATE_CONFIG", path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     assert!(

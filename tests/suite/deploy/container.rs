@@ -125,15 +125,5 @@ fn container_default_is_healthy_with_its_secrets() {
         dir.path().join(config.required("store.path")).exists(),
         "the store file is under the working directory"
     );
-    let health = Command::new(BIN)
-        .arg("healthcheck")
-        .env("IDEMGATE_CONFIG", &path)
-        .envs(secrets.iter().map(|(k, v)| (k, v)))
-        .output()
-        .unwrap();
-    assert!(
-        health.status.success(),
-        "{}",
-        String::from_utf8_lossy(&health.stderr)
-    );
+    assert_healthcheck_passes(&path, &secrets);
 }
