@@ -69,8 +69,10 @@ impl CliError {
 /// not the command, and is no panic (as `print!` would make it).
 fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(text.as_bytes());
-    let _ = stdout.flush();
+    // The one error here is the reader gone; there is no one left to tell.
+    if stdout.write_all(text.as_bytes()).is_ok() {
+        stdout.flush().ok();
+    }
 }
 
 /// Runs one admin command; `config` is `-c/--config` (or

@@ -1,8 +1,6 @@
 //! Text layout for people: aligned columns, `field  value` blocks, and
 //! milliseconds as durations or as times relative to now.
 
-use std::fmt::Write as _;
-
 use serde_json::Value;
 
 /// Columns padded to their widest cell, two spaces apart, the last one
@@ -23,7 +21,8 @@ pub(crate) fn columns(header: &[&str], rows: &[Vec<String>]) -> String {
                 out.push_str(cell);
             } else {
                 let pad = widths[index] - cell.chars().count() + 2;
-                let _ = write!(out, "{cell}{:pad$}", "");
+                out.push_str(cell);
+                out.extend(std::iter::repeat_n(' ', pad));
             }
         }
         out.push('\n');
@@ -41,7 +40,10 @@ pub(crate) fn fields(pairs: &[(String, String)]) -> String {
     let mut out = String::new();
     for (name, value) in pairs {
         let pad = width - name.chars().count() + 2;
-        let _ = writeln!(out, "{name}{:pad$}{value}", "");
+        out.push_str(name);
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(value);
+        out.push('\n');
     }
     out
 }
