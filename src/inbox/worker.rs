@@ -38,10 +38,14 @@ use crate::upstream::{self, ForwardError, UpstreamClient};
 
 /// How often an idle loop asks for due deliveries.
 const POLL_EVERY: Duration = Duration::from_millis(200);
+/// The longest idle pause while the store refuses to hand out deliveries.
+const OUTAGE_POLL_MAX: Duration = Duration::from_secs(2);
 /// A queued delivery this close to its time is sent now.
 const EARLY: Duration = Duration::from_millis(50);
 /// Pauses between store attempts while claiming or settling.
-const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+fn store_retry() -> Backoff {
+    Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
+}
 /// How long a delivery whose claim too few replicas acknowledged waits
 /// before a worker tries again (the replicas are behind or away).
 const UNREPLICATED_PAUSE: Duration = Duration::from_secs(1);
@@ -93,6 +97,10 @@ impl Workers {
 
     /// Takes due deliveries and redelivers them until `shutdown`.
     pub(super) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        // While the store refuses the take, idle pauses grow with jitter
+        // from `POLL_EVERY`, so the workers of every instance do not poll
+        // a recovering store in step.
+        let mut outage: Option<Backoff> = None;
         loop {
             let free = self.permits.available_permits();
             let taken = if free == 0 {
@@ -106,9 +114,13 @@ impl Workers {
                     .index_take(&self.indexes.due, now, free, push_to)
                     .await
                 {
-                    Ok(taken) => taken,
+                    Ok(taken) => {
+                        outage = None;
+                        taken
+                    }
                     Err(error) => {
                         tracing::debug!(scope = self.scope, %error, "inbox: could not take due deliveries");
+                        outage.get_or_insert_with(|| Backoff::new(POLL_EVERY, OUTAGE_POLL_MAX));
                         Vec::new()
                     }
                 }
@@ -127,7 +139,7 @@ impl Workers {
             if idle {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(POLL_EVERY) => {}
+                    () = tokio::time::sleep(outage.as_mut().map_or(POLL_EVERY, Backoff::next_pause)) => {}
                 }
             } else if shutdown.is_cancelled() {
                 break;
@@ -321,7 +333,7 @@ impl Workers {
         deadline: u64,
     ) -> Result<Swapped, StoreError> {
         let kept = inbox.kept_for(record);
-        let mut pauses = STORE_RETRY;
+        let mut pauses = store_retry();
         loop {
             match self.inboxes.store.swap(key, expected, record, kept).await {
                 Err(error) if error.is_transient() && now_ms() < deadline => {

@@ -60,6 +60,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::slots;
+use crate::backoff::Backoff;
 use crate::replay_cache::{FlushReason, ReplayCache};
 
 /// How often the tracking connection is checked with `PING`: bounds how
@@ -67,8 +68,11 @@ use crate::replay_cache::{FlushReason, ReplayCache};
 /// elsewhere in that window is seen late, never lost for longer).
 pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Pause between attempts to switch tracking on while Redis is away.
-const ARM_RETRY: Duration = Duration::from_millis(200);
+/// First and longest pause between attempts to switch tracking on while
+/// Redis is away; jittered (`crate::backoff`), so the instances that lost
+/// one Redis do not all re-arm on the same beat.
+const ARM_RETRY_FIRST: Duration = Duration::from_millis(200);
+const ARM_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Runs until `shutdown`: arms tracking on `client`, applies its
 /// invalidations to `cache`, and flushes it whenever they may be lost;
@@ -101,15 +105,17 @@ async fn listen(
     let mut health = tokio::time::interval(HEALTH_INTERVAL);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut armed = false;
+    let mut arm_retry = Backoff::new(ARM_RETRY_FIRST, ARM_RETRY_MAX);
     loop {
         if !armed {
             armed = arm(client, cache).await;
             if !armed {
                 tokio::select! {
                     () = shutdown.cancelled() => return Some(()),
-                    () = tokio::time::sleep(ARM_RETRY) => continue,
+                    () = tokio::time::sleep(arm_retry.next_pause()) => continue,
                 }
             }
+            arm_retry = Backoff::new(ARM_RETRY_FIRST, ARM_RETRY_MAX);
         }
         let lost = tokio::select! {
             () = shutdown.cancelled() => return Some(()),
