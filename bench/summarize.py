@@ -115,7 +115,8 @@ def fmt(value, digits=1, suffix=""):
 
 
 # Sections of RESULTS.md written by hand and carried over by every run.
-KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood")
+KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood",
+                 "## Embedded store, before and after group commit", "## Peak RSS per store")
 
 
 def main():
@@ -436,7 +437,8 @@ def main():
             section = old.split(heading, 1)[1].split("\n## ", 1)[0]
             kept += [heading, "", *section.strip("\n").splitlines(), ""]
     if "## History" in old:
-        history = [line for line in old.split("## History", 1)[1].splitlines() if line.startswith("- ")]
+        history = [line for line in old.split("## History", 1)[1].split("\n## ", 1)[0].splitlines()
+                   if line.startswith("- ")]
     history.append(
         f"- {meta.get('date')} `{meta.get('commit')}`{' (src modified)' if meta.get('dirty', '0') != '0' else ''}: "
         f"first {fmt(first.get('ratio'), 2, '×')} nginx / {fmt(first.get('ratio_lua'), 2, '×')} nginx+Lua, "
@@ -467,7 +469,7 @@ def main():
     out = [
         "# idemgate benchmark results",
         "",
-        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood and History sections are kept). "
+        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood, Embedded store before and after group commit, Peak RSS per store and History sections are kept). "
         "The 2-core machine is shared and noisy: compare ratios against the two references measured in the same run "
         "(the nginx pass-through and the nginx+Lua gate), not absolute numbers across runs.",
         "",

@@ -144,7 +144,7 @@ async fn garbage_written_mid_file_is_refused() {
     let page = middle_key_copies(&file)[0] / 4096 * 4096;
     let end = (page + 16 * 1024).min(file.len());
     for (i, byte) in file[page..end].iter_mut().enumerate() {
-        *byte = (i as u8).wrapping_mul(151).wrapping_add(7);
+        *byte = i.to_le_bytes()[0].wrapping_mul(151).wrapping_add(7);
     }
     std::fs::write(&path, &file).unwrap();
     let error = refusal(&text).await;
@@ -173,7 +173,7 @@ async fn a_store_of_a_release_without_markers_starts_replays_and_gets_its_marker
     {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
-        let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+        let meta: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("meta");
         assert!(txn.delete_table(meta).unwrap(), "the store id lives in table meta");
         txn.commit().unwrap();
     }

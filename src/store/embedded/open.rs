@@ -30,7 +30,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use redb::{Builder, Database, DatabaseError, ReadableTable, StorageError, TableDefinition};
 
@@ -48,7 +48,7 @@ const MARKER_ID: &str = "store_id ";
 /// Why the store file was not opened. Each message is one line naming the
 /// file, what was found and what the operator can do.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// The marker says idemgate created the database, but it is gone.
     #[error(
         "{path} is missing, but {marker} says idemgate created it: starting empty would forget every \
@@ -138,7 +138,7 @@ pub enum OpenError {
 
 /// A store's random identity, shared by the database and its marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreId([u8; 16]);
+pub(crate) struct StoreId([u8; 16]);
 
 impl StoreId {
     fn random() -> Self {
@@ -164,7 +164,7 @@ impl fmt::Display for StoreId {
 
 /// The id found in a database, if it has one (for [`OpenError::Foreign`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FoundId(Option<StoreId>);
+pub(crate) struct FoundId(Option<StoreId>);
 
 impl fmt::Display for FoundId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -190,11 +190,11 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// The marker file of the database at `path`: `<path>.marker`.
-pub fn marker_path(path: &Path) -> PathBuf {
+fn marker_path(path: &Path) -> PathBuf {
     sibling(path, ".marker")
 }
 
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
+fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
     move |source| OpenError::Io {
         action,
         path: path.to_owned(),
@@ -219,7 +219,7 @@ fn sync_folder(dir: &Path) -> Result<(), OpenError> {
 /// Opens the database at `path` for the embedded store (see the module
 /// docs): creates it on a first start, checks it otherwise, and returns it
 /// with every table the store uses created.
-pub fn open_database(path: &Path) -> Result<Database, OpenError> {
+pub(super) fn open_database(path: &Path) -> Result<Database, OpenError> {
     std::fs::create_dir_all(folder(path)).map_err(io("create the folder of", path))?;
     let marker = marker_path(path);
     let expected = read_marker(path, &marker)?;
@@ -281,9 +281,9 @@ fn write_marker(marker: &Path, id: StoreId) -> Result<(), OpenError> {
 }
 
 /// Maps redb's refusal of the file at `path`.
-fn refused(path: &Path, marker: &Path, error: impl fmt::Display + Into<DatabaseError>) -> OpenError {
+fn refused(path: &Path, marker: &Path, error: DatabaseError) -> OpenError {
     let reason = error.to_string();
-    match error.into() {
+    match error {
         DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
             path: path.to_owned(),
         },

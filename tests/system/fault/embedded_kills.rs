@@ -159,11 +159,10 @@ fn assert_none_twice(upstream: &Upstream) {
 async fn embedded_store_keeps_every_answer_through_sigkills_under_load() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
-    let seed = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
+        .unwrap();
+    let seed = (now.as_secs() << 30 ^ u64::from(now.subsec_nanos())) | 1;
     println!("[fault] embedded kill loop: seed {seed}");
     let mut moments = Moments(seed);
     // A few milliseconds per execution, so that kills land with calls in
