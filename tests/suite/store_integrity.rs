@@ -67,10 +67,7 @@ fn middle_key_copies(file: &[u8]) -> Vec<usize> {
         .collect();
     assert!(!starts.is_empty(), "no stored key found in the file");
     let middle = file.len() / 2;
-    let at = *starts
-        .iter()
-        .min_by_key(|&&i| i.abs_diff(middle))
-        .unwrap();
+    let at = *starts.iter().min_by_key(|&&i| i.abs_diff(middle)).unwrap();
     let key = &file[at..at + prefix.len() + 64];
     starts
         .into_iter()
@@ -100,7 +97,10 @@ async fn a_store_truncated_to_zero_bytes_is_refused() {
     let error = refusal(&text).await;
     assert!(error.contains("is empty (0 bytes)"), "{error}");
     assert!(error.contains(&path.display().to_string()), "{error}");
-    assert!(error.contains(&format!("delete {}", marker(&path).display())), "{error}");
+    assert!(
+        error.contains(&format!("delete {}", marker(&path).display())),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +174,10 @@ async fn a_store_of_a_release_without_markers_starts_replays_and_gets_its_marker
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
         let meta: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("meta");
-        assert!(txn.delete_table(meta).unwrap(), "the store id lives in table meta");
+        assert!(
+            txn.delete_table(meta).unwrap(),
+            "the store id lives in table meta"
+        );
         txn.commit().unwrap();
     }
     let gate = Gate::start(&text).await;

@@ -152,7 +152,9 @@ impl StoreId {
     }
 
     fn parse(text: &str) -> Option<Self> {
-        hex::decode(text.trim()).ok().and_then(|b| Self::from_bytes(&b))
+        hex::decode(text.trim())
+            .ok()
+            .and_then(|b| Self::from_bytes(&b))
     }
 }
 
@@ -368,7 +370,12 @@ enum Settle {
 
 /// Creates every table the store uses and settles the store id (see
 /// [`Settle`]) in one write transaction; returns the database's id.
-fn prepare(db: &Database, path: &Path, marker: &Path, settle: Settle) -> Result<StoreId, OpenError> {
+fn prepare(
+    db: &Database,
+    path: &Path,
+    marker: &Path,
+    settle: Settle,
+) -> Result<StoreId, OpenError> {
     let damaged = |e: &dyn fmt::Display| OpenError::Damaged {
         path: path.to_owned(),
         marker: marker.to_owned(),

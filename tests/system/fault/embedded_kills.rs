@@ -167,7 +167,8 @@ async fn embedded_store_keeps_every_answer_through_sigkills_under_load() {
     let mut moments = Moments(seed);
     // A few milliseconds per execution, so that kills land with calls in
     // flight at the upstream.
-    let upstream = Upstream::scripted(|n, _| Reply::slow(Duration::from_millis(2 + n as u64 % 7))).await;
+    let upstream =
+        Upstream::scripted(|n, _| Reply::slow(Duration::from_millis(2 + n as u64 % 7))).await;
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(
         &embedded_store(&dir.path().join("idemgate.redb")),
@@ -229,6 +230,13 @@ async fn embedded_store_keeps_every_answer_through_sigkills_under_load() {
         counts.unknown,
         upstream.calls()
     );
-    assert!(started.elapsed() < LIMIT, "the kill loop took {:?}", started.elapsed());
-    report_time("embedded_store_keeps_every_answer_through_sigkills_under_load", started);
+    assert!(
+        started.elapsed() < LIMIT,
+        "the kill loop took {:?}",
+        started.elapsed()
+    );
+    report_time(
+        "embedded_store_keeps_every_answer_through_sigkills_under_load",
+        started,
+    );
 }

@@ -10,7 +10,9 @@ fn dir() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn marker_id(path: &Path) -> StoreId {
-    read_marker(path, &marker_path(path)).unwrap().expect("a marker")
+    read_marker(path, &marker_path(path))
+        .unwrap()
+        .expect("a marker")
 }
 
 #[test]
