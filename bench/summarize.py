@@ -14,6 +14,10 @@ kind (first deliveries against nginx+Lua first deliveries, replays against
 nginx+Lua replays). Ratios and p99 differences are paired per round index
 (run back to back) and the median of those is reported, so a slow drift of
 the shared machine's load cancels out.
+
+The embedded-store rows (emb_first, emb_replay: a second idemgate on a redb
+file) are also paired with idemgate's Redis rows of the same round index:
+the "Embedded store against Redis" section and one target (issue 30).
 """
 
 import os
@@ -74,10 +78,12 @@ class Round:
         self.gate_forwarded = int(row["gate_forwarded"])
         self.gate_replayed = int(row["gate_replayed"])
         self.gate_rejected = int(row["gate_rejected"])
-        # idemgate rounds (the cache fill passes included), nginx+Lua rounds.
-        self.is_gate = self.kind.startswith(("first", "replay", "fill_"))
+        # idemgate rounds (the cache fill passes and the embedded-store
+        # instance included), nginx+Lua rounds.
+        self.is_emb = self.kind.startswith("emb_")
+        self.is_gate = self.kind.startswith(("first", "replay", "fill_", "emb_"))
         self.is_lua = self.kind.startswith("lua_")
-        self.uses_redis = self.is_gate or self.is_lua
+        self.uses_redis = (self.is_gate and not self.is_emb) or self.is_lua
         # idemgate's own count also covers requests still in flight when wrk
         # stopped (they are served and settled); wrk's count does not.
         self.served = self.gate_total if self.is_gate and self.gate_total > 0 else self.requests
@@ -109,7 +115,8 @@ def fmt(value, digits=1, suffix=""):
 
 
 # Sections of RESULTS.md written by hand and carried over by every run.
-KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood")
+KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood",
+                 "## Embedded store, before and after group commit", "## Peak RSS per store")
 
 
 def main():
@@ -135,13 +142,16 @@ def main():
         "lua_replay": {"by_index": index_of("lua_replay"),
                        "peak": None,
                        "rounds": by_kind.get("lua_replay", [])},
+        # idemgate on Redis, the reference of the embedded-store rows.
+        "first": {"by_index": index_of("first"), "peak": None, "rounds": by_kind.get("first", [])},
+        "replay": {"by_index": index_of("replay"), "peak": None, "rounds": by_kind.get("replay", [])},
     }
 
     def lua_ref(kind):
         """The nginx+Lua kind an idemgate kind is compared with, or None."""
-        if kind.startswith("first"):
+        if kind.startswith(("first", "emb_first")):
             return "lua_first"
-        if kind.startswith("replay"):
+        if kind.startswith(("replay", "emb_replay")):
             return "lua_replay"
         return None
 
@@ -167,6 +177,8 @@ def main():
         ("lua_replay", "nginx+Lua replays"),
         ("first", "idemgate first deliveries"),
         ("replay", "idemgate replays"),
+        ("emb_first", "idemgate first deliveries, embedded store"),
+        ("emb_replay", "idemgate replays, embedded store"),
         ("nginx_peak", "nginx pass-through"),
         ("lua_first_peak", "nginx+Lua first deliveries"),
         ("first_peak", "idemgate first deliveries"),
@@ -203,7 +215,10 @@ def main():
             "evalsha": median([r.evalsha for r in rs]) if rs[0].uses_redis else None,
             "non2xx": sum(r.non2xx for r in rs),
             "socket_errors": sum(r.socket_errors for r in rs),
-            "hwm": max(r.hwm_kb for r in rs) if rs[0].uses_redis else None,
+            "hwm": max(r.hwm_kb for r in rs) if rs[0].uses_redis or rs[0].is_emb else None,
+            # Embedded-store rows against idemgate on Redis, same round index.
+            "ratio_redis": paired(rs, "rps", ratio, kind[4:]) if rs[0].is_emb else None,
+            "dp99_redis": paired(rs, "p99", diff, kind[4:]) if rs[0].is_emb else None,
             "conns": rs[0].conns,
             "rounds": len(rs),
         }
@@ -258,6 +273,7 @@ def main():
         return ("PASS" if ok else "FAIL") if ok is not None else "n/a", text
 
     first, replay = summary.get("first", {}), summary.get("replay", {})
+    emb_first, emb_replay = summary.get("emb_first", {}), summary.get("emb_replay", {})
     lua_first, lua_replay = summary.get("lua_first", {}), summary.get("lua_replay", {})
     peak = summary.get("first_peak", {})
     mf, mr = monitor.get("monitor-first"), monitor.get("monitor-replay")
@@ -276,6 +292,10 @@ def main():
     first_ok = None
     if first.get("ratio_lua") is not None and first.get("dp99_lua") is not None:
         first_ok = first["ratio_lua"] >= 1.25 and first["dp99_lua"] <= 0.0
+    # The embedded store: first deliveries as fast as on Redis, p99 no worse.
+    emb_ok = None
+    if emb_first.get("ratio_redis") is not None and emb_first.get("dp99_redis") is not None:
+        emb_ok = emb_first["ratio_redis"] >= 1.0 and emb_first["dp99_redis"] <= 0.0
     cache_bytes = int(meta.get("cache_bytes") or 33554432)
     cache_on = meta.get("cache_on", "0") == "1"
     rss_limit_kb = 64 * MIB + cache_bytes / 1024
@@ -299,6 +319,11 @@ def main():
                  f"{fmt(first.get('ratio_lua'), 2, '×')} nginx+Lua; p99 {fmt(first.get('p99'), 2)} ms vs "
                  f"{fmt(lua_first.get('p99'), 2)} ms (paired Δ "
                  f"{'—' if first.get('dp99_lua') is None else format(first['dp99_lua'], '+.2f')} ms)")),
+        ("embedded store, first deliveries: ≥ 1.0× idemgate on Redis req/s; p99 ≤ Redis p99 (paired)",
+         *target(emb_ok,
+                 f"{fmt(emb_first.get('ratio_redis'), 3, '×')} Redis; p99 {fmt(emb_first.get('p99'), 2)} ms vs "
+                 f"{fmt(first.get('p99'), 2)} ms (paired Δ "
+                 f"{'—' if emb_first.get('dp99_redis') is None else format(emb_first['dp99_redis'], '+.2f')} ms)")),
         ("first deliveries, CPU per request",
          "n/a", "see bench/ab (paired A/B of two builds; not measured by bench/run)"),
         (f"peak RSS at {meta.get('peak_conns', '256')} connections with a full replay cache: "
@@ -345,6 +370,19 @@ def main():
          "info",
          f"{fmt(lua_first.get('ratio'), 2, '×')} / {fmt(lua_replay.get('ratio'), 2, '×')} req/s"),
     ]
+
+    # The embedded store against Redis, paired per round index.
+    emb_rows = []
+    for kind, ref, name in (("emb_first", "first", "first deliveries"), ("emb_replay", "replay", "replays")):
+        e, b = summary.get(kind), summary.get(ref)
+        if not e or not b:
+            continue
+        dp = "—" if e.get("dp99_redis") is None else f"{e['dp99_redis']:+.2f}"
+        emb_rows.append(
+            f"| {name} | {fmt(e['rps'], 0)} | {fmt(b['rps'], 0)} | {fmt(e.get('ratio_redis'), 3, '×')} "
+            f"| {fmt(e['p50'], 2)} / {fmt(b['p50'], 2)} | {fmt(e['p99'], 2)} / {fmt(b['p99'], 2)} | {dp} "
+            f"| {fmt(e['cpu'], 1)} / {fmt(b['cpu'], 1)} |"
+        )
 
     # Per-round raw numbers.
     raw = [
@@ -399,12 +437,15 @@ def main():
             section = old.split(heading, 1)[1].split("\n## ", 1)[0]
             kept += [heading, "", *section.strip("\n").splitlines(), ""]
     if "## History" in old:
-        history = [line for line in old.split("## History", 1)[1].splitlines() if line.startswith("- ")]
+        history = [line for line in old.split("## History", 1)[1].split("\n## ", 1)[0].splitlines()
+                   if line.startswith("- ")]
     history.append(
         f"- {meta.get('date')} `{meta.get('commit')}`{' (src modified)' if meta.get('dirty', '0') != '0' else ''}: "
         f"first {fmt(first.get('ratio'), 2, '×')} nginx / {fmt(first.get('ratio_lua'), 2, '×')} nginx+Lua, "
         f"replay {fmt(replay.get('ratio'), 2, '×')} nginx / {fmt(replay.get('ratio_lua'), 2, '×')} nginx+Lua, "
         f"Δp99 first vs nginx+Lua {first.get('dp99_lua') or 0:+.2f} ms, "
+        f"embedded store first/replay {fmt(emb_first.get('ratio_redis'), 2, '×')}/"
+        f"{fmt(emb_replay.get('ratio_redis'), 2, '×')} Redis (p99 first {fmt(emb_first.get('p99'), 1)} ms), "
         f"idemgate CPU {fmt(first.get('cpu'), 1)}/{fmt(replay.get('cpu'), 1)} µs/req, EVALSHA/req {fmt(first.get('evalsha'), 3)}/{fmt(replay.get('evalsha'), 4)}, "
         f"VmHWM@{meta.get('peak_conns')} {fmt(peak.get('hwm', 0) / MIB if peak else None, 1, ' MiB')} "
         f"(replay_cache_bytes {cache_bytes}{'' if cache_on else ', default'}), "
@@ -428,7 +469,7 @@ def main():
     out = [
         "# idemgate benchmark results",
         "",
-        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood and History sections are kept). "
+        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood, Embedded store before and after group commit, Peak RSS per store and History sections are kept). "
         "The 2-core machine is shared and noisy: compare ratios against the two references measured in the same run "
         "(the nginx pass-through and the nginx+Lua gate), not absolute numbers across runs.",
         "",
@@ -451,8 +492,8 @@ def main():
         + (" (tokio current-thread scheduler, one Redis connection)" if meta.get("workers", "1") == "1"
            else " (tokio multi-thread scheduler, one Redis connection per thread)"),
         f"- load: `wrk -t{meta.get('threads')} -c{meta.get('conns')} -d{meta.get('seconds')}s --latency`, "
-        f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay, lua_first, "
-        f"lua_replay), then "
+        f"{meta.get('rounds')} alternating rounds of each kind (direct, nginx, first, replay, emb_first, "
+        f"emb_replay, lua_first, lua_replay), then "
         + (f"a replay-cache fill ({meta.get('fill_keys')} distinct keys delivered, then duplicated; "
            f"2 passes of ≤ {meta.get('fill_seconds')} s), " if meta.get("fill", "1") == "1" else "")
         + f"one nginx, one nginx+Lua and one idemgate-first round at -c{meta.get('peak_conns')}",
@@ -490,6 +531,20 @@ def main():
         "- VmHWM: idemgate's peak resident set since start (it has served every earlier round by then, and at "
         "-c256 the replay-cache fill); in nginx+Lua rows the Lua worker's.",
         "",
+        *([
+            "## Embedded store against Redis",
+            "",
+            "A second idemgate with the same configuration on the embedded store (`kind = \"embedded\"`, a "
+            "redb file in the bench's temp dir on the machine's disk: every claim and answer a durable commit), "
+            "measured in the same alternating cycle as the Redis rows. × Redis and Δp99: median over rounds of "
+            "embedded round i against Redis round i.",
+            "",
+            "| kind | embedded req/s | Redis req/s | × Redis (paired) | p50 ms emb / Redis | p99 ms emb / Redis "
+            "| Δp99 ms (paired) | idemgate CPU µs/req emb / Redis |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            *emb_rows,
+            "",
+        ] if emb_rows else []),
         "## Redis commands",
         "",
         probe_text,

@@ -14,11 +14,13 @@
 //! the sweeper removes it.
 //!
 //! [`index`] adds the durable inbox's sorted indexes of key hashes (two more
-//! tables in the same file).
+//! tables in the same file); [`open`] refuses, at start-up, a file that
+//! was emptied, deleted, replaced or damaged.
 
 mod books;
 mod index;
 mod listing;
+mod open;
 mod owed;
 
 use std::path::Path;
@@ -188,20 +190,10 @@ fn deadline(now: u64, ttl: Duration) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the database file, creating its parent folder.
+    /// Opens (or, on a first start, creates) the database file, refusing
+    /// one that was emptied, deleted, replaced or damaged ([`open`]).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(backend)?;
-        }
-        let db = Database::create(path).map_err(backend)?;
-        let txn = db.begin_write().map_err(backend)?;
-        txn.open_table(RECORDS).map_err(backend)?;
-        txn.open_table(EXPIRIES).map_err(backend)?;
-        txn.open_table(index::SCORES).map_err(backend)?;
-        txn.open_table(index::ORDER).map_err(backend)?;
-        txn.open_table(books::BOOKS).map_err(backend)?;
-        txn.open_table(owed::OWED).map_err(backend)?;
-        txn.commit().map_err(backend)?;
+        let db = open::open_database(path).map_err(backend)?;
         Ok(Self { db: Arc::new(db) })
     }
 

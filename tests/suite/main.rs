@@ -45,6 +45,7 @@ mod signatures;
 mod status_class;
 mod store_auth;
 mod store_contract;
+mod store_integrity;
 mod store_pressure;
 mod systemd;
 mod tracing;

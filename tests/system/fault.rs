@@ -31,6 +31,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RECORDS: &str = "idemgate:pay:*";
 
 mod cluster;
+mod embedded_kills;
 mod failover;
 mod inbox_failover;
 mod instances;

@@ -1,0 +1,433 @@
+//! Opening the embedded store's file at start-up, refusing a file that
+//! would make idemgate forget answers it gave.
+//!
+//! Two faults look like a healthy start to redb: a file truncated to
+//! 0 bytes (or deleted) is simply initialised again, empty, so every
+//! delivery answered before executes again on its retry; and a file
+//! altered outside redb (a flipped byte, garbage written mid-file) opens
+//! as if nothing happened, then misreads or panics. So:
+//!
+//! - every open of an existing file runs redb's integrity check
+//!   ([`redb::Builder::set_check_integrity_on_open`]: the checksum of every
+//!   page of the committed trees, then the allocator rebuilt), and a file
+//!   that fails it is refused;
+//! - a small sidecar file, the *marker* (`<file>.marker`), is written once
+//!   the database is durably created. It holds a random store id that is
+//!   also stored inside the database (table `meta`). A marker with a
+//!   missing, empty or differently-identified database is refused: that
+//!   file was lost, not never created. Deleting the marker is the
+//!   deliberate way to start empty.
+//!
+//! A first start creates the database under a temporary name and renames
+//! it into place only once its tables and id are committed, then writes
+//! the marker: a crash before the rename leaves no database (the next
+//! start is a first start again), a crash between the rename and the
+//! marker leaves a database with an id and no marker, which the next
+//! start accepts and writes the marker for. A database from a release
+//! without markers (no id inside) is given an id and a marker.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use tokio::time::Instant;
+
+use redb::{Builder, Database, DatabaseError, ReadableTable, StorageError, TableDefinition};
+
+/// Store-wide facts, one value per name: today only [`STORE_ID`].
+const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("meta");
+/// The name of the store id in [`META`].
+const STORE_ID: &str = "store_id";
+/// The marker's first line, for whoever finds the file.
+const MARKER_HEADER: &str = "# idemgate embedded store marker: the database file next to me was created by idemgate \
+     and holds answered deliveries. Delete me only to start with an empty store on purpose \
+     (docs/operations.md, \"Embedded store start-up check\").";
+/// The prefix of the marker line that holds the id.
+const MARKER_ID: &str = "store_id ";
+
+/// Why the store file was not opened. Each message is one line naming the
+/// file, what was found and what the operator can do.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// The marker says idemgate created the database, but it is gone.
+    #[error(
+        "{path} is missing, but {marker} says idemgate created it: starting empty would forget every \
+         answered delivery and execute its retries again; restore the file, or delete {marker} to \
+         start with an empty store on purpose"
+    )]
+    Missing {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+    },
+    /// The marker says idemgate created the database, but it is 0 bytes.
+    #[error(
+        "{path} is empty (0 bytes), but {marker} says idemgate created it: starting empty would \
+         forget every answered delivery and execute its retries again; restore the file, or delete \
+         {marker} to start with an empty store on purpose"
+    )]
+    Emptied {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+    },
+    /// The database is not the one the marker was written for.
+    #[error(
+        "{path} is not the store {marker} was written for (store id {found} instead of {expected}): \
+         put the right file back, or delete {marker} to start on this file on purpose"
+    )]
+    Foreign {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+        /// The id the marker holds.
+        expected: StoreId,
+        /// The id the database holds (`none` for a database without one).
+        found: FoundId,
+    },
+    /// redb refused the file or its integrity check failed.
+    #[error(
+        "{path} is damaged ({reason}): idemgate refuses to start on it rather than forget or misread \
+         answers; restore it from a backup, or move it away and delete {marker} to start with an \
+         empty store on purpose"
+    )]
+    Damaged {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+        /// What redb reported.
+        reason: String,
+    },
+    /// Another process holds the database's lock.
+    #[error(
+        "{path} is open in another process (another idemgate on the same file?): stop it, or give \
+         this instance its own [store] path"
+    )]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The marker exists but does not hold a store id.
+    #[error(
+        "{marker} is not an idemgate store marker ({reason}): restore it, or delete it to have \
+         idemgate write it again from {path}'s store id (or start empty if {path} is gone)"
+    )]
+    BadMarker {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A file system call failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A store's random identity, shared by the database and its marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoreId([u8; 16]);
+
+impl StoreId {
+    fn random() -> Self {
+        let mut id = [0; 16];
+        getrandom::fill(&mut id).expect("the operating system has no random source");
+        Self(id)
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        <[u8; 16]>::try_from(bytes).ok().map(Self)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        hex::decode(text.trim())
+            .ok()
+            .and_then(|b| Self::from_bytes(&b))
+    }
+}
+
+impl fmt::Display for StoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+/// The id found in a database, if it has one (for [`OpenError::Foreign`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FoundId(Option<StoreId>);
+
+impl fmt::Display for FoundId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(id) => id.fmt(f),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+/// What is at the database's path before the open.
+enum FileState {
+    Missing,
+    Empty,
+    Present,
+}
+
+/// `path` with `suffix` appended to its file name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name: OsString = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// The marker file of the database at `path`: `<path>.marker`.
+fn marker_path(path: &Path) -> PathBuf {
+    sibling(path, ".marker")
+}
+
+fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
+    move |source| OpenError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The database's folder ("." for a bare file name).
+fn folder(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Makes a rename or a new file in `dir` durable.
+fn sync_folder(dir: &Path) -> Result<(), OpenError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the folder", dir))
+}
+
+/// Opens the database at `path` for the embedded store (see the module
+/// docs): creates it on a first start, checks it otherwise, and returns it
+/// with every table the store uses created.
+pub(super) fn open_database(path: &Path) -> Result<Database, OpenError> {
+    std::fs::create_dir_all(folder(path)).map_err(io("create the folder of", path))?;
+    let marker = marker_path(path);
+    let expected = read_marker(path, &marker)?;
+    let state = match std::fs::metadata(path) {
+        Ok(meta) if meta.len() == 0 => FileState::Empty,
+        Ok(_) => FileState::Present,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileState::Missing,
+        Err(e) => return Err(io("read the metadata of", path)(e)),
+    };
+    match (expected, state) {
+        (Some(_), FileState::Missing) => Err(OpenError::Missing {
+            path: path.to_owned(),
+            marker,
+        }),
+        (Some(_), FileState::Empty) => Err(OpenError::Emptied {
+            path: path.to_owned(),
+            marker,
+        }),
+        (None, FileState::Missing | FileState::Empty) => create(path, &marker),
+        (expected, FileState::Present) => open_existing(path, &marker, expected),
+    }
+}
+
+/// The id the marker holds; `None` when there is no marker.
+fn read_marker(path: &Path, marker: &Path) -> Result<Option<StoreId>, OpenError> {
+    let text = match std::fs::read_to_string(marker) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(bad_marker(path, marker, "not UTF-8"));
+        }
+        Err(e) => return Err(io("read", marker)(e)),
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix(MARKER_ID))
+        .and_then(StoreId::parse)
+        .map(Some)
+        .ok_or_else(|| bad_marker(path, marker, "no store_id line"))
+}
+
+fn bad_marker(path: &Path, marker: &Path, reason: &str) -> OpenError {
+    OpenError::BadMarker {
+        path: path.to_owned(),
+        marker: marker.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Writes the marker for `id` atomically (temporary file, fsync, rename,
+/// fsync of the folder).
+fn write_marker(marker: &Path, id: StoreId) -> Result<(), OpenError> {
+    let temporary = sibling(marker, ".tmp");
+    let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
+    writeln!(file, "{MARKER_HEADER}\n{MARKER_ID}{id}")
+        .and_then(|()| file.sync_all())
+        .map_err(io("write", &temporary))?;
+    std::fs::rename(&temporary, marker).map_err(io("write", marker))?;
+    sync_folder(folder(marker))
+}
+
+/// Maps redb's refusal of the file at `path`.
+fn refused(path: &Path, marker: &Path, error: DatabaseError) -> OpenError {
+    let reason = error.to_string();
+    match error {
+        DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
+            path: path.to_owned(),
+        },
+        DatabaseError::Storage(StorageError::Io(source)) => OpenError::Io {
+            action: "open",
+            path: path.to_owned(),
+            source,
+        },
+        _ => OpenError::Damaged {
+            path: path.to_owned(),
+            marker: marker.to_owned(),
+            reason,
+        },
+    }
+}
+
+/// A first start: the database is created under a temporary name with
+/// its tables and a new id, renamed into place, and the marker written.
+fn create(path: &Path, marker: &Path) -> Result<Database, OpenError> {
+    let temporary = sibling(path, ".creating");
+    match std::fs::remove_file(&temporary) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("remove the unfinished", &temporary)(e)),
+    }
+    let id = StoreId::random();
+    let db = Database::create(&temporary).map_err(|e| refused(&temporary, marker, e))?;
+    prepare(&db, path, marker, Settle::Create(id))?;
+    db.close().map_err(|e| refused(&temporary, marker, e))?;
+    std::fs::rename(&temporary, path).map_err(io("move the new database to", path))?;
+    sync_folder(folder(path))?;
+    write_marker(marker, id)?;
+    tracing::info!(path = %path.display(), store_id = %id, "created the embedded store");
+    Builder::new()
+        .open(path)
+        .map_err(|e| refused(path, marker, e))
+}
+
+/// Opens an existing database with the integrity check and matches its id
+/// against the marker's (`expected`; `None`: no marker).
+fn open_existing(
+    path: &Path,
+    marker: &Path,
+    expected: Option<StoreId>,
+) -> Result<Database, OpenError> {
+    let started = Instant::now();
+    let db = Builder::new()
+        .set_check_integrity_on_open(true)
+        .open(path)
+        .map_err(|e| refused(path, marker, e))?;
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    tracing::info!(
+        path = %path.display(),
+        bytes,
+        elapsed_ms = started.elapsed().as_millis(),
+        "embedded store passed its integrity check"
+    );
+    let settle = expected.map_or(Settle::Adopt, Settle::Expect);
+    let found = prepare(&db, path, marker, settle)?;
+    if expected.is_none() {
+        write_marker(marker, found)?;
+        tracing::warn!(
+            path = %path.display(),
+            marker = %marker.display(),
+            store_id = %found,
+            "the embedded store had no marker (an older release, or a first start cut short): wrote it"
+        );
+    }
+    Ok(db)
+}
+
+/// How [`prepare`] settles the database's store id.
+#[derive(Clone, Copy)]
+enum Settle {
+    /// A new database: store this id.
+    Create(StoreId),
+    /// The marker holds this id: the database must hold it too.
+    Expect(StoreId),
+    /// No marker: keep the database's id, or give it one.
+    Adopt,
+}
+
+/// Creates every table the store uses and settles the store id (see
+/// [`Settle`]) in one write transaction; returns the database's id.
+fn prepare(
+    db: &Database,
+    path: &Path,
+    marker: &Path,
+    settle: Settle,
+) -> Result<StoreId, OpenError> {
+    let damaged = |e: &dyn fmt::Display| OpenError::Damaged {
+        path: path.to_owned(),
+        marker: marker.to_owned(),
+        reason: e.to_string(),
+    };
+    let txn = db.begin_write().map_err(|e| damaged(&e))?;
+    for result in [
+        txn.open_table(super::RECORDS).map(drop),
+        txn.open_table(super::EXPIRIES).map(drop),
+        txn.open_table(super::index::SCORES).map(drop),
+        txn.open_table(super::index::ORDER).map(drop),
+        txn.open_table(super::books::BOOKS).map(drop),
+        txn.open_table(super::owed::OWED).map(drop),
+    ] {
+        result.map_err(|e| damaged(&e))?;
+    }
+    let id = {
+        let mut meta = txn.open_table(META).map_err(|e| damaged(&e))?;
+        let stored = meta
+            .get(STORE_ID)
+            .map_err(|e| damaged(&e))?
+            .map(|guard| StoreId::from_bytes(guard.value()));
+        let id = match (stored, settle) {
+            (Some(None), _) => return Err(damaged(&"its store id is not 16 bytes")),
+            (Some(Some(found)), Settle::Expect(expected)) if found != expected => {
+                return Err(foreign(path, marker, expected, Some(found)));
+            }
+            (Some(Some(found)), _) => found,
+            (None, Settle::Expect(expected)) => {
+                return Err(foreign(path, marker, expected, None));
+            }
+            (None, Settle::Create(id)) => id,
+            (None, Settle::Adopt) => StoreId::random(),
+        };
+        if stored.is_none() {
+            meta.insert(STORE_ID, id.0.as_slice())
+                .map_err(|e| damaged(&e))?;
+        }
+        id
+    };
+    txn.commit().map_err(|e| damaged(&e))?;
+    Ok(id)
+}
+
+fn foreign(path: &Path, marker: &Path, expected: StoreId, found: Option<StoreId>) -> OpenError {
+    OpenError::Foreign {
+        path: path.to_owned(),
+        marker: marker.to_owned(),
+        expected,
+        found: FoundId(found),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! The embedded store's start-up check (docs/operations.md, "Embedded
+//! store start-up check"): a file emptied, deleted, altered or replaced
+//! under its marker is refused, never taken for a first start; a clean
+//! restart and a database from a release without markers start.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::*;
+
+/// How many answered deliveries the damaged files hold.
+const KEYS: usize = 300;
+
+/// A store file with `KEYS` answered deliveries (`k-0` …), idemgate
+/// stopped: the folder, the database path and the configuration.
+async fn answered_store(upstream: &Upstream) -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.redb");
+    let text = config_text(&embedded_store(&path), &upstream.url(), "");
+    let gate = Gate::start(&text).await;
+    let url = gate.url("/notify");
+    let tasks: Vec<_> = (0..8)
+        .map(|lane| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                for i in (lane..KEYS).step_by(8) {
+                    assert_eq!(deliver(&url, &payment(&format!("k-{i}"))).await.status, 200);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    gate.stop().await;
+    (dir, path, text)
+}
+
+/// Why idemgate refused to start on `text`.
+async fn refusal(text: &str) -> String {
+    let config = idemgate::config::Config::parse(text).unwrap();
+    match idemgate::app::start(config, None).await {
+        Ok(app) => {
+            app.stop().await;
+            panic!("idemgate started on a damaged store");
+        }
+        Err(error) => error.to_string(),
+    }
+}
+
+fn marker(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap().to_os_string();
+    name.push(".marker");
+    path.with_file_name(name)
+}
+
+/// The byte offsets of every copy of the record key stored nearest the
+/// middle of the file (records and expiries hold it, and an older page
+/// version may still be on disk).
+fn middle_key_copies(file: &[u8]) -> Vec<usize> {
+    let prefix = b"idemgate:pay:";
+    let starts: Vec<usize> = file
+        .windows(prefix.len())
+        .enumerate()
+        .filter(|(_, w)| *w == prefix)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!starts.is_empty(), "no stored key found in the file");
+    let middle = file.len() / 2;
+    let at = *starts.iter().min_by_key(|&&i| i.abs_diff(middle)).unwrap();
+    let key = &file[at..at + prefix.len() + 64];
+    starts
+        .into_iter()
+        .filter(|&i| file.get(i..i + key.len()) == Some(key))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_starts_and_replays_every_answer() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    assert!(marker(&path).exists(), "the first start writes the marker");
+    let gate = Gate::start(&text).await;
+    for i in [0, KEYS / 2, KEYS - 1] {
+        let answer = deliver(&gate.url("/notify"), &payment(&format!("k-{i}"))).await;
+        assert_eq!(answer.replayed(), Some("true"), "k-{i}");
+    }
+    assert_eq!(upstream.calls(), KEYS);
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_truncated_to_zero_bytes_is_refused() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    std::fs::File::create(&path).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is empty (0 bytes)"), "{error}");
+    assert!(error.contains(&path.display().to_string()), "{error}");
+    assert!(
+        error.contains(&format!("delete {}", marker(&path).display())),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_store_with_its_marker_left_is_refused_and_deleting_the_marker_starts_fresh() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    std::fs::remove_file(&path).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is missing"), "{error}");
+    assert!(!path.exists(), "the refusal created nothing");
+    std::fs::remove_file(marker(&path)).unwrap();
+    let gate = Gate::start(&text).await;
+    let answer = deliver(&gate.url("/notify"), &payment("k-0")).await;
+    assert_eq!(answer.replayed(), Some("false"), "a deliberate fresh start");
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_a_stored_key_is_refused() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    let mut file = std::fs::read(&path).unwrap();
+    // The last hex digit of the key nearest the middle of the file, in
+    // every page that holds it.
+    for at in middle_key_copies(&file) {
+        file[at + "idemgate:pay:".len() + 63] ^= 0x01;
+    }
+    std::fs::write(&path, &file).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is damaged"), "{error}");
+    assert!(error.contains("restore it from a backup"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_written_mid_file_is_refused() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    let mut file = std::fs::read(&path).unwrap();
+    // 16 KiB of garbage from the start of the 4 KiB page that holds the
+    // key nearest the middle.
+    let page = middle_key_copies(&file)[0] / 4096 * 4096;
+    let end = (page + 16 * 1024).min(file.len());
+    for (i, byte) in file[page..end].iter_mut().enumerate() {
+        *byte = i.to_le_bytes()[0].wrapping_mul(151).wrapping_add(7);
+    }
+    std::fs::write(&path, &file).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is damaged"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_store_s_file_under_the_marker_is_refused() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    let (_other_dir, other) = temp_embedded_store();
+    let other_path = _other_dir.path().join("idemgate.redb");
+    let gate = Gate::start(&config_text(&other, &upstream.url(), "")).await;
+    gate.stop().await;
+    std::fs::copy(&other_path, &path).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is not the store"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_a_release_without_markers_starts_replays_and_gets_its_marker() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    // What the previous release left: the records, no id, no marker.
+    std::fs::remove_file(marker(&path)).unwrap();
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let meta: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("meta");
+        assert!(
+            txn.delete_table(meta).unwrap(),
+            "the store id lives in table meta"
+        );
+        txn.commit().unwrap();
+    }
+    let gate = Gate::start(&text).await;
+    let answer = deliver(&gate.url("/notify"), &payment("k-7")).await;
+    assert_eq!(answer.replayed(), Some("true"));
+    assert_eq!(upstream.calls(), KEYS);
+    gate.stop().await;
+    assert!(marker(&path).exists(), "the upgrade wrote the marker");
+    // And the marker now guards the file.
+    std::fs::File::create(&path).unwrap();
+    assert!(refusal(&text).await.contains("is empty (0 bytes)"));
+}
+
+#[test]
+fn the_binary_exits_non_zero_with_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.redb");
+    let text = config_text(&embedded_store(&path), "http://127.0.0.1:9", "");
+    // A first start writes the database and its marker.
+    let mut gate = GateProcess::start(&text);
+    assert!(gate.terminate().success());
+    std::fs::File::create(&path).unwrap();
+    let config = dir.path().join("idemgate.toml");
+    std::fs::write(&config, &text).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("idemgate kept running on an emptied store");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = printed.lines().filter(|l| l.contains("0 bytes")).collect();
+    assert_eq!(lines.len(), 1, "{printed}");
+    assert!(lines[0].contains(&path.display().to_string()), "{printed}");
+}
