@@ -20,13 +20,18 @@ mod books;
 mod index;
 mod listing;
 mod owed;
+mod writer;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
+
+pub use self::writer::GroupCommit;
+use self::writer::{Job, Pending, Shared};
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
@@ -60,10 +65,30 @@ enum Owned {
     No,
 }
 
-/// The redb-backed store.
+/// The redb-backed store: cheap to clone, all clones share one writer.
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    inner: Arc<Inner>,
+}
+
+/// The writer thread and the state it shares with the readers. Dropping
+/// the last handle stops the thread and closes the file (so it can be
+/// opened again at once).
+struct Inner {
+    shared: Arc<Shared>,
+    jobs: Option<mpsc::Sender<Box<dyn Pending>>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("embedded store writer thread panicked");
+        }
+    }
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -188,8 +213,36 @@ fn deadline(now: u64, ttl: Duration) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the database file, creating its parent folder.
+    /// Opens (or creates) the database file, creating its parent folder,
+    /// with the default [`GroupCommit`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, GroupCommit::default())
+    }
+
+    /// Opens (or creates) the database file and starts its writer thread,
+    /// which groups writes into commits as `group` says.
+    pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
+        let db = Self::open_database(path)?;
+        let shared = Arc::new(Shared::new(path.to_owned(), db));
+        let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("idemgate-store-writer".into())
+                .spawn(move || writer::run(&shared, &queue, group))
+                .map_err(backend)?
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shared,
+                jobs: Some(jobs),
+                writer: Some(writer),
+            }),
+        })
+    }
+
+    /// Opens (or creates) the database file with every table.
+    fn open_database(path: &Path) -> Result<Database, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(backend)?;
         }
@@ -202,30 +255,35 @@ impl EmbeddedStore {
         txn.open_table(books::BOOKS).map_err(backend)?;
         txn.open_table(owed::OWED).map_err(backend)?;
         txn.commit().map_err(backend)?;
-        Ok(Self { db: Arc::new(db) })
+        Ok(db)
     }
 
-    /// Runs `op` in one write transaction on the blocking pool; commits if
-    /// it succeeds and reports a change, aborts otherwise. The one place
-    /// both the record operations and the inbox indexes open a write.
+    /// Hands `op` to the writer thread, which runs it in a write
+    /// transaction shared with whatever else is pending and answers once
+    /// the commit holding it is durable (`writer` module docs); a batch of
+    /// operations that all report no change is not committed. `op` may run
+    /// more than once (again after a batch-mate failed), so it must not
+    /// act outside the transaction. The one place both the record
+    /// operations and the inbox indexes write.
     pub(super) async fn transact<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&redb::WriteTransaction) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&redb::WriteTransaction) -> Result<(T, bool), StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(backend)?;
-            let (value, changed) = op(&txn)?;
-            if changed {
-                txn.commit().map_err(backend)?;
-            } else {
-                txn.abort().map_err(backend)?;
-            }
-            Ok(value)
-        })
-        .await
-        .map_err(backend)?
+        if let Some(error) = self.inner.shared.failure() {
+            return Err(error);
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let stopped = || StoreError::Backend("embedded store writer stopped".into());
+        self.inner
+            .jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(Box::new(Job::new(op, reply)))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| {
+            StoreError::Backend("embedded store writer failed during the commit".into())
+        })?
     }
 
     /// Runs `op` on `table` in one read transaction on the blocking pool:
@@ -242,9 +300,9 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&redb::ReadOnlyTable<K, V>) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
+        let shared = Arc::clone(&self.inner.shared);
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
+            let txn = shared.database()?.begin_read().map_err(backend)?;
             let table = txn.open_table(table).map_err(backend)?;
             op(&table)
         })
@@ -258,7 +316,7 @@ impl EmbeddedStore {
     async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'t> FnOnce(
+        F: for<'t> FnMut(
                 &'t redb::WriteTransaction,
                 &mut Records<'t>,
                 &mut Expiries<'t>,
@@ -267,6 +325,7 @@ impl EmbeddedStore {
             + Send
             + 'static,
     {
+        let mut op = op;
         self.transact(move |txn| {
             let mut records = txn.open_table(RECORDS).map_err(backend)?;
             let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
@@ -280,9 +339,10 @@ impl EmbeddedStore {
     async fn write_key<T, F>(&self, key: &StoreKey, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         let key = key.clone();
+        let mut op = op;
         self.write(move |txn, records, expiries, now| {
             op(&mut Slot {
                 txn,
@@ -321,22 +381,23 @@ impl EmbeddedStore {
             if owned == Owned::No {
                 return Ok((owned, false));
             }
-            let (bytes, ttl) = match change {
+            match &change {
                 Change::Release => {
                     slot.delete()?;
-                    return Ok((owned, true));
                 }
                 Change::Complete(bytes, ttl, owes) => {
-                    if owes {
+                    if *owes {
                         slot.mark_owed(true)?;
                     }
-                    (bytes, ttl)
+                    slot.put(*ttl, bytes)?;
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
-                Change::Renew(ttl) => (slot.stored_record()?.unwrap_or_default(), ttl),
-            };
-            slot.put(ttl, &bytes)?;
+                Change::Renew(ttl) => {
+                    let bytes = slot.stored_record()?.unwrap_or_default();
+                    slot.put(*ttl, &bytes)?;
+                }
+            }
             Ok((owned, true))
         })
         .await
@@ -411,6 +472,13 @@ impl Store for EmbeddedStore {
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let encoded = record.encode().map_err(StoreError::from)?;
+        // A key that holds a live record is answered from a read: no write
+        // transaction, so replays are served while writes fail (a full
+        // disk) and never queue behind first deliveries' commits. A key
+        // found free is claimed by the write below, which looks again.
+        if let Some(existing) = self.lookup(key).await? {
+            return Ok(ClaimOutcome::Existing(existing));
+        }
         let found = self
             .write_key(key, move |slot| {
                 if let Some(entry) = slot.live()? {
@@ -488,11 +556,17 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    /// Ready while writes succeed (the writer's health) and a read opens.
     async fn ping(&self) -> Result<(), StoreError> {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || db.begin_read().map(|_| ()).map_err(backend))
-            .await
-            .map_err(backend)?
+        if let Some(error) = self.inner.shared.failure() {
+            return Err(error);
+        }
+        let shared = Arc::clone(&self.inner.shared);
+        tokio::task::spawn_blocking(move || {
+            shared.database()?.begin_read().map(|_| ()).map_err(backend)
+        })
+        .await
+        .map_err(backend)?
     }
 }
 

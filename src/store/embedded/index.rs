@@ -110,10 +110,10 @@ fn due(
 impl EmbeddedStore {
     /// Runs `op` on both index tables in one write transaction on the
     /// blocking pool; commits only if it succeeds and reports a change.
-    async fn index_write<T, F>(&self, op: F) -> Result<T, StoreError>
+    async fn index_write<T, F>(&self, mut op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         self.transact(move |txn| {
             let mut tables = Tables {
@@ -445,7 +445,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
         let total = PRUNE_BATCH as u64 * 2 + 7;
-        let db = Arc::clone(&store.db);
+        let db = store.inner.shared.database().unwrap();
         // One transaction for the setup: thousands of durable commits are slow.
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_write().unwrap();
