@@ -97,8 +97,10 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-fn backend<E: std::fmt::Display>(error: E) -> StoreError {
-    StoreError::Backend(error.to_string())
+/// A backend failure as a [`StoreError`]: [`StoreError::Full`] for a full
+/// disk, [`StoreError::Backend`] for everything else.
+fn backend<E: std::error::Error + 'static>(error: E) -> StoreError {
+    writer::storage(error)
 }
 
 /// A live stored entry: expiry and decoded record.
@@ -223,7 +225,14 @@ impl EmbeddedStore {
     /// which groups writes into commits as `group` says.
     pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
         let db = Self::open_database(path)?;
-        let shared = Arc::new(Shared::new(path.to_owned(), db));
+        let path = path.to_owned();
+        Self::start(db, Box::new(move || Database::create(&path)), group)
+    }
+
+    /// The store over `db`, reopened with `reopen` after a failure, with
+    /// its writer thread.
+    fn start(db: Database, reopen: writer::Opener, group: GroupCommit) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared::new(db, reopen));
         let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
         let writer = {
             let shared = Arc::clone(&shared);

@@ -258,7 +258,6 @@ impl EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
 

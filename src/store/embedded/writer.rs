@@ -36,7 +36,6 @@
 //! makes the store ready again. `/readyz` follows [`Shared::health`].
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -77,17 +76,20 @@ impl Default for GroupCommit {
 /// One queued write: runs inside the batch's transaction (maybe again, if
 /// a batch-mate failed), then is answered once with the batch's outcome.
 pub(super) trait Pending: Send {
-    /// Runs the operation in `txn`; whether it changed anything.
+    /// Runs the operation in `txn`; whether it changed anything. An
+    /// operation that failed once is not run again (`Ok(false)`).
     fn run(&mut self, txn: &WriteTransaction) -> Result<bool, StoreError>;
-    /// Answers the caller: `Ok` once the commit holding the write is
-    /// durable, the operation's own error, or the batch's.
+    /// Answers the caller: its own error if it failed, else `Ok` once the
+    /// commit holding the write is durable, or the batch's error.
     fn answer(self: Box<Self>, outcome: Result<(), StoreError>);
 }
 
 /// A [`Pending`] with its caller's reply channel.
 pub(super) struct Job<T, F> {
     op: F,
-    value: Option<T>,
+    /// The last run's result: the value (valid once committed) or the
+    /// operation's own error.
+    result: Option<Result<T, StoreError>>,
     reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
 }
 
@@ -96,7 +98,7 @@ impl<T, F> Job<T, F> {
     pub(super) fn new(op: F, reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>) -> Self {
         Self {
             op,
-            value: None,
+            result: None,
             reply,
         }
     }
@@ -108,16 +110,30 @@ where
     F: FnMut(&WriteTransaction) -> Result<(T, bool), StoreError> + Send,
 {
     fn run(&mut self, txn: &WriteTransaction) -> Result<bool, StoreError> {
-        let (value, changed) = (self.op)(txn)?;
-        self.value = Some(value);
-        Ok(changed)
+        if let Some(Err(_)) = self.result {
+            return Ok(false);
+        }
+        match (self.op)(txn) {
+            Ok((value, changed)) => {
+                self.result = Some(Ok(value));
+                Ok(changed)
+            }
+            Err(error) => {
+                self.result = Some(Err(error.clone()));
+                Err(error)
+            }
+        }
     }
 
     fn answer(self: Box<Self>, outcome: Result<(), StoreError>) {
-        let Self { value, reply, .. } = *self;
-        let answer = outcome.and_then(|()| {
-            value.ok_or_else(|| StoreError::Backend("embedded write answered before it ran".into()))
-        });
+        let Self { result, reply, .. } = *self;
+        let answer = match result {
+            Some(Err(own)) => Err(own),
+            Some(Ok(value)) => outcome.map(|()| value),
+            None => Err(outcome.err().unwrap_or_else(|| {
+                StoreError::Backend("embedded write answered before it ran".into())
+            })),
+        };
         // A caller that stopped waiting (timed out) needs no answer.
         drop(reply.send(answer));
     }
@@ -136,27 +152,35 @@ enum Health {
     },
 }
 
+/// How the database is opened again after a failure: `Database::create`
+/// on the same path (a test's failing backend in unit tests).
+pub(super) type Opener = Box<dyn Fn() -> Result<Database, redb::DatabaseError> + Send + Sync>;
+
 /// The state the writer thread and the readers share: the open database
 /// (swapped on reopen) and the store's health.
-#[derive(Debug)]
 pub(super) struct Shared {
-    path: PathBuf,
+    reopen: Opener,
     db: RwLock<Option<Arc<Database>>>,
     health: Mutex<Health>,
     /// Test seam: the next commits that fail, as if the disk did.
     #[cfg(test)]
-    pub(super) fail_commits: std::sync::atomic::AtomicUsize,
+    fail_commits: std::sync::atomic::AtomicUsize,
+    /// Test count of the commits that succeeded.
+    #[cfg(test)]
+    commits: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
-    /// Shared state over an open database.
-    pub(super) fn new(path: PathBuf, db: Database) -> Self {
+    /// Shared state over an open database, reopened with `reopen`.
+    pub(super) fn new(db: Database, reopen: Opener) -> Self {
         Self {
-            path,
+            reopen,
             db: RwLock::new(Some(Arc::new(db))),
             health: Mutex::new(Health::Ready),
             #[cfg(test)]
             fail_commits: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            commits: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -217,7 +241,7 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(old);
-        match catch_unwind(|| Database::create(&self.path)) {
+        match catch_unwind(AssertUnwindSafe(|| (self.reopen)())) {
             Ok(Ok(db)) => {
                 *self.db.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
             }
@@ -284,7 +308,19 @@ impl Shared {
                 return Err(StoreError::Backend("injected commit failure".into()));
             }
         }
-        txn.commit().map_err(storage)
+        txn.commit().map_err(storage)?;
+        #[cfg(test)]
+        self.commits
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("health", &self.health)
+            .finish_non_exhaustive()
     }
 }
 
@@ -293,20 +329,43 @@ fn reopening() -> StoreError {
     StoreError::Backend("embedded store is being reopened".into())
 }
 
-/// A redb error from the storage layer: `Full` when the disk is (writes
-/// are refused, reads still work, a retry later can succeed), `Backend`
-/// otherwise.
-fn storage<E: std::error::Error + 'static>(error: E) -> StoreError {
+/// A redb (or I/O) error as a store error: `Full` when the disk is full
+/// (writes are refused, reads still work, a retry later can succeed: the
+/// pipeline keeps trying to store an answer in hand), `Backend` otherwise.
+pub(super) fn storage<E: std::error::Error + 'static>(error: E) -> StoreError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::StorageFull
-        {
+        if disk_full(cause) {
             return StoreError::Full(error.to_string());
         }
         source = cause.source();
     }
     StoreError::Backend(error.to_string())
+}
+
+/// Whether `cause` is an I/O error saying the disk is full, bare or in
+/// one of the redb errors that carry a `StorageError` (they do not expose
+/// it as their `source`).
+fn disk_full(cause: &(dyn std::error::Error + 'static)) -> bool {
+    let io = |storage: &redb::StorageError| matches!(storage, redb::StorageError::Io(io) if io.kind() == std::io::ErrorKind::StorageFull);
+    if let Some(error) = cause.downcast_ref::<std::io::Error>() {
+        return error.kind() == std::io::ErrorKind::StorageFull;
+    }
+    if let Some(storage) = cause.downcast_ref::<redb::StorageError>() {
+        return io(storage);
+    }
+    let storage = if let Some(redb::CommitError::Storage(s)) = cause.downcast_ref() {
+        s
+    } else if let Some(redb::TransactionError::Storage(s)) = cause.downcast_ref() {
+        s
+    } else if let Some(redb::TableError::Storage(s)) = cause.downcast_ref() {
+        s
+    } else if let Some(redb::DatabaseError::Storage(s)) = cause.downcast_ref() {
+        s
+    } else {
+        return false;
+    };
+    io(storage)
 }
 
 /// Runs `work`, turning a panic into [`StoreError::Backend`]: redb can
@@ -345,18 +404,24 @@ pub(super) fn run(shared: &Shared, jobs: &Receiver<Box<dyn Pending>>, config: Gr
         let Some(first) = first else { continue };
         let batch = gather(first, jobs, config);
         if let Some(error) = shared.failure() {
-            for job in batch {
-                job.answer(Err(error.clone()));
-            }
+            answer_all(batch, &error);
             continue;
         }
-        let outcome = shared
-            .database()
-            .and_then(|db| guarded(|| commit_batch(shared, &db, batch)));
-        // On a panic the batch's jobs were dropped while unwinding: their
-        // callers see the reply channel close.
-        if let Err(error) = outcome {
-            shared.set_failing(error);
+        let db = match shared.database() {
+            Ok(db) => db,
+            Err(error) => {
+                answer_all(batch, &error);
+                continue;
+            }
+        };
+        let mut batch = batch;
+        if let Err(error) = guarded(|| commit_batch(shared, &db, &mut batch)) {
+            drop(db);
+            // Failing and reopened before the callers hear of it: a caller
+            // that retries at once sees the store as it now is, and a
+            // replay reads from a working database.
+            shared.set_failing(error.clone());
+            answer_all(batch, &error);
         }
     }
 }
@@ -390,65 +455,53 @@ fn gather(
     batch
 }
 
-/// Runs `batch` in one transaction and commits it (see the module docs);
-/// answers every job. `Err` when the writer itself failed (begin, abort or
-/// commit): every job it held was answered with that error.
+/// Runs `batch` in one transaction and commits it (see the module docs),
+/// answering and removing every job; `Err` when the writer itself failed
+/// (begin, abort, commit, or a panic), leaving the jobs to answer in
+/// `batch`. After an operation fails, the transaction is aborted and the
+/// others run again in a new one: that `begin_write` also tells whether
+/// the failure was the storage's (redb then refuses with `PreviousIo`).
 fn commit_batch(
     shared: &Shared,
     db: &Database,
-    mut batch: Vec<Box<dyn Pending>>,
+    batch: &mut Vec<Box<dyn Pending>>,
 ) -> Result<(), StoreError> {
     loop {
-        let txn = match db.begin_write().map_err(storage) {
-            Ok(txn) => txn,
-            Err(error) => return fail_all(batch, error),
-        };
+        let txn = db.begin_write().map_err(storage)?;
         let mut changed = false;
-        let mut failed = None;
-        for (at, job) in batch.iter_mut().enumerate() {
+        let mut failed = false;
+        for job in batch.iter_mut() {
             match job.run(&txn) {
                 Ok(change) => changed |= change,
-                Err(error) => {
-                    failed = Some((at, error));
+                Err(_) => {
+                    failed = true;
                     break;
                 }
             }
         }
-        if let Some((at, error)) = failed {
-            let aborted = txn.abort().map_err(storage);
-            batch.remove(at).answer(Err(error));
-            if let Err(error) = aborted {
-                return fail_all(batch, error);
-            }
-            if batch.is_empty() {
-                return Ok(());
-            }
+        if failed {
+            txn.abort().map_err(storage)?;
             continue;
         }
-        let outcome = if changed {
-            shared.commit(txn)
+        if changed {
+            shared.commit(txn)?;
+            shared.set_ready();
         } else {
-            txn.abort().map_err(storage)
-        };
-        return match outcome {
-            Ok(()) => {
-                if changed {
-                    shared.set_ready();
-                }
-                for job in batch {
-                    job.answer(Ok(()));
-                }
-                Ok(())
-            }
-            Err(error) => fail_all(batch, error),
-        };
+            txn.abort().map_err(storage)?;
+        }
+        for job in batch.drain(..) {
+            job.answer(Ok(()));
+        }
+        return Ok(());
     }
 }
 
-/// Answers every job with `error` and returns it.
-fn fail_all(batch: Vec<Box<dyn Pending>>, error: StoreError) -> Result<(), StoreError> {
+/// Answers every job of `batch` with `error`.
+fn answer_all(batch: Vec<Box<dyn Pending>>, error: &StoreError) {
     for job in batch {
         job.answer(Err(error.clone()));
     }
-    Err(error)
 }
+
+#[cfg(test)]
+mod tests;
