@@ -4,11 +4,20 @@
 //! Two tables: `records` maps a store key to `expires_at_ms (u64 BE) ++
 //! record bytes`; `expiries` indexes `(expires_at_ms, key)` so the sweeper
 //! deletes expired records in order without scanning everything. Expiry is
-//! wall-clock based because records must outlive a restart. Each operation
-//! is one redb write transaction (serialised, committed durably before the
-//! call returns), so a claim is on disk before the upstream is called and a
-//! crash right after it can not lose it. redb is synchronous, so calls run
-//! on tokio's blocking pool.
+//! wall-clock based because records must outlive a restart.
+//!
+//! Writes go through one writer thread (`writer.rs`, [`EmbeddedStore::transact`]):
+//! it runs whatever operations are pending in one redb write transaction
+//! and commits it once, durably, before answering any of them (group
+//! commit). So a claim is on disk before the upstream is called and a
+//! crash right after it can not lose it, and one fsync pays for many
+//! operations. An operation's own error fails only itself; a failed
+//! commit fails the operations it held. Reads run on tokio's blocking pool
+//! in read transactions, which never wait for the writer; a claim reads
+//! first, so a key that holds a record is answered without a write (a full
+//! disk still replays). After a storage failure the writer reopens the
+//! database, refuses writes until a probe write commits, and `ping` (so
+//! `/readyz`) reports the failure meanwhile.
 //!
 //! An expired record is treated as absent by every operation even before
 //! the sweeper removes it.

@@ -9,8 +9,8 @@
 //! of one index are contiguous and ordered by `(score, member)`: a scan
 //! starts at `(index, 0, "")` and stops at the first entry of another index,
 //! never loading more of an index than it returns. Indexes never expire.
-//! Each write is one redb write transaction committed before the call
-//! returns, like the record operations.
+//! Each write goes through the store's writer like the record operations
+//! (committed durably, maybe with others, before the call returns).
 
 use redb::{ReadableTable, Table, TableDefinition};
 

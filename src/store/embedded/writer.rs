@@ -466,21 +466,31 @@ fn commit_batch(
     db: &Database,
     batch: &mut Vec<Box<dyn Pending>>,
 ) -> Result<(), StoreError> {
+    // A full disk seen by an operation: what redb's later `PreviousIo`
+    // really means, so the batch-mates and the failing state say "full"
+    // (transient: an answer in hand is stored again) rather than "broken".
+    let mut full: Option<StoreError> = None;
     loop {
-        let txn = db.begin_write().map_err(storage)?;
+        let txn = db
+            .begin_write()
+            .map_err(|error| previous_io_is(error, full.as_ref()))?;
         let mut changed = false;
         let mut failed = false;
         for job in batch.iter_mut() {
             match job.run(&txn) {
                 Ok(change) => changed |= change,
-                Err(_) => {
+                Err(error) => {
+                    if matches!(error, StoreError::Full(_)) {
+                        full = Some(error);
+                    }
                     failed = true;
                     break;
                 }
             }
         }
         if failed {
-            txn.abort().map_err(storage)?;
+            txn.abort()
+                .map_err(|error| previous_io_is(error, full.as_ref()))?;
             continue;
         }
         if changed {
@@ -493,6 +503,29 @@ fn commit_batch(
             job.answer(Ok(()));
         }
         return Ok(());
+    }
+}
+
+/// `error` as a store error; a `PreviousIo` refusal after an operation hit
+/// a full disk (`full`) is that full disk.
+fn previous_io_is<E: std::error::Error + 'static>(
+    error: E,
+    full: Option<&StoreError>,
+) -> StoreError {
+    let previous = |storage: &redb::StorageError| matches!(storage, redb::StorageError::PreviousIo);
+    let cause: &(dyn std::error::Error + 'static) = &error;
+    let is_previous = if let Some(storage) = cause.downcast_ref::<redb::StorageError>() {
+        previous(storage)
+    } else if let Some(redb::TransactionError::Storage(storage)) = cause.downcast_ref() {
+        previous(storage)
+    } else if let Some(redb::CommitError::Storage(storage)) = cause.downcast_ref() {
+        previous(storage)
+    } else {
+        false
+    };
+    match full {
+        Some(full) if is_previous => full.clone(),
+        _ => storage(error),
     }
 }
 

@@ -323,7 +323,10 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
     let failure = failure.expect("a full disk fails a write");
     assert!(matches!(failure, StoreError::Full(_)), "{failure:?}");
     assert!(store.ping().await.is_err());
-    assert!(store.claim(&key(2), answered.clone(), hour).await.is_err());
+    // New keys fail fast, as a full store (the pipeline keeps retrying an
+    // answer in hand on a transient error).
+    let refused = store.claim(&key(2), answered.clone(), hour).await;
+    assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
 
     // The stored answer is still served, without a write.
     match store.claim(&key(1), answered.clone(), hour).await.unwrap() {
@@ -338,4 +341,99 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
         store.claim(&key(2), answered, hour).await.unwrap(),
         ClaimOutcome::Claimed(_)
     ));
+}
+
+/// A 2 MiB tmpfs mounted on a temporary folder, unmounted on drop; `None`
+/// (with the reason printed) where mounting is not allowed.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => Some(Self { dir }),
+            Ok(out) => {
+                eprintln!(
+                    "skipped: mount -t tmpfs failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(error) => {
+                eprintln!("skipped: can not run mount: {error}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let unmounted = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+        if !unmounted.is_ok_and(|status| status.success()) {
+            eprintln!("could not unmount {}", self.dir.path().display());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_real_full_filesystem_replays_and_recovers() {
+    let Some(disk) = SmallDisk::mount() else {
+        return;
+    };
+    let store = EmbeddedStore::open(&disk.dir.path().join("full.redb")).unwrap();
+    let hour = Duration::from_secs(3_600);
+    let claim = |n: u8| Record {
+        owner: OwnerToken([n; 16]),
+        ..crate::record::sample(RecordState::InFlight)
+    };
+    let ClaimOutcome::Claimed(_) = store.claim(&key(1), claim(1), hour).await.unwrap() else {
+        panic!("claimed")
+    };
+    let done = Record {
+        owner: OwnerToken([1; 16]),
+        ..crate::record::sample(RecordState::Unknown)
+    };
+    store
+        .complete(&key(1), done.owner, &done, hour)
+        .await
+        .unwrap();
+
+    // Fill the filesystem with another file, then write until refused.
+    let filler = disk.dir.path().join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![1_u8; 64 * 1024];
+    while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+    drop(file);
+    let mut refused = None;
+    for n in 0..400 {
+        if let Err(error) = put(&store, &format!("big{n}"), vec![7; 64 * 1024]).await {
+            refused = Some(error);
+            break;
+        }
+    }
+    let refused = refused.expect("a full filesystem refuses a write");
+    assert!(refused.is_transient(), "{refused:?}");
+    assert!(store.ping().await.is_err());
+    match store.claim(&key(1), claim(1), hour).await.unwrap() {
+        ClaimOutcome::Existing(existing) => assert_eq!(existing.record, done),
+        ClaimOutcome::Claimed(_) => panic!("claimed a key that holds an answer"),
+    }
+
+    // Space returns.
+    std::fs::remove_file(&filler).unwrap();
+    recovered(&store).await;
+    assert!(matches!(
+        store.claim(&key(2), claim(2), hour).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    drop(store);
 }
