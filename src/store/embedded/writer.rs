@@ -38,9 +38,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redb::{Database, TableDefinition, WriteTransaction};
+use tokio::time::Instant;
 
 use crate::store::StoreError;
 
