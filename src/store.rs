@@ -367,7 +367,13 @@ impl AnyStore {
                 .await?,
             )),
             StoreBackend::Embedded { path } => {
-                Backend::Embedded(embedded::EmbeddedStore::open(path)?)
+                Backend::Embedded(embedded::EmbeddedStore::open_with(
+                    path,
+                    embedded::GroupCommit {
+                        commit_delay: config.commit_delay,
+                        ..embedded::GroupCommit::default()
+                    },
+                )?)
             }
         };
         Ok(Self {

@@ -246,6 +246,9 @@ pub struct RawStore {
     pub replica_ack_timeout: Option<String>,
     /// Stay ready on a Redis that may evict keys (default false).
     pub allow_eviction: Option<bool>,
+    /// The longest an embedded store write waits for others to share its
+    /// commit (kind = "embedded"; default "0s").
+    pub commit_delay: Option<String>,
     /// Redis ACL user, as a secret source (kind = "redis").
     pub username: Option<String>,
     /// Redis password, as a secret source (kind = "redis").

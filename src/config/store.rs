@@ -116,6 +116,11 @@ pub struct StoreConfig {
     pub username: Option<Secret>,
     /// Redis password (`[store] password`); the URL then has none.
     pub password: Option<Secret>,
+    /// The longest an embedded store write waits for company before its
+    /// commit (`[store] commit_delay`, embedded only): zero commits as
+    /// soon as the writer is free, which measured fastest (batches form
+    /// while the previous commit's fsync runs).
+    pub commit_delay: Duration,
 }
 
 /// The userinfo of `url` split into (user, password), each `None` when
@@ -216,6 +221,27 @@ pub(super) fn store_config(
     if command_timeout.is_zero() {
         problems.push("store.command_timeout", "must be greater than zero");
     }
+    let commit_delay = problems.duration_or(
+        "store.commit_delay",
+        raw.commit_delay.as_deref(),
+        Duration::ZERO,
+    );
+    let parsed = raw
+        .commit_delay
+        .as_deref()
+        .is_none_or(|text| raw::parse_duration(text).is_ok());
+    if raw.commit_delay.is_some() && redis {
+        problems.push(
+            "store.commit_delay",
+            "only valid with kind = \"embedded\" (Redis commits each command itself)",
+        );
+    }
+    if parsed && commit_delay > MAX_COMMIT_DELAY {
+        problems.push(
+            "store.commit_delay",
+            "must be at most 100ms (every write waits this long at worst)",
+        );
+    }
     StoreConfig {
         backend,
         replica_ack,
@@ -225,8 +251,12 @@ pub(super) fn store_config(
         key_prefix,
         connections,
         command_timeout,
+        commit_delay,
     }
 }
+
+/// The largest `[store] commit_delay`: every write may wait this long.
+const MAX_COMMIT_DELAY: Duration = Duration::from_millis(100);
 
 /// `kind` with its `url` (Redis) or `path` (embedded), and only that one.
 fn backend(problems: &mut Problems, raw: &raw::RawStore) -> StoreBackend {
@@ -348,6 +378,7 @@ impl StoreConfig {
             allow_eviction: redis.then_some(self.allow_eviction),
             username: source(&self.username),
             password: source(&self.password),
+            commit_delay: (!redis).then(|| format_duration(self.commit_delay)),
         }
     }
 }
@@ -403,6 +434,31 @@ mod tests {
         assert!(
             err.contains("store.password: only valid with kind = \"redis\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn commit_delay_defaults_to_zero_is_bounded_and_needs_embedded() {
+        use std::time::Duration;
+        assert_eq!(
+            Config::parse(MINIMAL).unwrap().store.commit_delay,
+            Duration::ZERO
+        );
+        let set = MINIMAL.replace("[upstream]", "commit_delay = \"2ms\"\n[upstream]");
+        assert_eq!(
+            Config::parse(&set).unwrap().store.commit_delay,
+            Duration::from_millis(2)
+        );
+        let long = MINIMAL.replace("[upstream]", "commit_delay = \"1s\"\n[upstream]");
+        assert!(problems_of(&long).contains("store.commit_delay: must be at most 100ms"));
+        let redis = set.replace(
+            "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+            "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379\"",
+        );
+        assert!(
+            problems_of(&redis).contains("store.commit_delay: only valid with kind = \"embedded\""),
+            "{}",
+            problems_of(&redis)
         );
     }
 

@@ -4,11 +4,20 @@
 //! Two tables: `records` maps a store key to `expires_at_ms (u64 BE) ++
 //! record bytes`; `expiries` indexes `(expires_at_ms, key)` so the sweeper
 //! deletes expired records in order without scanning everything. Expiry is
-//! wall-clock based because records must outlive a restart. Each operation
-//! is one redb write transaction (serialised, committed durably before the
-//! call returns), so a claim is on disk before the upstream is called and a
-//! crash right after it can not lose it. redb is synchronous, so calls run
-//! on tokio's blocking pool.
+//! wall-clock based because records must outlive a restart.
+//!
+//! Writes go through one writer thread (`writer.rs`, [`EmbeddedStore::transact`]):
+//! it runs whatever operations are pending in one redb write transaction
+//! and commits it once, durably, before answering any of them (group
+//! commit). So a claim is on disk before the upstream is called and a
+//! crash right after it can not lose it, and one fsync pays for many
+//! operations. An operation's own error fails only itself; a failed
+//! commit fails the operations it held. Reads run on tokio's blocking pool
+//! in read transactions, which never wait for the writer; a claim reads
+//! first, so a key that holds a record is answered without a write (a full
+//! disk still replays). After a storage failure the writer reopens the
+//! database, refuses writes until a probe write commits, and `ping` (so
+//! `/readyz`) reports the failure meanwhile.
 //!
 //! An expired record is treated as absent by every operation even before
 //! the sweeper removes it.
@@ -22,13 +31,18 @@ mod index;
 mod listing;
 mod open;
 mod owed;
+mod writer;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
+
+pub use self::writer::GroupCommit;
+use self::writer::{Job, Pending, Shared};
 
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
@@ -62,10 +76,30 @@ enum Owned {
     No,
 }
 
-/// The redb-backed store.
+/// The redb-backed store: cheap to clone, all clones share one writer.
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    inner: Arc<Inner>,
+}
+
+/// The writer thread and the state it shares with the readers. Dropping
+/// the last handle stops the thread and closes the file (so it can be
+/// opened again at once).
+struct Inner {
+    shared: Arc<Shared>,
+    jobs: Option<mpsc::Sender<Box<dyn Pending>>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("embedded store writer thread panicked");
+        }
+    }
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -74,8 +108,10 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-fn backend<E: std::fmt::Display>(error: E) -> StoreError {
-    StoreError::Backend(error.to_string())
+/// A backend failure as a [`StoreError`]: [`StoreError::Full`] for a full
+/// disk, [`StoreError::Backend`] for everything else.
+fn backend<E: std::error::Error + 'static>(error: E) -> StoreError {
+    writer::storage(error)
 }
 
 /// A live stored entry: expiry and decoded record.
@@ -190,34 +226,68 @@ fn deadline(now: u64, ttl: Duration) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// Opens (or, on a first start, creates) the database file, refusing
-    /// one that was emptied, deleted, replaced or damaged ([`open`]).
+    /// Opens (or, on a first start, creates) the database file with the
+    /// default [`GroupCommit`], refusing one that was emptied, deleted,
+    /// replaced or damaged ([`open`]).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = open::open_database(path).map_err(backend)?;
-        Ok(Self { db: Arc::new(db) })
+        Self::open_with(path, GroupCommit::default())
     }
 
-    /// Runs `op` in one write transaction on the blocking pool; commits if
-    /// it succeeds and reports a change, aborts otherwise. The one place
-    /// both the record operations and the inbox indexes open a write.
+    /// Opens (or creates) the database file and starts its writer thread,
+    /// which groups writes into commits as `group` says.
+    pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
+        let db = open::open_database(path).map_err(backend)?;
+        let path = path.to_owned();
+        Self::start(db, Box::new(move || Database::create(&path)), group)
+    }
+
+    /// The store over `db`, reopened with `reopen` after a failure, with
+    /// its writer thread.
+    fn start(db: Database, reopen: writer::Opener, group: GroupCommit) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared::new(db, reopen));
+        let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("idemgate-store-writer".into())
+                .spawn(move || writer::run(&shared, &queue, group))
+                .map_err(backend)?
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shared,
+                jobs: Some(jobs),
+                writer: Some(writer),
+            }),
+        })
+    }
+
+    /// Hands `op` to the writer thread, which runs it in a write
+    /// transaction shared with whatever else is pending and answers once
+    /// the commit holding it is durable (`writer` module docs); a batch of
+    /// operations that all report no change is not committed. `op` may run
+    /// more than once (again after a batch-mate failed), so it must not
+    /// act outside the transaction. The one place both the record
+    /// operations and the inbox indexes write.
     pub(super) async fn transact<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&redb::WriteTransaction) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&redb::WriteTransaction) -> Result<(T, bool), StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(backend)?;
-            let (value, changed) = op(&txn)?;
-            if changed {
-                txn.commit().map_err(backend)?;
-            } else {
-                txn.abort().map_err(backend)?;
-            }
-            Ok(value)
-        })
-        .await
-        .map_err(backend)?
+        if let Some(error) = self.inner.shared.failure() {
+            return Err(error);
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let stopped = || StoreError::Backend("embedded store writer stopped".into());
+        self.inner
+            .jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(Box::new(Job::new(op, reply)))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| {
+            StoreError::Backend("embedded store writer failed during the commit".into())
+        })?
     }
 
     /// Runs `op` on `table` in one read transaction on the blocking pool:
@@ -234,9 +304,9 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&redb::ReadOnlyTable<K, V>) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
+        let shared = Arc::clone(&self.inner.shared);
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
+            let txn = shared.database()?.begin_read().map_err(backend)?;
             let table = txn.open_table(table).map_err(backend)?;
             op(&table)
         })
@@ -250,7 +320,7 @@ impl EmbeddedStore {
     async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'t> FnOnce(
+        F: for<'t> FnMut(
                 &'t redb::WriteTransaction,
                 &mut Records<'t>,
                 &mut Expiries<'t>,
@@ -259,6 +329,7 @@ impl EmbeddedStore {
             + Send
             + 'static,
     {
+        let mut op = op;
         self.transact(move |txn| {
             let mut records = txn.open_table(RECORDS).map_err(backend)?;
             let mut expiries = txn.open_table(EXPIRIES).map_err(backend)?;
@@ -272,9 +343,10 @@ impl EmbeddedStore {
     async fn write_key<T, F>(&self, key: &StoreKey, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         let key = key.clone();
+        let mut op = op;
         self.write(move |txn, records, expiries, now| {
             op(&mut Slot {
                 txn,
@@ -313,22 +385,23 @@ impl EmbeddedStore {
             if owned == Owned::No {
                 return Ok((owned, false));
             }
-            let (bytes, ttl) = match change {
+            match &change {
                 Change::Release => {
                     slot.delete()?;
-                    return Ok((owned, true));
                 }
                 Change::Complete(bytes, ttl, owes) => {
-                    if owes {
+                    if *owes {
                         slot.mark_owed(true)?;
                     }
-                    (bytes, ttl)
+                    slot.put(*ttl, bytes)?;
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
-                Change::Renew(ttl) => (slot.stored_record()?.unwrap_or_default(), ttl),
-            };
-            slot.put(ttl, &bytes)?;
+                Change::Renew(ttl) => {
+                    let bytes = slot.stored_record()?.unwrap_or_default();
+                    slot.put(*ttl, &bytes)?;
+                }
+            }
             Ok((owned, true))
         })
         .await
@@ -403,6 +476,13 @@ impl Store for EmbeddedStore {
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let encoded = record.encode().map_err(StoreError::from)?;
+        // A key that holds a live record is answered from a read: no write
+        // transaction, so replays are served while writes fail (a full
+        // disk) and never queue behind first deliveries' commits. A key
+        // found free is claimed by the write below, which looks again.
+        if let Some(existing) = self.lookup(key).await? {
+            return Ok(ClaimOutcome::Existing(existing));
+        }
         let found = self
             .write_key(key, move |slot| {
                 if let Some(entry) = slot.live()? {
@@ -480,11 +560,17 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    /// Ready while writes succeed (the writer's health) and a read opens.
     async fn ping(&self) -> Result<(), StoreError> {
-        let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || db.begin_read().map(|_| ()).map_err(backend))
-            .await
-            .map_err(backend)?
+        if let Some(error) = self.inner.shared.failure() {
+            return Err(error);
+        }
+        let shared = Arc::clone(&self.inner.shared);
+        tokio::task::spawn_blocking(move || {
+            shared.database()?.begin_read().map(|_| ()).map_err(backend)
+        })
+        .await
+        .map_err(backend)?
     }
 }
 

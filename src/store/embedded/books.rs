@@ -1,6 +1,6 @@
 //! A scope's inbox books in the embedded store (`crate::store::inbox`):
-//! one table, `(books key, line) -> count`, each addition its own durable
-//! write transaction like every other operation.
+//! one table, `(books key, line) -> count`, each addition written through
+//! the store's writer like every other operation.
 
 use redb::{ReadableTable, TableDefinition};
 

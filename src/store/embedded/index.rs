@@ -9,8 +9,8 @@
 //! of one index are contiguous and ordered by `(score, member)`: a scan
 //! starts at `(index, 0, "")` and stops at the first entry of another index,
 //! never loading more of an index than it returns. Indexes never expire.
-//! Each write is one redb write transaction committed before the call
-//! returns, like the record operations.
+//! Each write goes through the store's writer like the record operations
+//! (committed durably, maybe with others, before the call returns).
 
 use redb::{ReadableTable, Table, TableDefinition};
 
@@ -110,10 +110,10 @@ fn due(
 impl EmbeddedStore {
     /// Runs `op` on both index tables in one write transaction on the
     /// blocking pool; commits only if it succeeds and reports a change.
-    async fn index_write<T, F>(&self, op: F) -> Result<T, StoreError>
+    async fn index_write<T, F>(&self, mut op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&mut Tables<'_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         self.transact(move |txn| {
             let mut tables = Tables {
@@ -258,7 +258,6 @@ impl EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
 
@@ -445,7 +444,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
         let total = PRUNE_BATCH as u64 * 2 + 7;
-        let db = Arc::clone(&store.db);
+        let db = store.inner.shared.database().unwrap();
         // One transaction for the setup: thousands of durable commits are slow.
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_write().unwrap();
