@@ -462,10 +462,7 @@ impl Store for RedisStore {
                 return Ok(ClaimOutcome::Existing(existing));
             }
         }
-        let lease = Lease {
-            key: key.clone(),
-            record,
-        };
+        let lease = Lease::claimed(key.clone(), record, ttl);
         if !self.replicated(client, key).await? {
             let owner = vec![owner_arg(lease.owner())];
             // Best effort: a claim left behind turns unknown when its lease
