@@ -11,9 +11,7 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use tracing::Instrument as _;
-
-use super::{RedisStore, classify, millis, owner_arg, slots, span};
+use super::{RedisStore, classify, millis, owner_arg, slots};
 use crate::record::{OwnerToken, Record};
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
@@ -152,16 +150,10 @@ impl InboxOps for RedisStore {
                 Value::from(if owed { "1" } else { "0" }),
             ];
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            let client = self.pool.next_connected();
-            let script = &self.scripts.swap;
-            let span = self.spans.span("EVALSHA", Some(script.name));
-            let reply = script
-                .evalsha_with_reload::<Value, _, _>(client, keys, args)
-                .instrument(span.clone())
-                .await
-                .map_err(|e| classify(&e));
-            span::ended(&span, &reply);
-            let reply = reply?;
+            let client = &mut self.routed(key.as_str());
+            let reply = self
+                .eval_keys(client, &self.scripts.swap, key, keys, args)
+                .await?;
             if reply.as_i64() != Some(1) {
                 return Ok(Swapped::Refused);
             }
@@ -201,7 +193,7 @@ impl InboxOps for RedisStore {
             let reply = self
                 .scripts
                 .take
-                .evalsha_with_reload(self.pool.next_connected(), index.as_str(), args)
+                .evalsha_with_reload(&self.routed(index.as_str()), index.as_str(), args)
                 .await
                 .map_err(|e| classify(&e))?;
             members(reply)
@@ -258,7 +250,7 @@ impl InboxOps for RedisStore {
             let reply: Value = self
                 .scripts
                 .prune
-                .evalsha_with_reload(self.pool.next_connected(), keys, args)
+                .evalsha_with_reload(&self.routed(key.as_str()), keys, args)
                 .await
                 .map_err(|e| classify(&e))?;
             Ok(reply.as_i64() == Some(1))
