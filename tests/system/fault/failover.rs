@@ -441,7 +441,8 @@ fn check_failover(name: &str, report: &FailoverReport) {
     // A dying primary stalls only its own slots: the others' keys are
     // claimed and forwarded throughout (issue 30 §2).
     assert_eq!(
-        healthy.failover.refused, 0,
+        healthy.failover.refused,
+        0,
         "requests for keys on healthy primaries refused during the failover: {}",
         healthy.summary()
     );
