@@ -16,6 +16,11 @@
 //! because fred leaves Nagle's algorithm on, which would hold a small
 //! command back until the previous one was acknowledged.
 //!
+//! On a Cluster the request path's calls go over a pool per primary
+//! (`shards.rs`), so a dying primary stalls only its own slots; the pool
+//! above (fred's clustered client) carries the rest: script loading, the
+//! eviction watch, listings, `/readyz` and the inbox's repair pass.
+//!
 //! With a replay cache, the store also reads records over a RESP3 client of
 //! its own with `CLIENT TRACKING` on, and `tracking.rs` keeps the cache
 //! coherent with what Redis says changed. The fred clients never leave

@@ -4,6 +4,11 @@
 //! slot, so each is atomic and Cluster safe. On a Cluster a scope's owed
 //! set is one set per hash slot (`slots.rs`); reading them all is 16,384
 //! `SMEMBERS`, pipelined, once per repair pass.
+//!
+//! On a Cluster every call on one key goes over its primary's own pool
+//! (`shards.rs`), so a dying primary pauses only the inboxes whose index
+//! it holds; the repair pass's read of every slot's owed set goes over the
+//! clustered pool and waits out a failover like any read of every primary.
 
 use std::time::Duration;
 
@@ -124,11 +129,13 @@ impl RedisStore {
         let command = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
         let mut all = vec![Value::Bytes(Bytes::copy_from_slice(key.as_bytes()))];
         all.extend(args);
-        self.pool
-            .next_connected()
+        self.routed(key)
             .custom::<Value, Value>(command, all)
             .await
-            .map_err(|e| classify(&e))
+            .map_err(|e| {
+                self.follow_topology(&e);
+                classify(&e)
+            })
     }
 }
 
@@ -195,7 +202,10 @@ impl InboxOps for RedisStore {
                 .take
                 .evalsha_with_reload(&self.routed(index.as_str()), index.as_str(), args)
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| {
+                    self.follow_topology(&e);
+                    classify(&e)
+                })?;
             members(reply)
         })
     }
@@ -252,7 +262,10 @@ impl InboxOps for RedisStore {
                 .prune
                 .evalsha_with_reload(&self.routed(key.as_str()), keys, args)
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| {
+                    self.follow_topology(&e);
+                    classify(&e)
+                })?;
             Ok(reply.as_i64() == Some(1))
         })
     }
