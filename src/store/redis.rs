@@ -406,14 +406,23 @@ impl RedisStore {
 
     /// The client for `key`'s calls: its primary's own pool on a Cluster
     /// whose slot map is known (`shards.rs`), else the store's pool.
+    /// A slot no primary is known for (the map was not read yet: the
+    /// Cluster was unreachable at start-up) starts a refresh.
     fn routed(&self, key: &str) -> Client {
-        self.shards
-            .as_ref()
-            .and_then(|shards| shards.pool_for(slots::slot_of(key)))
-            .map_or_else(
-                || self.pool.next_connected().clone(),
-                |pool| pool.next_connected().clone(),
-            )
+        if let Some(shards) = &self.shards {
+            match shards.pool_for(slots::slot_of(key)) {
+                Some(pool) => return pool.next_connected().clone(),
+                None => self.refresh_in_background(shards),
+            }
+        }
+        self.pool.next_connected().clone()
+    }
+
+    fn refresh_in_background(&self, shards: &Arc<shards::Shards>) {
+        let shards = Arc::clone(shards);
+        tokio::spawn(async move {
+            shards.refresh().await;
+        });
     }
 
     /// After a failed call on a Cluster: an unreachable primary or a
@@ -424,10 +433,7 @@ impl RedisStore {
             return;
         };
         if matches!(classify(error), StoreError::Unavailable(_)) || is_moved(error) {
-            let shards = Arc::clone(shards);
-            tokio::spawn(async move {
-                shards.refresh().await;
-            });
+            self.refresh_in_background(shards);
         }
     }
 

@@ -392,11 +392,13 @@ fn check_failover(name: &str, report: &FailoverReport) {
     );
     let healthy = SlotGroup::measure(report, false);
     let dead = SlotGroup::measure(report, true);
-    println!(
-        "[fault] {name}: healthy slots {}; failed primary's slots {}",
-        healthy.summary(),
-        dead.summary()
-    );
+    if !healthy.rest.latencies.is_empty() {
+        println!(
+            "[fault] {name}: healthy slots {}; failed primary's slots {}",
+            healthy.summary(),
+            dead.summary()
+        );
+    }
     let keys = report.runs.len();
     let since = |t: Instant| t.duration_since(report.killed).as_secs_f64();
     let others = if others.is_empty() {
