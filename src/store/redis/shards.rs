@@ -227,3 +227,21 @@ async fn futures_select_all<F: std::future::Future + Unpin>(
     drop(futures.remove(index));
     (output, index, futures)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::ready;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn select_all_returns_the_first_ready_and_keeps_the_rest() {
+        let pending = std::future::pending::<u8>;
+        let futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = u8> + Send>>> =
+            vec![Box::pin(pending()), Box::pin(ready(7)), Box::pin(ready(9))];
+        let (output, index, rest) = futures_select_all(futures).await;
+        assert_eq!((output, index, rest.len()), (7, 1, 2));
+        let (output, index, rest) = futures_select_all(rest).await;
+        assert_eq!((output, index, rest.len()), (9, 1, 1));
+    }
+}
