@@ -30,6 +30,7 @@
 mod inbox;
 mod listing;
 pub(in crate::store) mod primaries;
+mod scripts;
 mod shards;
 pub(crate) mod slots;
 mod span;
@@ -44,82 +45,15 @@ use fred::prelude::{
     Builder, Client, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
     ReconnectPolicy, Value,
 };
-use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use self::scripts::{Named, Scripts};
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
-
-/// A script and the name its spans give it (`db.stored_procedure.name`:
-/// its file's, without `.lua`).
-#[derive(Debug)]
-struct Named {
-    name: &'static str,
-    script: Script,
-}
-
-impl std::ops::Deref for Named {
-    type Target = Script;
-
-    fn deref(&self) -> &Script {
-        &self.script
-    }
-}
-
-/// Names a script after its file in `lua/`.
-macro_rules! named {
-    ($name:literal) => {
-        Named {
-            name: $name,
-            script: Script::from_lua(include_str!(concat!("../../lua/", $name, ".lua"))),
-        }
-    };
-}
-
-/// The scripts of contract §5, compiled into the binary.
-#[derive(Debug)]
-struct Scripts {
-    claim: Named,
-    complete: Named,
-    release: Named,
-    renew: Named,
-    lookup: Named,
-    swap: Named,
-    take: Named,
-    prune: Named,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Self {
-            claim: named!("claim"),
-            complete: named!("complete"),
-            release: named!("release"),
-            renew: named!("renew"),
-            lookup: named!("lookup"),
-            swap: named!("swap"),
-            take: named!("take"),
-            prune: named!("prune"),
-        }
-    }
-
-    fn all(&self) -> [&Script; 8] {
-        [
-            &self.claim.script,
-            &self.complete.script,
-            &self.release.script,
-            &self.renew.script,
-            &self.lookup.script,
-            &self.swap.script,
-            &self.take.script,
-            &self.prune.script,
-        ]
-    }
-}
 
 /// How long start-up waits for the first connection before going on
 /// degraded (requests then follow `on_unavailable` until Redis answers).
