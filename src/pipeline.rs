@@ -163,6 +163,7 @@ impl Pipeline {
         let claimer = Claimer::new(
             Arc::clone(&store),
             tracker.clone(),
+            grace_over.clone(),
             config.limits.max_waiting_per_key,
         );
         let body_limits = body::BodyLimits {

@@ -45,6 +45,7 @@ pub mod inbox;
 pub mod listing;
 pub(crate) mod metrics;
 pub mod redis;
+mod release;
 mod upkeep;
 
 use std::future::Future;
@@ -53,6 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
@@ -96,9 +98,39 @@ impl StoreKey {
 pub struct Lease {
     key: StoreKey,
     record: Record,
+    /// When the claim is gone from the store at the latest: its TTL from
+    /// the moment its last write (claim or renewal) was answered, so never
+    /// before the store's own expiry. A release retries until then.
+    expires: std::sync::Mutex<Instant>,
 }
 
 impl Lease {
+    /// The lease of a claim written for `ttl` that the store just
+    /// acknowledged (only backends' `claim` call this).
+    fn claimed(key: StoreKey, record: Record, ttl: Duration) -> Self {
+        Self {
+            key,
+            record,
+            expires: std::sync::Mutex::new(Instant::now() + ttl),
+        }
+    }
+
+    /// The latest moment the claim can still be in the store.
+    pub(crate) fn expires(&self) -> Instant {
+        *self
+            .expires
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A renewal for `ttl` was just acknowledged: the claim lives on.
+    fn renewed(&self, ttl: Duration) {
+        *self
+            .expires
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now() + ttl;
+    }
+
     /// The claimed key.
     pub fn key(&self) -> &StoreKey {
         &self.key
@@ -119,7 +151,7 @@ impl Lease {
 impl Lease {
     /// A lease without a claim, for unit tests of what settles leases.
     pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
-        Self { key, record }
+        Self::claimed(key, record, Duration::from_secs(60))
     }
 }
 
@@ -341,9 +373,6 @@ enum Backend {
 /// Attempts at a release while the store is unreachable, and the first
 /// pause between them (doubling): about 3 s in all. A release that never
 /// lands is safe: the claim turns unknown and blocks its key instead.
-const RELEASE_ATTEMPTS: u32 = 5;
-const RELEASE_FIRST_PAUSE: Duration = Duration::from_millis(100);
-
 /// A credential's text (checked to be UTF-8 when the configuration loaded).
 fn text(secret: &crate::config::Secret) -> String {
     String::from_utf8_lossy(&secret.expose()).into_owned()
@@ -451,10 +480,30 @@ impl AnyStore {
         completion
     }
 
-    /// Deletes the claim `lease` proves if it still owns its key, retrying
-    /// while the store is unreachable. Returns whether it did.
+    /// Deletes the claim `lease` proves if it still owns its key: one
+    /// attempt, for the answer to the sender to wait on. Returns whether it
+    /// did. If the store was unreachable, [`AnyStore::release_until_expired`]
+    /// carries on after the sender is answered.
     pub async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
-        self.release_owned(&lease.key, lease.owner()).await
+        let call = self.backend().release(&lease.key, lease.owner());
+        let released = self.metered(StoreOp::Release, call).await;
+        self.forget(&lease.key);
+        released
+    }
+
+    /// Releases the claim `lease` proves, retrying while the store is
+    /// unreachable until it answers or the claim has expired (then nothing
+    /// is left to release: `Ok(false)`). A claim left behind would answer
+    /// `409` for its lease and `unknown_hold` although nothing was sent on.
+    /// `stop` (shutdown's grace is over) ends the retries with the last
+    /// error.
+    pub async fn release_until_expired(
+        &self,
+        lease: &Lease,
+        stop: &CancellationToken,
+    ) -> Result<bool, StoreError> {
+        self.release_owned(&lease.key, lease.owner(), lease.expires(), stop)
+            .await
     }
 
     /// Releases the claim `owner` may hold on `key` although no [`Lease`]
@@ -462,41 +511,43 @@ impl AnyStore {
     /// the reply (the sender hung up, or the reply timed out), so the claim
     /// may have landed with nobody left to settle it. Owner-checked, so a
     /// claim that never landed, or that another request holds, is untouched.
+    /// Retries like [`AnyStore::release_until_expired`] until `expires`,
+    /// the latest moment the claim can still exist, or `stop`.
     pub async fn release_abandoned(
         &self,
         key: &StoreKey,
         owner: OwnerToken,
+        expires: Instant,
+        stop: &CancellationToken,
     ) -> Result<bool, StoreError> {
-        self.release_owned(key, owner).await
+        self.release_owned(key, owner, expires, stop).await
     }
 
-    async fn release_owned(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
-        let released = self.release_retried(key, owner).await;
+    async fn release_owned(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        expires: Instant,
+        stop: &CancellationToken,
+    ) -> Result<bool, StoreError> {
+        let released = release::until_answered(key, expires, stop, || {
+            let call = self.backend().release(key, owner);
+            self.metered(StoreOp::Release, call)
+        })
+        .await;
         self.forget(key);
         released
-    }
-
-    async fn release_retried(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
-        let mut pause = RELEASE_FIRST_PAUSE;
-        for remaining in (0..RELEASE_ATTEMPTS).rev() {
-            let call = self.backend().release(key, owner);
-            match self.metered(StoreOp::Release, call).await {
-                Err(StoreError::Unavailable(error)) if remaining > 0 => {
-                    tracing::warn!(key = key.hash(), %error, "store unreachable while releasing; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                other => return other,
-            }
-        }
-        unreachable!("the last attempt returns")
     }
 
     /// Resets the TTL of the in-flight claim `lease` proves. Returns
     /// whether it did.
     pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
         let call = self.backend().renew(&lease.key, lease.owner(), ttl);
-        self.metered(StoreOp::Renew, call).await
+        let renewed = self.metered(StoreOp::Renew, call).await;
+        if let Ok(true) = renewed {
+            lease.renewed(ttl);
+        }
+        renewed
     }
 
     /// Reads a record and its remaining TTL.

@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::identify::Identity;
@@ -89,6 +90,8 @@ pub(crate) enum Decision {
 pub(crate) struct Claimer {
     store: Arc<AnyStore>,
     tracker: TaskTracker,
+    /// Ends the release of abandoned claims when shutdown's grace is over.
+    stop: CancellationToken,
     owners: OwnerMint,
     waiters: LocalWaiters,
     flights: SingleFlight<StoreKey, Result<Existing, StoreError>>,
@@ -142,8 +145,12 @@ impl LocalWaiters {
 struct PendingClaim<'a> {
     store: &'a Arc<AnyStore>,
     tracker: &'a TaskTracker,
+    stop: &'a CancellationToken,
     key: &'a StoreKey,
     owner: OwnerToken,
+    /// The claim's TTL: a claim that landed is gone this long after the
+    /// reply was given up on, so its release retries until then.
+    ttl: Duration,
     armed: bool,
 }
 
@@ -153,8 +160,9 @@ impl Drop for PendingClaim<'_> {
             return;
         }
         let (store, key, owner) = (Arc::clone(self.store), self.key.clone(), self.owner);
+        let (stop, expires) = (self.stop.clone(), Instant::now() + self.ttl);
         self.tracker.spawn(async move {
-            if let Err(error) = store.release_abandoned(&key, owner).await {
+            if let Err(error) = store.release_abandoned(&key, owner, expires, &stop).await {
                 tracing::debug!(key = key.hash(), %error, "could not release an abandoned claim");
             }
         });
@@ -163,11 +171,18 @@ impl Drop for PendingClaim<'_> {
 
 impl Claimer {
     /// A claimer on `store`; abandoned claims are released under
-    /// `tracker`, and at most `max_waiting` duplicates of one key wait.
-    pub(crate) fn new(store: Arc<AnyStore>, tracker: TaskTracker, max_waiting: usize) -> Self {
+    /// `tracker` (until they expire, or `stop`), and at most `max_waiting`
+    /// duplicates of one key wait.
+    pub(crate) fn new(
+        store: Arc<AnyStore>,
+        tracker: TaskTracker,
+        stop: CancellationToken,
+        max_waiting: usize,
+    ) -> Self {
         Self {
             store,
             tracker,
+            stop,
             owners: OwnerMint::new(),
             waiters: LocalWaiters::default(),
             flights: SingleFlight::default(),
@@ -219,8 +234,10 @@ impl Claimer {
                 let mut pending = PendingClaim {
                     store: &self.store,
                     tracker: &self.tracker,
+                    stop: &self.stop,
                     key: &identity.key,
                     owner,
+                    ttl: claim_ttl,
                     armed: true,
                 };
                 let result = self.store.claim(&identity.key, record, claim_ttl).await;
@@ -344,7 +361,12 @@ mod tests {
         );
         let mut config = Config::parse(&text).expect("test config");
         let store = AnyStore::connect(&config.store).await.expect("store");
-        let claimer = Claimer::new(Arc::new(store), TaskTracker::new(), 8);
+        let claimer = Claimer::new(
+            Arc::new(store),
+            TaskTracker::new(),
+            CancellationToken::new(),
+            8,
+        );
         (claimer, config.routes.remove(0).idempotency)
     }
 

@@ -136,9 +136,13 @@ impl Pipeline {
                     .labelled(labels)
                     .record(meters, hot_keys, &origin);
             answer_sender(reply, response);
-            if let (Some(failure), ClaimAction::Keep(record, ttl)) = (still_failing, &settlement) {
-                this.keep_storing(&route, &lease, record, *ttl, failure)
-                    .await;
+            match (still_failing, &settlement) {
+                (Some(failure), ClaimAction::Keep(record, ttl)) => {
+                    this.keep_storing(&route, &lease, record, *ttl, failure)
+                        .await;
+                }
+                (Some(_), ClaimAction::Release) => this.keep_releasing(&route, &lease).await,
+                (None, _) => {}
             }
             this.claimer.settled(lease.key());
         };

@@ -115,6 +115,28 @@ mod tests {
         }
     }
 
+    /// A release retries until the lease's expiry (`store::release`), so
+    /// only an acknowledged renewal may move it, and to the renewal's TTL.
+    #[tokio::test(start_paused = true)]
+    async fn only_an_acknowledged_renewal_moves_the_expiry() {
+        let scripted = Arc::new(Scripted::renewing(vec![
+            Ok(true),
+            Ok(false),
+            Err(StoreError::Unavailable("down".into())),
+        ]));
+        let store = AnyStore::for_tests(Arc::clone(&scripted));
+        let lease = lease();
+        let claimed = tokio::time::Instant::now();
+        assert_eq!(lease.expires(), claimed + secs(60));
+        tokio::time::advance(secs(10)).await;
+        assert!(store.renew(&lease, secs(330)).await.unwrap());
+        assert_eq!(lease.expires(), claimed + secs(340));
+        tokio::time::advance(secs(10)).await;
+        assert!(!store.renew(&lease, secs(330)).await.unwrap());
+        assert!(store.renew(&lease, secs(330)).await.is_err());
+        assert_eq!(lease.expires(), claimed + secs(340), "unchanged");
+    }
+
     #[test]
     fn the_claim_ttl_and_the_retry_hint_follow_from_lease_and_hold() {
         let timing = timing();

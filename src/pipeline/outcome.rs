@@ -2,8 +2,9 @@
 //!
 //! One attempt runs before the sender gets its answer, so in the common
 //! case a retry that arrives right after the answer finds the outcome
-//! stored. If the store refuses that attempt, the sender is answered and
-//! [`Pipeline::keep_storing`] carries on ([`super::persist`]). Every way an
+//! stored (or the key released). If the store refuses that attempt, the
+//! sender is answered and [`Pipeline::keep_storing`] ([`super::persist`])
+//! or [`Pipeline::keep_releasing`] carries on. Every way an
 //! outcome ends up not stored is logged with the key hash the admin API
 //! takes and counted as an unknown outcome, once.
 
@@ -21,8 +22,9 @@ use crate::store::{Completion, Lease, StoreError};
 impl Pipeline {
     /// Settles a first delivery's lease with one store attempt. Returns
     /// what that attempt achieved (the request line's `settled`), and the
-    /// failure if storing the outcome failed but may yet succeed
-    /// ([`Pipeline::keep_storing`] takes over).
+    /// failure if storing the outcome or releasing the claim failed but
+    /// may yet succeed ([`Pipeline::keep_storing`] or
+    /// [`Pipeline::keep_releasing`] takes over once the sender is answered).
     pub(super) async fn settle_once(
         &self,
         route: &RouteRuntime,
@@ -33,16 +35,19 @@ impl Pipeline {
         let (record, ttl) = match settlement {
             ClaimAction::Keep(record, ttl) => (record, *ttl),
             ClaimAction::Release => {
-                let settled = match self.store.release(lease).await {
-                    Ok(true) => Settled::Released,
+                return match self.store.release(lease).await {
+                    Ok(true) => (Settled::Released, None),
                     Ok(false) => {
                         tracing::warn!(
                             route = route.name(),
                             key,
                             "claim expired or taken over before it was released"
                         );
-                        Settled::Released
+                        (Settled::Released, None)
                     }
+                    // Unreachable: the sender is answered, then
+                    // `keep_releasing` carries on.
+                    Err(error @ StoreError::Unavailable(_)) => (Settled::Unknown, Some(error)),
                     Err(error) => {
                         tracing::error!(
                             route = route.name(),
@@ -50,10 +55,9 @@ impl Pipeline {
                             %error,
                             "could not release the claim: it turns unknown when its lease runs out"
                         );
-                        Settled::Unknown
+                        (Settled::Unknown, None)
                     }
                 };
-                return (settled, None);
             }
         };
         match &record.state {
@@ -84,6 +88,34 @@ impl Pipeline {
                 (settled, None)
             }
             Err(failure) => (Settled::Unknown, Some(failure)),
+        }
+    }
+
+    /// Keeps releasing a claim while the store is unreachable, until it
+    /// answers or the claim has expired ([`AnyStore::release_until_expired`]):
+    /// a key that was never forwarded must not answer `409` for a lease and
+    /// an `unknown_hold` because a release gave up inside an outage.
+    ///
+    /// [`AnyStore::release_until_expired`]: crate::store::AnyStore::release_until_expired
+    pub(super) async fn keep_releasing(&self, route: &RouteRuntime, lease: &Lease) {
+        let key = lease.key().hash();
+        match self
+            .store
+            .release_until_expired(lease, &self.grace_over)
+            .await
+        {
+            Ok(true) => tracing::info!(
+                route = route.name(),
+                key,
+                "claim released once the store answered again"
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::error!(
+                route = route.name(),
+                key,
+                %error,
+                "could not release the claim: it turns unknown when its lease runs out"
+            ),
         }
     }
 

@@ -498,10 +498,7 @@ impl Store for EmbeddedStore {
                 record: existing,
                 ttl: Some(ttl),
             }),
-            None => ClaimOutcome::Claimed(Lease {
-                key: key.clone(),
-                record,
-            }),
+            None => ClaimOutcome::Claimed(Lease::claimed(key.clone(), record, ttl)),
         })
     }
 

@@ -16,6 +16,11 @@
 //! because fred leaves Nagle's algorithm on, which would hold a small
 //! command back until the previous one was acknowledged.
 //!
+//! On a Cluster the request path's calls go over a pool per primary
+//! (`shards.rs`), so a dying primary stalls only its own slots; the pool
+//! above (fred's clustered client) carries the rest: script loading, the
+//! eviction watch, listings, `/readyz` and the inbox's repair pass.
+//!
 //! With a replay cache, the store also reads records over a RESP3 client of
 //! its own with `CLIENT TRACKING` on, and `tracking.rs` keeps the cache
 //! coherent with what Redis says changed. The fred clients never leave
@@ -25,6 +30,8 @@
 mod inbox;
 mod listing;
 pub(in crate::store) mod primaries;
+mod scripts;
+mod shards;
 pub(crate) mod slots;
 mod span;
 mod tracking;
@@ -38,82 +45,15 @@ use fred::prelude::{
     Builder, Client, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
     ReconnectPolicy, Value,
 };
-use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use self::scripts::{Named, Scripts};
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
-
-/// A script and the name its spans give it (`db.stored_procedure.name`:
-/// its file's, without `.lua`).
-#[derive(Debug)]
-struct Named {
-    name: &'static str,
-    script: Script,
-}
-
-impl std::ops::Deref for Named {
-    type Target = Script;
-
-    fn deref(&self) -> &Script {
-        &self.script
-    }
-}
-
-/// Names a script after its file in `lua/`.
-macro_rules! named {
-    ($name:literal) => {
-        Named {
-            name: $name,
-            script: Script::from_lua(include_str!(concat!("../../lua/", $name, ".lua"))),
-        }
-    };
-}
-
-/// The scripts of contract §5, compiled into the binary.
-#[derive(Debug)]
-struct Scripts {
-    claim: Named,
-    complete: Named,
-    release: Named,
-    renew: Named,
-    lookup: Named,
-    swap: Named,
-    take: Named,
-    prune: Named,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Self {
-            claim: named!("claim"),
-            complete: named!("complete"),
-            release: named!("release"),
-            renew: named!("renew"),
-            lookup: named!("lookup"),
-            swap: named!("swap"),
-            take: named!("take"),
-            prune: named!("prune"),
-        }
-    }
-
-    fn all(&self) -> [&Script; 8] {
-        [
-            &self.claim.script,
-            &self.complete.script,
-            &self.release.script,
-            &self.renew.script,
-            &self.lookup.script,
-            &self.swap.script,
-            &self.take.script,
-            &self.prune.script,
-        ]
-    }
-}
 
 /// How long start-up waits for the first connection before going on
 /// degraded (requests then follow `on_unavailable` until Redis answers).
@@ -138,6 +78,9 @@ pub struct RedisStore {
     tracking: Option<Client>,
     /// The spans of the calls a traced delivery makes.
     spans: span::Spans,
+    /// On a Cluster, a pool per primary for the request path's calls, so
+    /// a dying primary stalls only its own slots (`shards.rs`).
+    shards: Option<Arc<shards::Shards>>,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -190,6 +133,12 @@ pub(super) fn classify(error: &FredError) -> StoreError {
         _ if error.details().contains("OOM ") => StoreError::Full(error.to_string()),
         _ => StoreError::Backend(error.to_string()),
     }
+}
+
+/// A `MOVED` redirection: the slot has a new owner (a failover, or a
+/// resharding) that the routing has not seen yet.
+fn is_moved(error: &FredError) -> bool {
+    error.kind() == &ErrorKind::Cluster && error.details().starts_with("MOVED")
 }
 
 /// Turns a `{record, pttl}` reply into an [`Existing`].
@@ -291,6 +240,10 @@ impl RedisStore {
             .build_pool(connections.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         pool.connect_pool();
+        let shards = config
+            .server
+            .is_clustered()
+            .then(|| Arc::new(shards::Shards::new(&config, command_timeout, connections)));
         let store = Self {
             pool,
             scripts: Scripts::new(),
@@ -300,6 +253,7 @@ impl RedisStore {
             config,
             command_timeout,
             tracking: None,
+            shards,
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -308,6 +262,11 @@ impl RedisStore {
                 }
             }
             _ => tracing::warn!("redis is not reachable yet; retrying in the background"),
+        }
+        if let Some(shards) = &store.shards {
+            if !shards.refresh().await {
+                tracing::warn!("cluster slot map not read yet; read again on first use");
+            }
         }
         Ok(store)
     }
@@ -362,7 +321,7 @@ impl RedisStore {
             return Store::lookup(self, key).await;
         };
         let reply = self
-            .eval(client, &self.scripts.lookup, key, Vec::new())
+            .eval(&mut client.clone(), &self.scripts.lookup, key, Vec::new())
             .await?;
         existing_from(reply)
     }
@@ -379,6 +338,39 @@ impl RedisStore {
             .map(EventInterface::reconnect_rx)
     }
 
+    /// The client for `key`'s calls: its primary's own pool on a Cluster
+    /// whose slot map is known (`shards.rs`), else the store's pool.
+    /// A slot no primary is known for (the map was not read yet: the
+    /// Cluster was unreachable at start-up) starts a refresh.
+    fn routed(&self, key: &str) -> Client {
+        if let Some(shards) = &self.shards {
+            match shards.pool_for(slots::slot_of(key)) {
+                Some(pool) => return pool.next_connected().clone(),
+                None => self.refresh_in_background(shards),
+            }
+        }
+        self.pool.next_connected().clone()
+    }
+
+    fn refresh_in_background(&self, shards: &Arc<shards::Shards>) {
+        let shards = Arc::clone(shards);
+        tokio::spawn(async move {
+            shards.refresh().await;
+        });
+    }
+
+    /// After a failed call on a Cluster: an unreachable primary or a
+    /// `MOVED` may mean a failover, so the slot map is read again in the
+    /// background (rate-limited in `shards.rs`).
+    fn follow_topology(&self, error: &FredError) {
+        let Some(shards) = &self.shards else {
+            return;
+        };
+        if matches!(classify(error), StoreError::Unavailable(_)) || is_moved(error) {
+            self.refresh_in_background(shards);
+        }
+    }
+
     async fn load_scripts(&self) -> Result<(), StoreError> {
         let client = self.pool.next_connected();
         for script in self.scripts.all() {
@@ -387,19 +379,48 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Runs `script` on `key` over `client`; on a Cluster, a `MOVED`
+    /// reply re-reads the slot map and retries once on the new owner
+    /// (`client` then names it, for a `WAIT` that must follow the write).
     async fn eval(
         &self,
-        client: &Client,
+        client: &mut Client,
         script: &Named,
         key: &StoreKey,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        let span = self.spans.span("EVALSHA", Some(script.name));
-        let result = script
-            .evalsha_with_reload(client, key.as_str(), args)
-            .instrument(span.clone())
+        self.eval_keys(client, script, key, vec![key.as_str().to_owned()], args)
             .await
-            .map_err(|e| classify(&e));
+    }
+
+    /// [`RedisStore::eval`] with more keys than `key` (all in its slot).
+    async fn eval_keys(
+        &self,
+        client: &mut Client,
+        script: &Named,
+        key: &StoreKey,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        let span = self.spans.span("EVALSHA", Some(script.name));
+        let mut result = script
+            .evalsha_with_reload::<Value, _, _>(client, keys.clone(), args.clone())
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &result {
+            self.follow_topology(error);
+            if is_moved(error) {
+                if let Some(shards) = &self.shards {
+                    shards.refresh().await;
+                }
+                *client = self.routed(key.as_str());
+                result = script
+                    .evalsha_with_reload(client, keys, args)
+                    .instrument(span.clone())
+                    .await;
+            }
+        }
+        let result = result.map_err(|e| classify(&e));
         span::ended(&span, &result);
         result
     }
@@ -411,7 +432,7 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<bool, StoreError> {
         let reply = self
-            .eval(self.pool.next_connected(), script, key, args)
+            .eval(&mut self.routed(key.as_str()), script, key, args)
             .await?;
         Ok(reply.as_i64() == Some(1))
     }
@@ -451,7 +472,7 @@ impl Store for RedisStore {
         record: Record,
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
-        let client = self.pool.next_connected();
+        let client = &mut self.routed(key.as_str());
         let encoded = record.encode().map_err(StoreError::from)?;
         let args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
         let reply = self.eval(client, &self.scripts.claim, key, args).await?;
@@ -462,10 +483,7 @@ impl Store for RedisStore {
                 return Ok(ClaimOutcome::Existing(existing));
             }
         }
-        let lease = Lease {
-            key: key.clone(),
-            record,
-        };
+        let lease = Lease::claimed(key.clone(), record, ttl);
         if !self.replicated(client, key).await? {
             let owner = vec![owner_arg(lease.owner())];
             // Best effort: a claim left behind turns unknown when its lease
@@ -487,7 +505,7 @@ impl Store for RedisStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let client = self.pool.next_connected();
+        let client = &mut self.routed(key.as_str());
         let mut args = vec![
             owner_arg(owner),
             Value::Bytes(record.encode().map_err(StoreError::from)?),
@@ -499,15 +517,8 @@ impl Store for RedisStore {
             // same step (store::inbox, "Owed sets").
             args.push(Value::from(key.hash()));
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            let script = &self.scripts.complete;
-            let span = self.spans.span("EVALSHA", Some(script.name));
-            let reply = script
-                .evalsha_with_reload(client, keys, args)
-                .instrument(span.clone())
-                .await
-                .map_err(|e| classify(&e));
-            span::ended(&span, &reply);
-            reply?
+            self.eval_keys(client, &self.scripts.complete, key, keys, args)
+                .await?
         } else {
             self.eval(client, &self.scripts.complete, key, args).await?
         };
@@ -550,7 +561,7 @@ impl Store for RedisStore {
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
         let reply = self
             .eval(
-                self.pool.next_connected(),
+                &mut self.routed(key.as_str()),
                 &self.scripts.lookup,
                 key,
                 Vec::new(),
@@ -562,11 +573,13 @@ impl Store for RedisStore {
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
         use fred::interfaces::KeysInterface;
         let deleted: i64 = self
-            .pool
-            .next_connected()
+            .routed(key.as_str())
             .del(key.as_str())
             .await
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| {
+                self.follow_topology(&e);
+                classify(&e)
+            })?;
         Ok(deleted > 0)
     }
 

@@ -278,3 +278,50 @@ async fn claims_whose_reply_was_abandoned_are_released() {
     assert_eq!(upstream.calls(), 2);
     gate.stop().await;
 }
+
+/// A release that meets a store outage longer than the old five tries
+/// (about 2.75 s, shorter than a Cluster failover) still frees the key once
+/// the store is back: the next delivery is forwarded, not refused as in
+/// flight or unknown for the lease and `unknown_hold` (issue 30 §2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_outlasts_a_store_outage() {
+    let mut redis = RedisServer::start_persistent();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let text = config_text(
+        &redis_store(&redis),
+        &upstream.url(),
+        "on_upstream_timeout = \"release\"",
+    )
+    .replace("timeout = \"5s\"", "timeout = \"500ms\"");
+    let gate = Gate::start(&text).await;
+    let body = payment("p-release-outage");
+    let first = tokio::spawn({
+        let (url, body) = (gate.url("/notify"), body.clone());
+        async move { deliver(&url, &body).await }
+    });
+    assert!(eventually(Duration::from_secs(2), || upstream.calls() == 1).await);
+    // The claim is on disk (AOF, fsync always); Redis dies before the
+    // upstream times out, so the release meets the outage.
+    redis.stop();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 504, "{first:?}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    redis.restart();
+    let mut next = None;
+    for _ in 0..40 {
+        let answer = deliver(&gate.url("/notify"), &body).await;
+        if answer.status != 503 {
+            next = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let next = next.expect("answered once Redis is back");
+    assert_eq!(
+        (next.status, next.replayed()),
+        (200, Some("false")),
+        "the released key is forwarded again: {next:?}"
+    );
+    assert_eq!(upstream.calls(), 2);
+    gate.stop().await;
+}

@@ -106,6 +106,12 @@ fn spawn_cluster_node(dir: &Path, port: u16, bus: u16) -> Proc {
         "yes",
         "--cluster-node-timeout",
         "2000",
+        // Healthy primaries keep serving their slots while one is down
+        // (Redis's default `yes` refuses every slot from the failed
+        // node's FAIL until its promotion): what a deployment that wants
+        // failover isolation sets, and what failover.rs measures.
+        "--cluster-require-full-coverage",
+        "no",
         "--cluster-port",
     ]
     .map(String::from)

@@ -4,6 +4,11 @@
 //! slot, so each is atomic and Cluster safe. On a Cluster a scope's owed
 //! set is one set per hash slot (`slots.rs`); reading them all is 16,384
 //! `SMEMBERS`, pipelined, once per repair pass.
+//!
+//! On a Cluster every call on one key goes over its primary's own pool
+//! (`shards.rs`), so a dying primary pauses only the inboxes whose index
+//! it holds; the repair pass's read of every slot's owed set goes over the
+//! clustered pool and waits out a failover like any read of every primary.
 
 use std::time::Duration;
 
@@ -11,9 +16,7 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use tracing::Instrument as _;
-
-use super::{RedisStore, classify, millis, owner_arg, slots, span};
+use super::{RedisStore, classify, millis, owner_arg, slots};
 use crate::record::{OwnerToken, Record};
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
@@ -126,11 +129,13 @@ impl RedisStore {
         let command = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
         let mut all = vec![Value::Bytes(Bytes::copy_from_slice(key.as_bytes()))];
         all.extend(args);
-        self.pool
-            .next_connected()
+        self.routed(key)
             .custom::<Value, Value>(command, all)
             .await
-            .map_err(|e| classify(&e))
+            .map_err(|e| {
+                self.follow_topology(&e);
+                classify(&e)
+            })
     }
 }
 
@@ -152,16 +157,10 @@ impl InboxOps for RedisStore {
                 Value::from(if owed { "1" } else { "0" }),
             ];
             let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            let client = self.pool.next_connected();
-            let script = &self.scripts.swap;
-            let span = self.spans.span("EVALSHA", Some(script.name));
-            let reply = script
-                .evalsha_with_reload::<Value, _, _>(client, keys, args)
-                .instrument(span.clone())
-                .await
-                .map_err(|e| classify(&e));
-            span::ended(&span, &reply);
-            let reply = reply?;
+            let client = &mut self.routed(key.as_str());
+            let reply = self
+                .eval_keys(client, &self.scripts.swap, key, keys, args)
+                .await?;
             if reply.as_i64() != Some(1) {
                 return Ok(Swapped::Refused);
             }
@@ -201,9 +200,12 @@ impl InboxOps for RedisStore {
             let reply = self
                 .scripts
                 .take
-                .evalsha_with_reload(self.pool.next_connected(), index.as_str(), args)
+                .evalsha_with_reload(&self.routed(index.as_str()), index.as_str(), args)
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| {
+                    self.follow_topology(&e);
+                    classify(&e)
+                })?;
             members(reply)
         })
     }
@@ -258,9 +260,12 @@ impl InboxOps for RedisStore {
             let reply: Value = self
                 .scripts
                 .prune
-                .evalsha_with_reload(self.pool.next_connected(), keys, args)
+                .evalsha_with_reload(&self.routed(key.as_str()), keys, args)
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| {
+                    self.follow_topology(&e);
+                    classify(&e)
+                })?;
             Ok(reply.as_i64() == Some(1))
         })
     }

@@ -390,6 +390,15 @@ fn check_failover(name: &str, report: &FailoverReport) {
         window_503 > 0,
         "requests on the failed-over slots were refused while no replica could acknowledge"
     );
+    let healthy = SlotGroup::measure(report, false);
+    let dead = SlotGroup::measure(report, true);
+    if !healthy.rest.latencies.is_empty() {
+        println!(
+            "[fault] {name}: healthy slots {}; failed primary's slots {}",
+            healthy.summary(),
+            dead.summary()
+        );
+    }
     let keys = report.runs.len();
     let since = |t: Instant| t.duration_since(report.killed).as_secs_f64();
     let others = if others.is_empty() {
@@ -423,6 +432,107 @@ fn check_failover(name: &str, report: &FailoverReport) {
         since(report.recovered),
         report.run_time.as_secs_f64(),
     );
+    // A dying primary stalls only its own slots: the others' keys are
+    // claimed and forwarded throughout (issue 30 §2).
+    assert_eq!(
+        healthy.failover.refused,
+        0,
+        "requests for keys on healthy primaries refused during the failover: {}",
+        healthy.summary()
+    );
+    // A dying primary stalls only its own slots: the others' keys are
+    // claimed and forwarded throughout (issue 30 §2).
+    assert_eq!(
+        healthy.failover.refused,
+        0,
+        "requests for keys on healthy primaries refused during the failover: {}",
+        healthy.summary()
+    );
+}
+
+/// Latency, 503 share and throughput of one slot group (the failed
+/// primary's, or the others) at rest (before the SIGKILL) and during the
+/// failover (from the SIGKILL until the failed slots forward again).
+struct SlotGroup {
+    rest: Window,
+    failover: Window,
+}
+
+#[derive(Default)]
+struct Window {
+    latencies: Vec<Duration>,
+    refused: usize,
+    span: Duration,
+}
+
+impl Window {
+    fn p99(&self) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        sorted
+            .get((sorted.len() * 99).div_ceil(100).saturating_sub(1))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn refused_share(&self) -> f64 {
+        self.refused as f64 / self.latencies.len().max(1) as f64
+    }
+
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.span.as_secs_f64().max(0.001)
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} requests, {:.0}/s, 503 {:.1}%, p99 {:.0} ms",
+            self.latencies.len(),
+            self.per_second(),
+            100.0 * self.refused_share(),
+            self.p99().as_secs_f64() * 1000.0
+        )
+    }
+}
+
+impl SlotGroup {
+    /// The live pass's requests (not the final one) on the failed
+    /// primary's slots (`failed`) or on the others.
+    fn measure(report: &FailoverReport, failed: bool) -> Self {
+        let started = report.killed - Duration::from_millis(1500);
+        let mut rest = Window {
+            span: report.killed - started,
+            ..Window::default()
+        };
+        let mut failover = Window {
+            span: report.recovered - report.killed,
+            ..Window::default()
+        };
+        for run in &report.runs {
+            if report.affected.contains(&run.id) != failed {
+                continue;
+            }
+            for a in [&run.first, &run.retry] {
+                let window = if a.sent < report.killed {
+                    &mut rest
+                } else if a.sent < report.recovered {
+                    &mut failover
+                } else {
+                    continue;
+                };
+                window.latencies.push(a.done - a.sent);
+                window.refused += usize::from(a.status == 503);
+            }
+        }
+        Self { rest, failover }
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "at rest [{}], during the failover [{}]",
+            self.rest.summary(),
+            self.failover.summary()
+        )
+    }
 }
 
 /// A 30 ms upstream and two idemgate processes on the Redis at `url`,

@@ -1,0 +1,74 @@
+//! The Lua scripts of contract §5, compiled into the binary and named
+//! after their files in `lua/` (the name the spans give them).
+
+use fred::types::scripts::Script;
+
+/// A script and the name its spans give it (`db.stored_procedure.name`:
+/// its file's, without `.lua`).
+#[derive(Debug)]
+pub(super) struct Named {
+    /// The file name, without `.lua`.
+    pub(super) name: &'static str,
+    script: Script,
+}
+
+impl std::ops::Deref for Named {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// Names a script after its file in `lua/`.
+macro_rules! named {
+    ($name:literal) => {
+        Named {
+            name: $name,
+            script: Script::from_lua(include_str!(concat!("../../../lua/", $name, ".lua"))),
+        }
+    };
+}
+
+/// The scripts of contract §5, compiled into the binary.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) claim: Named,
+    pub(super) complete: Named,
+    pub(super) release: Named,
+    pub(super) renew: Named,
+    pub(super) lookup: Named,
+    pub(super) swap: Named,
+    pub(super) take: Named,
+    pub(super) prune: Named,
+}
+
+impl Scripts {
+    /// Every script, parsed from the text compiled in.
+    pub(super) fn new() -> Self {
+        Self {
+            claim: named!("claim"),
+            complete: named!("complete"),
+            release: named!("release"),
+            renew: named!("renew"),
+            lookup: named!("lookup"),
+            swap: named!("swap"),
+            take: named!("take"),
+            prune: named!("prune"),
+        }
+    }
+
+    /// Every script, for loading them all on a server.
+    pub(super) fn all(&self) -> [&Script; 8] {
+        [
+            &self.claim.script,
+            &self.complete.script,
+            &self.release.script,
+            &self.renew.script,
+            &self.lookup.script,
+            &self.swap.script,
+            &self.take.script,
+            &self.prune.script,
+        ]
+    }
+}
