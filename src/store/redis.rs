@@ -230,6 +230,9 @@ pub struct RedisAuth {
     pub username: Option<String>,
     /// Password; `None`: the URL's, if any.
     pub password: Option<String>,
+    /// A `rediss://` URL's own CAs and client certificate (`[store]
+    /// tls_*`); `None`: fred's default connector (system roots).
+    pub tls: Option<std::sync::Arc<fred::rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for RedisAuth {
@@ -237,6 +240,7 @@ impl std::fmt::Debug for RedisAuth {
         f.debug_struct("RedisAuth")
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -286,6 +290,11 @@ impl RedisStore {
         }
         if let Some(password) = auth.password {
             config.password = Some(password);
+        }
+        // Only a TLS URL has a connector to replace (validation refuses
+        // `tls_*` keys with a plain URL).
+        if let (Some(tls), Some(current)) = (auth.tls, config.tls.as_mut()) {
+            current.connector = fred::types::config::TlsConnector::from((*tls).clone());
         }
         let pool = builder(config.clone(), command_timeout)
             .build_pool(connections.max(1))
