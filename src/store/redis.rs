@@ -23,6 +23,7 @@
 //! upkeep reach them through `pub(super)` methods.
 
 mod inbox;
+mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
 pub(crate) mod slots;
@@ -138,6 +139,8 @@ pub struct RedisStore {
     tracking: Option<Client>,
     /// The spans of the calls a traced delivery makes.
     spans: span::Spans,
+    /// Why the pool last failed to connect, for start-up and `/readyz`.
+    last_error: last_error::LastError,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -299,6 +302,7 @@ impl RedisStore {
         let pool = builder(config.clone(), command_timeout)
             .build_pool(connections.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let last_error = last_error::LastError::follow(&pool);
         pool.connect_pool();
         let store = Self {
             pool,
@@ -309,6 +313,7 @@ impl RedisStore {
             config,
             command_timeout,
             tracking: None,
+            last_error,
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -316,7 +321,13 @@ impl RedisStore {
                     tracing::warn!(%error, "could not load Lua scripts; they load on first use");
                 }
             }
-            _ => tracing::warn!("redis is not reachable yet; retrying in the background"),
+            _ => match store.last_error.get() {
+                Some(error) => tracing::error!(
+                    %error,
+                    "redis refused the connection; retrying in the background"
+                ),
+                None => tracing::warn!("redis is not reachable yet; retrying in the background"),
+            },
         }
         Ok(store)
     }
@@ -589,7 +600,12 @@ impl Store for RedisStore {
             .next_connected()
             .custom::<Value, Value>(command, Vec::new())
             .await
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| match classify(&e) {
+                StoreError::Unavailable(error) => {
+                    StoreError::Unavailable(self.last_error.explain(error))
+                }
+                other => other,
+            })?;
         let role = reply
             .into_array()
             .into_iter()

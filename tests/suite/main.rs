@@ -46,6 +46,7 @@ mod status_class;
 mod store_auth;
 mod store_contract;
 mod store_pressure;
+mod store_tls;
 mod systemd;
 mod tracing;
 mod transport;
