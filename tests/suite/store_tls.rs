@@ -139,3 +139,48 @@ async fn mutual_tls_needs_the_client_certificate() {
         "idemgate is connected: {clients}"
     );
 }
+
+#[test]
+fn check_config_names_bad_tls_files() {
+    let pki = TestPki::generate();
+    let config = |tls: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:6380/0\"\n{tls}\n\
+             [upstream]\nurl = \"http://127.0.0.1:3000\"\n\
+             [[route]]\nname = \"pay\"\npath_prefix = \"/notify\"\n\
+             [route.signature]\nscheme = \"none\"\n\
+             [route.idempotency]\nkey = [\"json:/id\"]\n"
+        )
+    };
+    let good = format!("{}\n{}", ca_line(&pki.ca), client_lines(&pki));
+    let (code, printed) = check_config(&config(&good));
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(
+        printed.contains(&format!("tls_ca_file = \"{}\"", pki.ca.display())),
+        "the effective configuration shows the CA file: {printed}"
+    );
+
+    // The CA file holds a private key, not a certificate.
+    let (code, printed) = check_config(&config(&ca_line(&pki.client.key)));
+    assert_eq!(code, Some(2), "{printed}");
+    let expected = format!(
+        "store.tls_ca_file: {} holds no PEM certificate",
+        pki.client.key.display()
+    );
+    assert!(printed.contains(&expected), "{printed}");
+
+    // The server's key with the client's certificate.
+    let mismatched = format!(
+        "{}\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+        ca_line(&pki.ca),
+        pki.client.cert.display(),
+        pki.server.key.display()
+    );
+    let (code, printed) = check_config(&config(&mismatched));
+    assert_eq!(code, Some(2), "{printed}");
+    assert!(
+        printed.contains("store.tls_cert_file:")
+            && printed.contains("are not a usable certificate and key"),
+        "{printed}"
+    );
+}
