@@ -321,13 +321,7 @@ impl RedisStore {
                     tracing::warn!(%error, "could not load Lua scripts; they load on first use");
                 }
             }
-            _ => match store.last_error.get() {
-                Some(error) => tracing::error!(
-                    %error,
-                    "redis refused the connection; retrying in the background"
-                ),
-                None => tracing::warn!("redis is not reachable yet; retrying in the background"),
-            },
+            _ => store.last_error.log_unreachable(),
         }
         Ok(store)
     }
@@ -600,12 +594,7 @@ impl Store for RedisStore {
             .next_connected()
             .custom::<Value, Value>(command, Vec::new())
             .await
-            .map_err(|e| match classify(&e) {
-                StoreError::Unavailable(error) => {
-                    StoreError::Unavailable(self.last_error.explain(error))
-                }
-                other => other,
-            })?;
+            .map_err(|e| self.last_error.explain(classify(&e)))?;
         let role = reply
             .into_array()
             .into_iter()

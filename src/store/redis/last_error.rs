@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use fred::prelude::{EventInterface as _, Pool};
 
+use crate::store::StoreError;
+
 /// The pool's last connection error, until the next successful connection.
 #[derive(Debug, Clone, Default)]
 pub(super) struct LastError(Arc<Mutex<Option<String>>>);
@@ -41,21 +43,69 @@ impl LastError {
     }
 
     /// The error, if the last connection attempt failed.
-    pub(super) fn get(&self) -> Option<String> {
+    fn get(&self) -> Option<String> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// `error` with the last connection error appended, when there is one
-    /// and `error` does not already say it.
-    pub(super) fn explain(&self, error: String) -> String {
+    /// Start-up found no connection within its wait: an error naming the
+    /// refusal when there was one (a TLS or authentication failure will
+    /// not mend by itself), else a warning.
+    pub(super) fn log_unreachable(&self) {
         match self.get() {
-            Some(cause) if !error.contains(&cause) => {
-                format!("{error} (last connection error: {cause})")
-            }
-            _ => error,
+            Some(error) => tracing::error!(
+                %error,
+                "redis refused the connection; retrying in the background"
+            ),
+            None => tracing::warn!("redis is not reachable yet; retrying in the background"),
         }
+    }
+
+    /// An unavailable store's error with the last connection error
+    /// appended, when there is one and the error does not already say it.
+    pub(super) fn explain(&self, error: StoreError) -> StoreError {
+        match (error, self.get()) {
+            (StoreError::Unavailable(error), Some(cause)) if !error.contains(&cause) => {
+                StoreError::Unavailable(format!("{error} (last connection error: {cause})"))
+            }
+            (error, _) => error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inner message of an `Unavailable`, `None` for any other error.
+    fn unavailable(error: StoreError) -> Option<String> {
+        match error {
+            StoreError::Unavailable(message) => Some(message),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn explains_only_an_unavailable_store_and_only_once() {
+        let last = LastError::default();
+        let timeout = || StoreError::Unavailable("timed out".to_owned());
+        assert_eq!(unavailable(last.explain(timeout())).unwrap(), "timed out");
+        last.set(Some("AlertReceived(CertificateRequired)".to_owned()));
+        let explained = unavailable(last.explain(timeout())).unwrap();
+        assert_eq!(
+            explained,
+            "timed out (last connection error: AlertReceived(CertificateRequired))"
+        );
+        let again = last.explain(StoreError::Unavailable(explained.clone()));
+        assert_eq!(unavailable(again).unwrap(), explained, "said once");
+        let backend = last.explain(StoreError::Backend("NOSCRIPT".to_owned()));
+        assert!(
+            matches!(&backend, StoreError::Backend(m) if m == "NOSCRIPT"),
+            "{backend:?}"
+        );
+        last.set(None);
+        assert_eq!(unavailable(last.explain(timeout())).unwrap(), "timed out");
     }
 }
