@@ -51,6 +51,7 @@ mod route;
 mod scheme;
 mod status;
 mod store;
+mod tls;
 mod validate;
 
 use std::fmt;
@@ -83,6 +84,7 @@ pub use otel::Tracing;
 pub(crate) use redact::redact_url;
 pub use status::CacheStatus;
 pub use store::{ReplicaAck, StoreBackend, StoreConfig};
+pub use tls::RedisTls;
 
 /// Every problem found in a configuration file, each prefixed by its key.
 #[derive(Debug, thiserror::Error)]

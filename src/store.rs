@@ -388,6 +388,7 @@ impl AnyStore {
                     redis::RedisAuth {
                         username: config.username.as_ref().map(text),
                         password: config.password.as_ref().map(text),
+                        tls: config.tls.as_ref().map(|tls| tls.client.clone()),
                     },
                     config.command_timeout,
                     config.replica_ack,

@@ -253,6 +253,12 @@ pub struct RawStore {
     pub username: Option<String>,
     /// Redis password, as a secret source (kind = "redis").
     pub password: Option<String>,
+    /// PEM file of the CAs a `rediss://` server's certificate must chain to.
+    pub tls_ca_file: Option<String>,
+    /// PEM client certificate (chain) for Redis `tls-auth-clients`.
+    pub tls_cert_file: Option<String>,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
 }
 
 /// `[secrets]`.

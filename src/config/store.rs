@@ -22,6 +22,7 @@ use super::choice::Choice;
 use super::problems::Problems;
 use super::raw::{self, format_duration};
 use super::redact::redact_url;
+use super::tls::{RedisTls, redis_tls};
 use crate::signature::Secret;
 
 /// The URL schemes fred connects with: a single server, a Cluster or
@@ -121,6 +122,9 @@ pub struct StoreConfig {
     /// soon as the writer is free, which measured fastest (batches form
     /// while the previous commit's fsync runs).
     pub commit_delay: Duration,
+    /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` of a `rediss://`
+    /// store, loaded; `None`: fred's default (the system's roots).
+    pub tls: Option<RedisTls>,
 }
 
 /// The userinfo of `url` split into (user, password), each `None` when
@@ -213,6 +217,10 @@ pub(super) fn store_config(
         );
     }
     let (username, password) = credentials(problems, raw, &backend);
+    let tls = match &backend {
+        StoreBackend::Redis { url } => redis_tls(problems, raw, Some(url)),
+        StoreBackend::Embedded { .. } => redis_tls(problems, raw, None),
+    };
     let command_timeout = problems.duration(
         "store.command_timeout",
         raw.command_timeout.as_deref(),
@@ -247,6 +255,7 @@ pub(super) fn store_config(
         replica_ack,
         username,
         password,
+        tls,
         allow_eviction,
         key_prefix,
         connections,
@@ -366,6 +375,11 @@ impl StoreConfig {
             StoreBackend::Embedded { path } => ("embedded", None, Some(path.display().to_string())),
         };
         let source = |secret: &Option<Secret>| secret.as_ref().map(|s| s.source().to_owned());
+        let identity = self
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.client_identity.as_ref());
+        let tls_path = |path: Option<&std::path::Path>| path.map(|p| p.display().to_string());
         raw::RawStore {
             kind: kind.to_owned(),
             url,
@@ -379,6 +393,9 @@ impl StoreConfig {
             username: source(&self.username),
             password: source(&self.password),
             commit_delay: (!redis).then(|| format_duration(self.commit_delay)),
+            tls_ca_file: tls_path(self.tls.as_ref().and_then(|tls| tls.ca_file.as_deref())),
+            tls_cert_file: tls_path(identity.map(|(cert, _)| cert.as_path())),
+            tls_key_file: tls_path(identity.map(|(_, key)| key.as_path())),
         }
     }
 }

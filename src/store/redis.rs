@@ -28,6 +28,7 @@
 //! upkeep reach them through `pub(super)` methods.
 
 mod inbox;
+mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
 mod scripts;
@@ -81,6 +82,8 @@ pub struct RedisStore {
     /// On a Cluster, a pool per primary for the request path's calls, so
     /// a dying primary stalls only its own slots (`shards.rs`).
     shards: Option<Arc<shards::Shards>>,
+    /// Why the pool last failed to connect, for start-up and `/readyz`.
+    last_error: last_error::LastError,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -179,6 +182,9 @@ pub struct RedisAuth {
     pub username: Option<String>,
     /// Password; `None`: the URL's, if any.
     pub password: Option<String>,
+    /// A `rediss://` URL's own CAs and client certificate (`[store]
+    /// tls_*`); `None`: fred's default connector (system roots).
+    pub tls: Option<std::sync::Arc<fred::rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for RedisAuth {
@@ -186,6 +192,7 @@ impl std::fmt::Debug for RedisAuth {
         f.debug_struct("RedisAuth")
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -236,9 +243,15 @@ impl RedisStore {
         if let Some(password) = auth.password {
             config.password = Some(password);
         }
+        // Only a TLS URL has a connector to replace (validation refuses
+        // `tls_*` keys with a plain URL).
+        if let (Some(tls), Some(current)) = (auth.tls, config.tls.as_mut()) {
+            current.connector = fred::types::config::TlsConnector::from((*tls).clone());
+        }
         let pool = builder(config.clone(), command_timeout)
             .build_pool(connections.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let last_error = last_error::LastError::follow(&pool);
         pool.connect_pool();
         let shards = config
             .server
@@ -254,6 +267,7 @@ impl RedisStore {
             command_timeout,
             tracking: None,
             shards,
+            last_error,
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -261,7 +275,7 @@ impl RedisStore {
                     tracing::warn!(%error, "could not load Lua scripts; they load on first use");
                 }
             }
-            _ => tracing::warn!("redis is not reachable yet; retrying in the background"),
+            _ => store.last_error.log_unreachable(),
         }
         if let Some(shards) = &store.shards {
             if !shards.refresh().await {
@@ -593,7 +607,7 @@ impl Store for RedisStore {
             .next_connected()
             .custom::<Value, Value>(command, Vec::new())
             .await
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| self.last_error.explain(classify(&e)))?;
         let role = reply
             .into_array()
             .into_iter()

@@ -47,6 +47,7 @@ mod store_auth;
 mod store_contract;
 mod store_integrity;
 mod store_pressure;
+mod store_tls;
 mod systemd;
 mod tracing;
 mod transport;

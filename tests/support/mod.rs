@@ -7,7 +7,10 @@
 //! * [`process`] — free ports, the one child-process guard [`Proc`] and
 //!   bounded short commands.
 //! * [`wait`] — every poll loop: async and blocking, boolean and valued.
-//! * [`redis`] — [`RedisServer`] and the per-port `redis-cli` helpers.
+//! * [`redis`] — [`RedisServer`] (plain or TLS only) and the per-port
+//!   `redis-cli` helpers.
+//! * [`tls`] — [`TestPki`], a CA and certificates made at test time, and
+//!   [`RedisTls`], how a TLS `redis-server` runs with them.
 //! * [`upstream`] — [`Upstream`], a real HTTP server that counts executions
 //!   and answers as a test script says.
 //! * [`gate`] — the test configuration, [`Gate`] (in-process) and
@@ -37,6 +40,7 @@ mod presets;
 mod process;
 mod redis;
 mod signing;
+mod tls;
 mod upstream;
 mod wait;
 
@@ -50,6 +54,7 @@ pub use presets::*;
 pub use process::*;
 pub use redis::*;
 pub use signing::*;
+pub use tls::*;
 pub use upstream::*;
 pub use wait::*;
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Proc, free_port, listens, run_bounded, wait_until};
+use super::{Proc, RedisTls, free_port, listens, run_bounded, wait_until};
 
 /// Upper bound of one redis-cli call.
 pub const CLI_LIMIT: Duration = Duration::from_secs(10);
@@ -39,10 +39,39 @@ pub fn spawn_redis(name: &str, port: u16, extra: &[String]) -> Proc {
 
 /// `redis-cli -h 127.0.0.1 -p PORT ARGS…`, bounded.
 pub fn cli(port: u16, args: &[&str]) -> String {
+    tls_cli(port, None, args)
+}
+
+/// [`cli`], over TLS when `tls` is given.
+pub fn tls_cli(port: u16, tls: Option<&RedisTls>, args: &[&str]) -> String {
     let port = port.to_string();
+    let tls_args = tls.map(RedisTls::cli_args).unwrap_or_default();
     let mut all = vec!["-h", "127.0.0.1", "-p", port.as_str()];
+    all.extend(tls_args.iter().map(String::as_str));
     all.extend_from_slice(args);
     run_bounded("redis-cli", &all, CLI_LIMIT)
+}
+
+/// Starts `redis-server` speaking only TLS on `port` (no plain port, no
+/// persistence) and waits until it answers PING over TLS.
+pub fn spawn_tls_redis(name: &str, port: u16, tls: &RedisTls) -> Proc {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(tls.server_args(port));
+    let mut proc = Proc::spawn(name, &mut command);
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{name} answers PING over TLS on port {port} (redis-server built with TLS?)"),
+        || {
+            assert!(
+                !proc.has_exited(),
+                "{name} exited: port {port} taken, or TLS set-up refused"
+            );
+            listens(proc.pid(), port) && tls_cli(port, Some(tls), &["PING"]).trim() == "PONG"
+        },
+    );
+    proc
 }
 
 /// The first line of `ROLE`.
@@ -58,8 +87,12 @@ pub fn has_online_replica(port: u16) -> bool {
 
 /// `cmdstat_*` call counts from `INFO commandstats` of the node on `port`.
 pub fn command_counts(port: u16) -> HashMap<String, u64> {
-    cli(port, &["INFO", "commandstats"])
-        .lines()
+    parse_command_counts(&cli(port, &["INFO", "commandstats"]))
+}
+
+/// The `cmdstat_*` calls of an `INFO commandstats` reply.
+fn parse_command_counts(info: &str) -> HashMap<String, u64> {
+    info.lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
@@ -79,6 +112,8 @@ pub struct RedisServer {
     child: Option<Proc>,
     /// With persistence: the AOF directory, kept across restarts.
     aof: Option<tempfile::TempDir>,
+    /// TLS only ([`RedisServer::start_tls`]): `port` is the TLS port.
+    tls: Option<RedisTls>,
 }
 
 impl RedisServer {
@@ -92,17 +127,36 @@ impl RedisServer {
         Self::launch(Some(tempfile::tempdir().expect("tempdir")))
     }
 
+    /// TLS only, as `tls` says (`url()` is then `rediss://`, and `cli`
+    /// goes over TLS with the client certificate; the raw RESP helpers
+    /// `set_bytes`/`get_bytes` speak plain TCP and do not apply).
+    pub fn start_tls(tls: RedisTls) -> Self {
+        let mut server = Self {
+            port: free_port(),
+            child: None,
+            aof: None,
+            tls: Some(tls),
+        };
+        server.spawn();
+        server
+    }
+
     fn launch(aof: Option<tempfile::TempDir>) -> Self {
         let mut server = Self {
             port: free_port(),
             child: None,
             aof,
+            tls: None,
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
+        if let Some(tls) = &self.tls {
+            self.child = Some(spawn_tls_redis("redis-server", self.port, tls));
+            return;
+        }
         let extra: Vec<String> = match &self.aof {
             Some(dir) => ["--appendonly", "yes", "--appendfsync", "always", "--dir"]
                 .iter()
@@ -115,17 +169,22 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     /// Runs a redis-cli command (bounded) and returns its raw output.
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        tls_cli(self.port, self.tls.as_ref(), args)
     }
 
     /// `cmdstat_*` call counts from `INFO commandstats`.
     pub fn command_counts(&self) -> HashMap<String, u64> {
-        command_counts(self.port)
+        parse_command_counts(&self.cli(&["INFO", "commandstats"]))
     }
 
     /// Calls of every command except the ones the harness itself sends and

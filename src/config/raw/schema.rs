@@ -259,10 +259,13 @@ mod tests {
         r#"
         [store]
         kind = "redis"
-        url = "redis://127.0.0.1:6379/0"
+        url = "rediss://127.0.0.1:6379/0"
         username = "literal:app"
         password = "literal:pw"
         min_replicas_ack = 1
+        tls_ca_file = "@ROOT@/tests/vectors/keys/wechatpay-1.cert.pem"
+        tls_cert_file = "@ROOT@/tests/vectors/keys/wechatpay-1.cert.pem"
+        tls_key_file = "@ROOT@/tests/vectors/keys/wechatpay-1.key.pem"
         [upstream]
         url = "http://127.0.0.1:3000"
         [admin]
@@ -314,7 +317,9 @@ mod tests {
         let root = env!("CARGO_MANIFEST_DIR");
         let mut printed = BTreeSet::new();
         for text in EVERY_VARIANT {
-            let text = text.replace("file:tests/", &format!("file:{root}/tests/"));
+            let text = text
+                .replace("file:tests/", &format!("file:{root}/tests/"))
+                .replace("@ROOT@", root);
             let config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}"));
             let output: Value = toml::from_str(&config.to_toml()).unwrap();
             printed.extend(keys_of(&output));
