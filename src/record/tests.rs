@@ -264,3 +264,43 @@ proptest! {
         prop_assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
     }
 }
+
+/// The v3 record lengths `bench/record-bytes` measures Redis memory for
+/// (bench/RESULTS.md, "Redis memory per completed key"): a completed
+/// record holding the channel's acknowledgement with a `date` and,
+/// where sent, a `content-type` header, and the event id as key value
+/// where the preset's key is single-part.
+#[test]
+fn v3_lengths_of_the_preset_acknowledgements() {
+    let date = (
+        Bytes::from_static(b"date"),
+        Bytes::from_static(b"Fri, 04 Dec 2026 12:16:10 GMT"),
+    );
+    let length = |key: usize, content_type: Option<&'static str>, body: &'static str| {
+        let mut headers = vec![date.clone()];
+        headers.extend(content_type.map(|value| {
+            (
+                Bytes::from_static(b"content-type"),
+                Bytes::from_static(value.as_bytes()),
+            )
+        }));
+        let record = sample(RecordState::Completed(StoredResponse {
+            status: 200,
+            headers,
+            body: StoredBody::Kept(Bytes::from_static(body.as_bytes())),
+        }))
+        .with_key(Some(&vec![b'k'; key]).filter(|_| key > 0).map(|k| &k[..]));
+        record.encode().unwrap().len()
+    };
+    let wechat = "<xml><return_code><![CDATA[SUCCESS]]></return_code><return_msg><![CDATA[OK]]></return_msg></xml>";
+    assert_eq!(
+        length(28, Some("application/json"), r#"{"received":true}"#),
+        219
+    );
+    assert_eq!(length(0, Some("text/plain;charset=utf-8"), "success"), 189);
+    assert_eq!(length(0, Some("text/xml"), wechat), 262);
+    assert_eq!(length(36, None, ""), 176);
+    assert_eq!(length(0, Some("text/plain"), "[accepted]"), 178);
+    assert_eq!(length(0, Some("text/xml"), "<Response/>"), 177);
+    assert_eq!(length(0, None, ""), 140);
+}
