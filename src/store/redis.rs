@@ -31,6 +31,7 @@ mod inbox;
 mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
+mod replies;
 mod scripts;
 mod shards;
 pub(crate) mod slots;
@@ -43,13 +44,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, Client, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
-    ReconnectPolicy, Value,
+    Builder, Client, ClientLike, Config as FredConfig, Error as FredError, Pool, ReconnectPolicy,
+    Value,
 };
 use fred::types::{ClusterHash, CustomCommand, RespVersion};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+pub(super) use self::replies::classify;
+use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
 use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
@@ -121,57 +124,6 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore").finish_non_exhaustive()
     }
-}
-
-/// Maps a fred error to the store's: connection trouble is `Unavailable`.
-pub(super) fn classify(error: &FredError) -> StoreError {
-    match error.kind() {
-        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => {
-            StoreError::Unavailable(error.to_string())
-        }
-        _ if error.details().contains("LOADING") || error.details().contains("CLUSTERDOWN") => {
-            StoreError::Unavailable(error.to_string())
-        }
-        // maxmemory reached under noeviction: reads still work.
-        _ if error.details().contains("OOM ") => StoreError::Full(error.to_string()),
-        _ => StoreError::Backend(error.to_string()),
-    }
-}
-
-/// A `MOVED` redirection: the slot has a new owner (a failover, or a
-/// resharding) that the routing has not seen yet.
-fn is_moved(error: &FredError) -> bool {
-    error.kind() == &ErrorKind::Cluster && error.details().starts_with("MOVED")
-}
-
-/// Turns a `{record, pttl}` reply into an [`Existing`].
-fn existing_from(reply: Value) -> Result<Option<Existing>, StoreError> {
-    if reply.is_null() {
-        return Ok(None);
-    }
-    let mut parts = reply.into_array().into_iter();
-    let Some(value) = parts.next() else {
-        return Err(StoreError::Backend("unexpected script reply".into()));
-    };
-    // claim.lua leaves the TTL out for completed records.
-    let pttl = parts.next().unwrap_or(Value::Null);
-    let bytes = match value {
-        Value::Bytes(bytes) => bytes,
-        Value::String(text) => text.into_inner(),
-        _ => return Err(StoreError::Backend("unexpected record type".into())),
-    };
-    let record = Record::decode(&bytes)?;
-    let ttl = pttl
-        .as_i64()
-        .filter(|ms| *ms >= 0)
-        .map(|ms| Duration::from_millis(ms as u64));
-    Ok(Some(Existing { record, ttl }))
-}
-
-fn millis(ttl: Duration) -> i64 {
-    i64::try_from(crate::time::millis(ttl))
-        .unwrap_or(i64::MAX)
-        .max(1)
 }
 
 /// Redis credentials given apart from the URL (`[store] username` and
