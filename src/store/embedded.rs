@@ -285,9 +285,18 @@ impl EmbeddedStore {
             .ok_or_else(stopped)?
             .send(Box::new(Job::new(op, reply)))
             .map_err(|_| stopped())?;
-        answer.await.map_err(|_| {
-            StoreError::Backend("embedded store writer failed during the commit".into())
-        })?
+        let lost = |_| StoreError::Backend("embedded store writer failed during the commit".into());
+        // Unit tests run on paused tokio time, which jumps ahead whenever
+        // every task waits: a wait on the writer thread would look idle and
+        // let a test's timers fire mid-commit. A wait on the blocking pool
+        // holds the clock, as the writes themselves did before group commit.
+        #[cfg(test)]
+        let answer = tokio::task::spawn_blocking(move || answer.blocking_recv())
+            .await
+            .map_err(backend)?;
+        #[cfg(not(test))]
+        let answer = answer.await;
+        answer.map_err(lost)?
     }
 
     /// Runs `op` on `table` in one read transaction on the blocking pool:

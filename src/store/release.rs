@@ -122,11 +122,25 @@ mod tests {
         })
         .await;
         assert!(matches!(result, Ok(true)), "{result:?}");
-        assert_eq!(
-            times,
-            [0, 100, 300, 700, 1_500, 3_100, 5_100].map(ms),
-            "doubling pauses, capped at 2 s"
+        assert_tries_follow_the_backoff(&times);
+        let last = times[times.len() - 1];
+        assert!(
+            last >= Duration::from_secs(4) && last <= Duration::from_secs(4) + MAX_PAUSE,
+            "reached within one longest pause of the store's return: {times:?}"
         );
+    }
+
+    /// Tries start at once, then wait at least `FIRST_PAUSE` and at most
+    /// `MAX_PAUSE` between each other (the jitter is `crate::backoff`'s).
+    fn assert_tries_follow_the_backoff(times: &[Duration]) {
+        assert_eq!(times[0], Duration::ZERO, "the first try at once");
+        for pair in times.windows(2) {
+            let pause = pair[1] - pair[0];
+            assert!(
+                pause >= FIRST_PAUSE && pause <= MAX_PAUSE,
+                "pause {pause:?} in {times:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -137,7 +151,9 @@ mod tests {
             "nothing left to release: {result:?}"
         );
         // The last pause is cut short so the final try is at the expiry.
-        assert_eq!(times, [0, 100, 300, 700, 1_000].map(ms));
+        assert_eq!(times.last(), Some(&ms(1_000)), "{times:?}");
+        assert!(times.len() >= 3, "tried again in between: {times:?}");
+        assert_eq!(times[..2], [ms(0), ms(100)], "the first pause is the floor");
     }
 
     #[tokio::test(start_paused = true)]
