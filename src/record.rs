@@ -29,6 +29,11 @@
 //!         4     body length, then the body bytes
 //! ```
 //!
+//! Version 4 is a completed answer equal to the route's acknowledgement,
+//! kept as a 60-byte marker: the same version, state and owner bytes, the
+//! fingerprint, then the answer time and a digest of the acknowledgement
+//! instead of everything after byte 50 ([`compact`]).
+//!
 //! An inbox record (state 5) carries the acknowledgement its sender got in
 //! the completed layout, then the queued request and its redelivery
 //! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
