@@ -67,7 +67,8 @@ const MAX_OFFSET: i64 = 31;
 /// layout's byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckMarker {
-    status: u16,
+    /// The status minus 200: the layout's byte, so any marker encodes.
+    status_offset: u8,
     digest: [u8; 4],
     date: Option<DateStamp>,
 }
@@ -106,7 +107,7 @@ impl AckMarker {
         if ack.status != answer.status || ack_body != body {
             return None;
         }
-        u8::try_from(ack.status.checked_sub(LOWEST_STATUS)?).ok()?;
+        let status_offset = u8::try_from(ack.status.checked_sub(LOWEST_STATUS)?).ok()?;
         let is_date = |name: &Bytes| name.eq_ignore_ascii_case(b"date");
         let dates: Vec<usize> = (answer.headers.iter().enumerate())
             .filter(|(_, (name, _))| is_date(name))
@@ -127,7 +128,7 @@ impl AckMarker {
             return None;
         }
         Some(Self {
-            status: ack.status,
+            status_offset,
             digest: ack_digest(ack),
             date,
         })
@@ -135,7 +136,7 @@ impl AckMarker {
 
     /// The status of the acknowledgement it names.
     pub fn status(&self) -> u16 {
-        self.status
+        LOWEST_STATUS + u16::from(self.status_offset)
     }
 
     /// The digest of the acknowledgement it names, in hex (the record view).
@@ -149,10 +150,10 @@ impl AckMarker {
     /// is treated as not stored: its status, no headers, no body.
     pub fn replay(&self, ack: Option<&StoredResponse>, answered_at_ms: u64) -> StoredResponse {
         let Some(ack) =
-            ack.filter(|ack| ack.status == self.status && ack_digest(ack) == self.digest)
+            ack.filter(|ack| ack.status == self.status() && ack_digest(ack) == self.digest)
         else {
             return StoredResponse {
-                status: self.status,
+                status: self.status(),
                 headers: Vec::new(),
                 body: StoredBody::TooLarge,
             };
@@ -199,12 +200,10 @@ fn stamp(header: &(Bytes, Bytes), first: bool, answered_at_ms: u64) -> Option<Da
     let secs = i64::try_from(time.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
     let answered = i64::try_from(answered_at_ms / 1000).ok()?;
     let offset = secs - answered;
+    let offset_secs = i8::try_from(offset).ok()?;
     (-(MAX_OFFSET + 1)..=MAX_OFFSET)
         .contains(&offset)
-        .then(|| DateStamp {
-            offset_secs: offset as i8,
-            first,
-        })
+        .then_some(DateStamp { offset_secs, first })
 }
 
 /// Writes `record`, whose state is `marker`, in layout version 4.
@@ -218,7 +217,7 @@ pub(super) fn put(record: &Record, marker: &AckMarker) -> Result<Bytes, TooLong>
         "answer time",
         (record.answered_at_ms / 1000) as usize,
     )?);
-    out.put_u8((marker.status - LOWEST_STATUS) as u8);
+    out.put_u8(marker.status_offset);
     out.put_u8(marker.date_byte());
     out.put_slice(&marker.digest);
     Ok(out.freeze())
@@ -255,7 +254,7 @@ pub(super) fn read(bytes: &[u8]) -> Result<Record, DecodeError> {
     let secs = u32::from_be_bytes(bytes[50..54].try_into().expect("4 bytes"));
     let answered_at_ms = u64::from(secs) * 1000;
     let marker = AckMarker {
-        status: LOWEST_STATUS + u16::from(bytes[54]),
+        status_offset: bytes[54],
         digest: bytes[56..60].try_into().expect("4 bytes"),
         date,
     };
