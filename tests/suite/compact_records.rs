@@ -13,6 +13,9 @@ use tokio::net::TcpListener;
 
 use crate::support::*;
 
+/// The admin token of the test that reads the record view.
+const TOKEN: &str = "admin-token-for-compact-tests";
+
 /// The length of a compact record (layout v4).
 const COMPACT_LEN: usize = 60;
 
@@ -131,7 +134,7 @@ async fn an_ack_answer_is_a_compact_record_on_redis_and_replays_the_same_bytes()
         &upstream.url,
         &inbox_ack("[accepted]"),
     );
-    let gate = Gate::start(&text).await;
+    let gate = Gate::start(&format!("{text}\n[admin]\ntoken = \"literal:{TOKEN}\"\n")).await;
     let (first, _) = first_and_replay(&gate, "p-compact").await;
     assert_eq!(&first.body[..], b"[accepted]");
     assert!(
@@ -141,7 +144,31 @@ async fn an_ack_answer_is_a_compact_record_on_redis_and_replays_the_same_bytes()
     let record = only_record(&redis);
     assert_eq!(record.len(), COMPACT_LEN, "{record:?}");
     assert_eq!(record[0], 4, "layout v4");
+    // Later copies (from the replay cache once it has the record) too.
+    for _ in 0..3 {
+        let again = deliver(&gate.url("/notify"), &payment("p-compact")).await;
+        assert_eq!(again.replayed(), Some("true"));
+        assert_eq!(again.body, first.body);
+        assert_eq!(end_to_end(&again.headers), end_to_end(&first.headers));
+    }
     assert_eq!(upstream.calls(), 1);
+    // The record view names the acknowledgement instead of a body.
+    let view = send(
+        "GET",
+        &format!("http://{}/admin/records/pay/p-compact", gate.admin),
+        &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
+        "",
+    )
+    .await;
+    assert_eq!(view.status, 200);
+    let view: serde_json::Value = serde_json::from_slice(&view.body).unwrap();
+    assert_eq!(view["state"], "completed");
+    assert_eq!(view["status"], 200);
+    assert_eq!(
+        view["acknowledgement"].as_str().map(str::len),
+        Some(8),
+        "{view}"
+    );
     // A duplicate with another body is still a fingerprint mismatch.
     let mut other = payment("p-compact");
     other.push(' ');
