@@ -204,6 +204,16 @@ proptest! {
     }
 
     #[test]
+    fn compact_layout_is_canonical(tail in proptest::collection::vec(any::<u8>(), 58)) {
+        let mut bytes = vec![VERSION_4, 2];
+        bytes.extend(&tail);
+        let bytes = Bytes::from(bytes);
+        if let Ok(record) = Record::decode(&bytes) {
+            prop_assert_eq!(record.encode().unwrap(), bytes);
+        }
+    }
+
+    #[test]
     fn compact_round_trip(secs in 0u64..u64::from(u32::MAX), offset in -32i64..=31, first: bool,
                           status in 200u16..=299, body in proptest::collection::vec(any::<u8>(), 0..40)) {
         let ack = StoredResponse {
