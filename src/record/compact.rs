@@ -107,6 +107,8 @@ impl AckMarker {
         if ack.status != answer.status || ack_body != body {
             return None;
         }
+        // The layout keeps the answer time as u32 seconds (until 2106).
+        u32::try_from(answered_at_ms / 1000).ok()?;
         let status_offset = u8::try_from(ack.status.checked_sub(LOWEST_STATUS)?).ok()?;
         let is_date = |name: &Bytes| name.eq_ignore_ascii_case(b"date");
         let dates: Vec<usize> = (answer.headers.iter().enumerate())

@@ -146,6 +146,19 @@ fn any_other_answer_is_kept_whole() {
 }
 
 #[test]
+fn an_answer_time_past_the_layouts_seconds_is_kept_whole() {
+    let late = (u64::from(u32::MAX) + 1) * 1000;
+    let answer = adyen();
+    let record = Record {
+        answered_at_ms: late,
+        ..completed(answer.clone())
+    };
+    let kept = record.compacted(Some(&adyen()));
+    assert_eq!(kept.state, RecordState::Completed(answer));
+    assert!(kept.encode().is_ok());
+}
+
+#[test]
 fn a_changed_ack_replays_as_an_answer_not_stored() {
     let record = completed(answered(&adyen(), DATE, 1)).compacted(Some(&adyen()));
     let RecordState::Acknowledged(marker) = record.state else {
