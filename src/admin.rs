@@ -447,7 +447,7 @@ fn state_word(route: &Route, existing: &Existing) -> &'static str {
     match existing.observe(route.idempotency.unknown_hold) {
         // The inbox API shows the rest (`/admin/inbox/{route}/delivery`).
         Observed::Completed(_) if matches!(existing.record.state, RecordState::Inbox(_)) => "inbox",
-        Observed::Completed(_) => "completed",
+        Observed::Completed(_) | Observed::Acknowledged(_) => "completed",
         Observed::InFlight => "in_flight",
         Observed::Unknown { .. } if existing.record.state == RecordState::InFlight => {
             "unknown_owner_lost"
@@ -475,6 +475,11 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         view["status"] = answer.status.into();
         view["body_bytes"] = answer.body.stored_len().into();
         view["body_stored"] = (answer.body != crate::record::StoredBody::TooLarge).into();
+    }
+    // A compact record: the answer was the route's acknowledgement.
+    if let RecordState::Acknowledged(marker) = &record.state {
+        view["status"] = marker.status().into();
+        view["acknowledgement"] = marker.digest_hex().into();
     }
     view
 }

@@ -244,8 +244,9 @@ impl Inboxes {
     }
 }
 
-/// The acknowledgement a route's inbox sends.
-fn ack(inbox: &Inbox) -> StoredResponse {
+/// The acknowledgement a route's inbox sends (also the answer a compact
+/// record stands for, `crate::record::AckMarker`).
+pub(crate) fn ack(inbox: &Inbox) -> StoredResponse {
     let headers = inbox
         .ack
         .content_type

@@ -392,7 +392,13 @@ impl Pipeline {
         let context = trace::claiming(&span, &self.deliveries, &identity.key_hash);
         let decision = self
             .claimer
-            .claim(&identity, rules, shadow::patience(rules), context)
+            .claim(
+                &identity,
+                rules,
+                runtime.ack.as_ref(),
+                shadow::patience(rules),
+                context,
+            )
             .instrument(trace::claim(self.tracing))
             .await;
         let enforced = match decision {

@@ -29,6 +29,11 @@
 //!         4     body length, then the body bytes
 //! ```
 //!
+//! Version 4 is a completed answer equal to the route's acknowledgement,
+//! kept as a 60-byte marker: the same version, state and owner bytes, the
+//! fingerprint, then the answer time and a digest of the acknowledgement
+//! instead of everything after byte 50 ([`compact`]).
+//!
 //! An inbox record (state 5) carries the acknowledgement its sender got in
 //! the completed layout, then the queued request and its redelivery
 //! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
@@ -45,6 +50,7 @@
 //! [`DecodeError`]; callers treat it as a store error, never as "absent", so
 //! a corrupted record can not let a duplicate through.
 
+mod compact;
 pub mod inbox;
 mod trace;
 
@@ -52,11 +58,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+pub use compact::{AckMarker, ack_digest};
 pub use inbox::{InboxEntry, Stage, StoredRequest};
 pub use trace::TraceContext;
 
 /// The encoding version written by this build.
 pub const VERSION: u8 = 3;
+/// The compact layout of an answer equal to the route's acknowledgement,
+/// written beside [`VERSION`] ([`compact`]).
+pub use compact::VERSION_4;
 /// The previous encodings, still decoded (module docs).
 const VERSION_2: u8 = 2;
 const VERSION_1: u8 = 1;
@@ -180,6 +190,10 @@ pub enum RecordState {
     /// acknowledged and the request waits in the inbox for redelivery.
     /// Boxed: it carries the whole request.
     Inbox(Box<InboxEntry>),
+    /// Answered with the route's acknowledgement, kept as a marker
+    /// (layout version 4, [`compact`]); the route's configured
+    /// acknowledgement turns it back into the answer ([`AckMarker::replay`]).
+    Acknowledged(AckMarker),
 }
 
 /// One key's record.
@@ -223,6 +237,10 @@ pub enum DecodeError {
     /// The trace flags byte has unknown bits, or names all-zero ids.
     #[error("invalid trace context flags {0:#04x}")]
     TraceFlags(u8),
+    /// The `Date` byte of a compact record has its flag bits without
+    /// its presence bit.
+    #[error("invalid acknowledgement date byte {0:#04x}")]
+    AckDate(u8),
 }
 
 /// A field of an answer too long for its length prefix in the record
@@ -274,7 +292,7 @@ impl Record {
     /// the inbox from outside it (its ack) — stamps `answered_at_ms`.
     pub fn with_state(&self, state: RecordState) -> Self {
         let new_answer = match &state {
-            RecordState::Completed(_) => true,
+            RecordState::Completed(_) | RecordState::Acknowledged(_) => true,
             RecordState::Inbox(_) => !matches!(self.state, RecordState::Inbox(_)),
             RecordState::InFlight | RecordState::Unknown => false,
         };
@@ -312,6 +330,9 @@ impl Record {
     /// an answer with more than 65,535 headers, a header name over 64 KiB,
     /// or a value or body over 4 GiB.
     pub fn encode(&self) -> Result<Bytes, TooLong> {
+        if let RecordState::Acknowledged(marker) = &self.state {
+            return compact::put(self, marker);
+        }
         let extra = match &self.state {
             RecordState::Completed(r) => response_len(r),
             RecordState::Inbox(entry) => response_len(&entry.ack) + entry.encoded_len(),
@@ -336,6 +357,7 @@ impl Record {
                 ..
             }) => 4,
             RecordState::Inbox(_) => 5,
+            RecordState::Acknowledged(_) => unreachable!("written in layout version 4 above"),
         });
         out.put_slice(&self.owner.0);
         out.put_slice(&self.fingerprint.0);
@@ -350,7 +372,7 @@ impl Record {
                 put_response(&mut out, &entry.ack)?;
                 entry.put(&mut out)?;
             }
-            RecordState::InFlight | RecordState::Unknown => {}
+            RecordState::InFlight | RecordState::Unknown | RecordState::Acknowledged(_) => {}
         }
         Ok(out.freeze())
     }
@@ -364,6 +386,7 @@ impl Record {
         let fixed_len = match bytes[0] {
             VERSION | VERSION_2 => HEADER_LEN,
             VERSION_1 => V1_HEADER_LEN,
+            VERSION_4 => return compact::read(bytes),
             other => return Err(DecodeError::Version(other)),
         };
         if bytes.len() < fixed_len {

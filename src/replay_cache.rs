@@ -316,7 +316,11 @@ impl ReplayCache {
 /// completed, with a known, positive remaining TTL counted from `sent_at`.
 fn cacheable(found: Found, sent_at: Instant) -> Option<(Record, Instant)> {
     let ttl = found.ttl.filter(|ttl| !ttl.is_zero())?;
-    matches!(found.record.state, RecordState::Completed(_)).then(|| (found.record, sent_at + ttl))
+    matches!(
+        found.record.state,
+        RecordState::Completed(_) | RecordState::Acknowledged(_)
+    )
+    .then(|| (found.record, sent_at + ttl))
 }
 
 /// `record` with its own copies of the answer's bytes. A decoded record's

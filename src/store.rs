@@ -58,7 +58,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
-use crate::record::{DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong};
+use crate::record::{
+    AckMarker, DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong,
+};
 use crate::replay_cache::ReplayCache;
 
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
@@ -169,6 +171,9 @@ pub struct Existing {
 pub enum Observed<'a> {
     /// Replay this answer.
     Completed(&'a StoredResponse),
+    /// Replay the route's acknowledgement this marker names
+    /// ([`AckMarker::replay`]).
+    Acknowledged(&'a AckMarker),
     /// A live owner is still working on it.
     InFlight,
     /// The backend may have acted; blocked for `remaining`.
@@ -187,6 +192,7 @@ impl Existing {
         let remaining = self.ttl.unwrap_or(unknown_hold);
         match &self.record.state {
             RecordState::Completed(response) => Observed::Completed(response),
+            RecordState::Acknowledged(marker) => Observed::Acknowledged(marker),
             // Every copy of a queued delivery is told what the first was.
             RecordState::Inbox(entry) => Observed::Completed(&entry.ack),
             RecordState::Unknown => Observed::Unknown { remaining },

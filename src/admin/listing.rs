@@ -123,6 +123,7 @@ fn item_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::
         "ttl_ms": existing.ttl.map(crate::time::millis),
         "status": match &record.state {
             RecordState::Completed(answer) => Some(answer.status),
+            RecordState::Acknowledged(marker) => Some(marker.status()),
             _ => None,
         },
         "trace_id": record.trace.map(|trace| hex::encode(trace.trace_id)),

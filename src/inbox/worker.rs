@@ -173,7 +173,7 @@ impl Workers {
             // A live claim still being queued: look again after the push.
             RecordState::InFlight => return,
             // The queueing never landed; the key settled another way.
-            RecordState::Completed(_) | RecordState::Unknown => {
+            RecordState::Completed(_) | RecordState::Acknowledged(_) | RecordState::Unknown => {
                 self.unindex(hash, false).await;
                 return;
             }

@@ -197,7 +197,10 @@ impl Claimer {
         let Ok(ClaimOutcome::Existing(existing)) = result else {
             return;
         };
-        if !matches!(existing.record.state, RecordState::Completed(_)) {
+        if !matches!(
+            existing.record.state,
+            RecordState::Completed(_) | RecordState::Acknowledged(_)
+        ) {
             return;
         }
         if let Some(fill) = self.store.begin_fill(key) {
@@ -214,11 +217,16 @@ impl Claimer {
 
     /// Claims `identity` or decides from the existing record (module
     /// docs). A live in-flight record is waited for at most `patience`
-    /// (and not at all with `on_in_flight = "conflict"`).
+    /// (and not at all with `on_in_flight = "conflict"`). `ack` is the
+    /// route's acknowledgement, which a compact record's replay is
+    /// ([`AckMarker::replay`]).
+    ///
+    /// [`AckMarker::replay`]: crate::record::AckMarker::replay
     pub(crate) async fn claim(
         &self,
         identity: &Identity,
         rules: &Idempotency,
+        ack: Option<&StoredResponse>,
         patience: Duration,
         trace: Option<TraceContext>,
     ) -> Result<Decision, StoreError> {
@@ -296,6 +304,14 @@ impl Claimer {
                     return Ok(Decision::Replay {
                         answer: answer.clone(),
                         answered_at_ms: existing.record.answered_at_ms,
+                        first,
+                    });
+                }
+                Observed::Acknowledged(marker) => {
+                    let answered_at_ms = existing.record.answered_at_ms;
+                    return Ok(Decision::Replay {
+                        answer: marker.replay(ack, answered_at_ms),
+                        answered_at_ms,
                         first,
                     });
                 }
@@ -384,7 +400,7 @@ mod tests {
     /// Claims the key as a first delivery would.
     async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
         match claimer
-            .claim(&identity(), rules, rules.wait_timeout, None)
+            .claim(&identity(), rules, None, rules.wait_timeout, None)
             .await
         {
             Ok(Decision::Forward(lease)) => lease,
@@ -406,14 +422,14 @@ mod tests {
         let _lease = first(&claimer, &rules).await;
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, rules.wait_timeout, None)
+            .claim(&identity(), &rules, None, rules.wait_timeout, None)
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), rules.wait_timeout);
 
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, Duration::ZERO, None)
+            .claim(&identity(), &rules, None, Duration::ZERO, None)
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
@@ -436,7 +452,7 @@ mod tests {
         };
         let duplicate = identity();
         let (decision, ()) = tokio::join!(
-            claimer.claim(&duplicate, &rules, rules.wait_timeout, None),
+            claimer.claim(&duplicate, &rules, None, rules.wait_timeout, None),
             settle
         );
         assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");

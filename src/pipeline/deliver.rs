@@ -123,8 +123,12 @@ impl Pipeline {
                 this.claimer.settled(lease.key());
                 return;
             }
-            let settlement =
-                settle::claim_action(&result, lease.record(), &route.settings.idempotency);
+            let settlement = settle::claim_action(
+                &result,
+                lease.record(),
+                &route.settings.idempotency,
+                route.ack.as_ref(),
+            );
             let (settled, still_failing) = this
                 .settle_once(&route, &lease, &settlement)
                 .instrument(trace::settle(this.tracing))

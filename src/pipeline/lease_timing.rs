@@ -198,7 +198,9 @@ mod tests {
         match existing.observe(timing.unknown_hold) {
             Observed::InFlight => Observed::InFlight,
             Observed::Unknown { remaining } => Observed::Unknown { remaining },
-            Observed::Completed(_) => unreachable!("an in-flight record"),
+            Observed::Completed(_) | Observed::Acknowledged(_) => {
+                unreachable!("an in-flight record")
+            }
         }
     }
 

@@ -93,7 +93,9 @@ impl Settled {
     /// What one completed store attempt of `record` achieved.
     pub(super) fn after_persist(record: &Record, done: &Persisted) -> Self {
         match (done, &record.state) {
-            (Persisted::Stored(_), RecordState::Completed(_)) => Self::Stored,
+            (Persisted::Stored(_), RecordState::Completed(_) | RecordState::Acknowledged(_)) => {
+                Self::Stored
+            }
             _ => Self::Unknown,
         }
     }

@@ -9,6 +9,7 @@ use super::metrics::RouteMetrics;
 use crate::config::{Config, Route};
 use crate::hot_keys::{HotKeys, RouteHotKeys};
 use crate::inbox::{Inboxes, RouteInbox};
+use crate::record::StoredResponse;
 
 /// One protected route at request time.
 #[derive(Debug)]
@@ -22,6 +23,10 @@ pub(crate) struct RouteRuntime {
     /// Its inbox, when it has `[route.inbox]`: the same one the workers
     /// and the admin API use.
     pub(crate) inbox: Option<Arc<RouteInbox>>,
+    /// Its known acknowledgement (the `[route.inbox]` ack): a completed
+    /// answer equal to it is stored as a compact marker, and a marker is
+    /// replayed as it (`crate::record::AckMarker`).
+    pub(crate) ack: Option<StoredResponse>,
 }
 
 impl RouteRuntime {
@@ -46,6 +51,7 @@ pub(crate) fn build(
                 meters: RouteMetrics::new(&route.name, route.scheme.secret_count()),
                 hot_keys: hot_keys.named(&route.name).cloned(),
                 inbox: inboxes.route(&route.name).cloned(),
+                ack: route.inbox.as_ref().map(crate::inbox::ack),
                 settings: route.clone(),
             })
         })

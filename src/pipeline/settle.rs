@@ -36,15 +36,20 @@ pub(crate) enum ClaimAction {
     Release,
 }
 
-/// Chooses the store action for an upstream result (see module docs).
+/// Chooses the store action for an upstream result (see module docs). An
+/// answer equal to the route's acknowledgement `ack` is kept as a compact
+/// marker (`crate::record::AckMarker`).
 pub(crate) fn claim_action(
     result: &Result<UpstreamAnswer, ForwardError>,
     claimed: &Record,
     rules: &Idempotency,
+    ack: Option<&StoredResponse>,
 ) -> ClaimAction {
     match result {
         Ok(answer) if rules.cache_status.contains(answer.status.as_u16()) => ClaimAction::Keep(
-            claimed.with_state(RecordState::Completed(upstream::stored(answer))),
+            claimed
+                .with_state(RecordState::Completed(upstream::stored(answer)))
+                .compacted(ack),
             rules.retention,
         ),
         Ok(_) | Err(ForwardError::Refused) => ClaimAction::Release,
@@ -181,31 +186,31 @@ mod tests {
     fn statuses_and_failures_map_to_store_actions() {
         let rules = rules();
         assert!(
-            matches!(claim_action(&Ok(answer(200)), &claimed(), &rules), ClaimAction::Keep(r, ttl)
+            matches!(claim_action(&Ok(answer(200)), &claimed(), &rules, None), ClaimAction::Keep(r, ttl)
             if matches!(r.state, RecordState::Completed(_)) && ttl == rules.retention)
         );
         assert!(matches!(
-            claim_action(&Ok(answer(404)), &claimed(), &rules),
+            claim_action(&Ok(answer(404)), &claimed(), &rules, None),
             ClaimAction::Keep(..)
         ));
         assert!(matches!(
-            claim_action(&Ok(answer(500)), &claimed(), &rules),
+            claim_action(&Ok(answer(500)), &claimed(), &rules, None),
             ClaimAction::Release
         ));
         assert!(matches!(
-            claim_action(&Err(ForwardError::Refused), &claimed(), &rules),
+            claim_action(&Err(ForwardError::Refused), &claimed(), &rules, None),
             ClaimAction::Release
         ));
         for error in [ForwardError::Broken, ForwardError::Timeout] {
             assert!(
-                matches!(claim_action(&Err(error), &claimed(), &rules), ClaimAction::Keep(r, ttl)
+                matches!(claim_action(&Err(error), &claimed(), &rules, None), ClaimAction::Keep(r, ttl)
                 if r.state == RecordState::Unknown && ttl == rules.unknown_hold)
             );
         }
         let mut releasing = rules;
         releasing.on_upstream_timeout = OnUpstreamTimeout::Release;
         assert!(matches!(
-            claim_action(&Err(ForwardError::Timeout), &claimed(), &releasing),
+            claim_action(&Err(ForwardError::Timeout), &claimed(), &releasing, None),
             ClaimAction::Release
         ));
     }
@@ -232,7 +237,7 @@ mod tests {
         assert_eq!(stored.body, StoredBody::TooLarge);
         let rules = rules();
         assert!(
-            matches!(claim_action(&Ok(original), &claimed(), &rules), ClaimAction::Keep(r, _)
+            matches!(claim_action(&Ok(original), &claimed(), &rules, None), ClaimAction::Keep(r, _)
             if matches!(&r.state, RecordState::Completed(s) if s.body == StoredBody::TooLarge))
         );
         let response = replay(&stored, &ProblemTypes::default(), None);

@@ -317,6 +317,10 @@ def record_seeds():
         body=b'{"ok":true}'))
     write("record_decode", "completed-binary", record(
         2, status=0xFFFF, created=2**64 - 1, headers=[(b"", b"\x00\xff")], body=bytes(range(256))))
+    # Layout v4 (src/record/compact.rs): a compact record, Date before the
+    # ack's headers, 1 s before the answer time.
+    write("record_decode", "compact", bytes([4, 2]) + b"\x07" * 16 + b"\x09" * 32
+          + struct.pack(">I", 1_700_000_000) + bytes([0, 0x80 | 0x40 | 0x3F]) + b"\x12\x34\x56\x78")
 
 
 # --- xml_body -----------------------------------------------------------------

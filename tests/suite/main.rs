@@ -16,6 +16,7 @@ mod ambiguity;
 mod bounded_answers;
 mod buffer_budget;
 mod check_config;
+mod compact_records;
 mod concurrency;
 mod coverage;
 mod demo;
