@@ -2,10 +2,16 @@
 --
 -- KEYS[1]  the record key
 -- ARGV[1]  owner token (16 bytes) written by claim.lua
+-- ARGV[2]  '1': delete only an in-flight claim (state byte 1), never a
+--          record the owner wrote over it (a release still running after
+--          the sender's answer: a duplicate may have been acknowledged by
+--          that record); anything else: whatever the owner holds
 --
--- Reply:   1 deleted; 0 the key expired or another owner holds it (nothing deleted)
+-- Reply:   1 deleted; 0 the key expired, another owner holds it, or (with
+--          ARGV[2] = '1') it no longer holds a claim (nothing deleted)
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) == ARGV[1] then
+if current and string.sub(current, 3, 18) == ARGV[1]
+    and (ARGV[2] ~= '1' or string.sub(current, 2, 2) == '\1') then
   redis.call('DEL', KEYS[1])
   return 1
 end

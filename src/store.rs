@@ -63,6 +63,22 @@ use crate::record::{
 };
 use crate::replay_cache::ReplayCache;
 
+/// What a release may delete under its owner's token.
+///
+/// An owner may have written more than its claim: an inbox record whose
+/// queueing then failed (too few replicas acknowledged it) is released so
+/// the sender's retry executes. Once the sender has been answered, though,
+/// a duplicate may already have read that record and been acknowledged by
+/// it, so a release still running then must leave anything but a claim
+/// alone: deleting it would lose an acknowledged delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Releasing {
+    /// Whatever the owner holds: before the sender is answered.
+    Owned,
+    /// Only an in-flight claim: after the sender is answered.
+    ClaimOnly,
+}
+
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoreKey(String);
@@ -288,11 +304,13 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
 
-    /// Deletes `key` if `owner` still owns it. Returns whether it did.
+    /// Deletes `key` if `owner` still owns it and `what` allows its
+    /// record's state. Returns whether it did.
     fn release(
         &self,
         key: &StoreKey,
         owner: OwnerToken,
+        what: Releasing,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Resets the TTL of the in-flight record `owner` holds on `key`.
@@ -347,7 +365,7 @@ macro_rules! boxed_store {
 boxed_store! {
     claim(key: &'a StoreKey, record: Record, ttl: Duration) -> ClaimOutcome;
     complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration) -> Completion;
-    release(key: &'a StoreKey, owner: OwnerToken) -> bool;
+    release(key: &'a StoreKey, owner: OwnerToken, what: Releasing) -> bool;
     renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
     lookup(key: &'a StoreKey) -> Option<Existing>;
     purge(key: &'a StoreKey) -> bool;
@@ -492,7 +510,9 @@ impl AnyStore {
     /// did. If the store was unreachable, [`AnyStore::release_until_expired`]
     /// carries on after the sender is answered.
     pub async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
-        let call = self.backend().release(&lease.key, lease.owner());
+        let call = self
+            .backend()
+            .release(&lease.key, lease.owner(), Releasing::Owned);
         let released = self.metered(StoreOp::Release, call).await;
         self.forget(&lease.key);
         released
@@ -503,7 +523,8 @@ impl AnyStore {
     /// is left to release: `Ok(false)`). A claim left behind would answer
     /// `409` for its lease and `unknown_hold` although nothing was sent on.
     /// `stop` (shutdown's grace is over) ends the retries with the last
-    /// error.
+    /// error. It runs after the sender's answer, so it deletes only an
+    /// in-flight claim ([`Releasing::ClaimOnly`]).
     pub async fn release_until_expired(
         &self,
         lease: &Lease,
@@ -538,7 +559,7 @@ impl AnyStore {
         stop: &CancellationToken,
     ) -> Result<bool, StoreError> {
         let released = release::until_answered(key, expires, stop, || {
-            let call = self.backend().release(key, owner);
+            let call = self.backend().release(key, owner, Releasing::ClaimOnly);
             self.metered(StoreOp::Release, call)
         })
         .await;

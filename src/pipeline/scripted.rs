@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::record::{Fingerprint, OwnerToken, Record};
-use crate::store::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
+use crate::store::{
+    ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+};
 
 /// Answers `complete` and `renew` from scripts, then with success.
 #[derive(Debug, Default)]
@@ -70,7 +72,7 @@ impl Store for Scripted {
             .unwrap_or(Ok(Completion::Stored))
     }
 
-    async fn release(&self, _: &StoreKey, _: OwnerToken) -> Result<bool, StoreError> {
+    async fn release(&self, _: &StoreKey, _: OwnerToken, _: Releasing) -> Result<bool, StoreError> {
         unreachable!("not used")
     }
 

@@ -44,7 +44,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
 pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
-use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
+use super::{ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
 const RECORDS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("records");
@@ -61,8 +61,9 @@ enum Change {
     Complete(Vec<u8>, Duration, bool),
     /// Reset the TTL of our in-flight claim (rewrites the same record).
     Renew(Duration),
-    /// Delete our claim.
-    Release,
+    /// Delete our claim (or, with [`Releasing::Owned`], whatever we wrote
+    /// over it).
+    Release(Releasing),
 }
 
 /// Whose key [`EmbeddedStore::change_owned`] found.
@@ -388,6 +389,11 @@ impl EmbeddedStore {
                         Owned::No
                     }
                 }
+                (Some(entry), Change::Release(Releasing::ClaimOnly))
+                    if entry.record.state != RecordState::InFlight =>
+                {
+                    Owned::No
+                }
                 (Some(entry), _) if entry.record.owner == owner => Owned::Yes,
                 (Some(_), _) => Owned::No,
             };
@@ -395,7 +401,7 @@ impl EmbeddedStore {
                 return Ok((owned, false));
             }
             match &change {
-                Change::Release => {
+                Change::Release(_) => {
                     slot.delete()?;
                 }
                 Change::Complete(bytes, ttl, owes) => {
@@ -531,8 +537,13 @@ impl Store for EmbeddedStore {
         })
     }
 
-    async fn release(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
-        Ok(self.change_owned(key, owner, Change::Release).await? == Owned::Yes)
+    async fn release(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        what: Releasing,
+    ) -> Result<bool, StoreError> {
+        Ok(self.change_owned(key, owner, Change::Release(what)).await? == Owned::Yes)
     }
 
     async fn renew(

@@ -54,7 +54,7 @@ use tracing::Instrument as _;
 pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
-use super::{ClaimOutcome, Completion, Existing, Lease, Store, StoreError, StoreKey};
+use super::{ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
@@ -509,8 +509,18 @@ impl Store for RedisStore {
         Ok(completion)
     }
 
-    async fn release(&self, key: &StoreKey, owner: OwnerToken) -> Result<bool, StoreError> {
-        let args = vec![owner_arg(owner)];
+    async fn release(
+        &self,
+        key: &StoreKey,
+        owner: OwnerToken,
+        what: Releasing,
+    ) -> Result<bool, StoreError> {
+        let claim_only = if what == Releasing::ClaimOnly {
+            "1"
+        } else {
+            "0"
+        };
+        let args = vec![owner_arg(owner), Value::from(claim_only)];
         self.eval_flag(&self.scripts.release, key, args).await
     }
 

@@ -13,7 +13,7 @@ use idemgate::record::{
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey, OwedKey, Swapped};
 use idemgate::store::redis::RedisStore;
-use idemgate::store::{ClaimOutcome, Completion, Store, StoreKey};
+use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -222,7 +222,12 @@ async fn owed_contract<S: Store + InboxOps>(store: &S) {
 
     // A released claim leaves its entry behind; the prune takes it out
     // because the record is gone.
-    assert!(store.release(&keys[1], queued[1].owner).await.unwrap());
+    assert!(
+        store
+            .release(&keys[1], queued[1].owner, Releasing::Owned)
+            .await
+            .unwrap()
+    );
     assert_eq!(owed(store, &set).await, hashes[1..]);
     assert!(store.owed_prune(&keys[1], None).await.unwrap());
     assert!(!store.owed_prune(&keys[1], None).await.unwrap(), "once");

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::redis::RedisStore;
-use idemgate::store::{ClaimOutcome, Completion, Lease, Observed, Store, StoreError, StoreKey};
+use idemgate::store::{
+    ClaimOutcome, Completion, Lease, Observed, Releasing, Store, StoreError, StoreKey,
+};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -88,9 +90,43 @@ async fn contract<S: Store>(store: &S) {
     // release by the owner deletes; the next claim is free
     let k = key("release");
     let lease = claimed(store, &mint, &k, LONG).await;
-    assert!(store.release(lease.key(), lease.owner()).await.unwrap());
+    assert!(
+        store
+            .release(lease.key(), lease.owner(), Releasing::ClaimOnly)
+            .await
+            .unwrap()
+    );
     assert!(store.lookup(&k).await.unwrap().is_none());
     let _ = claimed(store, &mint, &k, LONG).await;
+
+    // a release still running after the sender's answer leaves a record
+    // its owner wrote over the claim (a duplicate may have been answered
+    // from it); one before the answer deletes it
+    let k = key("release-written");
+    let lease = claimed(store, &mint, &k, LONG).await;
+    let written = lease.record().with_state(RecordState::Unknown);
+    assert_eq!(
+        store
+            .complete(lease.key(), lease.owner(), &written, LONG)
+            .await
+            .unwrap(),
+        Completion::Stored
+    );
+    assert!(
+        !store
+            .release(lease.key(), lease.owner(), Releasing::ClaimOnly)
+            .await
+            .unwrap(),
+        "a claim-only release leaves a written record"
+    );
+    assert!(store.lookup(&k).await.unwrap().is_some());
+    assert!(
+        store
+            .release(lease.key(), lease.owner(), Releasing::Owned)
+            .await
+            .unwrap()
+    );
+    assert!(store.lookup(&k).await.unwrap().is_none());
 
     // an expired claim is free again; its old owner can no longer settle it
     let k = key("expiry");
@@ -118,7 +154,7 @@ async fn contract<S: Store>(store: &S) {
     );
     assert!(
         !store
-            .release(stale_release.key(), stale_release.owner())
+            .release(stale_release.key(), stale_release.owner(), Releasing::Owned)
             .await
             .unwrap(),
         "owner checked on release"
@@ -287,7 +323,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     );
     assert!(
         store
-            .release(in_flight.key(), in_flight.owner())
+            .release(in_flight.key(), in_flight.owner(), Releasing::ClaimOnly)
             .await
             .unwrap()
     );
