@@ -241,12 +241,7 @@ impl EmbeddedStore {
         let db = open::open_database(path).map_err(backend)?;
         let room = room::on_disk_of(path);
         let path = path.to_owned();
-        Self::start(
-            db,
-            Box::new(move || Database::create(&path)),
-            room,
-            group,
-        )
+        Self::start(db, Box::new(move || Database::create(&path)), room, group)
     }
 
     /// The store over `db`, reopened with `reopen` after a failure and
@@ -343,10 +338,12 @@ impl EmbeddedStore {
             .map_err(backend)?;
         let table = txn.open_table(RECORDS).map_err(backend)?;
         let now = now_ms();
-        Ok(read_entry(&table, key.as_str(), now)?.map(|entry| Existing {
-            ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
-            record: entry.record,
-        }))
+        Ok(
+            read_entry(&table, key.as_str(), now)?.map(|entry| Existing {
+                ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
+                record: entry.record,
+            }),
+        )
     }
 
     /// Runs `op` on the record tables in one write transaction (see
