@@ -14,7 +14,8 @@
 //! operations. An operation's own error fails only itself; a failed
 //! commit fails the operations it held. Reads run on tokio's blocking pool
 //! in read transactions, which never wait for the writer; a claim reads
-//! first, so a key that holds a record is answered without a write (a full
+//! first (on the calling thread: a cached B-tree lookup costs less than
+//! the hand-off to the blocking pool), so a key that holds a record is answered without a write (a full
 //! disk still replays). After a storage failure the writer reopens the
 //! database, refuses writes until a probe write commits, and `ping` (so
 //! `/readyz`) reports the failure meanwhile.
@@ -31,6 +32,7 @@ mod index;
 mod listing;
 mod open;
 mod owed;
+mod room;
 mod writer;
 
 use std::path::Path;
@@ -238,14 +240,21 @@ impl EmbeddedStore {
     /// which groups writes into commits as `group` says.
     pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
         let db = open::open_database(path).map_err(backend)?;
+        let room = room::on_disk_of(path);
         let path = path.to_owned();
-        Self::start(db, Box::new(move || Database::create(&path)), group)
+        Self::start(db, Box::new(move || Database::create(&path)), room, group)
     }
 
-    /// The store over `db`, reopened with `reopen` after a failure, with
-    /// its writer thread.
-    fn start(db: Database, reopen: writer::Opener, group: GroupCommit) -> Result<Self, StoreError> {
-        let shared = Arc::new(Shared::new(db, reopen));
+    /// The store over `db`, reopened with `reopen` after a failure and
+    /// ready again only when `room` says the disk takes new data, with its
+    /// writer thread.
+    fn start(
+        db: Database,
+        reopen: writer::Opener,
+        room: room::Room,
+        group: GroupCommit,
+    ) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared::new(db, reopen, room));
         let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
         let writer = {
             let shared = Arc::clone(&shared);
@@ -322,6 +331,29 @@ impl EmbeddedStore {
         })
         .await
         .map_err(backend)?
+    }
+
+    /// [`Store::lookup`] on the calling thread, not the blocking pool: the
+    /// read before every claim. It descends the records B-tree through
+    /// pages redb keeps in its cache (the branch pages every lookup shares
+    /// stay there), which takes microseconds, less than the two thread
+    /// hand-offs of [`EmbeddedStore::read`] (measured: docs/performance.md,
+    /// "Embedded store"). A page missing from the cache is one `pread`.
+    fn lookup_here(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
+        let txn = self
+            .inner
+            .shared
+            .database()?
+            .begin_read()
+            .map_err(backend)?;
+        let table = txn.open_table(RECORDS).map_err(backend)?;
+        let now = now_ms();
+        Ok(
+            read_entry(&table, key.as_str(), now)?.map(|entry| Existing {
+                ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
+                record: entry.record,
+            }),
+        )
     }
 
     /// Runs `op` on the record tables in one write transaction (see
@@ -495,7 +527,7 @@ impl Store for EmbeddedStore {
         // transaction, so replays are served while writes fail (a full
         // disk) and never queue behind first deliveries' commits. A key
         // found free is claimed by the write below, which looks again.
-        if let Some(existing) = self.lookup(key).await? {
+        if let Some(existing) = self.lookup_here(key)? {
             return Ok(ClaimOutcome::Existing(existing));
         }
         let found = self

@@ -32,8 +32,11 @@
 //! `Database::create` on the same path) so reads work again: a full disk
 //! still replays the answers it holds. Writes fail fast while the store is
 //! failing; every backoff step (doubling up to [`MAX_BACKOFF`]) the thread
-//! tries a small probe write, and the first probe or batch that commits
-//! makes the store ready again. `/readyz` follows [`Shared::health`].
+//! checks that the disk takes new data (`room.rs`: a write of a scratch
+//! file, since a probe can commit into free pages inside the file of a
+//! disk still full) and then tries a small probe write; the first probe or
+//! batch that commits makes the store ready again. `/readyz` follows
+//! [`Shared::health`].
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -161,6 +164,9 @@ pub(super) type Opener = Box<dyn Fn() -> Result<Database, redb::DatabaseError> +
 /// (swapped on reopen) and the store's health.
 pub(super) struct Shared {
     reopen: Opener,
+    /// Whether the disk takes new data: checked before a recovery probe
+    /// ([`super::room`]).
+    room: super::room::Room,
     db: RwLock<Option<Arc<Database>>>,
     health: Mutex<Health>,
     /// Test seam: the next commits that fail, as if the disk did.
@@ -173,9 +179,10 @@ pub(super) struct Shared {
 
 impl Shared {
     /// Shared state over an open database, reopened with `reopen`.
-    pub(super) fn new(db: Database, reopen: Opener) -> Self {
+    pub(super) fn new(db: Database, reopen: Opener, room: super::room::Room) -> Self {
         Self {
             reopen,
+            room,
             db: RwLock::new(Some(Arc::new(db))),
             health: Mutex::new(Health::Ready),
             #[cfg(test)]
@@ -261,8 +268,14 @@ impl Shared {
         }
     }
 
-    /// One recovery attempt: reopen if needed, then a probe write.
+    /// One recovery attempt: reopen if needed, check that the disk takes
+    /// new data ([`super::room`]: a probe alone can commit into free pages
+    /// inside the file of a disk still full), then a probe write.
     fn recover(&self) {
+        if let Err(error) = (self.room)() {
+            self.set_failing(storage(error));
+            return;
+        }
         if self
             .db
             .read()

@@ -280,7 +280,18 @@ fn on_filling_disk(path: &std::path::Path, full: &Arc<AtomicBool>) -> EmbeddedSt
     txn.open_table(EXPIRIES).unwrap();
     txn.open_table(SCRATCH).unwrap();
     txn.commit().unwrap();
-    EmbeddedStore::start(db, Box::new(open), GroupCommit::default()).unwrap()
+    // The disk takes new data while it is not full.
+    let room = {
+        let full = Arc::clone(full);
+        move || {
+            if full.load(Ordering::SeqCst) {
+                Err(std::io::ErrorKind::StorageFull.into())
+            } else {
+                Ok(())
+            }
+        }
+    };
+    EmbeddedStore::start(db, Box::new(open), Box::new(room), GroupCommit::default()).unwrap()
 }
 
 fn key(n: u8) -> StoreKey {
@@ -341,6 +352,43 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
         store.claim(&key(2), answered, hour).await.unwrap(),
         ClaimOutcome::Claimed(_)
     ));
+}
+
+#[tokio::test]
+async fn a_full_disk_is_not_ready_while_a_probe_fits_in_free_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = Arc::new(AtomicBool::new(false));
+    let store = on_filling_disk(&dir.path().join("free-pages.redb"), &full);
+    // Free pages inside the file: a big value written, then overwritten by
+    // a small one (redb reuses the pages once no reader needs them).
+    put(&store, "big", vec![3; 256 * 1024]).await.unwrap();
+    put(&store, "big", vec![3; 8]).await.unwrap();
+    put(&store, "small", vec![4; 8]).await.unwrap();
+
+    full.store(true, Ordering::SeqCst);
+    let mut failed = false;
+    for n in 0..400 {
+        if put(&store, &format!("fill{n}"), vec![7; 64 * 1024])
+            .await
+            .is_err()
+        {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "a full disk fails a write");
+    // Several recovery attempts (backoff 50, 100, 200, 400 ms): the probe
+    // alone would commit into the file's free pages, the disk is still full.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let ping = store.ping().await;
+    assert!(
+        matches!(ping, Err(StoreError::Full(_))),
+        "ready on a full disk: {ping:?}"
+    );
+
+    full.store(false, Ordering::SeqCst);
+    recovered(&store).await;
+    put(&store, "after", vec![5; 64 * 1024]).await.unwrap();
 }
 
 /// A 2 MiB tmpfs mounted on a temporary folder, unmounted on drop; `None`
@@ -423,6 +471,10 @@ async fn a_real_full_filesystem_replays_and_recovers() {
     let refused = refused.expect("a full filesystem refuses a write");
     assert!(refused.is_transient(), "{refused:?}");
     assert!(store.ping().await.is_err());
+    // Still not ready after several recovery attempts: the disk is full,
+    // even if a probe fits in the file's free pages.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(store.ping().await.is_err(), "ready on a full filesystem");
     match store.claim(&key(1), claim(1), hour).await.unwrap() {
         ClaimOutcome::Existing(existing) => assert_eq!(existing.record, done),
         ClaimOutcome::Claimed(_) => panic!("claimed a key that holds an answer"),

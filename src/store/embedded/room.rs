@@ -1,0 +1,73 @@
+//! Whether the disk under the embedded store has room for new data: the
+//! check a failing store passes before it reports ready again.
+//!
+//! After a full disk, the writer's probe commit is not enough: redb keeps
+//! freed pages inside its file, so a small probe can commit into them on a
+//! disk that is still full, `/readyz` would say 200 and the next real
+//! batch that needs new pages fails again. So recovery also needs the
+//! filesystem to take [`ROOM`] bytes of new data: a real write (of a
+//! scratch file next to the database, synced, then removed), not a
+//! `statvfs` reading, which says nothing of root's reserved blocks,
+//! quotas, or sparse files that take no blocks until written.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// How much new data the disk must take before a failing store is ready
+/// again: about one group commit's page writes (a commit at 7k first
+/// deliveries/s writes ~45 pages of 4 KiB; docs/performance.md,
+/// "Embedded store"), so the first batches after recovery fit.
+pub(super) const ROOM: usize = 256 * 1024;
+
+/// The check `Shared` runs before a recovery probe: `Ok` when the disk
+/// takes new data.
+pub(super) type Room = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// The [`Room`] check of the database at `path`: writes [`ROOM`] bytes to
+/// `<path>.room`, syncs and removes it (removed on failure too).
+pub(super) fn on_disk_of(path: &Path) -> Room {
+    let scratch = scratch_path(path);
+    Box::new(move || {
+        let written = write_scratch(&scratch);
+        let removed = match std::fs::remove_file(&scratch) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        };
+        written.and(removed)
+    })
+}
+
+/// `<path>.room`, next to the database (so on its filesystem).
+fn scratch_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".room");
+    PathBuf::from(name)
+}
+
+fn write_scratch(scratch: &Path) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(scratch)?;
+    // Non-zero bytes: a filesystem may keep all-zero blocks sparse.
+    file.write_all(&[0xA5; ROOM])?;
+    file.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_with_room_passes_and_keeps_no_scratch_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("store.redb");
+        on_disk_of(&db)().unwrap();
+        assert!(!scratch_path(&db).exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_missing_folder_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("gone").join("store.redb");
+        assert!(on_disk_of(&db)().is_err());
+    }
+}
