@@ -153,10 +153,15 @@ async fn a_delivery_queued_without_a_replica_is_not_acknowledged() {
     for id in &ids {
         let answer =
             deliver_until_served(&gate.url("/notify"), &payment(id), Duration::from_secs(10)).await;
-        assert_eq!(
-            (answer.status, answer.replayed()),
-            (200, Some("false")),
-            "{id}"
+        // Executed live once the release got through; or, when the
+        // inbox's worker took the written record before the queueing
+        // failed (its first due time can fall inside the `WAIT`), the
+        // record stays queued and the retry gets the ack. Either way the
+        // first answer was no ack, and the handler runs it once (below).
+        assert_eq!(answer.status, 200, "{id}");
+        assert!(
+            answer.replayed() == Some("false") || &answer.body[..] == ACK.as_bytes(),
+            "{id}: executed or acknowledged as queued: {answer:?}"
         );
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
