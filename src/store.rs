@@ -48,6 +48,8 @@ pub mod redis;
 mod release;
 mod upkeep;
 
+pub use self::release::Releasing;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,22 +64,6 @@ use crate::record::{
     AckMarker, DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong,
 };
 use crate::replay_cache::ReplayCache;
-
-/// What a release may delete under its owner's token.
-///
-/// An owner may have written more than its claim: an inbox record whose
-/// queueing then failed (too few replicas acknowledged it) is released so
-/// the sender's retry executes. Once the sender has been answered, though,
-/// a duplicate may already have read that record and been acknowledged by
-/// it, so a release still running then must leave anything but a claim
-/// alone: deleting it would lose an acknowledged delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Releasing {
-    /// Whatever the owner holds: before the sender is answered.
-    Owned,
-    /// Only an in-flight claim: after the sender is answered.
-    ClaimOnly,
-}
 
 /// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

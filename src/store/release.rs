@@ -19,6 +19,22 @@ use tokio_util::sync::CancellationToken;
 use super::{StoreError, StoreKey};
 use crate::backoff::Backoff;
 
+/// What a release may delete under its owner's token.
+///
+/// An owner may have written more than its claim: an inbox record whose
+/// queueing then failed (too few replicas acknowledged it) is released so
+/// the sender's retry executes. Once the sender has been answered, though,
+/// a duplicate may already have read that record and been acknowledged by
+/// it, so a release still running then must leave anything but a claim
+/// alone: deleting it would lose an acknowledged delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Releasing {
+    /// Whatever the owner holds: before the sender is answered.
+    Owned,
+    /// Only an in-flight claim: after the sender is answered.
+    ClaimOnly,
+}
+
 /// First pause after an unreachable store: a blink is over quickly.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 /// Longest pause: a store that comes back is noticed within this.
