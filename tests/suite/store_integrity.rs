@@ -74,21 +74,28 @@ fn marker(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The stored form of a record key: `idemgate:pay:` and 64 hex digits.
+const KEY_PREFIX: &[u8] = b"idemgate:pay:";
+const KEY_LEN: usize = KEY_PREFIX.len() + 64;
+
+/// Where each stored record key starts in `file`.
+fn key_starts(file: &[u8]) -> Vec<usize> {
+    file.windows(KEY_PREFIX.len())
+        .enumerate()
+        .filter(|(_, w)| *w == KEY_PREFIX)
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The byte offsets of every copy of the record key stored nearest the
 /// middle of the file (records and expiries hold it, and an older page
 /// version may still be on disk).
 fn middle_key_copies(file: &[u8]) -> Vec<usize> {
-    let prefix = b"idemgate:pay:";
-    let starts: Vec<usize> = file
-        .windows(prefix.len())
-        .enumerate()
-        .filter(|(_, w)| *w == prefix)
-        .map(|(i, _)| i)
-        .collect();
+    let starts = key_starts(file);
     assert!(!starts.is_empty(), "no stored key found in the file");
     let middle = file.len() / 2;
     let at = *starts.iter().min_by_key(|&&i| i.abs_diff(middle)).unwrap();
-    let key = &file[at..at + prefix.len() + 64];
+    let key = &file[at..at + KEY_LEN];
     starts
         .into_iter()
         .filter(|&i| file.get(i..i + key.len()) == Some(key))
@@ -98,18 +105,12 @@ fn middle_key_copies(file: &[u8]) -> Vec<usize> {
 /// The byte offsets of every copy of `count` record keys picked evenly
 /// over the file.
 fn spread_key_copies(file: &[u8], count: usize) -> Vec<usize> {
-    let prefix = b"idemgate:pay:";
-    let starts: Vec<usize> = file
-        .windows(prefix.len())
-        .enumerate()
-        .filter(|(_, w)| *w == prefix)
-        .map(|(i, _)| i)
-        .collect();
+    let starts = key_starts(file);
     assert!(starts.len() >= count, "too few stored keys in the file");
     let keys: Vec<&[u8]> = (0..count)
         .map(|n| {
             let at = starts[n * starts.len() / count];
-            &file[at..at + prefix.len() + 64]
+            &file[at..at + KEY_LEN]
         })
         .collect();
     starts
@@ -173,7 +174,7 @@ async fn a_flipped_byte_in_a_stored_key_is_refused() {
     // key may be found only in pages an earlier commit left free (harmless,
     // and not checked), so ten keys spread over the file are damaged.
     for at in spread_key_copies(&file, 10) {
-        file[at + "idemgate:pay:".len() + 63] ^= 0x01;
+        file[at + KEY_LEN - 1] ^= 0x01;
     }
     std::fs::write(&path, &file).unwrap();
     let error = refusal(&text).await;
