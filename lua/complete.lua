@@ -9,7 +9,10 @@
 -- ARGV[2]  the encoded completed, unknown or inbox record (src/record.rs)
 -- ARGV[3]  TTL in milliseconds (retention, unknown_hold, or "kept until
 --          resolved" for an owed delivery)
--- ARGV[4]  with KEYS[2]: the key hash
+-- ARGV[4]  with KEYS[2]: the key hash ('' : no owed set)
+-- ARGV[5]  only for a record of an entity route: what the write means for
+--          the entity's pending change ('apply', 'drop' or 'keep',
+--          entity.lua); the entity key is then the last of KEYS
 --
 -- Reply:   1 stored over our own claim
 --          2 stored into a free key: our claim expired (or was lost with a
@@ -23,8 +26,11 @@ if current and string.sub(current, 3, 18) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if KEYS[2] then
+if ARGV[4] and ARGV[4] ~= '' then
   redis.call('SADD', KEYS[2], ARGV[4])
+end
+if ARGV[5] then
+  entity_settle(KEYS[#KEYS], KEYS[1], ARGV[5])
 end
 if current then
   return 1

@@ -10,6 +10,9 @@
 -- ARGV[4]  the key hash (the owed set's member)
 -- ARGV[5]  '1': the new record is a delivery still owed (added to KEYS[2]);
 --          '0': resolved, delivered or dropped (taken out of KEYS[2])
+-- KEYS[3], ARGV[6]  only for a record of an entity route: the entity key
+--          and what the write means for its pending change ('apply',
+--          'drop' or 'keep', entity.lua)
 --
 -- Reply:   1 the key now holds ARGV[2]: written over the expected owner, or
 --            already there (a retried swap whose first reply was lost; a
@@ -30,6 +33,9 @@ if string.sub(current, 3, 18) == ARGV[1] then
     redis.call('SADD', KEYS[2], ARGV[4])
   else
     redis.call('SREM', KEYS[2], ARGV[4])
+  end
+  if ARGV[6] then
+    entity_settle(KEYS[3], KEYS[1], ARGV[6])
   end
   return 1
 end

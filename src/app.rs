@@ -82,6 +82,7 @@ fn describe_metrics() {
         crate::store::metrics::DESCRIPTIONS,
         crate::replay_cache::metrics::DESCRIPTIONS,
         crate::pipeline::metrics::DESCRIPTIONS,
+        crate::pipeline::entity::DESCRIPTIONS,
         crate::inbox::metrics::DESCRIPTIONS,
     ] {
         crate::metrics::describe(table);

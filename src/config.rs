@@ -37,6 +37,7 @@ mod choice;
 mod coverage;
 mod cross;
 mod effective;
+mod entity;
 mod guard;
 mod hot_keys;
 mod idempotency;
@@ -73,6 +74,7 @@ pub use crate::signature::{
 };
 pub use access::{AdminAccess, admin_address};
 pub use choice::Choice;
+pub use entity::{Entity, OnRefused, Sources, StateMachine};
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
 pub use idempotency::{
@@ -174,6 +176,9 @@ pub struct Route {
     /// Failed deliveries acknowledged and redelivered; `None`: the
     /// table is absent or disabled, and failures reach the sender.
     pub inbox: Option<Inbox>,
+    /// The state machine of the entity a delivery is about; `None`:
+    /// deliveries are judged by their key alone.
+    pub entity: Option<Entity>,
 }
 
 /// The whole validated configuration.

@@ -5,7 +5,8 @@
 //! word (shared with the `idemgate_rejections_total` metric label) and the
 //! RFC 9457 `application/problem+json` body. Nothing here ever echoes a
 //! secret, a signature or request body content: the `detail` texts are fixed
-//! strings chosen per variant, plus at most a configured key name.
+//! strings chosen per variant, plus at most a configured key name or a
+//! declared entity state (`[route.entity]`; only declared values match).
 //!
 //! The admin API's refusals are rows of the same table ([`AdminReason`]),
 //! and every document's `type` is the operator's `problem_type_base`
@@ -93,6 +94,16 @@ pub enum Rejection {
     /// The key was used before for a request with a different fingerprint.
     #[error("idempotency key reused with a different request")]
     FingerprintMismatch,
+    /// The delivery's entity may not change to the state it announces
+    /// (`[route.entity]`, `on_refused = "conflict"`): a regression, or a
+    /// change out of a terminal state. It never reached the handler.
+    #[error("transition from {from} to {to} is not allowed")]
+    TransitionRefused {
+        /// The entity's current state (`none`: no state yet).
+        from: String,
+        /// The state the delivery announced.
+        to: String,
+    },
     /// The first delivery of this key is still being processed.
     #[error("first delivery still in flight")]
     InFlight {
@@ -149,6 +160,8 @@ pub enum Reason {
     FieldInvalid,
     /// The key was used before for a different request.
     FingerprintMismatch,
+    /// The entity's state machine forbids the announced change.
+    TransitionRefused,
     /// The first delivery of this key is still being processed.
     InFlight,
     /// The first delivery's outcome is unknown.
@@ -173,7 +186,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for pre-registering label sets.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::BodyTooLarge,
         Self::BodyTimeout,
         Self::SignatureMissing,
@@ -185,6 +198,7 @@ impl Reason {
         Self::BadRequestBody,
         Self::FieldInvalid,
         Self::FingerprintMismatch,
+        Self::TransitionRefused,
         Self::InFlight,
         Self::OutcomeUnknown,
         Self::StoreUnavailable,
@@ -218,7 +232,7 @@ impl Reason {
             | Self::TimestampMissing
             | Self::TimestampOutOfWindow => StatusCode::UNAUTHORIZED,
             Self::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::InFlight | Self::OutcomeUnknown => StatusCode::CONFLICT,
+            Self::InFlight | Self::OutcomeUnknown | Self::TransitionRefused => StatusCode::CONFLICT,
             Self::UpstreamError => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -238,6 +252,7 @@ impl Reason {
             Self::BadRequestBody => "bad_request_body",
             Self::FieldInvalid => "field_invalid",
             Self::FingerprintMismatch => "fingerprint_mismatch",
+            Self::TransitionRefused => "transition_refused",
             Self::InFlight => "in_flight",
             Self::OutcomeUnknown => "outcome_unknown",
             Self::StoreUnavailable => "store_unavailable",
@@ -290,6 +305,9 @@ impl Rejection {
                 Reason::FingerprintMismatch,
                 "Idempotency key reused for a different request",
             ),
+            Self::TransitionRefused { .. } => {
+                (Reason::TransitionRefused, "State transition not allowed")
+            }
             Self::InFlight { .. } => (Reason::InFlight, "First delivery still in flight"),
             Self::OutcomeUnknown { .. } => (
                 Reason::OutcomeUnknown,

@@ -247,8 +247,13 @@ impl Inboxes {
 /// The acknowledgement a route's inbox sends (also the answer a compact
 /// record stands for, `crate::record::AckMarker`).
 pub(crate) fn ack(inbox: &Inbox) -> StoredResponse {
-    let headers = inbox
-        .ack
+    ack_response(&inbox.ack)
+}
+
+/// An acknowledgement as the answer a sender gets (the inbox's, or an
+/// entity table's: `crate::entity`).
+pub(crate) fn ack_response(ack: &crate::config::Ack) -> StoredResponse {
+    let headers = ack
         .content_type
         .iter()
         .map(|value| {
@@ -259,8 +264,8 @@ pub(crate) fn ack(inbox: &Inbox) -> StoredResponse {
         })
         .collect();
     StoredResponse {
-        status: inbox.ack.status,
+        status: ack.status,
         headers,
-        body: crate::record::StoredBody::Kept(inbox.ack.body.clone()),
+        body: crate::record::StoredBody::Kept(ack.body.clone()),
     }
 }

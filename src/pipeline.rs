@@ -53,6 +53,7 @@
 pub(crate) mod body;
 pub(crate) mod claim;
 mod deliver;
+pub mod entity;
 pub(crate) mod guard;
 pub mod identify;
 pub(crate) mod lease_timing;
@@ -390,12 +391,17 @@ impl Pipeline {
         let mut first_trace = None;
         let span = tracing::Span::current();
         let context = trace::claiming(&span, &self.deliveries, &identity.key_hash);
+        let entity_step = route
+            .entity
+            .as_ref()
+            .zip(identity.entity.as_ref())
+            .map(|(entity, about)| entity::step(about, entity));
         let decision = self
             .claimer
             .claim(
                 &identity,
                 rules,
-                runtime.ack.as_ref(),
+                (runtime.ack.as_ref(), entity_step.as_ref()),
                 shadow::patience(rules),
                 context,
             )
@@ -428,6 +434,10 @@ impl Pipeline {
                     held: Withheld::Duplicate(verified.into_inbound()),
                 }
             }
+            Ok(Decision::Judged(verdict)) => Enforced::Stopped {
+                verdict: entity::judged(runtime, &identity, verdict),
+                held: Withheld::Duplicate(verified.into_inbound()),
+            },
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {

@@ -40,6 +40,7 @@
 
 mod cached;
 pub mod embedded;
+pub mod entity;
 mod eviction;
 pub mod inbox;
 mod lease;
@@ -49,7 +50,7 @@ pub mod redis;
 mod release;
 mod upkeep;
 
-pub use self::lease::{Lease, StoreKey};
+pub use self::lease::{ENTITY_HASH_LEN, EntityKey, Lease, StoreKey, is_record_hash};
 pub use self::release::Releasing;
 
 use std::future::Future;
@@ -60,6 +61,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::entity::{EntityState, EntityStep, EntityVerdict};
 use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
 use crate::record::{
@@ -119,6 +121,9 @@ pub enum ClaimOutcome {
     Claimed(Lease),
     /// Someone was here first.
     Existing(Existing),
+    /// The key was free, but the delivery's entity decided against
+    /// forwarding it ([`entity`]): nothing was claimed.
+    Decided(EntityVerdict),
 }
 
 /// What `complete` did with an outcome.
@@ -180,16 +185,21 @@ impl StoreError {
 /// by [`Lease`].
 pub trait Store: Send + Sync + 'static {
     /// Claims `key` with the in-flight `record` for `ttl`
-    /// (`lease + unknown_hold`), or returns the record already there.
+    /// (`lease + unknown_hold`), or returns the record already there. On
+    /// an entity route, `entity` judges a free key first, in the same
+    /// atomic step ([`entity`], "Claim").
     fn claim(
         &self,
         key: &StoreKey,
         record: Record,
         ttl: Duration,
+        entity: Option<&EntityStep>,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
     /// Replaces the claimed record with `record` for `ttl` if `owner` still
     /// owns `key`, or writes it if the key is free (see [`Completion`]).
+    /// A key of an entity route settles its entity's pending change in the
+    /// same step ([`entity::EntityEffect::of`]).
     fn complete(
         &self,
         key: &StoreKey,
@@ -225,6 +235,12 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a record whoever owns it. Returns whether one existed.
     fn purge(&self, key: &StoreKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Reads an entity and its remaining TTL.
+    fn entity(
+        &self,
+        key: &EntityKey,
+    ) -> impl Future<Output = Result<Option<(EntityState, Option<Duration>)>, StoreError>> + Send;
+
     /// Checks that the store answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -257,12 +273,13 @@ macro_rules! boxed_store {
 }
 
 boxed_store! {
-    claim(key: &'a StoreKey, record: Record, ttl: Duration) -> ClaimOutcome;
+    claim(key: &'a StoreKey, record: Record, ttl: Duration, entity: Option<&'a EntityStep>) -> ClaimOutcome;
     complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration) -> Completion;
     release(key: &'a StoreKey, owner: OwnerToken, what: Releasing) -> bool;
     renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
     lookup(key: &'a StoreKey) -> Option<Existing>;
     purge(key: &'a StoreKey) -> bool;
+    entity(key: &'a EntityKey) -> Option<(EntityState, Option<Duration>)>;
     ping() -> ();
 }
 
@@ -377,9 +394,19 @@ impl AnyStore {
         key: &StoreKey,
         record: Record,
         ttl: Duration,
+        entity: Option<&EntityStep>,
     ) -> Result<ClaimOutcome, StoreError> {
-        let call = self.backend().claim(key, record, ttl);
+        let call = self.backend().claim(key, record, ttl, entity);
         self.metered(StoreOp::Claim, call).await
+    }
+
+    /// Reads an entity and its remaining TTL (admin API).
+    pub async fn entity(
+        &self,
+        key: &EntityKey,
+    ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
+        let call = self.backend().entity(key);
+        self.metered(StoreOp::Lookup, call).await
     }
 
     /// Stores `record` for `ttl` over the claim `lease` proves (see

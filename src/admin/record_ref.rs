@@ -19,7 +19,9 @@ pub(super) enum RecordRefError {
     #[error("name the record one way only: ?hash=, ?key= or a path key")]
     Ambiguous,
     /// `?hash=` that is not 64 hex digits.
-    #[error("hash must be the 64 hex digits idemgate logs as key=…")]
+    #[error(
+        "hash must be what idemgate logs as key=…: 64 hex digits, and on an entity route the {{entity}} tag after them"
+    )]
     BadHash,
     /// An empty key value.
     #[error("the key value is empty")]
@@ -63,7 +65,7 @@ pub(super) fn key_hash_of(
 }
 
 fn is_key_hash(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+    crate::store::is_record_hash(text)
 }
 
 /// The hash of a single-part key value, as the pipeline computes it.

@@ -7,8 +7,11 @@
 //! * a route's `[route.inbox]` against the rest of the route: the statuses
 //!   it queues against `cache_status`, its visibility timeout against the
 //!   upstream timeout, and shadow mode;
-//! * each route against the routes before it: names, shared scopes and
-//!   overlapping path prefixes.
+//! * a route's `[route.entity]` against its signature: the entity id and
+//!   state are read from signed bytes only (contract §4 rule 12);
+//! * each route against the routes before it: names, shared scopes (the
+//!   same entity machine on every route of a scope) and overlapping path
+//!   prefixes.
 //!
 //! A comparison with a setting that did not parse is skipped
 //! ([`Problems::push_derived`]): its stand-in value would only add a
@@ -19,13 +22,14 @@ use http::Method;
 use super::Route;
 use super::Upstream;
 use super::coverage;
+use super::entity::Entity;
 use super::idempotency::{FingerprintPart, Idempotency, Mode};
 use super::inbox::{Inbox, VISIBILITY_MARGIN};
 use super::problems::Problems;
 use super::raw::format_duration;
 use super::status::CacheStatus;
 use crate::path::canonical_prefix;
-use crate::signature::Scheme;
+use crate::signature::{RequestPart, Scheme, unsigned};
 
 /// Route `key` (`route[0]`): its key and fingerprint must rest on signed
 /// parts (recording those `unsigned_key = "accept"` let through), and its
@@ -52,6 +56,34 @@ pub(super) fn signature_and_idempotency(
                 format!(
                     "must exceed the signature tolerance ({tolerance:?}), or a captured request still inside the window could be replayed to the backend after its record expired"
                 ),
+            );
+        }
+    }
+}
+
+/// Route `key`'s entity selectors must be signed: an entity id or state
+/// an attacker could vary would let a captured notice be judged as
+/// another entity's, or as another state. Not waivable; `scheme = "none"`
+/// routes sign nothing and are exempt, as for keys.
+pub(super) fn entity_signed(
+    problems: &mut Problems,
+    key: &str,
+    (scheme, methods): (&Scheme, &[Method]),
+    entity: &Entity,
+) {
+    if matches!(scheme, Scheme::None) {
+        return;
+    }
+    let parts = entity
+        .id
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("id[{i}]"), s));
+    for (field, selector) in parts.chain(std::iter::once(("state".to_owned(), &entity.state))) {
+        if let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) {
+            problems.push(
+                &format!("{key}.entity.{field}"),
+                format!("{selector} is not signed: {why}; the entity's state must be decided by signed bytes only"),
             );
         }
     }
@@ -183,6 +215,23 @@ fn shared_scope(problems: &mut Problems, key: &str, route: &Route, earlier: &[Ro
     let Some(other) = sharing.next() else {
         return;
     };
+    let (mine, theirs) = (&route.entity, &other.entity);
+    let same_entity = match (mine, theirs) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.machine.same_as(&b.machine) && a.id.len() == b.id.len() && a.retention == b.retention
+        }
+        _ => false,
+    };
+    if !same_entity {
+        problems.push(
+            &format!("{key}.entity"),
+            format!(
+                "route {:?} shares scope {scope:?}, so both must declare the same [route.entity] states, transitions, retention and number of id parts (the selectors may differ)",
+                other.name
+            ),
+        );
+    }
     // The first route of the scope is judged once, when the second joins.
     let first_join = sharing.next().is_none();
     let other_index = earlier

@@ -304,8 +304,24 @@ fn delivered(
 }
 
 fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
-    let status = raw.ack_status.unwrap_or(DEFAULT_ACK_STATUS);
-    let body = raw.ack_body.clone().unwrap_or_default();
+    let written = (
+        raw.ack_status,
+        raw.ack_body.clone(),
+        raw.ack_content_type.clone(),
+    );
+    ack_from(problems, key, written)
+}
+
+/// An acknowledgement from its three settings (`ack_status`, `ack_body`,
+/// `ack_content_type` under table `key`), checked: the inbox's and the
+/// entity table's are read alike.
+pub(super) fn ack_from(
+    problems: &mut Problems,
+    key: &str,
+    (status, body, content_type): (Option<u16>, Option<String>, Option<String>),
+) -> Ack {
+    let status = status.unwrap_or(DEFAULT_ACK_STATUS);
+    let body = body.unwrap_or_default();
     if !(200..=299).contains(&status) {
         problems.push(
             &format!("{key}.ack_status"),
@@ -318,11 +334,11 @@ fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
             format!("must be empty with ack_status = {status}, which carries no body"),
         );
     }
-    let content_type = raw
-        .ack_content_type
+    let content_type = content_type
         .as_deref()
-        .unwrap_or(DEFAULT_ACK_CONTENT_TYPE);
-    if http::HeaderValue::from_str(content_type).is_err() {
+        .unwrap_or(DEFAULT_ACK_CONTENT_TYPE)
+        .to_owned();
+    if http::HeaderValue::from_str(&content_type).is_err() {
         problems.push(
             &format!("{key}.ack_content_type"),
             format!("{content_type:?} is not a valid header value"),
@@ -330,7 +346,7 @@ fn ack(problems: &mut Problems, key: &str, raw: &RawInbox) -> Ack {
     }
     Ack {
         status,
-        content_type: (!body.is_empty()).then(|| content_type.to_owned()),
+        content_type: (!body.is_empty()).then_some(content_type),
         body: Bytes::from(body),
     }
 }

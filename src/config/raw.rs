@@ -342,6 +342,35 @@ pub struct RawRoute {
     /// Business-field whitelists checked before the claim.
     #[serde(default, rename = "guard", skip_serializing_if = "Vec::is_empty")]
     pub guards: Vec<RawGuard>,
+    /// The state machine of the business entity a delivery is about.
+    pub entity: Option<RawEntity>,
+}
+
+/// `[route.entity]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEntity {
+    /// Selectors naming the business id (joined like key parts).
+    pub id: Vec<String>,
+    /// Selector of the state a delivery announces.
+    pub state: String,
+    /// States an entity seen for the first time may take (default: any).
+    pub initial: Option<Vec<String>>,
+    /// Allowed changes, `"from -> to"`, either side `a | b`.
+    #[serde(default)]
+    pub transitions: Vec<String>,
+    /// States nothing may leave.
+    pub terminal: Option<Vec<String>>,
+    /// `"acknowledge"` or `"conflict"`: the answer to a refused transition.
+    pub on_refused: Option<String>,
+    /// How long an entity's state is kept after its last change.
+    pub retention: Option<String>,
+    /// Status of the acknowledgement (default: the inbox's).
+    pub ack_status: Option<u16>,
+    /// Body of the acknowledgement.
+    pub ack_body: Option<String>,
+    /// `Content-Type` of that body.
+    pub ack_content_type: Option<String>,
 }
 
 /// One `[[route.guard]]`.

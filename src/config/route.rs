@@ -9,6 +9,7 @@
 use http::Method;
 
 use super::cross;
+use super::entity::entity;
 use super::guard::guards;
 use super::idempotency::idempotency;
 use super::inbox::{Inbox, inbox};
@@ -52,6 +53,16 @@ pub(super) fn route(
     cross::signature_and_idempotency(problems, key, (&scheme, &methods), &mut idempotency);
     let guards = guards(problems, &format!("{key}.guard"), &raw.guards);
     let inbox = inbox(problems, key, raw.inbox.as_ref());
+    let entity = entity(
+        problems,
+        key,
+        raw.entity.as_ref(),
+        inbox.as_ref(),
+        idempotency.retention,
+    );
+    if let Some(entity) = &entity {
+        cross::entity_signed(problems, key, (&scheme, &methods), entity);
+    }
     if let Some(inbox) = &inbox {
         let cache_status_written = raw.idempotency.cache_status.is_some();
         let context = (&upstream, cache_status_written);
@@ -60,6 +71,7 @@ pub(super) fn route(
     Route {
         guards,
         inbox,
+        entity,
         name: raw.name,
         path_prefix: raw.path_prefix,
         case_sensitive: raw.case_sensitive.unwrap_or(false),
@@ -142,5 +154,6 @@ pub(super) fn to_raw(route: &Route, default_upstream: &Upstream) -> RawRoute {
         idempotency: route.idempotency.to_raw(&route.scheme),
         inbox: route.inbox.as_ref().map(Inbox::to_raw),
         guards: route.guards.iter().map(RawGuard::from).collect(),
+        entity: route.entity.as_ref().map(super::Entity::to_raw),
     }
 }

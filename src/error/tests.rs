@@ -28,6 +28,14 @@ fn spec_table() -> Vec<(Rejection, u16, &'static str)> {
         ),
         (Rejection::FingerprintMismatch, 422, "fingerprint_mismatch"),
         (
+            Rejection::TransitionRefused {
+                from: "success".into(),
+                to: "pending".into(),
+            },
+            409,
+            "transition_refused",
+        ),
+        (
             Rejection::InFlight {
                 retry_after: one_second(),
             },

@@ -52,7 +52,17 @@ use crate::backoff::Backoff;
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext};
+use crate::store::entity::{EntityStep, EntityVerdict};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
+
+/// What a claim saw, as duplicates sharing one store read receive it.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// A record (to a joiner, the leader's fresh claim is one too).
+    Record(Existing),
+    /// The entity decided; nothing was claimed.
+    Decided(EntityVerdict),
+}
 
 /// First and largest pause between store re-checks while waiting: a local
 /// settle wakes a waiter at once, so these only bound how late a first
@@ -79,6 +89,9 @@ pub(crate) enum Decision {
     /// Answer with this rejection; the trace is the first delivery's, when
     /// the key has a readable record.
     Refuse(Rejection, Option<TraceContext>),
+    /// The delivery's entity decided against forwarding it: a repeat of
+    /// its state, or a refused change (`super::entity`).
+    Judged(EntityVerdict),
 }
 
 /// Claims keys for the pipeline. Holds what every claim needs — the
@@ -94,7 +107,7 @@ pub(crate) struct Claimer {
     stop: CancellationToken,
     owners: OwnerMint,
     waiters: LocalWaiters,
-    flights: SingleFlight<StoreKey, Result<Existing, StoreError>>,
+    flights: SingleFlight<StoreKey, Result<Seen, StoreError>>,
     /// Duplicates of one key allowed to wait at once on this instance.
     max_waiting: usize,
 }
@@ -219,14 +232,16 @@ impl Claimer {
     /// docs). A live in-flight record is waited for at most `patience`
     /// (and not at all with `on_in_flight = "conflict"`). `ack` is the
     /// route's acknowledgement, which a compact record's replay is
-    /// ([`AckMarker::replay`]).
+    /// ([`AckMarker::replay`]). On an entity route, `entity` is judged with
+    /// the claim; a busy entity (another delivery's change pending) is
+    /// waited for like a live in-flight record.
     ///
     /// [`AckMarker::replay`]: crate::record::AckMarker::replay
     pub(crate) async fn claim(
         &self,
         identity: &Identity,
         rules: &Idempotency,
-        ack: Option<&StoredResponse>,
+        (ack, entity): (Option<&StoredResponse>, Option<&EntityStep>),
         patience: Duration,
         trace: Option<TraceContext>,
     ) -> Result<Decision, StoreError> {
@@ -248,7 +263,10 @@ impl Claimer {
                     ttl: claim_ttl,
                     armed: true,
                 };
-                let result = self.store.claim(&identity.key, record, claim_ttl).await;
+                let result = self
+                    .store
+                    .claim(&identity.key, record, claim_ttl, entity)
+                    .await;
                 // Only a timed-out reply can hide a claim that landed; every
                 // other answer says exactly what happened.
                 pending.armed = matches!(result, Err(StoreError::Unavailable(_)));
@@ -256,11 +274,12 @@ impl Claimer {
             };
             let share = |result: &Result<ClaimOutcome, StoreError>| match result {
                 // To a joiner, the leader's fresh claim is a live in-flight record.
-                Ok(ClaimOutcome::Claimed(lease)) => Ok(Existing {
+                Ok(ClaimOutcome::Claimed(lease)) => Ok(Seen::Record(Existing {
                     record: lease.record().clone(),
                     ttl: Some(claim_ttl),
-                }),
-                Ok(ClaimOutcome::Existing(existing)) => Ok(existing.clone()),
+                })),
+                Ok(ClaimOutcome::Existing(existing)) => Ok(Seen::Record(existing.clone())),
+                Ok(ClaimOutcome::Decided(verdict)) => Ok(Seen::Decided(verdict.clone())),
                 Err(error) => Err(error.clone()),
             };
             let result = match self.store.cached(&identity.key) {
@@ -271,12 +290,23 @@ impl Claimer {
                         self.remember_if_completed(&identity.key, &result);
                         result
                     }
-                    Flight::Joined(shared) => shared.map(ClaimOutcome::Existing),
+                    Flight::Joined(shared) => shared.map(|seen| match seen {
+                        Seen::Record(existing) => ClaimOutcome::Existing(existing),
+                        Seen::Decided(verdict) => ClaimOutcome::Decided(verdict),
+                    }),
                 },
             };
             let existing = match result {
                 Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
                 Ok(ClaimOutcome::Existing(existing)) => existing,
+                // Another delivery's change to the entity is pending: wait
+                // for it like a live in-flight record (it settles within
+                // `remaining` at the latest).
+                Ok(ClaimOutcome::Decided(EntityVerdict::Busy { remaining })) => Existing {
+                    record: Record::in_flight(owner, identity.fingerprint, None),
+                    ttl: Some(remaining.max(rules.unknown_hold + Duration::from_millis(1))),
+                },
+                Ok(ClaimOutcome::Decided(verdict)) => return Ok(Decision::Judged(verdict)),
                 Err(StoreError::Corrupt(error)) => {
                     // Unreadable (a newer encoding mid-upgrade, or damage): the
                     // first delivery may have run, so treat it as an unknown
@@ -394,13 +424,14 @@ mod tests {
             key_digest: [0xbb; 32],
             fingerprint: Fingerprint([3; 32]),
             key_value: None,
+            entity: None,
         }
     }
 
     /// Claims the key as a first delivery would.
     async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
         match claimer
-            .claim(&identity(), rules, None, rules.wait_timeout, None)
+            .claim(&identity(), rules, (None, None), rules.wait_timeout, None)
             .await
         {
             Ok(Decision::Forward(lease)) => lease,
@@ -422,14 +453,14 @@ mod tests {
         let _lease = first(&claimer, &rules).await;
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, None, rules.wait_timeout, None)
+            .claim(&identity(), &rules, (None, None), rules.wait_timeout, None)
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), rules.wait_timeout);
 
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, None, Duration::ZERO, None)
+            .claim(&identity(), &rules, (None, None), Duration::ZERO, None)
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
@@ -452,7 +483,7 @@ mod tests {
         };
         let duplicate = identity();
         let (decision, ()) = tokio::join!(
-            claimer.claim(&duplicate, &rules, None, rules.wait_timeout, None),
+            claimer.claim(&duplicate, &rules, (None, None), rules.wait_timeout, None),
             settle
         );
         assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");

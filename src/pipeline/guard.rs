@@ -30,7 +30,7 @@ pub(crate) fn check(request: &Inbound, guards: &[Guard]) -> Result<(), Rejection
 
 /// Whether a header or query parameter is present more than once (JSON,
 /// form and XML reads refuse repeated names themselves).
-fn occurs_more_than_once(request: &Inbound, selector: &Selector) -> bool {
+pub(crate) fn occurs_more_than_once(request: &Inbound, selector: &Selector) -> bool {
     match selector {
         Selector::Header(name) => request.parts.headers.get_all(name).iter().nth(1).is_some(),
         Selector::Query(name) => request.parts.uri.query().is_some_and(|query| {

@@ -29,6 +29,7 @@ use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
+use super::entity::EntityIdentity;
 use super::route::Canonical;
 use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
@@ -46,7 +47,8 @@ pub const MAX_KEY_PART: usize = 255;
 pub struct Identity {
     /// The store key.
     pub key: StoreKey,
-    /// Hex SHA-256 of the joined key parts (safe to log).
+    /// Hex SHA-256 of the joined key parts, with the entity tag after it
+    /// on an entity route: the key's last part (safe to log).
     pub key_hash: String,
     /// The digest `key_hash` spells: fixed-size, for per-request
     /// bookkeeping that must not allocate (hot keys).
@@ -56,6 +58,9 @@ pub struct Identity {
     /// The key value when the route's key has exactly one part: kept in
     /// the record so the admin listing can show it (`crate::record`).
     pub key_value: Option<bytes::Bytes>,
+    /// The entity the delivery is about, on a route with `[route.entity]`
+    /// (stage 4b, `super::entity`); its hash tags [`Identity::key`].
+    pub entity: Option<EntityIdentity>,
 }
 
 /// Computes the identity of a verified delivery; `canonical` is stage 1's
@@ -72,9 +77,22 @@ pub fn identify(
         Some((digest, value)) => (digest, value),
         None => (fingerprint.0, None),
     };
-    let key_hash = lower_hex(&digest);
+    let scope = &route.idempotency.scope;
+    let entity = route
+        .entity
+        .as_ref()
+        .map(|entity| super::entity::identify(request, entity, key_prefix, scope))
+        .transpose()?;
+    let hex = lower_hex(&digest);
+    let key = match &entity {
+        None => StoreKey::new(key_prefix, scope, &hex),
+        Some(entity) => StoreKey::for_entity(key_prefix, scope, &hex, &entity.hash),
+    };
+    // What logs print and the admin API takes: the key's last part.
+    let key_hash = key.hash().to_owned();
     Ok(Identity {
-        key: StoreKey::new(key_prefix, &route.idempotency.scope, &key_hash),
+        key,
+        entity,
         key_hash,
         key_digest: digest,
         fingerprint,

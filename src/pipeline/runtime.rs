@@ -27,6 +27,9 @@ pub(crate) struct RouteRuntime {
     /// answer equal to it is stored as a compact marker, and a marker is
     /// replayed as it (`crate::record::AckMarker`).
     pub(crate) ack: Option<StoredResponse>,
+    /// Its `[route.entity]` acknowledgement: what a repeated state (and,
+    /// with `on_refused = "acknowledge"`, a refused change) is answered.
+    pub(crate) entity_ack: Option<StoredResponse>,
 }
 
 impl RouteRuntime {
@@ -52,6 +55,10 @@ pub(crate) fn build(
                 hot_keys: hot_keys.named(&route.name).cloned(),
                 inbox: inboxes.route(&route.name).cloned(),
                 ack: route.inbox.as_ref().map(crate::inbox::ack),
+                entity_ack: route
+                    .entity
+                    .as_ref()
+                    .map(|entity| crate::inbox::ack_response(&entity.ack)),
                 settings: route.clone(),
             })
         })

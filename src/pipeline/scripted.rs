@@ -9,8 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::record::{Fingerprint, OwnerToken, Record};
+use crate::store::entity::{EntityState, EntityStep};
 use crate::store::{
-    ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+    ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
 
 /// Answers `complete` and `renew` from scripts, then with success.
@@ -53,6 +54,7 @@ impl Store for Scripted {
         _: &StoreKey,
         _: Record,
         _: Duration,
+        _: Option<&EntityStep>,
     ) -> Result<ClaimOutcome, StoreError> {
         unreachable!("not used")
     }
@@ -90,6 +92,13 @@ impl Store for Scripted {
     }
 
     async fn purge(&self, _: &StoreKey) -> Result<bool, StoreError> {
+        unreachable!("not used")
+    }
+
+    async fn entity(
+        &self,
+        _: &EntityKey,
+    ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
         unreachable!("not used")
     }
 

@@ -50,6 +50,15 @@ impl From<Finished> for Enforced {
 pub(super) enum Verdict {
     /// This rejection.
     Refuse(Rejection),
+    /// An answer idemgate gives in the handler's place although the
+    /// request is refused (a discrepancy acknowledged so the sender stops,
+    /// `super::entity`): counted as a rejection for `noted`.
+    Acknowledge {
+        /// The acknowledgement.
+        answer: StoredResponse,
+        /// The rejection it stands for.
+        noted: Reason,
+    },
     /// The first delivery's stored answer, stored at `answered_at_ms`.
     Replay {
         /// The answer.
@@ -65,6 +74,7 @@ impl Verdict {
     fn noted(&self) -> Option<Reason> {
         match self {
             Self::Refuse(rejection) => Some(rejection.reason()),
+            Self::Acknowledge { noted, .. } => Some(*noted),
             Self::Replay { .. } => None,
         }
     }
@@ -114,6 +124,11 @@ impl Pipeline {
     fn answer(&self, route: &RouteRuntime, verdict: Verdict) -> Finished {
         match verdict {
             Verdict::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
+            Verdict::Acknowledge { answer, noted } => Finished::new(
+                Outcome::Rejected,
+                settle::replay(&answer, &self.config.problem_types, None),
+            )
+            .with_reason(noted),
             Verdict::Replay {
                 answer,
                 answered_at_ms,

@@ -28,6 +28,7 @@
 //! was emptied, deleted, replaced or damaged.
 
 mod books;
+mod entities;
 mod index;
 mod listing;
 mod open;
@@ -47,7 +48,10 @@ use self::slot::{Expiries, Records, Slot, expiry_of, read_entry};
 pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
-use super::{ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey};
+use super::entity::{EntityEffect, EntityState, EntityStep};
+use super::{
+    ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+};
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
 const RECORDS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("records");
@@ -57,11 +61,22 @@ const EXPIRIES: TableDefinition<'static, (u64, &str), ()> = TableDefinition::new
 /// holds the write lock for long.
 const SWEEP_BATCH: usize = 1_000;
 
+/// What a claim's write transaction found under a free-looking key.
+enum Found {
+    /// A live record, with its remaining TTL.
+    Existing(Record, Duration),
+    /// The entity decided; nothing was claimed.
+    Decided(super::entity::EntityVerdict),
+    /// Nothing: the key is now claimed.
+    Free,
+}
+
 /// An owner-checked write of [`EmbeddedStore::change_owned`].
 enum Change {
     /// Store an outcome: over our claim, or into a free key; `true` for a
-    /// delivery the inbox now owes (entered into its owed set with it).
-    Complete(Vec<u8>, Duration, bool),
+    /// delivery the inbox now owes (entered into its owed set with it);
+    /// what it means for the key's entity, if it has one.
+    Complete(Vec<u8>, Duration, bool, EntityEffect),
     /// Reset the TTL of our in-flight claim (rewrites the same record).
     Renew(Duration),
     /// Delete our claim (or, with [`Releasing::Owned`], whatever we wrote
@@ -326,11 +341,12 @@ impl EmbeddedStore {
                 Change::Release(_) => {
                     slot.delete()?;
                 }
-                Change::Complete(bytes, ttl, owes) => {
+                Change::Complete(bytes, ttl, owes, effect) => {
                     if *owes {
                         slot.mark_owed(true)?;
                     }
                     slot.put(*ttl, bytes)?;
+                    entities::settle(slot, *effect)?;
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
@@ -358,7 +374,7 @@ impl EmbeddedStore {
         expected: OwnerToken,
         record: Vec<u8>,
         ttl: Duration,
-        owed: bool,
+        (owed, effect): (bool, EntityEffect),
     ) -> Result<bool, StoreError> {
         self.write_key(key, move |slot| {
             let Some(entry) = slot.live()? else {
@@ -370,6 +386,7 @@ impl EmbeddedStore {
             }
             slot.put(ttl, &record)?;
             slot.mark_owed(owed)?;
+            entities::settle(slot, effect)?;
             Ok((true, true))
         })
         .await
@@ -378,7 +395,7 @@ impl EmbeddedStore {
     /// Deletes up to `SWEEP_BATCH` expired records; returns how many.
     /// The app calls this periodically.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        self.write(|_, records, expiries, now| {
+        self.write(|txn, records, expiries, now| {
             let mut expired: Vec<(u64, String)> = Vec::new();
             for item in expiries.range(..(now, "")).map_err(backend)? {
                 let (entry, _) = item.map_err(backend)?;
@@ -398,7 +415,7 @@ impl EmbeddedStore {
                     records.remove(key.as_str()).map_err(backend)?;
                 }
             }
-            let count = expired.len();
+            let count = expired.len() + entities::sweep(txn, now, SWEEP_BATCH)?;
             Ok((count, count > 0))
         })
         .await
@@ -411,8 +428,10 @@ impl Store for EmbeddedStore {
         key: &StoreKey,
         record: Record,
         ttl: Duration,
+        entity: Option<&EntityStep>,
     ) -> Result<ClaimOutcome, StoreError> {
         let encoded = record.encode().map_err(StoreError::from)?;
+        let step = entity.cloned();
         // A key that holds a live record is answered from a read: no write
         // transaction, so replays are served while writes fail (a full
         // disk) and never queue behind first deliveries' commits. A key
@@ -424,18 +443,24 @@ impl Store for EmbeddedStore {
             .write_key(key, move |slot| {
                 if let Some(entry) = slot.live()? {
                     let ttl = Duration::from_millis(entry.expires_at_ms - slot.now);
-                    return Ok((Some((entry.record, ttl)), false));
+                    return Ok((Found::Existing(entry.record, ttl), false));
+                }
+                if let Some(step) = &step {
+                    if let Err(verdict) = entities::claim(slot, step)? {
+                        return Ok((Found::Decided(verdict), true));
+                    }
                 }
                 slot.put(ttl, &encoded)?;
-                Ok((None, true))
+                Ok((Found::Free, true))
             })
             .await?;
         Ok(match found {
-            Some((existing, ttl)) => ClaimOutcome::Existing(Existing {
+            Found::Existing(existing, ttl) => ClaimOutcome::Existing(Existing {
                 record: existing,
                 ttl: Some(ttl),
             }),
-            None => ClaimOutcome::Claimed(Lease::claimed(key.clone(), record, ttl)),
+            Found::Decided(verdict) => ClaimOutcome::Decided(verdict),
+            Found::Free => ClaimOutcome::Claimed(Lease::claimed(key.clone(), record, ttl)),
         })
     }
 
@@ -451,6 +476,7 @@ impl Store for EmbeddedStore {
             record.encode().map_err(StoreError::from)?.to_vec(),
             ttl,
             owes,
+            EntityEffect::of(record),
         );
         Ok(match self.change_owned(key, owner, change).await? {
             Owned::Yes => Completion::Stored,
@@ -495,6 +521,17 @@ impl Store for EmbeddedStore {
             let live = slot.live()?.is_some();
             let existed = slot.delete()?;
             Ok((live, existed))
+        })
+        .await
+    }
+
+    async fn entity(
+        &self,
+        key: &EntityKey,
+    ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
+        let key = key.clone();
+        self.read(entities::ENTITIES, move |table| {
+            entities::lookup(table, &key, now_ms())
         })
         .await
     }

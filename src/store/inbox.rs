@@ -354,7 +354,8 @@ impl InboxOps for super::embedded::EmbeddedStore {
         Box::pin(async move {
             let bytes = record.encode()?.to_vec();
             let owed = record.owed().unwrap_or(false);
-            let written = Self::swap(self, key, expected, bytes, ttl, owed).await?;
+            let effect = super::entity::EntityEffect::of(record);
+            let written = Self::swap(self, key, expected, bytes, ttl, (owed, effect)).await?;
             Ok(if written {
                 Swapped::Written
             } else {

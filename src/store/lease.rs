@@ -9,14 +9,34 @@ use tokio::time::Instant;
 
 use crate::record::{OwnerToken, Record};
 
-/// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`.
+/// Hex digits of an entity hash: 128 bits of the SHA-256 of its id.
+pub const ENTITY_HASH_LEN: usize = 32;
+
+/// A fully qualified store key: `{prefix}:{route}:{sha256 hex}`, or, for
+/// a route with `[route.entity]`, `{prefix}:{route}:{sha256 hex}{entity}`
+/// (`{entity}` a Redis hash tag: every record of one entity sits in the
+/// entity's Cluster slot, so a script can judge and claim in one step).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoreKey(pub(in crate::store) String);
 
 impl StoreKey {
-    /// Builds the key of contract §5 from its three parts.
+    /// Builds the key of contract §5 from its three parts; `key_hash_hex`
+    /// may carry an entity tag ([`is_record_hash`]).
     pub fn new(prefix: &str, route: &str, key_hash_hex: &str) -> Self {
         Self(format!("{prefix}:{route}:{key_hash_hex}"))
+    }
+
+    /// The key of a delivery about entity `entity_hex`
+    /// ([`ENTITY_HASH_LEN`] hex digits).
+    pub fn for_entity(prefix: &str, route: &str, key_hash_hex: &str, entity_hex: &str) -> Self {
+        Self(format!("{prefix}:{route}:{key_hash_hex}{{{entity_hex}}}"))
+    }
+
+    /// The entity this key's delivery is about, if its route has one.
+    pub fn entity(&self) -> Option<EntityKey> {
+        let (namespace, hash) = self.0.rsplit_once(':')?;
+        let tag = hash.get(64..).filter(|tag| !tag.is_empty())?;
+        Some(EntityKey(format!("{namespace}:entity:{tag}")))
     }
 
     /// The key as stored.
@@ -36,6 +56,47 @@ impl StoreKey {
         self.0
             .rsplit_once(':')
             .map_or("", |(namespace, _)| namespace)
+    }
+}
+
+/// Whether `text` is a record key's last part: 64 hex digits, with an
+/// entity's hash tag (`{` 32 hex digits `}`) after them on entity routes.
+pub fn is_record_hash(text: &str) -> bool {
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    match (text.get(..64), text.get(64..)) {
+        (Some(hash), Some("")) => hex(hash),
+        (Some(hash), Some(tag)) => {
+            hex(hash)
+                && tag.len() == ENTITY_HASH_LEN + 2
+                && tag.starts_with('{')
+                && tag.ends_with('}')
+                && hex(&tag[1..=ENTITY_HASH_LEN])
+        }
+        _ => false,
+    }
+}
+
+/// Where one entity's state is kept: `{prefix}:{scope}:entity:{hash}`,
+/// the braces a Redis hash tag shared with every record of the entity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EntityKey(pub(in crate::store) String);
+
+impl EntityKey {
+    /// The key of entity `entity_hex` in scope `scope`.
+    pub fn new(prefix: &str, scope: &str, entity_hex: &str) -> Self {
+        Self(format!("{prefix}:{scope}:entity:{{{entity_hex}}}"))
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The entity hash alone (what logs print and the admin API takes).
+    pub fn hash(&self) -> &str {
+        self.0
+            .rsplit_once('{')
+            .map_or("", |(_, tag)| tag.trim_end_matches('}'))
     }
 }
 
@@ -92,6 +153,34 @@ impl Lease {
     /// The owner token written by the claim.
     pub fn owner(&self) -> OwnerToken {
         self.record.owner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entity_record_names_its_entity_and_shares_its_slot() {
+        let (hash, entity) = ("ab".repeat(32), "cd".repeat(16));
+        let key = StoreKey::for_entity("idemgate", "pay", &hash, &entity);
+        assert!(is_record_hash(key.hash()));
+        let of = key.entity().unwrap();
+        assert_eq!(of, EntityKey::new("idemgate", "pay", &entity));
+        assert_eq!(of.hash(), entity);
+        assert_eq!(
+            crate::store::redis::slots::slot_of(key.as_str()),
+            crate::store::redis::slots::slot_of(of.as_str())
+        );
+        assert!(StoreKey::new("idemgate", "pay", &hash).entity().is_none());
+        assert!(is_record_hash(&hash));
+        for bad in [
+            &hash[..63],
+            &format!("{hash}{{{}}}", &entity[1..]),
+            &format!("{hash}x"),
+        ] {
+            assert!(!is_record_hash(bad), "{bad}");
+        }
     }
 }
 

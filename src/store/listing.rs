@@ -154,7 +154,7 @@ impl AnyStore {
 /// digits. The scope's other keys (`inbox:…`) and a longer scope that
 /// starts with this one (`pay:eu:…` under `pay`) are not.
 pub(super) fn record_hash(suffix: &str) -> Option<&str> {
-    (suffix.len() == 64 && suffix.bytes().all(|b| b.is_ascii_hexdigit())).then_some(suffix)
+    super::lease::is_record_hash(suffix).then_some(suffix)
 }
 
 /// `text` with the `SCAN MATCH` glob's special characters escaped, so a

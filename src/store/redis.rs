@@ -27,6 +27,7 @@
 //! `store/`: the eviction watcher (`store::eviction`) and the store's
 //! upkeep reach them through `pub(super)` methods.
 
+mod entity;
 mod inbox;
 mod last_error;
 mod listing;
@@ -54,7 +55,10 @@ use tracing::Instrument as _;
 pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
-use super::{ClaimOutcome, Completion, Existing, Lease, Releasing, Store, StoreError, StoreKey};
+use super::entity::{EntityEffect, EntityState, EntityStep};
+use super::{
+    ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+};
 use crate::config::ReplicaAck;
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
@@ -328,6 +332,12 @@ impl RedisStore {
     /// After a failed call on a Cluster: an unreachable primary or a
     /// `MOVED` may mean a failover, so the slot map is read again in the
     /// background (rate-limited in `shards.rs`).
+    /// Classifies `error` after following a topology change it shows.
+    fn classify_following(&self, error: &FredError) -> StoreError {
+        self.follow_topology(error);
+        classify(error)
+    }
+
     fn follow_topology(&self, error: &FredError) {
         let Some(shards) = &self.shards else {
             return;
@@ -437,11 +447,25 @@ impl Store for RedisStore {
         key: &StoreKey,
         record: Record,
         ttl: Duration,
+        entity: Option<&EntityStep>,
     ) -> Result<ClaimOutcome, StoreError> {
         let client = &mut self.routed(key.as_str());
         let encoded = record.encode().map_err(StoreError::from)?;
-        let args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
-        let reply = self.eval(client, &self.scripts.claim, key, args).await?;
+        let mut args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
+        let reply = match entity {
+            None => self.eval(client, &self.scripts.claim, key, args).await?,
+            Some(step) => {
+                let (keys, more) = entity::claim_keys_and_args(key, step);
+                args.extend(more);
+                let reply = self
+                    .eval_keys(client, &self.scripts.claim_entity, key, keys, args)
+                    .await?;
+                match entity::verdict_from(reply)? {
+                    Ok(verdict) => return Ok(ClaimOutcome::Decided(verdict)),
+                    Err(reply) => reply,
+                }
+            }
+        };
         // A retried claim (fred resends a command whose connection dropped)
         // can find its own record: that is still our claim.
         if let Some(existing) = existing_from(reply)? {
@@ -478,16 +502,21 @@ impl Store for RedisStore {
             Value::Integer(millis(ttl)),
         ];
         let owes = record.owed() == Some(true);
-        let reply = if owes {
-            // A delivery the inbox now owes: its owed-set entry in the
-            // same step (store::inbox, "Owed sets").
-            args.push(Value::from(key.hash()));
-            let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            self.eval_keys(client, &self.scripts.complete, key, keys, args)
-                .await?
-        } else {
-            self.eval(client, &self.scripts.complete, key, args).await?
-        };
+        let mut keys = vec![key.as_str().to_owned()];
+        // A delivery the inbox now owes: its owed-set entry in the same
+        // step (store::inbox, "Owed sets").
+        if owes {
+            keys.push(self.owed_set(key));
+        }
+        args.push(Value::from(if owes { key.hash() } else { "" }));
+        // An entity route's record: its entity settles in the same step.
+        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::of(record)) {
+            keys.push(entity);
+            args.push(effect);
+        }
+        let reply = self
+            .eval_keys(client, &self.scripts.complete, key, keys, args)
+            .await?;
         let completion = match reply.as_i64() {
             Some(1) => Completion::Stored,
             Some(2) => Completion::StoredInFreeKey,
@@ -557,6 +586,13 @@ impl Store for RedisStore {
                 classify(&e)
             })?;
         Ok(deleted > 0)
+    }
+
+    async fn entity(
+        &self,
+        key: &EntityKey,
+    ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
+        self.read_entity(key).await
     }
 
     /// Ready means able to claim: `ROLE` must say `master`. A replica

@@ -32,12 +32,13 @@ async fn claimed<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey, ttl: Dur
             key,
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             ttl,
+            None,
         )
         .await
         .unwrap()
     {
         ClaimOutcome::Claimed(lease) => lease,
-        ClaimOutcome::Existing(e) => panic!("expected a free key, found {e:?}"),
+        other => panic!("expected a free key, found {other:?}"),
     }
 }
 
@@ -52,6 +53,7 @@ async fn contract<S: Store>(store: &S) {
             &k,
             Record::in_flight(mint.next(), Fingerprint([2; 32]), None),
             LONG,
+            None,
         )
         .await
         .unwrap()
@@ -66,7 +68,7 @@ async fn contract<S: Store>(store: &S) {
                 Observed::InFlight
             );
         }
-        ClaimOutcome::Claimed(_) => panic!("claimed twice"),
+        other => panic!("claimed twice: {other:?}"),
     }
 
     // complete stores the answer with the new TTL; renew no longer applies
@@ -257,6 +259,7 @@ async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
             &k,
             Record::in_flight(OwnerMint::new().next(), Fingerprint([0; 32]), None),
             LONG,
+            None,
         )
         .await;
     assert!(
@@ -290,6 +293,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             &k,
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
+            None,
         )
         .await;
     assert!(
@@ -301,6 +305,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             &key("fresh"),
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
+            None,
         )
         .await;
     assert!(matches!(fresh, Err(StoreError::Full(_))), "{fresh:?}");
@@ -333,7 +338,8 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             .claim(
                 &key("fresh"),
                 Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
-                LONG
+                LONG,
+                None
             )
             .await,
         Ok(ClaimOutcome::Claimed(_))

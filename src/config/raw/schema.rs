@@ -289,6 +289,14 @@ mod tests {
         [[route.guard]]
         field = "json:/status"
         one_of = ["PAID"]
+        [route.entity]
+        id = ["json:/id"]
+        state = "json:/status"
+        transitions = ["PENDING -> PAID"]
+        initial = ["PENDING"]
+        terminal = ["PAID"]
+        ack_status = 200
+        ack_body = "ok"
         "#,
         r#"
         [store]

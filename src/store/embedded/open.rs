@@ -389,6 +389,8 @@ fn prepare(
         txn.open_table(super::index::ORDER).map(drop),
         txn.open_table(super::books::BOOKS).map(drop),
         txn.open_table(super::owed::OWED).map(drop),
+        txn.open_table(super::entities::ENTITIES).map(drop),
+        txn.open_table(super::entities::ENTITY_EXPIRIES).map(drop),
     ] {
         result.map_err(|e| damaged(&e))?;
     }

@@ -1,6 +1,7 @@
 //! Unit tests of the embedded store's owner-fenced swap.
 
 use super::*;
+use crate::store::entity::EntityEffect;
 
 fn key() -> StoreKey {
     StoreKey::new("idemgate", "payments", &"a".repeat(64))
@@ -21,7 +22,13 @@ fn bytes(record: &Record) -> Vec<u8> {
 /// owns it; whether it did.
 async fn swap(store: &EmbeddedStore, expected: OwnerToken, record: &Record, ttl: Duration) -> bool {
     store
-        .swap(&key(), expected, bytes(record), ttl, false)
+        .swap(
+            &key(),
+            expected,
+            bytes(record),
+            ttl,
+            (false, EntityEffect::Keep),
+        )
         .await
         .unwrap()
 }
@@ -47,7 +54,7 @@ async fn swap_is_fenced_by_owner_and_idempotent() {
     let next = record(2, RecordState::Unknown);
     let ten = Duration::from_secs(10);
     let hour = Duration::from_secs(3_600);
-    store.claim(&key(), first.clone(), ten).await.unwrap();
+    store.claim(&key(), first.clone(), ten, None).await.unwrap();
 
     // Expected owner: replaced, with the new TTL.
     assert!(swap(&store, first.owner, &next, hour).await);
@@ -78,7 +85,7 @@ async fn swap_of_an_absent_or_expired_record_fails() {
 
     // Expired (not yet swept) counts as absent, even for equal bytes.
     store
-        .claim(&key(), first.clone(), Duration::ZERO)
+        .claim(&key(), first.clone(), Duration::ZERO, None)
         .await
         .unwrap();
     let next = record(1, RecordState::Unknown);

@@ -149,14 +149,19 @@ impl InboxOps for RedisStore {
     ) -> Call<'a, Swapped> {
         Box::pin(async move {
             let owed = record.owed().unwrap_or(false);
-            let args = vec![
+            let mut args = vec![
                 owner_arg(expected),
                 Value::Bytes(record.encode()?),
                 Value::Integer(millis(ttl)),
                 Value::from(key.hash()),
                 Value::from(if owed { "1" } else { "0" }),
             ];
-            let keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+            let mut keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+            let effect = crate::store::entity::EntityEffect::of(record);
+            if let Some((entity, effect)) = super::entity::settle_part(key, effect) {
+                keys.push(entity);
+                args.push(effect);
+            }
             let client = &mut self.routed(key.as_str());
             let reply = self
                 .eval_keys(client, &self.scripts.swap, key, keys, args)

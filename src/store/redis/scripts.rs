@@ -20,12 +20,22 @@ impl std::ops::Deref for Named {
     }
 }
 
-/// Names a script after its file in `lua/`.
+/// Names a script after its file in `lua/`; `with entity` puts the
+/// shared entity rules (`lua/entity.lua`) in front of it.
 macro_rules! named {
     ($name:literal) => {
         Named {
             name: $name,
             script: Script::from_lua(include_str!(concat!("../../../lua/", $name, ".lua"))),
+        }
+    };
+    ($name:literal with entity) => {
+        Named {
+            name: $name,
+            script: Script::from_lua(concat!(
+                include_str!("../../../lua/entity.lua"),
+                include_str!(concat!("../../../lua/", $name, ".lua"))
+            )),
         }
     };
 }
@@ -34,6 +44,7 @@ macro_rules! named {
 #[derive(Debug)]
 pub(super) struct Scripts {
     pub(super) claim: Named,
+    pub(super) claim_entity: Named,
     pub(super) complete: Named,
     pub(super) release: Named,
     pub(super) renew: Named,
@@ -48,20 +59,22 @@ impl Scripts {
     pub(super) fn new() -> Self {
         Self {
             claim: named!("claim"),
-            complete: named!("complete"),
+            claim_entity: named!("claim_entity" with entity),
+            complete: named!("complete" with entity),
             release: named!("release"),
             renew: named!("renew"),
             lookup: named!("lookup"),
-            swap: named!("swap"),
+            swap: named!("swap" with entity),
             take: named!("take"),
             prune: named!("prune"),
         }
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 8] {
+    pub(super) fn all(&self) -> [&Script; 9] {
         [
             &self.claim.script,
+            &self.claim_entity.script,
             &self.complete.script,
             &self.release.script,
             &self.renew.script,

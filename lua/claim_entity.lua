@@ -1,0 +1,72 @@
+-- claim_entity.lua: claim.lua for a route with [route.entity]: the
+-- delivery's record key and its entity are judged and written in one step
+-- (entity.lua has the fields; src/store/entity.rs the rules).
+--
+-- KEYS[1]  the record key: {key_prefix}:{scope}:{sha256 hex}{entity}
+-- KEYS[2]  the entity key: {key_prefix}:{scope}:entity:{entity}
+-- ARGV[1]  the encoded in-flight record
+-- ARGV[2]  claim TTL in milliseconds (lease + unknown_hold)
+-- ARGV[3]  the announced state
+-- ARGV[4]  entity retention in milliseconds
+-- ARGV[5]  '1': an entity with no state may take ARGV[3]
+-- ARGV[6…] the states ARGV[3] may be entered from
+--
+-- Reply:   as claim.lua: nil (claimed), { record } or { record, pttl }
+--          when the key holds a record (the entity is not looked at: a
+--          copy of a delivery is the record's business); otherwise
+--          { 0, 'busy', pttl }     another delivery's change is pending
+--          { 0, 'repeat' }         the entity is in ARGV[3] already
+--          { 0, 'refused', from }  the machine forbids from -> ARGV[3]
+--                                  (from '' : no state yet)
+local existing = redis.call('GET', KEYS[1])
+if existing then
+  local state = string.sub(existing, 2, 2)
+  if state == '\2' or state == '\4' or state == '\5' then
+    return { existing }
+  end
+  return { existing, redis.call('PTTL', KEYS[1]) }
+end
+local entity = KEYS[2]
+local pk = redis.call('HGET', entity, 'pk')
+if pk then
+  -- The pending change's record shares the entity's slot (same tag).
+  local pending = redis.call('GET', pk)
+  local state = pending and string.sub(pending, 2, 2)
+  if state == '\2' or state == '\4' then
+    entity_settle(entity, pk, 'apply')
+  elseif pending then
+    return { 0, 'busy', redis.call('PTTL', pk) }
+  else
+    redis.call('HDEL', entity, 'pk', 'pf', 'pt')
+  end
+end
+local to = ARGV[3]
+local from = redis.call('HGET', entity, 's')
+local now = entity_now()
+if from == to then
+  entity_remember(entity, 'r', from, to, KEYS[1], now)
+  redis.call('HINCRBY', entity, 'r', 1)
+  redis.call('PEXPIRE', entity, ARGV[4])
+  return { 0, 'repeat' }
+end
+local allowed = false
+if not from then
+  allowed = ARGV[5] == '1'
+else
+  for i = 6, #ARGV do
+    if ARGV[i] == from then
+      allowed = true
+      break
+    end
+  end
+end
+if not allowed then
+  entity_remember(entity, 'x', from or nil, to, KEYS[1], now)
+  redis.call('HINCRBY', entity, 'x', 1)
+  redis.call('PEXPIRE', entity, ARGV[4])
+  return { 0, 'refused', from or '' }
+end
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+redis.call('HSET', entity, 'pk', KEYS[1], 'pf', from or '', 'pt', to)
+redis.call('PEXPIRE', entity, ARGV[4])
+return nil

@@ -1,0 +1,204 @@
+//! Stage 4b: the entity a delivery is about (`[route.entity]`), read with
+//! its key, and the answers to what the entity decided at the claim.
+//!
+//! The id and the announced state are read by the same selector reads as
+//! keys and guards (`Inbound::value`), from the verified request, so only
+//! signed bytes decide (contract §4 rule 12; `check-config` refuses an
+//! unsigned selector). An id part is checked like a key part (present,
+//! 1-255 bytes); the state must be one the machine declares, exactly, or
+//! the delivery is 400 `field_invalid` and leaves no trace. A header or
+//! query parameter sent twice is refused for the same reason as a guard's:
+//! the check and the handler could each read a different copy.
+//!
+//! The claim (`store::entity`) then forwards the delivery, or decides:
+//! a *repeat* is acknowledged as if replayed, a *refused* change is a
+//! discrepancy — counted per route and from/to
+//! (`idemgate_entity_discrepancies_total`), logged at WARN with the entity,
+//! and answered with the acknowledgement or 409 `transition_refused` as
+//! `on_refused` says.
+
+use bytes::Bytes;
+use metrics::counter;
+use sha2::{Digest, Sha256};
+
+use super::guard::occurs_more_than_once;
+use super::identify::{Identity, MAX_KEY_PART, hash_key_parts};
+use super::runtime::RouteRuntime;
+use super::shadow::Verdict;
+use crate::config::{Choice as _, Entity, OnRefused};
+use crate::error::{Reason, Rejection};
+use crate::extract::Inbound;
+use crate::metrics::Description;
+use crate::record::{StoredResponse, now_ms};
+use crate::signature::lower_hex;
+use crate::store::entity::{EntityStep, EntityVerdict};
+use crate::store::{ENTITY_HASH_LEN, EntityKey};
+
+/// The entity a delivery is about, as stage 4 read it.
+#[derive(Debug, Clone)]
+pub struct EntityIdentity {
+    /// Where its state is kept.
+    pub key: EntityKey,
+    /// Its hash: the tag every record of it carries.
+    pub hash: String,
+    /// The id, when it has one part: for the log line.
+    pub id: Option<Bytes>,
+    /// The declared state the delivery announces.
+    pub to: String,
+}
+
+/// Reads the entity of `request` under `entity` in scope `scope`.
+pub(crate) fn identify(
+    request: &Inbound,
+    entity: &Entity,
+    prefix: &str,
+    scope: &str,
+) -> Result<EntityIdentity, Rejection> {
+    let mut parts = Vec::with_capacity(entity.id.len());
+    for selector in &entity.id {
+        let invalid = || Rejection::KeyInvalid(selector.to_string());
+        let value = request
+            .value(selector)?
+            .ok_or_else(|| Rejection::KeyMissing(selector.to_string()))?;
+        if value.is_empty()
+            || value.len() > MAX_KEY_PART
+            || occurs_more_than_once(request, selector)
+        {
+            return Err(invalid());
+        }
+        parts.push(value.into_owned());
+    }
+    let state = &entity.state;
+    let announced = request.value(state)?;
+    let to = announced
+        .as_deref()
+        .filter(|_| !occurs_more_than_once(request, state))
+        .and_then(|value| entity.machine.state(value))
+        .ok_or_else(|| Rejection::FieldInvalid(state.to_string()))?
+        .to_owned();
+    let hash = entity_hash(parts.iter().map(Vec::as_slice));
+    let id = match parts.as_slice() {
+        [only] => Some(Bytes::copy_from_slice(only)),
+        _ => None,
+    };
+    Ok(EntityIdentity {
+        key: EntityKey::new(prefix, scope, &hash),
+        hash,
+        id,
+        to,
+    })
+}
+
+/// The hash of an entity id's parts (joined like key parts): what its
+/// records' tag and its key carry, and what the admin API computes from
+/// an id an operator knows.
+pub fn entity_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let digest = hash_key_parts(parts);
+    // A second hash keeps the tag unrelated to a key hash over the same
+    // single value (an entity id is often also the key).
+    let tag = Sha256::new()
+        .chain_update(b"entity")
+        .chain_update(digest)
+        .finalize();
+    lower_hex(&tag)[..ENTITY_HASH_LEN].to_owned()
+}
+
+/// What the claim asks of the entity for `identity`.
+pub(crate) fn step(identity: &EntityIdentity, entity: &Entity) -> EntityStep {
+    EntityStep {
+        key: identity.key.clone(),
+        to: identity.to.clone(),
+        sources: entity.machine.sources(&identity.to),
+        retention: entity.retention,
+    }
+}
+
+/// How a refused change is answered: the acknowledgement (the sender
+/// stops) or 409 `transition_refused` (it retries).
+pub(crate) fn refusal(
+    entity: &Entity,
+    ack: &StoredResponse,
+    from: Option<&str>,
+    to: &str,
+) -> Result<StoredResponse, Rejection> {
+    match entity.on_refused {
+        OnRefused::Acknowledge => Ok(ack.clone()),
+        OnRefused::Conflict => Err(Rejection::TransitionRefused {
+            from: from.unwrap_or(NO_STATE).to_owned(),
+            to: to.to_owned(),
+        }),
+    }
+}
+
+/// How "no state yet" is named in labels, logs and problem details.
+pub(crate) const NO_STATE: &str = "none";
+
+/// `idemgate_entity_discrepancies_total{route, from, to}`: changes the
+/// machine refused, which never reached the handler.
+pub(crate) const DISCREPANCIES_TOTAL: Description = Description::counter(
+    "idemgate_entity_discrepancies_total",
+    "Deliveries whose state change the route's entity machine refused (never forwarded), by from and to state",
+);
+/// `idemgate_entity_repeats_total{route, state}`: deliveries announcing the
+/// state their entity is already in, acknowledged without the handler.
+pub(crate) const REPEATS_TOTAL: Description = Description::counter(
+    "idemgate_entity_repeats_total",
+    "Deliveries announcing the state their entity is already in, acknowledged without the handler",
+);
+
+/// The entity metrics, described at start-up (`app::install_metrics`).
+pub(crate) const DESCRIPTIONS: &[Description] = &[DISCREPANCIES_TOTAL, REPEATS_TOTAL];
+
+/// The verdict for a delivery its entity decided at the claim: counted,
+/// logged, and answered as the route says (module docs).
+pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityVerdict) -> Verdict {
+    let (Some(entity), Some(about), Some(ack)) = (
+        route.settings.entity.as_ref(),
+        identity.entity.as_ref(),
+        route.entity_ack.as_ref(),
+    ) else {
+        unreachable!("only an entity route's claim is judged by its entity");
+    };
+    let name = route.name().to_owned();
+    let id = about.id.as_deref().map(String::from_utf8_lossy);
+    match verdict {
+        EntityVerdict::Refused { from } => {
+            let from_label = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
+            counter!(DISCREPANCIES_TOTAL.name, "route" => name, "from" => from_label.clone(), "to" => about.to.clone())
+                .increment(1);
+            tracing::warn!(
+                route = route.name(),
+                entity = about.hash,
+                id = id.as_deref(),
+                from = from_label,
+                to = about.to,
+                key = identity.key_hash,
+                on_refused = entity.on_refused.name(),
+                "entity state change refused (discrepancy): the delivery was not forwarded"
+            );
+            match refusal(entity, ack, from.as_deref(), &about.to) {
+                Ok(answer) => Verdict::Acknowledge {
+                    answer,
+                    noted: Reason::TransitionRefused,
+                },
+                Err(rejection) => Verdict::Refuse(rejection),
+            }
+        }
+        EntityVerdict::Repeat => {
+            counter!(REPEATS_TOTAL.name, "route" => name, "state" => about.to.clone()).increment(1);
+            tracing::info!(
+                route = route.name(),
+                entity = about.hash,
+                id = id.as_deref(),
+                state = about.to,
+                key = identity.key_hash,
+                "entity already in the announced state: acknowledged without the handler"
+            );
+            Verdict::Replay {
+                answer: ack.clone(),
+                answered_at_ms: now_ms(),
+            }
+        }
+        EntityVerdict::Busy { .. } => unreachable!("a busy entity is waited for by the claim"),
+    }
+}

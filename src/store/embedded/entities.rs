@@ -1,0 +1,157 @@
+//! Entity state in the embedded store (`crate::store::entity`): one table
+//! `entities` of `expires_at_ms (u64 BE) ++ JSON of EntityState`, and
+//! `entity_expiries` indexing `(expires_at_ms, key)` for the sweeper.
+//! Every change happens inside the write transaction that writes the
+//! record it belongs to (the claim, a completion, an inbox swap), so an
+//! entity and its records are committed together or not at all: the same
+//! atomic step `claim_entity.lua` and `complete.lua` take on Redis.
+
+use std::time::Duration;
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+
+use super::backend;
+use super::slot::{Slot, deadline, expiry_of, read_entry};
+use crate::record::RecordState;
+use crate::store::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict, PendingRecord};
+use crate::store::{EntityKey, StoreError};
+
+/// Entity key → expiry and state.
+pub(super) const ENTITIES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("entities");
+/// `(expires_at_ms, entity key)`, for the sweeper.
+pub(super) const ENTITY_EXPIRIES: TableDefinition<'static, (u64, &str), ()> =
+    TableDefinition::new("entity_expiries");
+
+/// A live entity: its state and expiry.
+pub(super) fn decode(raw: &[u8], now: u64) -> Result<Option<(EntityState, u64)>, StoreError> {
+    let Some(expires_at_ms) = expiry_of(raw) else {
+        return Err(StoreError::Backend("embedded entity truncated".into()));
+    };
+    if expires_at_ms <= now {
+        return Ok(None);
+    }
+    let state = serde_json::from_slice(&raw[8..])
+        .map_err(|e| StoreError::Backend(format!("embedded entity unreadable: {e}")))?;
+    Ok(Some((state, expires_at_ms)))
+}
+
+fn read(
+    txn: &WriteTransaction,
+    key: &str,
+    now: u64,
+) -> Result<Option<(EntityState, u64)>, StoreError> {
+    let table = txn.open_table(ENTITIES).map_err(backend)?;
+    let raw = table.get(key).map_err(backend)?;
+    match raw {
+        Some(raw) => decode(raw.value(), now),
+        None => Ok(None),
+    }
+}
+
+/// Writes `state` under `key`, expiring at `expires_at_ms`.
+fn write(
+    txn: &WriteTransaction,
+    key: &str,
+    state: &EntityState,
+    expires_at_ms: u64,
+) -> Result<(), StoreError> {
+    let mut value = expires_at_ms.to_be_bytes().to_vec();
+    serde_json::to_writer(&mut value, state).map_err(backend)?;
+    let mut table = txn.open_table(ENTITIES).map_err(backend)?;
+    let previous = table
+        .insert(key, value.as_slice())
+        .map_err(backend)?
+        .and_then(|old| expiry_of(old.value()));
+    drop(table);
+    let mut expiries = txn.open_table(ENTITY_EXPIRIES).map_err(backend)?;
+    if let Some(old) = previous {
+        expiries.remove((old, key)).map_err(backend)?;
+    }
+    expiries.insert((expires_at_ms, key), ()).map_err(backend)?;
+    Ok(())
+}
+
+/// Judges the claim of `slot`'s (free) key under `step`, writing the
+/// entity either way. `Ok(())`: the caller writes the claim.
+pub(super) fn claim(
+    slot: &Slot<'_, '_>,
+    step: &EntityStep,
+) -> Result<Result<(), EntityVerdict>, StoreError> {
+    let key = step.key.as_str();
+    let mut state = read(slot.txn, key, slot.now)?
+        .map(|(state, _)| state)
+        .unwrap_or_default();
+    let pending = match &state.pending {
+        None => PendingRecord::Absent,
+        Some(pending) => match read_entry(&*slot.records, &pending.record, slot.now)? {
+            None => PendingRecord::Absent,
+            Some(entry) => match entry.record.state {
+                RecordState::Completed(_) | RecordState::Acknowledged(_) => {
+                    PendingRecord::Completed
+                }
+                _ => PendingRecord::Open(Duration::from_millis(entry.expires_at_ms - slot.now)),
+            },
+        },
+    };
+    let verdict = state.claim(step, slot.key.as_str(), pending, slot.now);
+    if !matches!(verdict, Err(EntityVerdict::Busy { .. })) {
+        write(slot.txn, key, &state, deadline(slot.now, step.retention))?;
+    }
+    Ok(verdict)
+}
+
+/// Settles `slot`'s entity (if its key has one) after a write of a record
+/// with `effect`; the entity keeps its expiry.
+pub(super) fn settle(slot: &Slot<'_, '_>, effect: EntityEffect) -> Result<(), StoreError> {
+    let Some(entity) = slot.key.entity() else {
+        return Ok(());
+    };
+    let Some((mut state, expires_at_ms)) = read(slot.txn, entity.as_str(), slot.now)? else {
+        return Ok(());
+    };
+    let before = state.clone();
+    state.settle(slot.key.as_str(), effect, slot.now);
+    if state != before {
+        write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    }
+    Ok(())
+}
+
+/// Reads entity `key` in a read transaction's table.
+pub(super) fn lookup(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &EntityKey,
+    now: u64,
+) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
+    let Some(raw) = table.get(key.as_str()).map_err(backend)? else {
+        return Ok(None);
+    };
+    Ok(decode(raw.value(), now)?
+        .map(|(state, expires)| (state, Some(Duration::from_millis(expires - now)))))
+}
+
+/// Deletes up to `batch` expired entities; returns how many.
+pub(super) fn sweep(txn: &WriteTransaction, now: u64, batch: usize) -> Result<usize, StoreError> {
+    let mut expiries = txn.open_table(ENTITY_EXPIRIES).map_err(backend)?;
+    let mut expired: Vec<(u64, String)> = Vec::new();
+    for item in expiries.range(..(now, "")).map_err(backend)? {
+        let (entry, _) = item.map_err(backend)?;
+        let (at, key) = entry.value();
+        expired.push((at, key.to_owned()));
+        if expired.len() >= batch {
+            break;
+        }
+    }
+    let mut entities = txn.open_table(ENTITIES).map_err(backend)?;
+    for (at, key) in &expired {
+        expiries.remove((*at, key.as_str())).map_err(backend)?;
+        let stale = entities
+            .get(key.as_str())
+            .map_err(backend)?
+            .is_some_and(|g| expiry_of(g.value()) == Some(*at));
+        if stale {
+            entities.remove(key.as_str()).map_err(backend)?;
+        }
+    }
+    Ok(expired.len())
+}

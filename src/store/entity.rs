@@ -1,0 +1,344 @@
+//! Entity state: the business entity a delivery is about (`[route.entity]`),
+//! kept beside its deliveries' records and judged in the same atomic step
+//! as the claim.
+//!
+//! An entity holds its current state, at most one *pending* change (the
+//! delivery forwarded to change it, named by its record key) and its last
+//! [`HISTORY`] transitions. One rule set, two implementations: the Lua of
+//! `lua/entity.lua` (prepended to `claim_entity.lua`, `complete.lua` and
+//! `swap.lua`) and [`EntityState`] for the embedded store; the contract
+//! suite runs the same cases on both.
+//!
+//! **Claim** (a delivery whose record key is free): the pending change is
+//! looked at first. Its record still in flight, unknown or in the inbox:
+//! the entity is *busy*, and the delivery waits or gets 409. Its record
+//! completed: the change is applied (a defensive fold; completion applies
+//! it itself). Its record gone (released, expired, purged): the change
+//! never happened and is dropped. Then the announced state is judged
+//! against the current one: the same state is a *repeat* (acknowledged,
+//! never forwarded), a change the machine allows is claimed and becomes
+//! the pending change, anything else is *refused* (a discrepancy). Only
+//! declared states reach the store (`config::entity`), so every value here
+//! is a bounded label.
+//!
+//! **Settle**: every write of a record that is an entity's pending change
+//! says what it means for it ([`EntityEffect::of`]): an answer kept under
+//! `cache_status` (or a delivered redelivery) applies it, a dead or dropped
+//! inbox delivery drops it, an unknown outcome or a queued one keeps it
+//! pending. Applying happens in the script that writes the record, so the
+//! state advances atomically with the completion, and a handler failure
+//! (a released claim) leaves the state as it was.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::EntityKey;
+use crate::config::Sources;
+use crate::record::{Record, RecordState, Stage};
+
+/// Transitions an entity remembers, newest first.
+pub const HISTORY: usize = 16;
+
+/// What a claim on an entity route asks of the entity.
+#[derive(Debug, Clone)]
+pub struct EntityStep {
+    /// The entity.
+    pub key: EntityKey,
+    /// The state the delivery announces (a declared one).
+    pub to: String,
+    /// Where `to` may be entered from.
+    pub sources: Sources,
+    /// How long the entity is kept after this write.
+    pub retention: Duration,
+}
+
+/// A claim the entity decided instead of the record key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntityVerdict {
+    /// Another delivery's change is still pending; it settles within
+    /// `remaining` at the latest.
+    Busy {
+        /// The pending record's remaining TTL.
+        remaining: Duration,
+    },
+    /// The entity already is in the announced state.
+    Repeat,
+    /// The machine does not allow the change from `from` (`None`: the
+    /// entity has no state yet and the announced one is not initial).
+    Refused {
+        /// The entity's current state.
+        from: Option<String>,
+    },
+}
+
+/// What a record write means for its entity's pending change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntityEffect {
+    /// The handler succeeded: the entity takes the pending state.
+    Apply,
+    /// The change never happened: the entity stays as it was.
+    Drop,
+    /// Not decided yet: the entity stays busy.
+    Keep,
+}
+
+impl EntityEffect {
+    /// The effect of writing `record` (module docs, "Settle").
+    pub fn of(record: &Record) -> Self {
+        match &record.state {
+            RecordState::Completed(_) | RecordState::Acknowledged(_) => Self::Apply,
+            RecordState::InFlight | RecordState::Unknown => Self::Keep,
+            RecordState::Inbox(entry) => match entry.stage {
+                Stage::Delivered => Self::Apply,
+                Stage::Dead | Stage::Dropped => Self::Drop,
+                Stage::Queued | Stage::Delivering | Stage::Unknown => Self::Keep,
+            },
+        }
+    }
+
+    /// The word the scripts take.
+    pub(super) fn code(self) -> &'static str {
+        match self {
+            Self::Apply => "apply",
+            Self::Drop => "drop",
+            Self::Keep => "keep",
+        }
+    }
+}
+
+/// What one history entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    /// A forwarded change the handler accepted.
+    Applied,
+    /// A change the machine refused (a discrepancy).
+    Refused,
+    /// The same state announced again.
+    Repeat,
+}
+
+impl TransitionKind {
+    #[cfg(test)]
+    fn letter(self) -> &'static str {
+        match self {
+            Self::Applied => "a",
+            Self::Refused => "x",
+            Self::Repeat => "r",
+        }
+    }
+
+    fn from_letter(letter: &str) -> Option<Self> {
+        Some(match letter {
+            "a" => Self::Applied,
+            "x" => Self::Refused,
+            "r" => Self::Repeat,
+            _ => return None,
+        })
+    }
+}
+
+/// One remembered transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// Applied, refused or repeated.
+    pub kind: TransitionKind,
+    /// The state before (`None`: none yet).
+    pub from: Option<String>,
+    /// The state announced.
+    pub to: String,
+    /// The delivery's key hash (the record's, with its entity tag).
+    pub delivery: String,
+    /// When, unix ms.
+    pub at_ms: u64,
+}
+
+impl Transition {
+    /// One line of the history text `entity.lua` keeps:
+    /// `kind \t from \t to \t delivery \t at_ms`.
+    #[cfg(test)]
+    fn line(&self) -> String {
+        format!(
+            "{}\t{}\t{}\t{}\t{}",
+            self.kind.letter(),
+            self.from.as_deref().unwrap_or(""),
+            self.to,
+            self.delivery,
+            self.at_ms
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let mut parts = line.split('\t');
+        let kind = TransitionKind::from_letter(parts.next()?)?;
+        let from = parts.next()?;
+        Some(Self {
+            kind,
+            from: (!from.is_empty()).then(|| from.to_owned()),
+            to: parts.next()?.to_owned(),
+            delivery: parts.next()?.to_owned(),
+            at_ms: parts.next()?.parse().ok()?,
+        })
+    }
+}
+
+/// The change a forwarded delivery is making.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The delivery's record key.
+    pub record: String,
+    /// The state it leaves (`None`: none yet).
+    pub from: Option<String>,
+    /// The state it announces.
+    pub to: String,
+}
+
+/// An entity as both stores keep it, and as the admin API shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityState {
+    /// The current state (`None`: no change applied yet).
+    pub state: Option<String>,
+    /// When it was entered, unix ms.
+    pub since_ms: u64,
+    /// The change being made, if one is.
+    pub pending: Option<Pending>,
+    /// The last transitions, newest first.
+    pub history: Vec<Transition>,
+    /// Changes applied, refused and repeated over the entity's life.
+    pub applied: u64,
+    /// Refused changes (discrepancies).
+    pub refused: u64,
+    /// Repeats.
+    pub repeats: u64,
+}
+
+/// What the pending change's record says when a claim looks at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingRecord {
+    /// Gone: released, expired or purged.
+    Absent,
+    /// Completed: the handler succeeded.
+    Completed,
+    /// In flight, unknown or in the inbox, for at most this long.
+    Open(Duration),
+}
+
+impl EntityState {
+    /// Judges a claim of `record_key` announcing `step.to`, given what the
+    /// pending change's record says (module docs, "Claim"). `Ok(())`: the
+    /// caller writes the claim, and the delivery is now the pending change.
+    pub fn claim(
+        &mut self,
+        step: &EntityStep,
+        record_key: &str,
+        pending: PendingRecord,
+        now_ms: u64,
+    ) -> Result<(), EntityVerdict> {
+        match pending {
+            PendingRecord::Open(remaining) if self.pending.is_some() => {
+                return Err(EntityVerdict::Busy { remaining });
+            }
+            PendingRecord::Completed => {
+                if let Some(record) = self.pending.as_ref().map(|p| p.record.clone()) {
+                    self.settle(&record, EntityEffect::Apply, now_ms);
+                }
+            }
+            _ => self.pending = None,
+        }
+        let delivery = hash_of(record_key).to_owned();
+        let from = self.state.clone();
+        let entry = |kind| Transition {
+            kind,
+            from: from.clone(),
+            to: step.to.clone(),
+            delivery: delivery.clone(),
+            at_ms: now_ms,
+        };
+        if from.as_deref() == Some(step.to.as_str()) {
+            self.repeats += 1;
+            self.remember(entry(TransitionKind::Repeat));
+            return Err(EntityVerdict::Repeat);
+        }
+        let allowed = match &from {
+            None => step.sources.initial,
+            Some(from) => step.sources.from.contains(from),
+        };
+        if !allowed {
+            self.refused += 1;
+            self.remember(entry(TransitionKind::Refused));
+            return Err(EntityVerdict::Refused { from });
+        }
+        self.pending = Some(Pending {
+            record: record_key.to_owned(),
+            from,
+            to: step.to.clone(),
+        });
+        Ok(())
+    }
+
+    /// Applies `effect` of a write of `record_key` if that record is the
+    /// pending change (module docs, "Settle").
+    pub fn settle(&mut self, record_key: &str, effect: EntityEffect, now_ms: u64) {
+        let Some(pending) = self.pending.take_if(|p| p.record == record_key) else {
+            return;
+        };
+        match effect {
+            EntityEffect::Keep => self.pending = Some(pending),
+            EntityEffect::Drop => {}
+            EntityEffect::Apply => {
+                self.applied += 1;
+                self.remember(Transition {
+                    kind: TransitionKind::Applied,
+                    from: pending.from,
+                    to: pending.to.clone(),
+                    delivery: hash_of(&pending.record).to_owned(),
+                    at_ms: now_ms,
+                });
+                self.state = Some(pending.to);
+                self.since_ms = now_ms;
+            }
+        }
+    }
+
+    fn remember(&mut self, transition: Transition) {
+        self.history.insert(0, transition);
+        self.history.truncate(HISTORY);
+    }
+
+    /// Reads the Redis hash's fields (`s`, `at`, `pk`, `pf`, `pt`, `h`,
+    /// `n`, `x`, `r`; absent fields are defaults).
+    pub(super) fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut state = Self::default();
+        let (mut record, mut from, mut to) = (None, None, None);
+        let number = |text: &str| text.parse().unwrap_or(0);
+        for (field, value) in fields {
+            match field {
+                "s" => state.state = Some(value.to_owned()),
+                "at" => state.since_ms = number(value),
+                "pk" => record = Some(value.to_owned()),
+                "pf" => from = (!value.is_empty()).then(|| value.to_owned()),
+                "pt" => to = Some(value.to_owned()),
+                "h" => state.history = value.lines().filter_map(Transition::parse).collect(),
+                "n" => state.applied = number(value),
+                "x" => state.refused = number(value),
+                "r" => state.repeats = number(value),
+                _ => {}
+            }
+        }
+        if let (Some(record), Some(to)) = (record, to) {
+            state.pending = Some(Pending { record, from, to });
+        }
+        state
+    }
+}
+
+/// A record key's last part: the delivery's key hash with its entity tag.
+fn hash_of(record_key: &str) -> &str {
+    record_key
+        .rsplit_once(':')
+        .map_or(record_key, |(_, hash)| hash)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+use std::time::Duration;
+
+use super::*;
+use crate::config::Sources;
+
+fn step(to: &str, from: &[&str], initial: bool) -> EntityStep {
+    EntityStep {
+        key: EntityKey::new("t", "pay", &"e".repeat(32)),
+        to: to.to_owned(),
+        sources: Sources {
+            from: from.iter().map(|s| (*s).to_owned()).collect(),
+            initial,
+        },
+        retention: Duration::from_secs(60),
+    }
+}
+
+fn record(n: u8) -> String {
+    format!(
+        "t:pay:{}{{{}}}",
+        format!("{n:02x}").repeat(32),
+        "e".repeat(32)
+    )
+}
+
+#[test]
+fn a_change_is_pending_until_its_answer_applies_it() {
+    let mut entity = EntityState::default();
+    let pending = step("pending", &[], true);
+    assert_eq!(
+        entity.claim(&pending, &record(1), PendingRecord::Absent, 10),
+        Ok(())
+    );
+    assert_eq!(entity.state, None, "not before the handler answered");
+    // A second delivery for the entity meanwhile waits.
+    let success = step("success", &["pending", "failed"], true);
+    let open = PendingRecord::Open(Duration::from_secs(5));
+    assert_eq!(
+        entity.claim(&success, &record(2), open, 11),
+        Err(EntityVerdict::Busy {
+            remaining: Duration::from_secs(5)
+        })
+    );
+    // The handler's success applies it, in the completion's step.
+    entity.settle(&record(1), EntityEffect::Apply, 12);
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    assert_eq!(entity.since_ms, 12);
+    assert_eq!(entity.pending, None);
+    assert_eq!(
+        entity.claim(&success, &record(2), PendingRecord::Absent, 13),
+        Ok(())
+    );
+    entity.settle(&record(2), EntityEffect::Apply, 14);
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert_eq!(entity.applied, 2);
+    assert_eq!(entity.history[0].kind, TransitionKind::Applied);
+    assert_eq!(entity.history[0].from.as_deref(), Some("pending"));
+}
+
+#[test]
+fn a_failed_or_released_change_leaves_the_state() {
+    let mut entity = EntityState {
+        state: Some("pending".into()),
+        ..EntityState::default()
+    };
+    let success = step("success", &["pending"], false);
+    assert_eq!(
+        entity.claim(&success, &record(1), PendingRecord::Absent, 1),
+        Ok(())
+    );
+    entity.settle(&record(1), EntityEffect::Keep, 2);
+    assert!(
+        entity.pending.is_some(),
+        "an unknown outcome keeps it pending"
+    );
+    entity.settle(&record(9), EntityEffect::Apply, 2);
+    assert!(
+        entity.pending.is_some(),
+        "another record's write is not this change"
+    );
+    // Released (the record is gone when the next claim looks).
+    assert_eq!(
+        entity.claim(&success, &record(2), PendingRecord::Absent, 3),
+        Ok(())
+    );
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    entity.settle(&record(2), EntityEffect::Drop, 4);
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    assert_eq!(entity.pending, None);
+}
+
+#[test]
+fn a_completed_pending_record_is_applied_by_the_next_claim() {
+    let mut entity = EntityState::default();
+    entity
+        .claim(
+            &step("success", &[], true),
+            &record(1),
+            PendingRecord::Absent,
+            1,
+        )
+        .unwrap();
+    let failed = step("failed", &["pending"], true);
+    assert_eq!(
+        entity.claim(&failed, &record(2), PendingRecord::Completed, 2),
+        Err(EntityVerdict::Refused {
+            from: Some("success".into())
+        })
+    );
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert_eq!((entity.applied, entity.refused), (1, 1));
+}
+
+#[test]
+fn repeats_and_refusals_are_remembered_and_bounded() {
+    let mut entity = EntityState {
+        state: Some("success".into()),
+        ..EntityState::default()
+    };
+    let again = step("success", &["pending"], true);
+    for n in 0..20 {
+        assert_eq!(
+            entity.claim(&again, &record(n), PendingRecord::Absent, u64::from(n)),
+            Err(EntityVerdict::Repeat)
+        );
+    }
+    assert_eq!(entity.repeats, 20);
+    assert_eq!(entity.history.len(), HISTORY);
+    assert_eq!(entity.history[0].at_ms, 19, "newest first");
+    let fresh = step("pending", &[], false);
+    assert_eq!(
+        EntityState::default().claim(&fresh, &record(1), PendingRecord::Absent, 1),
+        Err(EntityVerdict::Refused { from: None }),
+        "not an initial state"
+    );
+}
+
+#[test]
+fn the_redis_fields_read_back_as_the_same_state() {
+    let mut entity = EntityState::default();
+    entity
+        .claim(&step("a", &[], true), &record(1), PendingRecord::Absent, 5)
+        .unwrap();
+    entity.settle(&record(1), EntityEffect::Apply, 6);
+    entity
+        .claim(
+            &step("b", &["a"], false),
+            &record(2),
+            PendingRecord::Absent,
+            7,
+        )
+        .unwrap();
+    let history: Vec<String> = entity.history.iter().map(Transition::line).collect();
+    let pending = entity.pending.clone().unwrap();
+    let fields = [
+        ("s", "a".to_owned()),
+        ("at", "6".to_owned()),
+        ("pk", pending.record.clone()),
+        ("pf", "a".to_owned()),
+        ("pt", "b".to_owned()),
+        ("h", history.join("\n")),
+        ("n", "1".to_owned()),
+    ];
+    let read = EntityState::from_fields(fields.iter().map(|(f, v)| (*f, v.as_str())));
+    assert_eq!(read, entity);
+}

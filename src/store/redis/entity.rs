@@ -1,0 +1,94 @@
+//! The Redis side of entity state (`store::entity`): the arguments of
+//! `claim_entity.lua`, its verdicts, the entity part of `complete.lua`'s
+//! and `swap.lua`'s arguments, and reading an entity for the admin API.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::prelude::Value;
+
+use super::RedisStore;
+use super::replies::millis;
+use crate::store::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict};
+use crate::store::{EntityKey, StoreError, StoreKey};
+
+/// How long a busy entity's pending record is said to last when its TTL
+/// can not be read (no expiry, or gone meanwhile).
+const UNKNOWN_REMAINING: Duration = Duration::from_secs(1);
+
+/// `claim_entity.lua`'s keys and its arguments after the record and TTL.
+pub(super) fn claim_keys_and_args(key: &StoreKey, step: &EntityStep) -> (Vec<String>, Vec<Value>) {
+    let keys = vec![key.as_str().to_owned(), step.key.as_str().to_owned()];
+    let mut args = vec![
+        Value::from(step.to.as_str()),
+        Value::Integer(millis(step.retention)),
+        Value::from(if step.sources.initial { "1" } else { "0" }),
+    ];
+    args.extend(step.sources.from.iter().map(|s| Value::from(s.as_str())));
+    (keys, args)
+}
+
+/// The entity's verdict in a `claim_entity.lua` reply (`{ 0, kind, … }`),
+/// or the reply back for `existing_from` (nil, or a record).
+pub(super) fn verdict_from(reply: Value) -> Result<Result<EntityVerdict, Value>, StoreError> {
+    let Value::Array(parts) = &reply else {
+        return Ok(Err(reply));
+    };
+    if parts.first().and_then(Value::as_i64) != Some(0) || parts.len() < 2 {
+        return Ok(Err(reply));
+    }
+    let text = |i: usize| parts.get(i).and_then(Value::as_string).unwrap_or_default();
+    Ok(Ok(match text(1).as_str() {
+        "busy" => EntityVerdict::Busy {
+            remaining: parts
+                .get(2)
+                .and_then(Value::as_i64)
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map_or(UNKNOWN_REMAINING, Duration::from_millis),
+        },
+        "repeat" => EntityVerdict::Repeat,
+        "refused" => {
+            let from = text(2);
+            EntityVerdict::Refused {
+                from: (!from.is_empty()).then_some(from),
+            }
+        }
+        other => {
+            return Err(StoreError::Backend(format!(
+                "unexpected entity verdict {other:?}"
+            )));
+        }
+    }))
+}
+
+/// The entity key to append to a record write's keys, and the effect
+/// argument, when `key` belongs to an entity route.
+pub(super) fn settle_part(key: &StoreKey, effect: EntityEffect) -> Option<(String, Value)> {
+    key.entity()
+        .map(|entity| (entity.as_str().to_owned(), Value::from(effect.code())))
+}
+
+impl RedisStore {
+    /// Reads entity `key` and its remaining TTL.
+    pub(super) async fn read_entity(
+        &self,
+        key: &EntityKey,
+    ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
+        let client = self.routed(key.as_str());
+        let fields: HashMap<String, String> = client
+            .hgetall(key.as_str())
+            .await
+            .map_err(|e| self.classify_following(&e))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let pttl: i64 = client
+            .pttl(key.as_str())
+            .await
+            .map_err(|e| self.classify_following(&e))?;
+        let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+        let state = EntityState::from_fields(fields.iter().map(|(f, v)| (f.as_str(), v.as_str())));
+        Ok(Some((state, ttl)))
+    }
+}
