@@ -23,6 +23,7 @@ mod demo;
 mod deploy;
 mod docs;
 mod embedded;
+mod entity;
 mod eviction;
 mod failures;
 mod fingerprints;
