@@ -24,6 +24,7 @@ mod deploy;
 mod docs;
 mod embedded;
 mod entity;
+mod entity_orders;
 mod eviction;
 mod failures;
 mod fingerprints;
