@@ -9,22 +9,7 @@ use bytes::Bytes;
 
 use crate::support::*;
 
-/// pending → success | failed, failed → success, success → refunded
-/// (terminal), acknowledged with "success".
-pub const MACHINE: &str = r#"
-[route.entity]
-id = ["json:/order"]
-state = "json:/status"
-transitions = ["pending -> success | failed", "failed -> success", "success -> refunded"]
-terminal = ["refunded"]
-ack_status = 200
-ack_body = "success"
-"#;
-
-/// A notice `id` saying order `order` is now `status`.
-pub fn notice(id: &str, order: &str, status: &str) -> String {
-    format!(r#"{{"id":"{id}","order":"{order}","status":"{status}"}}"#)
-}
+pub use crate::support::{ENTITY_MACHINE as MACHINE, entity_notice as notice};
 
 /// The stores every behaviour is checked on.
 enum Kind {

@@ -20,6 +20,7 @@
 //! * [`client`] — [`send`], the bounded pooled [`Sender`], [`http_get`] and
 //!   raw HTTP/1.1 exchanges.
 //! * [`signing`] — the test route's signing scheme and payment bodies.
+//! * [`entity`] — the test route's `[route.entity]` and its notices.
 //! * [`presets`] — configurations, headers and bodies per preset scheme.
 //! * [`payments`] — the payment channels' SDK vectors, their routes and
 //!   fresh WeChat Pay v3 signatures.
@@ -32,6 +33,7 @@
 
 mod browser;
 mod client;
+mod entity;
 mod exposition;
 mod gate;
 mod otlp;
@@ -46,6 +48,7 @@ mod wait;
 
 pub use browser::*;
 pub use client::*;
+pub use entity::*;
 pub use exposition::*;
 pub use gate::*;
 pub use otlp::*;

@@ -32,6 +32,7 @@ const RECORDS: &str = "idemgate:pay:*";
 
 mod cluster;
 mod embedded_kills;
+mod entity_cluster;
 mod failover;
 mod inbox_failover;
 mod instances;
