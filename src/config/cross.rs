@@ -23,7 +23,7 @@ use super::Route;
 use super::Upstream;
 use super::coverage;
 use super::entity::Entity;
-use super::idempotency::{FingerprintPart, Idempotency, Mode};
+use super::idempotency::{FingerprintPart, Idempotency, Mode, UnsignedKey};
 use super::inbox::{Inbox, VISIBILITY_MARGIN};
 use super::problems::Problems;
 use super::raw::format_duration;
@@ -63,13 +63,15 @@ pub(super) fn signature_and_idempotency(
 
 /// Route `key`'s entity selectors must be signed: an entity id or state
 /// an attacker could vary would let a captured notice be judged as
-/// another entity's, or as another state. Not waivable; `scheme = "none"`
-/// routes sign nothing and are exempt, as for keys.
+/// another entity's, or as another state. `unsigned_key = "accept"`
+/// waives it as it waives an unsigned key (recorded for start-up's WARN);
+/// `scheme = "none"` routes sign nothing and are exempt, as for keys.
 pub(super) fn entity_signed(
     problems: &mut Problems,
     key: &str,
     (scheme, methods): (&Scheme, &[Method]),
     entity: &Entity,
+    idempotency: &mut Idempotency,
 ) {
     if matches!(scheme, Scheme::None) {
         return;
@@ -80,10 +82,16 @@ pub(super) fn entity_signed(
         .enumerate()
         .map(|(i, s)| (format!("id[{i}]"), s));
     for (field, selector) in parts.chain(std::iter::once(("state".to_owned(), &entity.state))) {
-        if let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) {
+        let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
+            continue;
+        };
+        if idempotency.unsigned_key == UnsignedKey::Accept {
+            let accepted = format!("entity.{field} {selector} ({why})");
+            idempotency.accepted_unsigned.push(accepted);
+        } else {
             problems.push(
                 &format!("{key}.entity.{field}"),
-                format!("{selector} is not signed: {why}; the entity's state must be decided by signed bytes only"),
+                format!("{selector} is not signed: {why}; the entity's state must be decided by signed bytes only (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
             );
         }
     }

@@ -61,7 +61,7 @@ pub(super) fn route(
         idempotency.retention,
     );
     if let Some(entity) = &entity {
-        cross::entity_signed(problems, key, (&scheme, &methods), entity);
+        cross::entity_signed(problems, key, (&scheme, &methods), entity, &mut idempotency);
     }
     if let Some(inbox) = &inbox {
         let cache_status_written = raw.idempotency.cache_status.is_some();

@@ -101,3 +101,22 @@ fn check_config_prints_what_it_read() {
     );
     assert_eq!(raw.on_refused.as_deref(), Some("acknowledge"));
 }
+
+#[test]
+fn an_unsigned_entity_selector_is_refused_unless_accepted() {
+    let table = "[route.entity]\nid = [\"header:X-Order\"]\nstate = \"json:/status\"\ntransitions = [\"a -> b\"]\nack_status = 200\n";
+    let err = parse(table).unwrap_err();
+    assert!(
+        err.contains("route[0].entity.id[0]: header:x-order is not signed"),
+        "{err}"
+    );
+    let accepted =
+        Config::parse(&format!("{MINIMAL}\nunsigned_key = \"accept\"\n{table}")).unwrap();
+    let warned = &accepted.routes[0].idempotency.accepted_unsigned;
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.starts_with("entity.id[0] header:x-order")),
+        "{warned:?}"
+    );
+}
