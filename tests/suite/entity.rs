@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::support::*;
 
-pub use crate::support::{ENTITY_MACHINE as MACHINE, entity_notice as notice};
+pub(crate) use crate::support::{ENTITY_MACHINE as MACHINE, entity_notice as notice};
 
 /// The stores every behaviour is checked on.
 enum Kind {

@@ -172,19 +172,28 @@ fn exported(text: &str) -> BTreeSet<String> {
 
 /// The metric tables of docs/operations.md and the contract list exactly what the
 /// binary exports, both ways: a gate with every optional part on (an inbox
-/// route, hot keys with their per-key series, the replay cache, tracing)
+/// and entity route, hot keys with their per-key series, the replay cache, tracing)
 /// after a delivery and its copy, so the histograms and the per-key
 /// series (keys with duplicates only) have something to show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_exported_metric_is_documented_and_every_documented_one_exported() {
     let (_dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
-    let text = config_text(&store, &upstream.url(), "")
+    let text = config_text(&store, &upstream.url(), ENTITY_MACHINE)
         + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n"
         + "\n[hot_keys]\nexport_keys = true\n";
     let gate = GateProcess::start(&text);
+    let url = gate.url("/notify");
     for _ in 0..2 {
-        let answer = deliver(&gate.url("/notify"), &payment("metrics-table-1")).await;
+        let answer = deliver(&url, &entity_notice("metrics-table-1", "o", "success")).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+    // A refused change and a repeat: the entity counters' first events.
+    for (id, status) in [
+        ("metrics-table-2", "pending"),
+        ("metrics-table-3", "success"),
+    ] {
+        let answer = deliver(&url, &entity_notice(id, "o", status)).await;
         assert_eq!(answer.status, 200, "{answer:?}");
     }
     let (status, scraped) = admin_get(gate.admin, "/metrics").await;
