@@ -19,13 +19,16 @@
 //!                            │ 3 verify   pipeline/verify.rs  401 ──┤  Rejection → status,
 //!                            │   guard    pipeline/guard.rs   400 ──┤  reason, problem+json
 //!                            │ 4 identify pipeline/identify.rs 400 ─┤
-//!                            │ 5 claim    pipeline/claim.rs   503/409/422
+//!                            │   entity   pipeline/entity.rs  400 ──┤ ([route.entity]: id, state)
+//!                            │ 5 claim    pipeline/claim.rs   503/409/422 (+ entity verdict:
+//!                            │            repeat → ack, refused → ack | 409, busy → wait | 409)
 //!                            │ 6 forward  pipeline/deliver.rs → upstream/  502/504
 //!                            │ 7 settle   pipeline/settle.rs + outcome.rs (complete | release | unknown)
 //!                            │            or inbox/ (queued; the sender gets the ack)
 //!                            │   mode     pipeline/shadow.rs (enforce | shadow)
 //!                            ▼
 //!          store.rs (contract) ── store/redis (fred + lua/*.lua) │ store/embedded (redb)
+//!                              └── store/entity.rs: entity state, judged with the claim
 //!                              └── replay_cache.rs in front of it; store/upkeep.rs its own
 //!                                  background work (sweeper, eviction watch, tracking)
 //!          inbox/ ── redelivers through upstream/ and the store; never through pipeline/
