@@ -42,9 +42,9 @@ if pk then
 end
 local to = ARGV[3]
 local from = redis.call('HGET', entity, 's')
-local now = entity_now()
 if from == to then
-  entity_remember(entity, 'r', from, to, KEYS[1], now)
+  local history = entity_history(entity, 'r', from, to, KEYS[1], entity_now())
+  redis.call('HSET', entity, 'h', history)
   redis.call('HINCRBY', entity, 'r', 1)
   redis.call('PEXPIRE', entity, ARGV[4])
   return { 0, 'repeat' }
@@ -61,7 +61,8 @@ else
   end
 end
 if not allowed then
-  entity_remember(entity, 'x', from or nil, to, KEYS[1], now)
+  local history = entity_history(entity, 'x', from or nil, to, KEYS[1], entity_now())
+  redis.call('HSET', entity, 'h', history)
   redis.call('HINCRBY', entity, 'x', 1)
   redis.call('PEXPIRE', entity, ARGV[4])
   return { 0, 'refused', from or '' }

@@ -18,7 +18,8 @@ local function entity_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function entity_remember(ekey, kind, from, to, record_key, now)
+-- The history with one line added in front (at most ENTITY_HISTORY).
+local function entity_history(ekey, kind, from, to, record_key, now)
   local delivery = string.match(record_key, '[^:]*$')
   local lines = { kind .. '\t' .. (from or '') .. '\t' .. to .. '\t' .. delivery .. '\t' .. now }
   local old = redis.call('HGET', ekey, 'h')
@@ -30,7 +31,7 @@ local function entity_remember(ekey, kind, from, to, record_key, now)
       lines[#lines + 1] = line
     end
   end
-  redis.call('HSET', ekey, 'h', table.concat(lines, '\n'))
+  return table.concat(lines, '\n')
 end
 
 -- What a write of record_key means for ekey's pending change, if the
@@ -47,8 +48,8 @@ local function entity_settle(ekey, record_key, effect)
     if from == '' then
       from = false
     end
-    entity_remember(ekey, 'a', from or nil, pending[2], record_key, now)
-    redis.call('HSET', ekey, 's', pending[2], 'at', now)
+    local history = entity_history(ekey, 'a', from or nil, pending[2], record_key, now)
+    redis.call('HSET', ekey, 's', pending[2], 'at', now, 'h', history)
     redis.call('HINCRBY', ekey, 'n', 1)
   end
   redis.call('HDEL', ekey, 'pk', 'pf', 'pt')
