@@ -4,12 +4,14 @@
 //! handler sees only transitions the machine allows from the state its
 //! last accepted call left, and accepts each notice at most once.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::entity::{MACHINE, notice};
 use crate::support::*;
@@ -36,79 +38,63 @@ struct Call {
     accepted: bool,
 }
 
-/// Two gates on one Redis, shared by every case (each case has its own
-/// order, so cases never meet), with the handler's log.
+/// Two gates on one Redis, shared by every case of one run (each case has
+/// its own order, so cases never meet), with the handler's log. Owned by
+/// the test, so every process it started is stopped when it ends.
 struct Rig {
     urls: [String; 2],
     calls: Arc<Mutex<Vec<Call>>>,
-    _upstream: Upstream,
-    _gates: [Gate; 2],
-    _redis: RedisServer,
+    upstream: Upstream,
+    gates: [Gate; 2],
+    redis: RedisServer,
 }
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    })
-}
-
-fn rig() -> &'static Rig {
-    static RIG: OnceLock<Rig> = OnceLock::new();
-    RIG.get_or_init(|| {
-        runtime().block_on(async {
-            let calls = Arc::new(Mutex::new(Vec::new()));
-            let log = Arc::clone(&calls);
-            let n = Arc::new(AtomicUsize::new(0));
-            // Every third call fails; every call takes 0-20 ms.
-            let upstream = Upstream::scripted(move |_, body: &Bytes| {
-                let seen = n.fetch_add(1, Ordering::SeqCst);
-                let value: serde_json::Value = serde_json::from_slice(body).unwrap();
-                let accepted = seen % 3 != 2;
-                log.lock().unwrap().push(Call {
-                    id: value["id"].as_str().unwrap().to_owned(),
-                    status: value["status"].as_str().unwrap().to_owned(),
-                    accepted,
-                });
-                let reply = if accepted {
-                    Reply::ok()
-                } else {
-                    Reply::status(500)
-                };
-                Reply {
-                    delay: Duration::from_millis((seen as u64 * 7) % 21),
-                    ..reply
-                }
-            })
-            .await;
-            let redis = RedisServer::start();
-            let extra = format!("wait_timeout = \"3s\"\n{MACHINE}");
-            let text = config_text(&redis_store(&redis), &upstream.url(), &extra);
-            let gates = [Gate::start(&text).await, Gate::start(&text).await];
-            Rig {
-                urls: [gates[0].url("/notify"), gates[1].url("/notify")],
-                calls,
-                _upstream: upstream,
-                _gates: gates,
-                _redis: redis,
+impl Rig {
+    async fn start() -> Self {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&calls);
+        let n = Arc::new(AtomicUsize::new(0));
+        // Every third call fails; every call takes 0-20 ms.
+        let upstream = Upstream::scripted(move |_, body: &Bytes| {
+            let seen = n.fetch_add(1, Ordering::SeqCst);
+            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let accepted = seen % 3 != 2;
+            log.lock().unwrap().push(Call {
+                id: value["id"].as_str().unwrap().to_owned(),
+                status: value["status"].as_str().unwrap().to_owned(),
+                accepted,
+            });
+            let reply = if accepted {
+                Reply::ok()
+            } else {
+                Reply::status(500)
+            };
+            Reply {
+                delay: Duration::from_millis((seen as u64 * 7) % 21),
+                ..reply
             }
         })
-    })
-}
+        .await;
+        let redis = RedisServer::start();
+        let extra = format!("wait_timeout = \"3s\"\n{MACHINE}");
+        let text = config_text(&redis_store(&redis), &upstream.url(), &extra);
+        let gates = [Gate::start(&text).await, Gate::start(&text).await];
+        Self {
+            urls: [gates[0].url("/notify"), gates[1].url("/notify")],
+            calls,
+            upstream,
+            gates,
+            redis,
+        }
+    }
 
-/// Sends `notices` (index into STATES, gate, copies) of order `order` all
-/// at once; returns the handler's calls for that order.
-fn run(order: &str, notices: &[(usize, usize, usize)]) -> Vec<Call> {
-    let rig = rig();
-    runtime().block_on(async {
+    /// Sends `notices` (index into STATES, gate, copies) of order `order`
+    /// all at once; returns the handler's calls for that order.
+    async fn run(&self, order: &str, notices: &[(usize, usize, usize)]) -> Vec<Call> {
         let mut sends = Vec::new();
         for (i, &(state, gate, copies)) in notices.iter().enumerate() {
             for copy in 0..=copies {
-                let url = rig.urls[(gate + copy) % 2].clone();
+                let url = self.urls[(gate + copy) % 2].clone();
                 let body = notice(&format!("{order}-{i}"), order, STATES[state]);
                 sends.push(tokio::spawn(async move { deliver(&url, &body).await }));
             }
@@ -120,38 +106,64 @@ fn run(order: &str, notices: &[(usize, usize, usize)]) -> Vec<Call> {
                 "unexpected answer {answer:?}"
             );
         }
-    });
-    let prefix = format!("{order}-");
-    rig.calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|call| call.id.starts_with(&prefix))
-        .cloned()
-        .collect()
+        let prefix = format!("{order}-");
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|call| call.id.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    async fn stop(self) {
+        let [a, b] = self.gates;
+        a.stop().await;
+        b.stop().await;
+        drop((self.upstream, self.redis));
+    }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
-
-    #[test]
-    fn any_order_of_notices_across_two_instances_keeps_the_machine(
-        notices in prop::collection::vec((0..STATES.len(), 0..2usize, 0..3usize), 1..7),
-        order in 0u64..u64::MAX,
-    ) {
-        let order = format!("o{order:x}");
-        let calls = run(&order, &notices);
-        let mut state: Option<String> = None;
-        let mut accepted = std::collections::HashSet::new();
-        for call in &calls {
+/// Whether the handler's calls kept the machine: every call a change
+/// allowed from the state its last accepted call left, each notice
+/// accepted at most once.
+fn kept_the_machine(calls: &[Call]) -> Result<(), TestCaseError> {
+    let mut state: Option<String> = None;
+    let mut accepted = HashSet::new();
+    for call in calls {
+        prop_assert!(
+            allowed(state.as_deref(), &call.status),
+            "the handler saw {:?} -> {} ({calls:?})",
+            state,
+            call.status
+        );
+        if call.accepted {
             prop_assert!(
-                allowed(state.as_deref(), &call.status),
-                "the handler saw {:?} -> {} ({calls:?})", state, call.status
+                accepted.insert(call.id.clone()),
+                "{} accepted twice: {calls:?}",
+                call.id
             );
-            if call.accepted {
-                prop_assert!(accepted.insert(call.id.clone()), "{} accepted twice: {calls:?}", call.id);
-                state = Some(call.status.clone());
-            }
+            state = Some(call.status.clone());
         }
     }
+    Ok(())
+}
+
+#[test]
+fn any_order_of_notices_across_two_instances_keeps_the_machine() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rig = runtime.block_on(Rig::start());
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(24));
+    let notices = prop::collection::vec((0..STATES.len(), 0..2usize, 0..3usize), 1..7);
+    let result = runner.run(&(notices, any::<u64>()), |(notices, order)| {
+        let order = format!("o{order:x}");
+        let calls = runtime.block_on(rig.run(&order, &notices));
+        kept_the_machine(&calls)
+    });
+    runtime.block_on(rig.stop());
+    result.unwrap();
 }
