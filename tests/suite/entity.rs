@@ -288,3 +288,44 @@ async fn discrepancies_and_repeats_are_counted_per_route_and_states() {
     assert_eq!(metric(gate.admin, rejected).await, Some(2.0));
     assert_eq!(upstream.calls(), 1);
 }
+
+async fn an_inbox_redelivery_applies_the_change_when_delivered(kind: Kind) {
+    // The success's first call fails (503): acknowledged and queued; the
+    // redelivery succeeds. The entity is busy until then, and in "success"
+    // after.
+    let upstream = Upstream::scripted(|n, _| {
+        if n == 0 {
+            Reply::status(503)
+        } else {
+            Reply::ok()
+        }
+    })
+    .await;
+    let extra = format!(
+        "{MACHINE}\n[route.inbox]\nack_body = \"success\"\nbackoff = \"100ms\"\nmax_backoff = \"200ms\"\nvisibility_timeout = \"6s\"\n"
+    );
+    let (gate, _redis, _dir) = gate_on(kind, &upstream, &extra).await;
+    let url = gate.url("/notify");
+    let queued = deliver(&url, &notice("q1", "o9", "success")).await;
+    assert_eq!((queued.status, &queued.body[..]), (200, &b"success"[..]));
+    assert!(
+        eventually(Duration::from_secs(10), || upstream.calls() == 2).await,
+        "redelivered"
+    );
+    // Give the redelivery's settle a moment; a waiting notice would also
+    // be judged after it.
+    let late = deliver(&url, &notice("q2", "o9", "failed")).await;
+    assert_eq!((late.status, &late.body[..]), (200, &b"success"[..]));
+    assert_eq!(statuses(&upstream), ["success", "success"], "{late:?}");
+    gate.stop().await;
+}
+
+#[tokio::test]
+async fn an_inbox_redelivery_applies_the_change_when_delivered_on_redis() {
+    an_inbox_redelivery_applies_the_change_when_delivered(Kind::Redis).await;
+}
+
+#[tokio::test]
+async fn an_inbox_redelivery_applies_the_change_when_delivered_on_the_embedded_store() {
+    an_inbox_redelivery_applies_the_change_when_delivered(Kind::Embedded).await;
+}
