@@ -83,6 +83,7 @@ fn describe_metrics() {
         crate::replay_cache::metrics::DESCRIPTIONS,
         crate::pipeline::metrics::DESCRIPTIONS,
         crate::pipeline::entity::DESCRIPTIONS,
+        crate::pipeline::probe::DESCRIPTIONS,
         crate::inbox::metrics::DESCRIPTIONS,
     ] {
         crate::metrics::describe(table);

@@ -44,6 +44,7 @@ mod idempotency;
 mod inbox;
 mod limits;
 mod otel;
+mod probe;
 mod problems;
 pub mod raw;
 mod read;
@@ -83,6 +84,7 @@ pub use idempotency::{
 pub use inbox::{Ack, Inbox, InboxTriggers};
 pub use limits::Limits;
 pub use otel::Tracing;
+pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;
 pub use status::CacheStatus;
 pub use store::{ReplicaAck, StoreBackend, StoreConfig};
@@ -179,6 +181,9 @@ pub struct Route {
     /// The state machine of the entity a delivery is about; `None`:
     /// deliveries are judged by their key alone.
     pub entity: Option<Entity>,
+    /// How an unknown outcome asks the handler; `None`: it waits for its
+    /// hold or an operator.
+    pub probe: Option<Probe>,
 }
 
 /// The whole validated configuration.

@@ -61,6 +61,7 @@ pub(crate) mod metrics;
 mod outcome;
 pub mod parameters;
 pub(crate) mod persist;
+pub(crate) mod probe;
 mod report;
 pub mod route;
 pub(crate) mod runtime;

@@ -344,6 +344,42 @@ pub struct RawRoute {
     pub guards: Vec<RawGuard>,
     /// The state machine of the business entity a delivery is about.
     pub entity: Option<RawEntity>,
+    /// How an unknown outcome asks the handler whether it applied.
+    pub probe: Option<RawProbe>,
+}
+
+/// `[route.probe]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProbe {
+    /// Method (default GET).
+    pub method: Option<String>,
+    /// Path and query template on the route's upstream.
+    pub path: String,
+    /// Extra headers, `"Name: value"`.
+    pub headers: Option<Vec<String>>,
+    /// When the handler gives up on a request at the latest.
+    pub handler_deadline: String,
+    /// Delay after the call ended (default upstream timeout + deadline).
+    pub start_after: Option<String>,
+    /// Pause between attempts.
+    pub retry_every: Option<String>,
+    /// Attempts at most.
+    pub max_attempts: Option<u32>,
+    /// Time allowed per attempt.
+    pub timeout: Option<String>,
+    /// Statuses meaning applied.
+    pub applied_status: Option<Vec<u16>>,
+    /// Statuses meaning not applied.
+    pub not_applied_status: Option<Vec<u16>>,
+    /// A field of the answer that decides.
+    pub field: Option<String>,
+    /// Field values meaning applied.
+    pub applied: Option<Vec<String>>,
+    /// Field values meaning not applied.
+    pub not_applied: Option<Vec<String>>,
+    /// `"ack"` or `"probe"`: what duplicates of an applied record get.
+    pub answer: Option<String>,
 }
 
 /// `[route.entity]`.

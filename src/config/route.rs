@@ -13,6 +13,7 @@ use super::entity::entity;
 use super::guard::guards;
 use super::idempotency::idempotency;
 use super::inbox::{Inbox, inbox};
+use super::probe::probe;
 use super::problems::Problems;
 use super::raw::{RawGuard, RawRoute};
 use super::read::upstream_url;
@@ -68,10 +69,18 @@ pub(super) fn route(
         let context = (&upstream, cache_status_written);
         cross::inbox_and_route(problems, key, inbox, context, &mut idempotency);
     }
+    let has_ack = inbox.is_some() || entity.is_some();
+    let probe = probe(
+        problems,
+        key,
+        raw.probe.as_ref(),
+        (upstream.timeout, idempotency.unknown_hold, has_ack),
+    );
     Route {
         guards,
         inbox,
         entity,
+        probe,
         name: raw.name,
         path_prefix: raw.path_prefix,
         case_sensitive: raw.case_sensitive.unwrap_or(false),
@@ -155,5 +164,6 @@ pub(super) fn to_raw(route: &Route, default_upstream: &Upstream) -> RawRoute {
         inbox: route.inbox.as_ref().map(Inbox::to_raw),
         guards: route.guards.iter().map(RawGuard::from).collect(),
         entity: route.entity.as_ref().map(super::Entity::to_raw),
+        probe: route.probe.as_ref().map(super::Probe::to_raw),
     }
 }

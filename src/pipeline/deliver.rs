@@ -23,7 +23,7 @@ use super::{Pipeline, report, trace};
 use crate::body::ProxyBody;
 use crate::error::Rejection;
 use crate::inbox::NotQueued;
-use crate::record::{StoredRequest, StoredResponse};
+use crate::record::{RecordState, StoredRequest, StoredResponse};
 use crate::store::Lease;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
 
@@ -86,6 +86,20 @@ impl Pipeline {
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };
+        // Built now, from the verified bytes, in case the outcome turns
+        // unknown ([`super::probe`]).
+        let probe = route.settings.probe.as_ref().and_then(|probe| {
+            super::probe::render(probe, verified.inbound())
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        route = route.name(),
+                        key = identity.key_hash,
+                        error,
+                        "no probe for this delivery: its path template could not be filled"
+                    );
+                })
+                .ok()
+        });
         let (parts, body) = verified.into_inbound().into_parts();
         route.meters.in_flight(1.0);
         let route = Arc::clone(route);
@@ -107,6 +121,7 @@ impl Pipeline {
                 this.forward_metered(&route, parts, body, peer),
             )
             .await;
+            let ended = Instant::now();
             let meters = &route.meters;
             let hot_keys = route.hot_keys.as_deref();
             if let Some(ack) = this.queue(&route, &lease, kept, &result).await {
@@ -149,6 +164,10 @@ impl Pipeline {
                 (None, _) => {}
             }
             this.claimer.settled(lease.key());
+            let unknown = matches!(&settlement, ClaimAction::Keep(record, _) if record.state == RecordState::Unknown);
+            if let (true, Some(probe)) = (unknown, probe) {
+                this.probe_unknown(&route, lease, probe, ended).await;
+            }
         };
         self.tracker
             .spawn(task.instrument(tracing::Span::current()));

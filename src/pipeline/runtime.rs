@@ -50,6 +50,9 @@ pub(crate) fn build(
         .routes
         .iter()
         .map(|route| {
+            if route.probe.is_some() {
+                super::probe::register(&route.name);
+            }
             Arc::new(RouteRuntime {
                 meters: RouteMetrics::new(&route.name, route.scheme.secret_count()),
                 hot_keys: hot_keys.named(&route.name).cloned(),

@@ -40,6 +40,7 @@ mod parameters;
 mod payment_fuzz;
 mod payments;
 mod presets;
+mod probe;
 mod replay;
 mod replay_cache;
 mod routing;

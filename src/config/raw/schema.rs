@@ -297,6 +297,14 @@ mod tests {
         terminal = ["PAID"]
         ack_status = 200
         ack_body = "ok"
+        [route.probe]
+        path = "/orders/{json:/id}"
+        method = "GET"
+        headers = ["X-Probe: 1"]
+        handler_deadline = "1s"
+        field = "json:/state"
+        applied = ["PAID"]
+        not_applied = ["NONE"]
         "#,
         r#"
         [store]

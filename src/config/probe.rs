@@ -1,0 +1,265 @@
+//! `[route.probe]`: how an unknown outcome asks the handler whether it
+//! applied the delivery (`crate::probe` has the runtime).
+//!
+//! The handler is asked with a request idemgate builds from the delivery
+//! (`path` is a template of literal text and `{selector}` values read from
+//! the verified delivery, percent-encoded), no earlier than `start_after`
+//! after the call ended. idemgate can not know when a handler gives up on
+//! a request it is still working on, so the operator declares it
+//! (`handler_deadline`), and a probe that could start before the upstream
+//! timeout plus that deadline is refused: asked too early, a handler still
+//! working would answer "not applied" and the retry would run twice.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::problems::Problems;
+use super::raw::{RawProbe, format_duration};
+use super::{Segment, Selector, Template};
+
+/// What a resolved "applied" record answers duplicates with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeAnswer {
+    /// The route's acknowledgement (`[route.inbox]` or `[route.entity]`).
+    Ack,
+    /// The probe's own answer (status, content type and body).
+    Probe,
+}
+
+super::choice::choices! {
+    ProbeAnswer { "ack" => Ack, "probe" => Probe }
+}
+
+/// `[route.probe]`, validated.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// Method of the probe request.
+    pub method: Method,
+    /// Path and query on the route's upstream, with `{selector}` values.
+    pub path: Template,
+    /// Extra request headers, sent as written.
+    pub headers: Vec<(String, String)>,
+    /// The handler's declared deadline: it gives up on a request by then.
+    pub handler_deadline: Duration,
+    /// How long after the original call ended the first probe is sent.
+    pub start_after: Duration,
+    /// Pause between attempts that could not tell.
+    pub retry_every: Duration,
+    /// Attempts at most.
+    pub max_attempts: u32,
+    /// Time allowed for one probe's whole answer.
+    pub timeout: Duration,
+    /// Statuses that mean "applied" (subject to `field`).
+    pub applied_status: Vec<u16>,
+    /// Statuses that mean "not applied".
+    pub not_applied_status: Vec<u16>,
+    /// A field of the probe's answer that decides, with its values.
+    pub field: Option<Selector>,
+    /// `field` values meaning "applied".
+    pub applied: Vec<String>,
+    /// `field` values meaning "not applied".
+    pub not_applied: Vec<String>,
+    /// What an "applied" record answers duplicates with.
+    pub answer: ProbeAnswer,
+}
+
+/// Validates `raw` (route `key`'s `[route.probe]`) against the route's
+/// upstream timeout and `unknown_hold`; `has_ack` says whether the route
+/// has an acknowledgement for `answer = "ack"` (the default when it has).
+pub(super) fn probe(
+    problems: &mut Problems,
+    key: &str,
+    raw: Option<&RawProbe>,
+    (upstream_timeout, unknown_hold, has_ack): (Duration, Duration, bool),
+) -> Option<Probe> {
+    let raw = raw?;
+    let key = format!("{key}.probe");
+    let at = |name: &str| format!("{key}.{name}");
+    let method = raw.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+    let method = problems
+        .take(
+            &at("method"),
+            Method::from_bytes(method.as_bytes())
+                .map_err(|_| format!("{method:?} is not a method")),
+        )
+        .unwrap_or(Method::GET);
+    let path = problems.take(&at("path"), path_template(&raw.path));
+    let handler_deadline =
+        problems.duration(&at("handler_deadline"), Some(&raw.handler_deadline), "");
+    let earliest = upstream_timeout + handler_deadline;
+    let start_after =
+        problems.duration_or(&at("start_after"), raw.start_after.as_deref(), earliest);
+    if start_after < earliest {
+        problems.push(
+            &at("start_after"),
+            format!(
+                "{} would probe before the upstream timeout ({}) plus handler_deadline ({}): a handler still working would answer \"not applied\" and the retry would run twice",
+                format_duration(start_after),
+                format_duration(upstream_timeout),
+                format_duration(handler_deadline)
+            ),
+        );
+    }
+    let retry_every = problems.duration_or(
+        &at("retry_every"),
+        raw.retry_every.as_deref(),
+        Duration::from_secs(10),
+    );
+    let max_attempts = raw.max_attempts.unwrap_or(3);
+    if !(1..=100).contains(&max_attempts) {
+        problems.push(&at("max_attempts"), format!("{max_attempts} must be 1-100"));
+    }
+    let timeout = problems.duration_or(
+        &at("timeout"),
+        raw.timeout.as_deref(),
+        Duration::from_secs(2),
+    );
+    let last = start_after + retry_every * max_attempts.saturating_sub(1) + timeout;
+    if last >= unknown_hold {
+        problems.push(
+            &at("start_after"),
+            format!(
+                "the last attempt could end {} after the call, not before unknown_hold ({}) ends: the record it would resolve is gone by then",
+                format_duration(last),
+                format_duration(unknown_hold)
+            ),
+        );
+    }
+    let field = raw
+        .field
+        .as_deref()
+        .and_then(|text| problems.take(&at("field"), Selector::parse(text)));
+    let (applied, not_applied) = (
+        raw.applied.clone().unwrap_or_default(),
+        raw.not_applied.clone().unwrap_or_default(),
+    );
+    if field.is_some() && applied.is_empty() {
+        problems.push(
+            &at("applied"),
+            "must list the field's values meaning applied",
+        );
+    }
+    if field.is_none() && !(applied.is_empty() && not_applied.is_empty()) {
+        problems.push(
+            &at("field"),
+            "applied and not_applied values need a field to read",
+        );
+    }
+    let applied_status = raw.applied_status.clone().unwrap_or_else(|| vec![200]);
+    let not_applied_status = raw.not_applied_status.clone().unwrap_or_else(|| vec![404]);
+    if let Some(both) = applied_status
+        .iter()
+        .find(|s| not_applied_status.contains(s))
+    {
+        if field.is_none() {
+            problems.push(
+                &at("not_applied_status"),
+                format!("{both} also means applied: only a field could tell them apart"),
+            );
+        }
+    }
+    let answer = problems.choice(
+        &at("answer"),
+        raw.answer.as_deref(),
+        if has_ack {
+            ProbeAnswer::Ack
+        } else {
+            ProbeAnswer::Probe
+        },
+    );
+    if answer == ProbeAnswer::Ack && !has_ack {
+        problems.push(
+            &at("answer"),
+            "\"ack\" needs an acknowledgement ([route.inbox] or [route.entity] ack_*)",
+        );
+    }
+    Some(Probe {
+        method,
+        path: path?,
+        headers: headers(
+            problems,
+            &at("headers"),
+            raw.headers.as_deref().unwrap_or_default(),
+        ),
+        handler_deadline,
+        start_after,
+        retry_every,
+        max_attempts,
+        timeout,
+        applied_status,
+        not_applied_status,
+        field,
+        applied,
+        not_applied,
+        answer,
+    })
+}
+
+/// `"Name: value"` lines, each a valid header.
+fn headers(problems: &mut Problems, key: &str, lines: &[String]) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let parsed = line.split_once(':').and_then(|(name, value)| {
+                let (name, value) = (name.trim(), value.trim());
+                (http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                    && http::HeaderValue::from_str(value).is_ok())
+                .then(|| (name.to_owned(), value.to_owned()))
+            });
+            if parsed.is_none() {
+                problems.push(
+                    key,
+                    format!("{line:?} is not a header line \"Name: value\""),
+                );
+            }
+            parsed
+        })
+        .collect()
+}
+
+/// A path template: it starts with `/`, and only literal text and
+/// `{selector}` values (no body, method, path or timestamp).
+fn path_template(text: &str) -> Result<Template, String> {
+    if !text.starts_with('/') {
+        return Err(format!(
+            "{text:?} must start with / (a path on the route's upstream)"
+        ));
+    }
+    let template = Template::parse(text)?;
+    for segment in &template.segments {
+        if !matches!(segment, Segment::Literal(_) | Segment::Value(_)) {
+            return Err(format!(
+                "{text:?}: only literal text and {{selector}} values may appear in a probe path"
+            ));
+        }
+    }
+    Ok(template)
+}
+
+impl Probe {
+    /// The table as `check-config` prints it.
+    pub(super) fn to_raw(&self) -> RawProbe {
+        RawProbe {
+            method: Some(self.method.to_string()),
+            path: self.path.to_string(),
+            headers: Some(
+                self.headers
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {value}"))
+                    .collect(),
+            ),
+            handler_deadline: format_duration(self.handler_deadline),
+            start_after: Some(format_duration(self.start_after)),
+            retry_every: Some(format_duration(self.retry_every)),
+            max_attempts: Some(self.max_attempts),
+            timeout: Some(format_duration(self.timeout)),
+            applied_status: Some(self.applied_status.clone()),
+            not_applied_status: Some(self.not_applied_status.clone()),
+            field: self.field.as_ref().map(ToString::to_string),
+            applied: Some(self.applied.clone()),
+            not_applied: Some(self.not_applied.clone()),
+            answer: Some(super::Choice::name(self.answer).to_owned()),
+        }
+    }
+}
