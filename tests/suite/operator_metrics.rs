@@ -172,14 +172,15 @@ fn exported(text: &str) -> BTreeSet<String> {
 
 /// The metric tables of docs/operations.md and the contract list exactly what the
 /// binary exports, both ways: a gate with every optional part on (an inbox
-/// and entity route, hot keys with their per-key series, the replay cache, tracing)
+/// entity and probe route, hot keys with their per-key series, the replay cache, tracing)
 /// after a delivery and its copy, so the histograms and the per-key
 /// series (keys with duplicates only) have something to show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_exported_metric_is_documented_and_every_documented_one_exported() {
     let (_dir, store) = temp_embedded_store();
     let upstream = Upstream::start().await;
-    let text = config_text(&store, &upstream.url(), ENTITY_MACHINE)
+    let probe = "[route.probe]\npath = \"/orders/{json:/id}\"\nhandler_deadline = \"1s\"\n";
+    let text = config_text(&store, &upstream.url(), &format!("{ENTITY_MACHINE}{probe}"))
         + "\n[route.inbox]\nack_body = \"success\"\n\n[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n"
         + "\n[hot_keys]\nexport_keys = true\n";
     let gate = GateProcess::start(&text);
