@@ -475,6 +475,14 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         view["status"] = answer.status.into();
         view["body_bytes"] = answer.body.stored_len().into();
         view["body_stored"] = (answer.body != crate::record::StoredBody::TooLarge).into();
+        // Completed by a probe of the handler (`pipeline::probe`).
+        let resolved = answer.headers.iter().any(|(name, value)| {
+            name.as_ref() == crate::pipeline::probe::RESOLVED_HEADER.as_bytes()
+                && value.as_ref() == b"probe"
+        });
+        if resolved {
+            view["resolved_by"] = "probe".into();
+        }
     }
     // A compact record: the answer was the route's acknowledgement.
     if let RecordState::Acknowledged(marker) = &record.state {

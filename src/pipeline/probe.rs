@@ -181,10 +181,7 @@ impl Pipeline {
         };
         let key = lease.key().hash().to_owned();
         let name = route.name();
-        let span = tracing::info_span!("idemgate.probe", route = name, key = key.as_str());
-        if let Some(first) = &lease.record().trace {
-            trace::link_first(&span, first);
-        }
+        let span = trace::probe(self.tracing, name, &key, lease.record().trace.as_ref());
         let result = async {
             let mut at = first_attempt(probe, ended);
             for attempt in 1..=probe.max_attempts {

@@ -260,6 +260,25 @@ pub(crate) fn answered(forward: &Span, result: &Result<UpstreamAnswer, ForwardEr
     }
 }
 
+/// A probe of the handler about an unknown outcome (`super::probe`): a
+/// trace of its own, started later than the delivery, linked to it.
+pub(crate) fn probe(on: bool, route: &str, key: &str, first: Option<&TraceContext>) -> Span {
+    if !on {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: None,
+        "probe",
+        "idemgate.route" = route,
+        "idemgate.key_hash" = key
+    );
+    if let Some(first) = first {
+        link_first(&span, first);
+    }
+    span
+}
+
 /// Stage 7's span: storing (or releasing) the claim.
 pub(crate) fn settle(on: bool) -> Span {
     if on {

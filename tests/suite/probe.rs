@@ -235,3 +235,70 @@ async fn only_the_owner_probes_when_two_instances_see_the_unknown_record() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_resolution_is_counted_and_shown_in_the_record_view() {
+    let (upstream, handler) = handler(Behaviour::AppliesThenHangs).await;
+    let redis = RedisServer::start();
+    let token = "probe-admin-token";
+    let text = format!(
+        "{}\n[admin]\ntoken = \"literal:{token}\"\n",
+        config(&redis_store(&redis), &upstream)
+    );
+    let gate = GateProcess::start(&text);
+    let url = gate.url("/notify");
+    let body = payment("probe-5");
+    assert_eq!(deliver(&url, &body).await.status, 504);
+    let resolved = deliver_until_served(&url, &body, Duration::from_secs(5)).await;
+    assert_eq!(resolved.replayed(), Some("true"), "{resolved:?}");
+    let series = |result: &str| {
+        format!("idemgate_probe_resolutions_total{{route=\"pay\",result=\"{result}\"}}")
+    };
+    assert_eq!(metric(gate.admin, &series("applied")).await, Some(1.0));
+    assert_eq!(metric(gate.admin, &series("not_applied")).await, Some(0.0));
+    let auth = vec![("authorization".to_owned(), format!("Bearer {token}"))];
+    let view = send(
+        "GET",
+        &format!("http://{}/admin/records/pay/probe-5", gate.admin),
+        &auth,
+        "",
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_slice(&view.body).unwrap();
+    assert_eq!(json["state"], "completed", "{json}");
+    assert_eq!(json["resolved_by"], "probe", "{json}");
+    assert_eq!(handler.deliveries.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_is_traced_and_linked_to_the_delivery() {
+    let (upstream, _handler) = handler(Behaviour::AppliesThenHangs).await;
+    let receiver = OtlpReceiver::start().await;
+    let redis = RedisServer::start();
+    let text = format!(
+        "{}\n[tracing]\notlp_endpoint = \"{}\"\n",
+        config(&redis_store(&redis), &upstream),
+        receiver.url()
+    );
+    let gate = GateProcess::start(&text);
+    let url = gate.url("/notify");
+    let body = payment("probe-6");
+    assert_eq!(deliver(&url, &body).await.status, 504);
+    let spans = receiver
+        .wait_for(Duration::from_secs(15), "the probe's span", |spans| {
+            spans.iter().any(|s| s.name() == "probe")
+        })
+        .await;
+    let probe = spans.iter().find(|s| s.name() == "probe").unwrap();
+    let delivery = spans
+        .iter()
+        .find(|s| s.attribute("idemgate.outcome").as_deref() == Some("forwarded"))
+        .expect("the delivery's span");
+    let links: Vec<(String, String)> = probe
+        .span
+        .links
+        .iter()
+        .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
+        .collect();
+    assert_eq!(links, [(delivery.trace_id(), delivery.span_id())]);
+}
