@@ -26,8 +26,9 @@ use super::raw::{RawEntity, format_duration};
 /// Default `retention`: thirty days, past every gateway's retry horizon
 /// and most refund windows' first weeks.
 const DEFAULT_RETENTION: &str = "720h";
-/// Most states one machine may declare: they are metric label values.
-const MAX_STATES: usize = 64;
+/// Most states one machine may declare: they are metric label values,
+/// and every refused pair has its series from start-up.
+const MAX_STATES: usize = 32;
 /// Longest state value, in bytes.
 const MAX_STATE_LEN: usize = 64;
 

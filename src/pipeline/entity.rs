@@ -28,7 +28,7 @@ use super::shadow::Verdict;
 use crate::config::{Choice as _, Entity, OnRefused};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
-use crate::metrics::Description;
+use crate::metrics::{Description, at_zero};
 use crate::record::{StoredResponse, now_ms};
 use crate::signature::lower_hex;
 use crate::store::entity::{EntityStep, EntityVerdict};
@@ -148,6 +148,31 @@ pub(crate) const REPEATS_TOTAL: Description = Description::counter(
 
 /// The entity metrics, described at start-up (`app::install_metrics`).
 pub(crate) const DESCRIPTIONS: &[Description] = &[DISCREPANCIES_TOTAL, REPEATS_TOTAL];
+
+/// Creates route `route`'s entity series at zero: a discrepancy series
+/// for every change `entity`'s machine refuses (`from` = `none` too) and
+/// a repeat series for every state, so rates and alerts read 0, not
+/// nothing, before the first event (at most 32 states: 1,056 series).
+pub(crate) fn register(route: &str, entity: &Entity) {
+    let machine = &entity.machine;
+    let states = machine.states();
+    let froms = std::iter::once(None).chain(states.iter().map(|s| Some(s.as_str())));
+    for from in froms {
+        for to in states {
+            if from != Some(to.as_str()) && !machine.allows(from, to) {
+                let from = from.unwrap_or(NO_STATE).to_owned();
+                let _ = at_zero(
+                    counter!(DISCREPANCIES_TOTAL.name, "route" => route.to_owned(), "from" => from, "to" => to.clone()),
+                );
+            }
+        }
+    }
+    for state in states {
+        let _ = at_zero(
+            counter!(REPEATS_TOTAL.name, "route" => route.to_owned(), "state" => state.clone()),
+        );
+    }
+}
 
 /// The verdict for a delivery its entity decided at the claim: counted,
 /// logged, and answered as the route says (module docs).

@@ -25,6 +25,23 @@ const HIT_RATE_STAT: &str = "Hit rate (5m)";
 /// nothing is queued.
 const INBOX: &str = "[route.inbox]\nmax_backoff = \"1m\"\n";
 
+/// A second route with `[route.entity]`, so the entity series exist (at
+/// 0) for the alert expressions; no traffic reaches it.
+const ENTITY_ROUTE: &str = r#"
+[[route]]
+name = "orders"
+path_prefix = "/orders"
+[route.signature]
+scheme = "none"
+[route.idempotency]
+key = ["json:/id"]
+[route.entity]
+id = ["json:/order"]
+state = "json:/status"
+transitions = ["pending -> paid"]
+ack_status = 200
+"#;
+
 /// Whether a panel expression reads 0 rather than nothing when its
 /// series have no value (a stat that must not show "No data" when idle).
 fn fills_zero(expr: &str) -> bool {
@@ -99,7 +116,8 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
     // Per-key hot-key series too, so the hot-keys table's queries have
     // values (the replays below are the duplicates they need).
     let text = config_text(&redis_store(&redis), &upstream.url(), INBOX)
-        + "\n[hot_keys]\nexport_keys = true\n";
+        + "\n[hot_keys]\nexport_keys = true\n"
+        + ENTITY_ROUTE;
     let gate = GateProcess::start(&text);
     let prometheus = Prometheus::start(&prometheus_config(gate.admin));
     let started = Instant::now();
@@ -240,7 +258,7 @@ async fn real_prometheus_evaluates_every_dashboard_and_alert_expression() {
             "job" => &["idemgate"],
             "namespace" => &[],
             "instance" => &[admin.as_str()],
-            "route" => &["_unmatched", "pay"],
+            "route" => &["_unmatched", "orders", "pay"],
             other => panic!("unexpected variable {other}"),
         };
         assert_eq!(values, expected, "variable {}", variable.name);
