@@ -12,9 +12,10 @@
 //!   once, or be down for maintenance (503) for particular payments;
 //! * **idemgate** itself, started through [`crate::app::start`] with an
 //!   embedded store in a fresh temporary directory and two HMAC-signed
-//!   routes in front of the handler: `payments`, and `orders` with a
+//!   routes in front of the handler: `payments`, `orders` with a
 //!   durable inbox that acknowledges deliveries the handler fails and
-//!   redelivers them;
+//!   redelivers them, and `lifecycle`, whose notices must follow the
+//!   payment's state machine;
 //! * a **sender** that behaves like a real gateway: every retry is re-signed
 //!   with a fresh timestamp, duplicates arrive in bursts, a connection is
 //!   dropped mid-request, and a forger and a replayer of a stale capture try
@@ -27,9 +28,12 @@
 //! Layout: `setup` (the configuration and the temporary directory for the
 //! store), `handler` (the legacy handler), `sender` (the gateway),
 //! `scenarios` (the first six scenarios and the handler's quirks for them),
-//! `inbox_scenario` (the seventh: the handler down, on the inbox route) and
+//! `inbox_scenario` (the seventh: the handler down, on the inbox route),
+//! `entity_scenario` (the eighth: out-of-order notices on the lifecycle
+//! route's state machine) and
 //! `report` (the rows and everything printed). This file wires them up.
 
+mod entity_scenario;
 mod handler;
 mod inbox_scenario;
 mod report;
@@ -48,6 +52,9 @@ const SECRET: &[u8] = b"demo-secret-0123456789";
 const NOTIFY_PATH: &str = "/notify/payment";
 /// Where it delivers order notifications: the `orders` route, with an inbox.
 const ORDER_PATH: &str = "/notify/order";
+/// Where it delivers lifecycle notices: the `lifecycle` route, whose
+/// `[route.entity]` enforces the payment's state machine.
+const LIFECYCLE_PATH: &str = "/notify/state";
 /// What the `orders` route's inbox answers for a delivery it queued.
 const ACK_BODY: &str = "success";
 
@@ -61,13 +68,17 @@ pub async fn run() -> Result<bool, String> {
     let handler = LegacyHandler::start(scenarios::behaviours()).await?;
     let config = Config::parse(&setup::config_text(workdir.path(), handler.addr)?)
         .map_err(|error| format!("demo configuration: {error}"))?;
-    let app = crate::app::start(config, None)
+    // The recorder, so the demo's admin listener exports what it counted
+    // (scenario 8 reads a discrepancy back). Another recorder already in
+    // this process (a test binary) leaves the demo without one.
+    let metrics = crate::app::install_metrics().ok();
+    let app = crate::app::start(config, metrics)
         .await
         .map_err(|error| format!("starting idemgate: {error}"))?;
     report::print_setup(&app, &handler, workdir.path());
 
     let sender = Sender::new(app.proxy_addr);
-    let reports = scenarios::run_scenarios(&sender, &handler).await;
+    let reports = scenarios::run_scenarios(&sender, &handler, app.admin_addr).await;
     drop(sender);
     app.stop().await;
     drop(handler); // aborts the handler's server task

@@ -164,7 +164,7 @@ async fn handle_notification(
     state: Arc<HandlerState>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let Some(id) = payment_number(request).await else {
+    let Some((id, status)) = payment_number(request).await else {
         return Ok(json_response(
             StatusCode::BAD_REQUEST,
             &serde_json::json!({ "error": "no paymentNo" }),
@@ -187,6 +187,13 @@ async fn handle_notification(
         }
         Some(Behaviour::FailFirst | Behaviour::Maintenance) | None => {}
     }
+    // Only a success ships; any other notice is booked and acknowledged.
+    if status != "SUCCESS" {
+        return Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "noted": id, "status": status }),
+        ));
+    }
     let order = state.ship(&id);
     Ok(json_response(
         StatusCode::OK,
@@ -194,10 +201,18 @@ async fn handle_notification(
     ))
 }
 
-async fn payment_number(request: Request<Incoming>) -> Option<String> {
+/// The payment number and the announced status of a notification.
+async fn payment_number(request: Request<Incoming>) -> Option<(String, String)> {
     let body = request.into_body().collect().await.ok()?.to_bytes();
     let json: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    json.get("paymentNo")?.as_str().map(str::to_owned)
+    let status = json
+        .get("status")
+        .and_then(|s| s.as_str())
+        .unwrap_or("SUCCESS");
+    Some((
+        json.get("paymentNo")?.as_str()?.to_owned(),
+        status.to_owned(),
+    ))
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {

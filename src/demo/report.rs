@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::handler::LegacyHandler;
 use super::sender::Seen;
-use super::{ACK_BODY, NOTIFY_PATH, ORDER_PATH};
+use super::{ACK_BODY, LIFECYCLE_PATH, NOTIFY_PATH, ORDER_PATH};
 use crate::app::RunningApp;
 
 /// One row of the table: what was sent, what the handler did, what the
@@ -148,11 +148,15 @@ impl Report {
 pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &Path) {
     println!("idemgate demo: an at-least-once sender, idemgate, and a legacy handler");
     println!(
-        "  legacy handler   http://{} (ships an order per accepted call)",
+        "  legacy handler   http://{} (ships an order per accepted SUCCESS notice)",
         handler.addr
     );
     println!("  idemgate proxy   http://{}{NOTIFY_PATH}", app.proxy_addr);
     println!("                   http://{}{ORDER_PATH}", app.proxy_addr);
+    println!(
+        "                   http://{}{LIFECYCLE_PATH}",
+        app.proxy_addr
+    );
     println!("  idemgate admin   http://{}/metrics", app.admin_addr);
     println!(
         "  embedded store   {}",
@@ -164,6 +168,10 @@ pub(super) fn print_setup(app: &RunningApp, handler: &LegacyHandler, workdir: &P
     println!(
         "  route orders     signed the same way, with an inbox: acknowledges {ACK_BODY:?} \
          when the handler fails, redelivers every 300ms-1s"
+    );
+    println!(
+        "  route lifecycle  signed the same way, key = notifyId, [route.entity] on paymentNo: \
+         PENDING -> SUCCESS | FAILED | CANCELLED, FAILED -> SUCCESS, SUCCESS -> REFUNDED"
     );
     println!();
 }
@@ -248,7 +256,10 @@ pub(super) fn print_table(reports: &[Report]) {
     println!(
         "acknowledged:  idemgate's {ACK_BODY:?} for a delivery it queued and redelivers itself"
     );
-    println!("ack replayed:  the same acknowledgement for a copy (Idempotent-Replayed: true)");
+    println!(
+        "ack replayed:  the same acknowledgement for a copy (Idempotent-Replayed: true), or for a"
+    );
+    println!("               notice its payment's state machine refuses or repeats (scenario 8)");
     println!("401 …:         idemgate's problem+json rejection; the handler never saw the request");
     for (i, report) in reports.iter().enumerate() {
         for problem in &report.problems {

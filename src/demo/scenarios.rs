@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::handler::{Behaviour, LegacyHandler};
 use super::report::Report;
 use super::sender::{Answer, Delivery, Seen, Sender};
-use super::{SECRET, inbox_scenario};
+use super::{SECRET, entity_scenario, inbox_scenario};
 
 /// What the forger signs with.
 const FORGED_SECRET: &[u8] = b"guessed-secret";
@@ -57,6 +57,7 @@ pub(super) fn behaviours() -> HashMap<&'static str, Behaviour> {
 pub(super) async fn run_scenarios(
     sender: &Sender,
     handler: &LegacyHandler,
+    admin: std::net::SocketAddr,
 ) -> Result<Vec<Report>, String> {
     Ok(vec![
         sequential_retries(sender, handler).await?,
@@ -66,6 +67,7 @@ pub(super) async fn run_scenarios(
         forged_delivery(sender, handler).await?,
         stale_delivery(sender, handler).await?,
         inbox_scenario::handler_down(sender, handler).await?,
+        entity_scenario::out_of_order(sender, handler, admin).await?,
     ])
 }
 

@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use super::{ACK_BODY, NOTIFY_PATH, SECRET};
+use super::{ACK_BODY, LIFECYCLE_PATH, NOTIFY_PATH, SECRET};
 use crate::config::Algorithm;
 use crate::pipeline::settle::REPLAYED_HEADER;
 use crate::record::now_ms;
@@ -53,6 +53,27 @@ impl Delivery {
         let signature = hex::encode(mac(Algorithm::Sha256, secret, &[body.as_bytes()]));
         Self {
             path: NOTIFY_PATH,
+            body,
+            signature,
+        }
+    }
+
+    /// A fresh notice `notify_id` (its own id, as gateways number their
+    /// notices) saying payment `id` is now `status`, for the lifecycle
+    /// route ([`LIFECYCLE_PATH`]).
+    pub(super) fn notice(id: &str, notify_id: &str, status: &str) -> Self {
+        let body = serde_json::json!({
+            "paymentNo": id,
+            "notifyId": notify_id,
+            "status": status,
+            "amount": "49.90",
+            "currency": "EUR",
+            "timestamp": now_ms(),
+        })
+        .to_string();
+        let signature = hex::encode(mac(Algorithm::Sha256, SECRET, &[body.as_bytes()]));
+        Self {
+            path: LIFECYCLE_PATH,
             body,
             signature,
         }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use tempfile::TempDir;
 
-use super::{ACK_BODY, ORDER_PATH};
+use super::{ACK_BODY, LIFECYCLE_PATH, ORDER_PATH};
 
 /// A payment-gateway style route: hex HMAC-SHA256 of the body in
 /// `X-Signature`, a millisecond timestamp in the body checked against a
@@ -24,6 +24,11 @@ use super::{ACK_BODY, ORDER_PATH};
 /// `visibility_timeout` exceeds the upstream timeout, as it must. The
 /// payments route has no inbox: scenario 4 relies on a failed first
 /// attempt being released so the sender's retry is forwarded.
+///
+/// A third route, `lifecycle` on [`LIFECYCLE_PATH`], keys on each notice's
+/// own `notifyId` (as gateways number notices) and enforces the payment's
+/// state machine with `[route.entity]`: PENDING → SUCCESS | FAILED |
+/// CANCELLED, FAILED → SUCCESS, SUCCESS → REFUNDED.
 pub(super) fn config_text(workdir: &Path, upstream: SocketAddr) -> Result<String, String> {
     let store = workdir.join("idemgate.redb");
     let store = store
@@ -33,6 +38,10 @@ pub(super) fn config_text(workdir: &Path, upstream: SocketAddr) -> Result<String
     let store = serde_json::Value::from(store).to_string();
     let payments = signed_route("payments", "/notify");
     let orders = signed_route("orders", ORDER_PATH);
+    let lifecycle = signed_route("lifecycle", LIFECYCLE_PATH).replace(
+        r#"key = ["json:/paymentNo", "json:/status"]"#,
+        r#"key = ["json:/notifyId"]"#,
+    );
     Ok(format!(
         r#"
 [listen]
@@ -58,6 +67,14 @@ ack_body = "{ACK_BODY}"
 backoff = "300ms"
 max_backoff = "1s"
 visibility_timeout = "10s"
+{lifecycle}
+[route.entity]
+id = ["json:/paymentNo"]
+state = "json:/status"
+transitions = ["PENDING -> SUCCESS | FAILED | CANCELLED", "FAILED -> SUCCESS", "SUCCESS -> REFUNDED"]
+terminal = ["REFUNDED", "CANCELLED"]
+ack_status = 200
+ack_body = "{ACK_BODY}"
 "#
     ))
 }
