@@ -157,6 +157,14 @@ impl Lease {
 }
 
 #[cfg(test)]
+impl Lease {
+    /// A lease without a claim, for unit tests of what settles leases.
+    pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
+        Self::claimed(key, record, Duration::from_secs(60))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -181,13 +189,5 @@ mod tests {
         ] {
             assert!(!is_record_hash(bad), "{bad}");
         }
-    }
-}
-
-#[cfg(test)]
-impl Lease {
-    /// A lease without a claim, for unit tests of what settles leases.
-    pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
-        Self::claimed(key, record, Duration::from_secs(60))
     }
 }

@@ -11,7 +11,7 @@ use crate::support::*;
 
 /// pending → success | failed, failed → success, success → refunded
 /// (terminal), acknowledged with "success".
-pub const MACHINE: &str = r#"
+pub(crate) const MACHINE: &str = r#"
 [route.entity]
 id = ["json:/order"]
 state = "json:/status"
@@ -22,7 +22,7 @@ ack_body = "success"
 "#;
 
 /// A notice `id` saying order `order` is now `status`.
-pub fn notice(id: &str, order: &str, status: &str) -> String {
+pub(crate) fn notice(id: &str, order: &str, status: &str) -> String {
     format!(r#"{{"id":"{id}","order":"{order}","status":"{status}"}}"#)
 }
 

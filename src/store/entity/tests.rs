@@ -155,7 +155,7 @@ fn the_redis_fields_read_back_as_the_same_state() {
     let fields = [
         ("s", "a".to_owned()),
         ("at", "6".to_owned()),
-        ("pk", pending.record.clone()),
+        ("pk", pending.record),
         ("pf", "a".to_owned()),
         ("pt", "b".to_owned()),
         ("h", history.join("\n")),
