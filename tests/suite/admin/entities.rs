@@ -131,3 +131,49 @@ async fn entity_api_shows_state_and_the_deliveries_that_made_it() {
     assert_eq!(answer.reason().as_deref(), Some("entity_not_configured"));
     plain.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_in_flight_is_pending_with_its_delivery_on_the_embedded_store() {
+    let (_dir, store) = temp_embedded_store();
+    let upstream = Upstream::slow_first(std::time::Duration::from_millis(1500)).await;
+    let text = config_text(&store, &upstream.url(), MACHINE);
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    let slow = tokio::spawn({
+        let url = url.clone();
+        async move { deliver(&url, &notice("n1", "o-9", "success")).await }
+    });
+    let path = "/admin/entities/pay?id=o-9";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let view = loop {
+        let answer = admin(&gate, "GET", path, Some(TOKEN)).await;
+        if answer.status == 200 && !body(&answer)["pending"].is_null() {
+            break body(&answer);
+        }
+        assert!(std::time::Instant::now() < deadline, "{answer:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(view["state"].is_null(), "{view}");
+    assert!(view["since_ms"].is_null(), "{view}");
+    assert_eq!(view["pending"]["to"], "success", "{view}");
+    assert!(view["pending"]["from"].is_null(), "{view}");
+    let delivery = view["pending"]["delivery"].as_str().unwrap().to_owned();
+    let record = admin(
+        &gate,
+        "GET",
+        &format!(
+            "/admin/records/pay?hash={}",
+            delivery.replace('{', "%7B").replace('}', "%7D")
+        ),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(body(&record)["state"], "in_flight", "{record:?}");
+
+    assert_eq!(slow.await.unwrap().status, 200);
+    let settled = body(&admin(&gate, "GET", path, Some(TOKEN)).await);
+    assert_eq!(settled["state"], "success", "{settled}");
+    assert!(settled["pending"].is_null(), "{settled}");
+    assert_eq!(settled["history"][0]["delivery"], delivery.as_str());
+    gate.stop().await;
+}
