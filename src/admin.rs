@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, the record API,
 //! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
 //! (see `about`), the operator console at `/admin/` (`console`), and
+//! `/admin/entities/{route}` (an entity's state, `entities`),
 //! `/admin/openapi.json`, the document describing all of them (see
 //! `openapi`). Every 405 names the path's methods in `Allow` (`allow`).
 //!
@@ -45,6 +46,7 @@
 mod about;
 mod allow;
 mod console;
+mod entities;
 mod hot_keys;
 mod inbox;
 mod listing;
@@ -180,6 +182,15 @@ impl Admin {
                 return refused;
             }
             return self.inbox(&request, rest).await;
+        }
+        if let Some(route) = path.strip_prefix(entities::PREFIX) {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return self.entity(route, request.uri().query()).await;
         }
         if path == "/admin/hot-keys" {
             if let Some(refused) = self.refuse_unauthorized(&request) {

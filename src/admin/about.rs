@@ -81,6 +81,8 @@ impl Admin {
                     "methods": route.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
                     "upstream": route.upstream.shown_url(),
                     "inbox": route.inbox.is_some(),
+                    // The console offers an entity lookup on these.
+                    "entity": route.entity.is_some(),
                 })
             })
             .collect();

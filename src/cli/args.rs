@@ -41,6 +41,7 @@ Examples:
   idemgate admin inbox show pay --key evt_1Nx
   idemgate admin inbox retry pay --key evt_1Nx
   idemgate admin inbox drop pay --hash 9f86d0…
+  idemgate admin entity pay order-1
   idemgate admin hot-keys --route pay
   IDEMGATE_ADMIN_ADDR=127.0.0.1:8790 idemgate admin --token-file /run/secrets/admin --json info
 
@@ -76,6 +77,21 @@ pub enum AdminCommand {
     /// The durable inbox: list queued or dead deliveries, show, retry, drop.
     #[command(subcommand)]
     Inbox(InboxCommand),
+    /// One entity of a route with [route.entity]: its state, pending
+    /// change, counters and last transitions with their deliveries.
+    #[command(
+        after_help = "Examples:\n  idemgate admin entity pay order-1\n  idemgate admin entity pay --hash 0f1e…"
+    )]
+    Entity {
+        /// The route's name.
+        route: String,
+        /// The entity id value (single-part).
+        #[arg(required_unless_present = "hash", conflicts_with = "hash")]
+        id: Option<String>,
+        /// The entity hash instead (32 hex digits).
+        #[arg(long, value_name = "HEX")]
+        hash: Option<String>,
+    },
     /// The keys delivered most in the hot-key window, per route.
     HotKeys {
         /// Only this route.

@@ -37,6 +37,7 @@ fn target_query(target: &Target) -> String {
 enum Shape {
     Record,
     Delivery,
+    Entity,
     HotKeys,
     Info,
     /// Text as it came (`/admin/config` is TOML).
@@ -48,6 +49,7 @@ impl Shape {
     fn required_field(self) -> &'static str {
         match self {
             Self::Record | Self::Delivery => "key_hash",
+            Self::Entity => "entity",
             Self::HotKeys | Self::Info => "routes",
             Self::Text => "",
         }
@@ -115,6 +117,20 @@ pub(crate) async fn execute(
             ),
             Shape::Delivery,
         ),
+        AdminCommand::Entity { route, id, hash } => (
+            Method::GET,
+            match (hash, id) {
+                (Some(hash), _) => {
+                    format!("/admin/entities/{}?hash={}", encode(route), encode(hash))
+                }
+                (None, id) => format!(
+                    "/admin/entities/{}?id={}",
+                    encode(route),
+                    encode(id.as_deref().unwrap_or_default())
+                ),
+            },
+            Shape::Entity,
+        ),
         AdminCommand::HotKeys { route } => (
             Method::GET,
             match route {
@@ -136,6 +152,7 @@ pub(crate) async fn execute(
     out(&match shape {
         Shape::Record => render::record(&view, now),
         Shape::Delivery => render::delivery(&view, now),
+        Shape::Entity => render::entity(&view, now),
         Shape::HotKeys => render::hot_keys(&view, now),
         Shape::Info => render::info(&view, now),
         Shape::Text => with_newline(&answer.body),

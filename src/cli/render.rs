@@ -103,6 +103,42 @@ pub(crate) fn delivery(view: &Value, now_ms: u64) -> String {
     object_fields(&as_object(view), &ORDER, now_ms)
 }
 
+/// `entity`: the entity's fields, then its history as a table, newest
+/// first, each row naming the delivery `records get --hash` shows.
+pub(crate) fn entity(view: &Value, now_ms: u64) -> String {
+    const ORDER: [&str; 9] = [
+        "route", "scope", "entity", "id", "state", "since_ms", "pending", "counts", "ttl_ms",
+    ];
+    let mut object = as_object(view);
+    let history = object.remove("history");
+    let mut out = object_fields(&object, &ORDER, now_ms);
+    let rows: Vec<Vec<String>> = history
+        .as_ref()
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            vec![
+                cell(t.get("kind")),
+                cell(t.get("from")),
+                cell(t.get("to")),
+                cell(t.get("delivery")),
+                t["at_ms"]
+                    .as_u64()
+                    .map_or_else(|| "-".into(), |at| relative(at, now_ms)),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    if rows.is_empty() {
+        out.push_str("no transitions\n");
+    } else {
+        out.push_str(&columns(&["KIND", "FROM", "TO", "DELIVERY", "AT"], &rows));
+    }
+    out
+}
+
 /// The items of a listing page.
 fn items(page: &Value) -> &[Value] {
     page["items"]

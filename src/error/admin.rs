@@ -30,12 +30,16 @@ pub enum AdminReason {
     UnknownRoute,
     /// The route has no `[route.inbox]`.
     InboxNotConfigured,
+    /// The route has no `[route.entity]`.
+    EntityNotConfigured,
     /// `GET /admin/hot-keys` while `[hot_keys] enabled = false`.
     HotKeysDisabled,
     /// No record under this key.
     RecordNotFound,
     /// No inbox delivery under this key.
     DeliveryNotFound,
+    /// The store holds nothing for this entity (never seen, or expired).
+    EntityNotFound,
     /// The inbox delivery is in a stage the action does not take.
     WrongStage,
     /// An inbox worker changed the delivery while the action ran.
@@ -46,7 +50,7 @@ pub enum AdminReason {
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 15] = [
         Self::Unauthorized,
         Self::AdminApiDisabled,
         Self::NotFound,
@@ -54,9 +58,11 @@ impl AdminReason {
         Self::BadRequest,
         Self::UnknownRoute,
         Self::InboxNotConfigured,
+        Self::EntityNotConfigured,
         Self::HotKeysDisabled,
         Self::RecordNotFound,
         Self::DeliveryNotFound,
+        Self::EntityNotFound,
         Self::WrongStage,
         Self::DeliveryChanged,
         Self::StoreUnavailable,
@@ -92,6 +98,11 @@ impl AdminReason {
                 "inbox_not_configured",
                 "Route has no inbox",
             ),
+            Self::EntityNotConfigured => (
+                StatusCode::NOT_FOUND,
+                "entity_not_configured",
+                "Route keeps no entity state",
+            ),
             Self::HotKeysDisabled => (
                 StatusCode::NOT_FOUND,
                 "hot_keys_disabled",
@@ -103,6 +114,7 @@ impl AdminReason {
                 "delivery_not_found",
                 "No inbox delivery",
             ),
+            Self::EntityNotFound => (StatusCode::NOT_FOUND, "entity_not_found", "No entity"),
             Self::WrongStage => (
                 StatusCode::CONFLICT,
                 "wrong_stage",

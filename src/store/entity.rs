@@ -194,6 +194,13 @@ pub struct Pending {
     pub to: String,
 }
 
+impl Pending {
+    /// The delivery's key hash: what `/admin/records/{route}?hash=` takes.
+    pub fn delivery(&self) -> &str {
+        hash_of(&self.record)
+    }
+}
+
 /// An entity as both stores keep it, and as the admin API shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntityState {

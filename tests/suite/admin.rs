@@ -7,6 +7,7 @@ use crate::support::*;
 
 mod about;
 mod console;
+mod entities;
 mod listing;
 mod openapi;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::support::*;
 
+mod entity;
 mod inbox;
 mod records;
 

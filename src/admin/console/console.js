@@ -208,7 +208,53 @@
     let kinds = ["purge"];
     if (kind === "delivery") kinds = view.state === "dead" || view.state === "unknown" ? ["retry", "drop"] : ["drop"];
     $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash));
+    $("detail-extra").replaceChildren();
     if (!$("detail").open) $("detail").showModal();
+  }
+
+  /**
+   * An entity of an entity route (`/admin/entities/{route}?id=`): its
+   * fields, then its transitions newest first, each delivery one click
+   * from its record when it has one.
+   */
+  async function showEntity(route, id) {
+    let view;
+    try {
+      view = await api("GET", `/admin/entities/${enc(route)}?id=${enc(id)}`);
+    } catch (error) {
+      if (error.status === 401) return fatal(error);
+      message(`Entity lookup failed: ${explain(error)}`, "error");
+      return;
+    }
+    const { history, ...rest } = view;
+    $("detail-title").textContent = "Entity";
+    $("detail-table").tBodies[0].replaceChildren(...fields(rest).map(([name, value]) =>
+      el("tr", { data: { field: name } }, el("th", { text: name }), el("td", { text: value }))));
+    const rows = (history || []).map((t) =>
+      el("tr", { data: { kind: t.kind, delivery: t.delivery } },
+        el("td", { text: t.kind }), el("td", { text: t.from === null ? "–" : t.from }), el("td", { text: t.to }),
+        el("td", { class: "hash", text: t.delivery }), el("td", { text: new Date(t.at_ms).toISOString() })));
+    $("detail-extra").replaceChildren(el("h3", { text: "History (newest first)" }),
+      rows.length ? el("table", { id: "entity-history" },
+        el("thead", {}, el("tr", {}, ["kind", "from", "to", "delivery", "at"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, rows))
+        : el("p", { class: "note" }, "No transitions."));
+    $("detail-actions").replaceChildren();
+    if (!$("detail").open) $("detail").showModal();
+  }
+
+  /** The entity lookup of an entity route: an id in, the entity's detail out. */
+  function entityPanel(route) {
+    const box = panel("entity", "Entity lookup");
+    const input = el("input", { type: "text", name: "entity-id", "aria-label": "Entity id", placeholder: "entity id" });
+    const form = el("form", { class: "entity-lookup", autocomplete: "off" }, input,
+      el("button", { type: "submit", data: { action: "entity" } }, "Look up"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (input.value) showEntity(route, input.value);
+    });
+    box.append(form);
+    return box;
   }
 
   function detailButton(kind, route, hash) {
@@ -368,11 +414,12 @@
     const methods = (route.methods || []).join(", ") || "any method";
     const panels = [unknownPanel(route.name), inFlightPanel(route.name)];
     if (route.inbox) panels.push(deadPanel(route.name), backlogPanel(route.name));
+    if (route.entity) panels.push(entityPanel(route.name));
     const boxes = await Promise.all(panels);
     boxes.push(hotPanel(route.name, hot));
     return el("section", { class: "route", data: { route: route.name } },
       el("h2", { text: route.name }),
-      el("p", { class: "about muted" }, `${methods} ${route.path_prefix} → ${route.upstream}${route.inbox ? " · inbox" : ""}`),
+      el("p", { class: "about muted" }, `${methods} ${route.path_prefix} → ${route.upstream}${route.inbox ? " · inbox" : ""}${route.entity ? " · entity state" : ""}`),
       boxes);
   }
 

@@ -383,3 +383,75 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     browser.stop().await;
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_an_entity_shows_its_state_and_history() {
+    let Some(browser) = Browser::start("console entity").await else {
+        return;
+    };
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(
+        &redis_store(&redis),
+        &upstream.url(),
+        crate::entity::MACHINE,
+    );
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    let order = "<b id=xss-entity>o</b>";
+    let notice = |id, status| crate::entity::notice(id, order, status);
+    assert_eq!(deliver(&url, &notice("n1", "success")).await.status, 200);
+    assert_eq!(deliver(&url, &notice("n2", "failed")).await.status, 200);
+
+    browser
+        .client
+        .goto(&format!("http://{}/admin/", gate.admin))
+        .await
+        .expect("open the console");
+    sign_in(&browser, TOKEN).await;
+    let panel = "[data-route='pay'] [data-panel='entity']";
+    browser
+        .find(&format!("{panel} input"))
+        .await
+        .send_keys(order)
+        .await
+        .expect("type the id");
+    browser
+        .find(&format!("{panel} button[data-action='entity']"))
+        .await
+        .click()
+        .await
+        .expect("look up");
+    browser
+        .until_text("#detail tr[data-field='state'] td", "success")
+        .await;
+    browser
+        .until_text("#detail tr[data-field='counts.refused'] td", "1")
+        .await;
+    let refused = browser
+        .until_text("#entity-history tr[data-kind='refused']", "failed")
+        .await;
+    assert!(refused.contains("success"), "{refused}");
+    let applied = browser
+        .find("#entity-history tr[data-kind='applied']")
+        .await
+        .attr("data-delivery")
+        .await
+        .expect("attribute")
+        .expect("a delivery");
+    let record = admin(
+        &gate,
+        "GET",
+        &format!(
+            "/admin/records/pay?hash={}",
+            applied.replace('{', "%7B").replace('}', "%7D")
+        ),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(record.status, 200, "{record:?}");
+    assert_eq!(browser.count("#xss-entity").await, 0, "an id became markup");
+    browser.screenshot("console-entity").await;
+    browser.stop().await;
+    gate.stop().await;
+}

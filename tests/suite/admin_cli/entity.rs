@@ -1,0 +1,61 @@
+//! `idemgate admin entity …` (issue 31): an entity's state and history as
+//! a table and as the API's JSON, by id and by hash, against a real gate
+//! on a real `redis-server`.
+
+use super::{cli_at, with_admin};
+use crate::entity::{MACHINE, notice};
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entity_shows_state_and_history_by_id_and_by_hash() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("n1", "o-7", "success")).await.status,
+        200
+    );
+    assert_eq!(
+        deliver(&url, &notice("n2", "o-7", "failed")).await.status,
+        200
+    );
+
+    let shown = cli_at(gate.admin, &["entity", "pay", "o-7"]).await.ok();
+    for expected in [
+        "state           success",
+        "counts.applied  1",
+        "counts.refused  1",
+        "KIND     FROM     TO       DELIVERY",
+    ] {
+        assert!(
+            shown.stdout.contains(expected),
+            "{expected}:\n{}",
+            shown.stdout
+        );
+    }
+    // Newest first: the refused failure above the applied success.
+    let refused = shown.stdout.find("refused  success  failed").unwrap();
+    let applied = shown.stdout.find("applied  -        success").unwrap();
+    assert!(refused < applied, "{}", shown.stdout);
+
+    let json = cli_at(gate.admin, &["--json", "entity", "pay", "o-7"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json["state"], "success");
+    let hash = json["entity"].as_str().unwrap().to_owned();
+    let by_hash = cli_at(gate.admin, &["--json", "entity", "pay", "--hash", &hash])
+        .await
+        .ok()
+        .json();
+    assert_eq!(by_hash["history"], json["history"]);
+
+    let unknown = cli_at(gate.admin, &["entity", "pay", "o-none"]).await;
+    assert_eq!(unknown.code, Some(1), "{unknown:?}");
+    assert!(unknown.stderr.contains("entity_not_found"), "{unknown:?}");
+    let neither = cli_at(gate.admin, &["entity", "pay"]).await;
+    assert_eq!(neither.code, Some(2), "{neither:?}");
+    gate.stop().await;
+}
