@@ -32,6 +32,7 @@ mod inbox;
 mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
+mod ready;
 mod replies;
 mod scripts;
 mod shards;
@@ -595,29 +596,8 @@ impl Store for RedisStore {
         self.read_entity(key).await
     }
 
-    /// Ready means able to claim: `ROLE` must say `master`. A replica
-    /// (read-only: every claim would fail) or a node still loading its
-    /// data set (`LOADING`) is not ready, though it answers `PING`.
+    /// Ready means able to claim ([`RedisStore::is_primary`]).
     async fn ping(&self) -> Result<(), StoreError> {
-        let command = CustomCommand::new_static("ROLE", ClusterHash::Random, false);
-        let reply = self
-            .pool
-            .next_connected()
-            .custom::<Value, Value>(command, Vec::new())
-            .await
-            .map_err(|e| self.last_error.explain(classify(&e)))?;
-        let role = reply
-            .into_array()
-            .into_iter()
-            .next()
-            .and_then(|role| role.into_string())
-            .unwrap_or_default();
-        if role == "master" {
-            Ok(())
-        } else {
-            Err(StoreError::Unavailable(format!(
-                "the store is a {role:?}, not a primary: it refuses the writes a claim needs"
-            )))
-        }
+        self.is_primary().await
     }
 }
