@@ -136,16 +136,15 @@ pub(crate) fn classify(probe: &Probe, answer: StoredResponse) -> Verdict {
     if !(applied_status || not_applied_status) {
         return Verdict::Undecided;
     }
-    let mut head = http::Response::new(()).into_parts().0;
-    head.headers
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts
+        .headers
         .extend(answer.headers.iter().filter_map(|(name, value)| {
             Some((
                 HeaderName::from_bytes(name).ok()?,
                 HeaderValue::from_bytes(value).ok()?,
             ))
         }));
-    let (mut parts, ()) = Request::new(()).into_parts();
-    parts.headers = head.headers;
     let body = match &answer.body {
         crate::record::StoredBody::Kept(body) => body.clone(),
         crate::record::StoredBody::TooLarge => Bytes::new(),

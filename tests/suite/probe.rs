@@ -30,6 +30,14 @@ struct Handler {
     probes: Mutex<Vec<Instant>>,
 }
 
+impl Handler {
+    /// Waits until the handler has been probed `times`, at most `limit`.
+    async fn until_probed(&self, times: usize, limit: Duration) {
+        let probed = eventually(limit, || self.probes.lock().unwrap().len() >= times).await;
+        assert!(probed, "probed {times} time(s) within {limit:?}");
+    }
+}
+
 /// How the test handler behaves.
 #[derive(Clone, Copy)]
 enum Behaviour {
@@ -100,15 +108,7 @@ async fn applied_but_lost_is_replayed(gate: &Gate, upstream: &Upstream, handler:
     );
     let blocked = deliver(&url, &body).await;
     assert_eq!(blocked.reason().as_deref(), Some("outcome_unknown"));
-    assert!(
-        eventually(Duration::from_secs(5), || !handler
-            .probes
-            .lock()
-            .unwrap()
-            .is_empty())
-        .await,
-        "probed"
-    );
+    handler.until_probed(1, Duration::from_secs(5)).await;
     let resolved = deliver_until_served(&url, &body, Duration::from_secs(3)).await;
     assert_eq!(
         (resolved.status, resolved.replayed()),
@@ -160,15 +160,7 @@ async fn a_delivery_never_applied_is_released_and_its_retry_executes_once() {
     let url = gate.url("/notify");
     let body = payment("probe-2");
     assert_eq!(deliver(&url, &body).await.status, 504);
-    assert!(
-        eventually(Duration::from_secs(5), || !handler
-            .probes
-            .lock()
-            .unwrap()
-            .is_empty())
-        .await,
-        "probed"
-    );
+    handler.until_probed(1, Duration::from_secs(5)).await;
     let retry = deliver_until_served(&url, &body, Duration::from_secs(3)).await;
     assert_eq!(
         (retry.status, retry.replayed()),
@@ -190,16 +182,7 @@ async fn a_probe_that_times_out_leaves_the_outcome_unknown() {
     let url = gate.url("/notify");
     let body = payment("probe-3");
     assert_eq!(deliver(&url, &body).await.status, 504);
-    assert!(
-        eventually(Duration::from_secs(6), || handler
-            .probes
-            .lock()
-            .unwrap()
-            .len()
-            == 2)
-        .await,
-        "both attempts made"
-    );
+    handler.until_probed(2, Duration::from_secs(6)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let blocked = deliver(&url, &body).await;
     assert_eq!(
