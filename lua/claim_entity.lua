@@ -14,7 +14,12 @@
 -- Reply:   as claim.lua: nil (claimed), { record } or { record, pttl }
 --          when the key holds a record (the entity is not looked at: a
 --          copy of a delivery is the record's business); otherwise
---          { 0, 'busy', pttl }     another delivery's change is pending
+--          { 0, 'busy', pttl, kind }  another delivery's change is
+--                                  pending: kind 'flight' (its record in
+--                                  flight), 'unknown', 'inbox' (owed by
+--                                  the inbox) or 'unresolved' (its record
+--                                  gone, nothing settled the change: the
+--                                  entity stays held; pttl -2)
 --          { 0, 'repeat' }         the entity is in ARGV[3] already
 --          { 0, 'refused', from }  the machine forbids from -> ARGV[3]
 --                                  (from '' : no state yet)
@@ -34,10 +39,16 @@ if pk then
   local state = pending and string.sub(pending, 2, 2)
   if state == '\2' or state == '\4' then
     entity_settle(entity, pk, 'apply')
-  elseif pending then
-    return { 0, 'busy', redis.call('PTTL', pk) }
+  elseif not pending then
+    return { 0, 'busy', -2, 'unresolved' }
   else
-    redis.call('HDEL', entity, 'pk', 'pf', 'pt')
+    local kind = 'inbox'
+    if state == '\1' then
+      kind = 'flight'
+    elseif state == '\3' then
+      kind = 'unknown'
+    end
+    return { 0, 'busy', redis.call('PTTL', pk), kind }
   end
 end
 local to = ARGV[3]

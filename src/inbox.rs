@@ -45,6 +45,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Inbox, Route};
 use crate::record::{OwnerMint, Record, RecordState, StoredResponse, now_ms};
+use crate::store::entity::EntityEffect;
 use crate::store::inbox::{Book, BooksKey, Index, IndexKey};
 use crate::store::{AnyStore, StoreError, StoreKey};
 pub(crate) use enqueue::NotQueued;
@@ -111,6 +112,13 @@ impl RouteInbox {
             RecordState::Inbox(entry) => entry.stage.kept_for(retention),
             _ => retention,
         }
+    }
+
+    /// What writing `record` means for its entity's pending change, as
+    /// the route's `advance_status` says (nothing off entity routes).
+    fn effect(&self, record: &Record) -> EntityEffect {
+        let advance = self.settings.entity.as_ref().map(|e| &e.advance_status);
+        EntityEffect::of_route(record, advance)
     }
 }
 

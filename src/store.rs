@@ -61,7 +61,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::entity::{EntityState, EntityStep, EntityVerdict};
+use self::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict};
 use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
 use crate::record::{
@@ -198,18 +198,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// Replaces the claimed record with `record` for `ttl` if `owner` still
     /// owns `key`, or writes it if the key is free (see [`Completion`]).
-    /// A key of an entity route settles its entity's pending change in the
-    /// same step ([`entity::EntityEffect::of`]).
+    /// A key of an entity route settles its entity's pending change with
+    /// `effect` in the same step ([`entity::EntityEffect::of`]).
     fn complete(
         &self,
         key: &StoreKey,
         owner: OwnerToken,
         record: &Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
 
     /// Deletes `key` if `owner` still owns it and `what` allows its
-    /// record's state. Returns whether it did.
+    /// record's state. Returns whether it did. A deleted record that was
+    /// its entity's pending change drops the change in the same step (the
+    /// handler did not act).
     fn release(
         &self,
         key: &StoreKey,
@@ -233,6 +236,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Existing>, StoreError>> + Send;
 
     /// Deletes a record whoever owns it. Returns whether one existed.
+    /// If the key is its entity's pending change, the change is dropped
+    /// in the same step, even when the record itself is already gone (an
+    /// operator resolving an unresolved change: it never happened).
     fn purge(&self, key: &StoreKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Reads an entity and its remaining TTL.
@@ -274,7 +280,7 @@ macro_rules! boxed_store {
 
 boxed_store! {
     claim(key: &'a StoreKey, record: Record, ttl: Duration, entity: Option<&'a EntityStep>) -> ClaimOutcome;
-    complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration) -> Completion;
+    complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration, effect: EntityEffect) -> Completion;
     release(key: &'a StoreKey, owner: OwnerToken, what: Releasing) -> bool;
     renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
     lookup(key: &'a StoreKey) -> Option<Existing>;
@@ -418,9 +424,10 @@ impl AnyStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
+        let effect = lease.effect(record);
         let call = self
             .backend()
-            .complete(&lease.key, lease.owner(), record, ttl);
+            .complete(&lease.key, lease.owner(), record, ttl, effect);
         let completion = self.metered(StoreOp::Complete, call).await;
         self.forget(&lease.key);
         completion

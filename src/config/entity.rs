@@ -22,6 +22,7 @@ use super::choice::{Choice as _, choices};
 use super::inbox::{Ack, Inbox, ack_from};
 use super::problems::Problems;
 use super::raw::{RawEntity, format_duration};
+use super::status::CacheStatus;
 
 /// Default `retention`: thirty days, past every gateway's retry horizon
 /// and most refund windows' first weeks.
@@ -137,6 +138,10 @@ pub struct Entity {
     pub on_refused: OnRefused,
     /// How long an entity's state is kept after its last write.
     pub retention: Duration,
+    /// The handler's answers that mean it accepted a change
+    /// (`advance_status`, default 2xx): only those advance the entity,
+    /// whatever `cache_status` stores and replays.
+    pub advance_status: CacheStatus,
     /// What a repeat (and, with `acknowledge`, a refusal) is answered.
     pub ack: Ack,
 }
@@ -209,8 +214,28 @@ pub(super) fn entity(
             OnRefused::Acknowledge,
         ),
         retention: entity_retention,
+        advance_status: advance_status(problems, &key, raw.advance_status.as_deref()),
         ack,
     })
+}
+
+/// `advance_status`, default `["2xx"]`: a stored 4xx (the handler refused
+/// the notice) must never move the entity on.
+fn advance_status(problems: &mut Problems, key: &str, items: Option<&[String]>) -> CacheStatus {
+    let key = format!("{key}.advance_status");
+    match items {
+        None => CacheStatus::successes(),
+        Some([]) => {
+            problems.push(
+                &key,
+                "must list at least one status, e.g. [\"2xx\"]: otherwise no entity ever changes",
+            );
+            CacheStatus::successes()
+        }
+        Some(items) => problems
+            .take(&key, CacheStatus::parse(items))
+            .unwrap_or_else(CacheStatus::successes),
+    }
 }
 
 /// The machine the table spells, with every problem named.
@@ -305,6 +330,7 @@ impl Entity {
             terminal: Some(machine.terminal.clone()),
             on_refused: Some(self.on_refused.name().to_owned()),
             retention: Some(format_duration(self.retention)),
+            advance_status: Some(self.advance_status.names()),
             ack_status: Some(self.ack.status),
             ack_body: Some(String::from_utf8_lossy(&self.ack.body).into_owned()),
             ack_content_type: self.ack.content_type.clone(),

@@ -401,6 +401,8 @@ pub struct RawEntity {
     pub on_refused: Option<String>,
     /// How long an entity's state is kept after its last change.
     pub retention: Option<String>,
+    /// The handler's answers that mean it accepted a change (default 2xx).
+    pub advance_status: Option<Vec<String>>,
     /// Status of the acknowledgement (default: the inbox's).
     pub ack_status: Option<u16>,
     /// Body of the acknowledgement.

@@ -11,7 +11,7 @@ pub struct CacheStatus {
 
 impl CacheStatus {
     /// Reads `cache_status` (and the statuses of `inbox.on`).
-    pub(super) fn parse(items: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(items: &[String]) -> Result<Self, String> {
         let mut ranges = Vec::new();
         for item in items {
             let range = match item.as_bytes() {
@@ -31,6 +31,13 @@ impl CacheStatus {
             ranges.push(range);
         }
         Ok(Self { ranges })
+    }
+
+    /// `["2xx"]`: the answers of a handler that accepted what it was sent.
+    pub fn successes() -> Self {
+        Self {
+            ranges: vec![(200, 299)],
+        }
     }
 
     /// The classes and codes as they are written in `cache_status`; a

@@ -130,7 +130,7 @@ impl Inboxes {
         let kept = inbox.kept_for(&record);
         if self
             .store
-            .swap(key, found.owner, &record, kept)
+            .swap(key, found.owner, &record, kept, inbox.effect(&record))
             .await?
             .written()
         {

@@ -333,9 +333,15 @@ impl Workers {
         deadline: u64,
     ) -> Result<Swapped, StoreError> {
         let kept = inbox.kept_for(record);
+        let effect = inbox.effect(record);
         let mut pauses = store_retry();
         loop {
-            match self.inboxes.store.swap(key, expected, record, kept).await {
+            match self
+                .inboxes
+                .store
+                .swap(key, expected, record, kept, effect)
+                .await
+            {
                 Err(error) if error.is_transient() && now_ms() < deadline => {
                     tokio::time::sleep(pauses.next_pause()).await;
                 }
@@ -356,7 +362,7 @@ impl Workers {
         match self
             .inboxes
             .store
-            .swap(key, claimed.owner, &queued, kept)
+            .swap(key, claimed.owner, &queued, kept, inbox.effect(&queued))
             .await
         {
             Ok(swapped) if swapped.written() => {

@@ -52,7 +52,7 @@ use crate::backoff::Backoff;
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
 use crate::record::{OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext};
-use crate::store::entity::{EntityStep, EntityVerdict};
+use crate::store::entity::{Blocker, EntityStep, EntityVerdict};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 
 /// What a claim saw, as duplicates sharing one store read receive it.
@@ -300,12 +300,17 @@ impl Claimer {
                 Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
                 Ok(ClaimOutcome::Existing(existing)) => existing,
                 // Another delivery's change to the entity is pending: wait
-                // for it like a live in-flight record (it settles within
-                // `remaining` at the latest).
-                Ok(ClaimOutcome::Decided(EntityVerdict::Busy { remaining })) => Existing {
-                    record: Record::in_flight(owner, identity.fingerprint, None),
-                    ttl: Some(remaining.max(rules.unknown_hold + Duration::from_millis(1))),
-                },
+                // for a live one like a live in-flight record, and answer
+                // the truth about any other (`busy`).
+                Ok(ClaimOutcome::Decided(EntityVerdict::Busy { blocker })) => {
+                    match busy(blocker, timing) {
+                        Ok(remaining) => Existing {
+                            record: Record::in_flight(owner, identity.fingerprint, None),
+                            ttl: Some(remaining),
+                        },
+                        Err(rejection) => return Ok(Decision::Refuse(rejection, None)),
+                    }
+                }
                 Ok(ClaimOutcome::Decided(verdict)) => return Ok(Decision::Judged(verdict)),
                 Err(StoreError::Corrupt(error)) => {
                     // Unreadable (a newer encoding mid-upgrade, or damage): the
@@ -381,6 +386,29 @@ impl Claimer {
             }
             self.waiters.unsubscribe(key, &notify);
         }
+    }
+}
+
+/// What a delivery for a busy entity meets (`store::entity::Blocker`):
+/// `Ok(ttl)` of a live change in flight, waited for like a live in-flight
+/// record; otherwise the 409 that tells the truth, its `Retry-After`
+/// bounded by the route's lease or `unknown_hold` (a change owed by the
+/// inbox may wait there for hours; one whose record is gone waits for an
+/// operator: the sender is asked back within the hold, never told "a
+/// hundred years").
+fn busy(blocker: Blocker, timing: LeaseTiming) -> Result<Duration, Rejection> {
+    let hold = timing.unknown_hold;
+    match blocker {
+        Blocker::InFlight { remaining } if remaining > hold => Ok(remaining),
+        Blocker::InFlight { remaining } | Blocker::Unknown { remaining } => {
+            Err(Rejection::OutcomeUnknown {
+                retry_after: remaining.min(hold),
+            })
+        }
+        Blocker::Inbox => Err(Rejection::InFlight {
+            retry_after: timing.lease,
+        }),
+        Blocker::Unresolved => Err(Rejection::OutcomeUnknown { retry_after: hold }),
     }
 }
 

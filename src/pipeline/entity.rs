@@ -110,6 +110,7 @@ pub(crate) fn step(identity: &EntityIdentity, entity: &Entity) -> EntityStep {
         to: identity.to.clone(),
         sources: entity.machine.sources(&identity.to),
         retention: entity.retention,
+        advance: entity.advance_status.clone(),
     }
 }
 
@@ -224,6 +225,8 @@ pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityV
                 answered_at_ms: now_ms(),
             }
         }
-        EntityVerdict::Busy { .. } => unreachable!("a busy entity is waited for by the claim"),
+        EntityVerdict::Busy { .. } => {
+            unreachable!("a busy entity is waited for or refused by the claim")
+        }
     }
 }

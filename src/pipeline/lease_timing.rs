@@ -25,8 +25,10 @@ const MIN_RENEWAL_PERIOD: Duration = Duration::from_millis(10);
 /// A route's `lease` and `unknown_hold`, and what follows from them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseTiming {
-    lease: Duration,
-    unknown_hold: Duration,
+    /// How long a live owner's claim lasts between renewals.
+    pub(crate) lease: Duration,
+    /// How long an outcome stays unknown before its record expires.
+    pub(crate) unknown_hold: Duration,
 }
 
 impl LeaseTiming {

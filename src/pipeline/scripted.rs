@@ -65,6 +65,7 @@ impl Store for Scripted {
         _: OwnerToken,
         _: &Record,
         _: Duration,
+        _: crate::store::entity::EntityEffect,
     ) -> Result<Completion, StoreError> {
         self.completes.lock().unwrap().push(Instant::now());
         self.answers

@@ -338,8 +338,10 @@ impl EmbeddedStore {
                 return Ok((owned, false));
             }
             match &change {
+                // A released change never happened: its entity drops it.
                 Change::Release(_) => {
                     slot.delete()?;
+                    entities::settle(slot, EntityEffect::Drop)?;
                 }
                 Change::Complete(bytes, ttl, owes, effect) => {
                     if *owes {
@@ -460,7 +462,12 @@ impl Store for EmbeddedStore {
                 ttl: Some(ttl),
             }),
             Found::Decided(verdict) => ClaimOutcome::Decided(verdict),
-            Found::Free => ClaimOutcome::Claimed(Lease::claimed(key.clone(), record, ttl)),
+            Found::Free => ClaimOutcome::Claimed(Lease::claimed(
+                key.clone(),
+                record,
+                ttl,
+                entity.map(|step| step.advance.clone()),
+            )),
         })
     }
 
@@ -470,13 +477,14 @@ impl Store for EmbeddedStore {
         owner: OwnerToken,
         record: &Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Result<Completion, StoreError> {
         let owes = record.owed() == Some(true);
         let change = Change::Complete(
             record.encode().map_err(StoreError::from)?.to_vec(),
             ttl,
             owes,
-            EntityEffect::of(record),
+            effect,
         );
         Ok(match self.change_owned(key, owner, change).await? {
             Owned::Yes => Completion::Stored,
@@ -520,7 +528,9 @@ impl Store for EmbeddedStore {
         self.write_key(key, |slot| {
             let live = slot.live()?.is_some();
             let existed = slot.delete()?;
-            Ok((live, existed))
+            // The operator says the change never happened (store::Store::purge).
+            let settled = entities::settle(slot, EntityEffect::Drop)?;
+            Ok((live || settled, existed || settled))
         })
         .await
     }

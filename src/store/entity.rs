@@ -10,11 +10,18 @@
 //! suite runs the same cases on both.
 //!
 //! **Claim** (a delivery whose record key is free): the pending change is
-//! looked at first. Its record still in flight, unknown or in the inbox:
-//! the entity is *busy*, and the delivery waits or gets 409. Its record
-//! completed: the change is applied (a defensive fold; completion applies
-//! it itself). Its record gone (released, expired, purged): the change
-//! never happened and is dropped. Then the announced state is judged
+//! looked at first. Its record still in flight, unknown or owed by the
+//! inbox (queued, delivering, dead or unknown there): the entity is
+//! *busy* ([`Blocker`]), and the delivery waits or gets 409. Its record
+//! completed: the change is applied (a defensive fold; completion settles
+//! it itself). Its record gone although nothing settled the change (an
+//! unknown outcome or a lost owner whose hold ran out, an evicted
+//! record): the change is *unresolved* and the entity stays held
+//! ([`Blocker::Unresolved`]) — never silently reverted, because the
+//! handler may have acted on it — until an operator resolves it (purging
+//! the pending delivery: it never happened; or setting the state). A
+//! release (the handler failed) and a purge drop the change in the same
+//! step as they delete its record. Then the announced state is judged
 //! against the current one: the same state is a *repeat* (acknowledged,
 //! never forwarded), a change the machine allows is claimed and becomes
 //! the pending change, anything else is *refused* (a discrepancy). Only
@@ -22,19 +29,23 @@
 //! is a bounded label.
 //!
 //! **Settle**: every write of a record that is an entity's pending change
-//! says what it means for it ([`EntityEffect::of`]): an answer kept under
-//! `cache_status` (or a delivered redelivery) applies it, a dead or dropped
-//! inbox delivery drops it, an unknown outcome or a queued one keeps it
-//! pending. Applying happens in the script that writes the record, so the
-//! state advances atomically with the completion, and a handler failure
-//! (a released claim) leaves the state as it was.
+//! says what it means for it ([`EntityEffect::of`]): an answer whose status
+//! the route's `advance_status` lists (default 2xx; a handler that took
+//! the notice), or a redelivery delivered with such an answer, applies it;
+//! any other stored answer (a cached 404: the handler refused the notice)
+//! and an inbox delivery an operator dropped drop it; an unknown outcome,
+//! a queued delivery and a dead one keep it pending (a dead delivery may
+//! still be retried by an operator, and its change must then apply).
+//! Applying happens in the script that writes the record, so the state
+//! advances atomically with the completion, and a handler failure (a
+//! released claim) leaves the state as it was.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::EntityKey;
-use crate::config::Sources;
+use crate::config::{CacheStatus, Sources};
 use crate::record::{Record, RecordState, Stage};
 
 /// Transitions an entity remembers, newest first.
@@ -51,16 +62,41 @@ pub struct EntityStep {
     pub sources: Sources,
     /// How long the entity is kept after this write.
     pub retention: Duration,
+    /// Which of the handler's answers mean it accepted the change
+    /// (`advance_status`): the lease carries it to the completion.
+    pub advance: CacheStatus,
+}
+
+/// What holds a busy entity: the pending change's record as the claim
+/// found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocker {
+    /// In flight, its record expiring within `remaining` (the owner's
+    /// lease plus `unknown_hold` while it renews; at most `unknown_hold`
+    /// once it stopped: then the outcome is unknown).
+    InFlight {
+        /// The pending record's remaining TTL.
+        remaining: Duration,
+    },
+    /// Its outcome is unknown, held for `remaining` more.
+    Unknown {
+        /// The pending record's remaining TTL.
+        remaining: Duration,
+    },
+    /// The inbox owes it (queued, delivering, dead or unknown there).
+    Inbox,
+    /// Its record is gone without the change having been settled: the
+    /// handler may have acted. Held until an operator resolves it.
+    Unresolved,
 }
 
 /// A claim the entity decided instead of the record key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntityVerdict {
-    /// Another delivery's change is still pending; it settles within
-    /// `remaining` at the latest.
+    /// Another delivery's change is still pending (or unresolved).
     Busy {
-        /// The pending record's remaining TTL.
-        remaining: Duration,
+        /// What holds it.
+        blocker: Blocker,
     },
     /// The entity already is in the announced state.
     Repeat,
@@ -84,17 +120,35 @@ pub enum EntityEffect {
 }
 
 impl EntityEffect {
-    /// The effect of writing `record` (module docs, "Settle").
-    pub fn of(record: &Record) -> Self {
+    /// The effect of writing `record` on a route whose handler accepts a
+    /// change with the statuses `advance` lists (module docs, "Settle").
+    pub fn of(record: &Record, advance: &CacheStatus) -> Self {
+        let by_status = |status: u16| {
+            if advance.contains(status) {
+                Self::Apply
+            } else {
+                Self::Drop
+            }
+        };
         match &record.state {
-            RecordState::Completed(_) | RecordState::Acknowledged(_) => Self::Apply,
+            RecordState::Completed(answer) => by_status(answer.status),
+            RecordState::Acknowledged(marker) => by_status(marker.status()),
             RecordState::InFlight | RecordState::Unknown => Self::Keep,
             RecordState::Inbox(entry) => match entry.stage {
-                Stage::Delivered => Self::Apply,
-                Stage::Dead | Stage::Dropped => Self::Drop,
-                Stage::Queued | Stage::Delivering | Stage::Unknown => Self::Keep,
+                Stage::Delivered => entry
+                    .last_answer
+                    .as_ref()
+                    .map_or(Self::Apply, |answer| by_status(answer.status)),
+                Stage::Dropped => Self::Drop,
+                Stage::Queued | Stage::Delivering | Stage::Dead | Stage::Unknown => Self::Keep,
             },
         }
+    }
+
+    /// The effect of writing `record` under `advance` if its route has an
+    /// entity (`None`: nothing to settle, [`EntityEffect::Keep`]).
+    pub fn of_route(record: &Record, advance: Option<&CacheStatus>) -> Self {
+        advance.map_or(Self::Keep, |advance| Self::of(record, advance))
     }
 
     /// The word the scripts take.
@@ -223,12 +277,13 @@ pub struct EntityState {
 /// What the pending change's record says when a claim looks at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PendingRecord {
-    /// Gone: released, expired or purged.
+    /// Gone, although nothing settled the change (a release or a purge
+    /// would have): expired, evicted or lost.
     Absent,
     /// Completed: the handler succeeded.
     Completed,
-    /// In flight, unknown or in the inbox, for at most this long.
-    Open(Duration),
+    /// Not settled yet: what holds the entity.
+    Open(Blocker),
 }
 
 impl EntityState {
@@ -242,16 +297,20 @@ impl EntityState {
         pending: PendingRecord,
         now_ms: u64,
     ) -> Result<(), EntityVerdict> {
-        match pending {
-            PendingRecord::Open(remaining) if self.pending.is_some() => {
-                return Err(EntityVerdict::Busy { remaining });
-            }
-            PendingRecord::Completed => {
-                if let Some(record) = self.pending.as_ref().map(|p| p.record.clone()) {
-                    self.settle(&record, EntityEffect::Apply, now_ms);
+        if self.pending.is_some() {
+            match pending {
+                PendingRecord::Open(blocker) => return Err(EntityVerdict::Busy { blocker }),
+                PendingRecord::Absent => {
+                    return Err(EntityVerdict::Busy {
+                        blocker: Blocker::Unresolved,
+                    });
+                }
+                PendingRecord::Completed => {
+                    if let Some(record) = self.pending.as_ref().map(|p| p.record.clone()) {
+                        self.settle(&record, EntityEffect::Apply, now_ms);
+                    }
                 }
             }
-            _ => self.pending = None,
         }
         let delivery = hash_of(record_key).to_owned();
         let from = self.state.clone();

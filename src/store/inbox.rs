@@ -50,6 +50,7 @@
 
 use std::time::Duration;
 
+use super::entity::EntityEffect;
 use super::{AnyStore, Backend, Call, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record};
 
@@ -206,6 +207,7 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Call<'a, Swapped>;
     /// See [`AnyStore::index_add`].
     fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
@@ -254,16 +256,18 @@ impl AnyStore {
 
     /// Replaces the inbox record under `key` with `record` for `ttl` if
     /// its owner is `expected` (or it already is `record`), and keeps the
-    /// scope's owed set in step (module docs). Says whether the store now
-    /// holds `record`, and whether enough replicas have it.
+    /// scope's owed set and, on an entity route, the entity (`effect`) in
+    /// step (module docs). Says whether the store now holds `record`, and
+    /// whether enough replicas have it.
     pub async fn swap(
         &self,
         key: &StoreKey,
         expected: OwnerToken,
         record: &Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Result<Swapped, StoreError> {
-        let swapped = self.inbox()?.swap(key, expected, record, ttl).await;
+        let swapped = self.inbox()?.swap(key, expected, record, ttl, effect).await;
         self.forget(key);
         swapped
     }
@@ -350,11 +354,11 @@ impl InboxOps for super::embedded::EmbeddedStore {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Call<'a, Swapped> {
         Box::pin(async move {
             let bytes = record.encode()?.to_vec();
             let owed = record.owed().unwrap_or(false);
-            let effect = super::entity::EntityEffect::of(record);
             let written = Self::swap(self, key, expected, bytes, ttl, (owed, effect)).await?;
             Ok(if written {
                 Swapped::Written

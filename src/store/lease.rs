@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::entity::EntityEffect;
+use crate::config::CacheStatus;
 use crate::record::{OwnerToken, Record};
 
 /// Hex digits of an entity hash: 128 bits of the SHA-256 of its id.
@@ -107,6 +109,10 @@ impl EntityKey {
 pub struct Lease {
     pub(in crate::store) key: StoreKey,
     record: Record,
+    /// On an entity route, the answers that apply its change
+    /// (`advance_status`), so the completion settles the entity as the
+    /// route says wherever the lease is settled.
+    advance: Option<CacheStatus>,
     /// When the claim is gone from the store at the latest: its TTL from
     /// the moment its last write (claim or renewal) was answered, so never
     /// before the store's own expiry. A release retries until then.
@@ -116,10 +122,16 @@ pub struct Lease {
 impl Lease {
     /// The lease of a claim written for `ttl` that the store just
     /// acknowledged (only backends' `claim` call this).
-    pub(in crate::store) fn claimed(key: StoreKey, record: Record, ttl: Duration) -> Self {
+    pub(in crate::store) fn claimed(
+        key: StoreKey,
+        record: Record,
+        ttl: Duration,
+        advance: Option<CacheStatus>,
+    ) -> Self {
         Self {
             key,
             record,
+            advance,
             expires: std::sync::Mutex::new(Instant::now() + ttl),
         }
     }
@@ -154,13 +166,19 @@ impl Lease {
     pub fn owner(&self) -> OwnerToken {
         self.record.owner
     }
+
+    /// What writing `record` over this claim means for its entity's
+    /// pending change ([`EntityEffect::Keep`] off entity routes).
+    pub fn effect(&self, record: &Record) -> EntityEffect {
+        EntityEffect::of_route(record, self.advance.as_ref())
+    }
 }
 
 #[cfg(test)]
 impl Lease {
     /// A lease without a claim, for unit tests of what settles leases.
     pub(crate) fn for_tests(key: StoreKey, record: Record) -> Self {
-        Self::claimed(key, record, Duration::from_secs(60))
+        Self::claimed(key, record, Duration::from_secs(60), None)
     }
 }
 

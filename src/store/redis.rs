@@ -474,12 +474,12 @@ impl Store for RedisStore {
                 return Ok(ClaimOutcome::Existing(existing));
             }
         }
-        let lease = Lease::claimed(key.clone(), record, ttl);
+        let advance = entity.map(|step| step.advance.clone());
+        let lease = Lease::claimed(key.clone(), record, ttl, advance);
         if !self.replicated(client, key).await? {
-            let owner = vec![owner_arg(lease.owner())];
             // Best effort: a claim left behind turns unknown when its lease
             // runs out, and the caller hears the store is unavailable anyway.
-            if let Err(error) = self.eval(client, &self.scripts.release, key, owner).await {
+            if let Err(error) = self.release(key, lease.owner(), Releasing::Owned).await {
                 tracing::debug!(key = key.hash(), %error, "releasing an unreplicated claim failed");
             }
             return Err(StoreError::Unavailable(
@@ -495,6 +495,7 @@ impl Store for RedisStore {
         owner: OwnerToken,
         record: &Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Result<Completion, StoreError> {
         let client = &mut self.routed(key.as_str());
         let mut args = vec![
@@ -511,7 +512,7 @@ impl Store for RedisStore {
         }
         args.push(Value::from(if owes { key.hash() } else { "" }));
         // An entity route's record: its entity settles in the same step.
-        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::of(record)) {
+        if let Some((entity, effect)) = entity::settle_part(key, effect) {
             keys.push(entity);
             args.push(effect);
         }
@@ -550,8 +551,19 @@ impl Store for RedisStore {
         } else {
             "0"
         };
-        let args = vec![owner_arg(owner), Value::from(claim_only)];
-        self.eval_flag(&self.scripts.release, key, args).await
+        let mut args = vec![owner_arg(owner), Value::from(claim_only)];
+        let mut keys = vec![key.as_str().to_owned()];
+        // A released change never happened: its entity drops it in the
+        // same step.
+        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::Drop) {
+            keys.push(entity);
+            args.push(effect);
+        }
+        let client = &mut self.routed(key.as_str());
+        let reply = self
+            .eval_keys(client, &self.scripts.release, key, keys, args)
+            .await?;
+        Ok(reply.as_i64() == Some(1))
     }
 
     async fn renew(
@@ -577,16 +589,17 @@ impl Store for RedisStore {
     }
 
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        use fred::interfaces::KeysInterface;
-        let deleted: i64 = self
-            .routed(key.as_str())
-            .del(key.as_str())
-            .await
-            .map_err(|e| {
-                self.follow_topology(&e);
-                classify(&e)
-            })?;
-        Ok(deleted > 0)
+        let mut keys = vec![key.as_str().to_owned()];
+        let mut args = Vec::new();
+        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::Drop) {
+            keys.push(entity);
+            args.push(effect);
+        }
+        let client = &mut self.routed(key.as_str());
+        let reply = self
+            .eval_keys(client, &self.scripts.purge, key, keys, args)
+            .await?;
+        Ok(reply.as_i64() == Some(1))
     }
 
     async fn entity(

@@ -6,10 +6,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use idemgate::config::Sources;
-use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
+use idemgate::config::{CacheStatus, Sources};
+use idemgate::record::{
+    Fingerprint, InboxEntry, OwnerMint, Record, RecordState, Stage, StoredBody, StoredRequest,
+    StoredResponse,
+};
 use idemgate::store::embedded::EmbeddedStore;
-use idemgate::store::entity::{EntityStep, EntityVerdict, TransitionKind};
+use idemgate::store::entity::{Blocker, EntityEffect, EntityStep, EntityVerdict, TransitionKind};
+use idemgate::store::inbox::{InboxOps, Swapped};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, EntityKey, Lease, Releasing, Store, StoreKey};
 
@@ -17,37 +21,76 @@ use crate::support::RedisServer;
 
 const LONG: Duration = Duration::from_secs(60);
 const ENTITY: &str = "0123456789abcdef0123456789abcdef";
+/// A second entity, for the sequences that leave the first one alone.
+const OTHER: &str = "fedcba9876543210fedcba9876543210";
 
 fn key(n: u8) -> StoreKey {
-    StoreKey::for_entity("contract", "pay", &format!("{n:02x}").repeat(32), ENTITY)
+    key_of(ENTITY, n)
+}
+
+fn key_of(entity: &str, n: u8) -> StoreKey {
+    StoreKey::for_entity("contract", "pay", &format!("{n:02x}").repeat(32), entity)
 }
 
 fn step(to: &str, from: &[&str]) -> EntityStep {
+    step_of(ENTITY, to, from)
+}
+
+fn step_of(entity: &str, to: &str, from: &[&str]) -> EntityStep {
     EntityStep {
-        key: EntityKey::new("contract", "pay", ENTITY),
+        key: EntityKey::new("contract", "pay", entity),
         to: to.to_owned(),
         sources: Sources {
             from: from.iter().map(|s| (*s).to_owned()).collect(),
             initial: true,
         },
         retention: LONG,
+        advance: CacheStatus::successes(),
+    }
+}
+
+fn response(status: u16) -> StoredResponse {
+    StoredResponse {
+        status,
+        headers: Vec::new(),
+        body: StoredBody::Kept(Bytes::from_static(b"ok")),
     }
 }
 
 fn answer() -> RecordState {
-    RecordState::Completed(StoredResponse {
-        status: 200,
-        headers: Vec::new(),
-        body: StoredBody::Kept(Bytes::from_static(b"ok")),
-    })
+    RecordState::Completed(response(200))
+}
+
+fn inbox(stage: Stage, last: Option<u16>) -> RecordState {
+    RecordState::Inbox(Box::new(InboxEntry {
+        ack: response(200),
+        stage,
+        attempts: 1,
+        limit: 1,
+        due_ms: 0,
+        route: "pay".into(),
+        last_error: String::new(),
+        last_answer: last.map(response),
+        request: StoredRequest {
+            method: Bytes::from_static(b"POST"),
+            target: Bytes::from_static(b"/pay"),
+            headers: Vec::new(),
+            body: Bytes::from_static(b"{}"),
+        },
+    }))
 }
 
 async fn claim<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> ClaimOutcome {
     let record = Record::in_flight(mint.next(), Fingerprint([n; 32]), None);
-    store
-        .claim(&key(n), record, LONG, Some(step))
-        .await
-        .unwrap()
+    let key = key_of(step.key.hash(), n);
+    store.claim(&key, record, LONG, Some(step)).await.unwrap()
+}
+
+async fn blocker<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> Blocker {
+    match claim(store, mint, n, step).await {
+        ClaimOutcome::Decided(EntityVerdict::Busy { blocker }) => blocker,
+        other => panic!("delivery {n}: expected a busy entity, got {other:?}"),
+    }
 }
 
 async fn claimed<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> Lease {
@@ -58,12 +101,42 @@ async fn claimed<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep
 }
 
 async fn complete<S: Store>(store: &S, lease: &Lease, state: RecordState) {
+    complete_for(store, lease, state, LONG).await;
+}
+
+async fn complete_for<S: Store>(store: &S, lease: &Lease, state: RecordState, ttl: Duration) {
     let record = lease.record().with_state(state);
+    let effect = EntityEffect::of(&record, &CacheStatus::successes());
     let stored = store
-        .complete(lease.key(), lease.owner(), &record, LONG)
+        .complete(lease.key(), lease.owner(), &record, ttl, effect)
         .await
         .unwrap();
     assert!(stored.stored());
+}
+
+/// Rewrites the inbox record `lease` left (owner `owner`) as `state`,
+/// as a worker or an operator does; returns the new owner.
+async fn swap<S: Store + InboxOps>(
+    store: &S,
+    mint: &OwnerMint,
+    lease: &Lease,
+    owner: idemgate::record::OwnerToken,
+    state: RecordState,
+) -> idemgate::record::OwnerToken {
+    let mut record = lease.record().with_state(state);
+    record.owner = mint.next();
+    let effect = EntityEffect::of(&record, &CacheStatus::successes());
+    let swapped = store
+        .swap(lease.key(), owner, &record, LONG, effect)
+        .await
+        .unwrap();
+    assert_eq!(swapped, Swapped::Written);
+    record.owner
+}
+
+async fn state_of<S: Store>(store: &S, entity: &str) -> idemgate::store::entity::EntityState {
+    let key = EntityKey::new("contract", "pay", entity);
+    store.entity(&key).await.unwrap().expect("an entity").0
 }
 
 async fn entity_contract<S: Store>(store: &S) {
@@ -75,11 +148,11 @@ async fn entity_contract<S: Store>(store: &S) {
     let pending = claimed(store, &mint, 1, &step("pending", &[])).await;
     // 2 (success) while 1 is in flight: busy.
     let success = step("success", &["pending", "failed"]);
-    match claim(store, &mint, 2, &success).await {
-        ClaimOutcome::Decided(EntityVerdict::Busy { remaining }) => {
+    match blocker(store, &mint, 2, &success).await {
+        Blocker::InFlight { remaining } => {
             assert!(remaining > Duration::from_secs(50), "{remaining:?}");
         }
-        other => panic!("expected busy, got {other:?}"),
+        other => panic!("expected busy behind a change in flight, got {other:?}"),
     }
     complete(store, &pending, answer()).await;
     let (state, ttl) = store.entity(&entity).await.unwrap().unwrap();
@@ -100,8 +173,8 @@ async fn entity_contract<S: Store>(store: &S) {
     let failed = claimed(store, &mint, 3, &step("failed", &["pending"])).await;
     complete(store, &failed, RecordState::Unknown).await;
     assert!(matches!(
-        claim(store, &mint, 2, &success).await,
-        ClaimOutcome::Decided(EntityVerdict::Busy { .. })
+        blocker(store, &mint, 2, &success).await,
+        Blocker::Unknown { .. }
     ));
     // The operator purges the unknown record: the change never happened.
     assert!(store.purge(failed.key()).await.unwrap());
@@ -149,18 +222,186 @@ async fn entity_contract<S: Store>(store: &S) {
     assert!(state.history.windows(2).all(|w| w[0].at_ms >= w[1].at_ms));
 }
 
-#[tokio::test]
-async fn redis_store_keeps_the_entity_contract() {
+/// The entity follows the handler: only an answer `advance_status` lists
+/// applies a change, a stored refusal (404) drops it.
+async fn a_stored_refusal_leaves_the_entity<S: Store>(store: &S) {
+    let mint = OwnerMint::new();
+    let paid = step_of(OTHER, "success", &["pending"]);
+    let lease = claimed(store, &mint, 1, &step_of(OTHER, "pending", &[])).await;
+    complete(store, &lease, answer()).await;
+    // The handler answers the success notice 404; cache_status stores it.
+    let lease = claimed(store, &mint, 2, &paid).await;
+    complete(store, &lease, RecordState::Completed(response(404))).await;
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    assert!(entity.pending.is_none());
+    // The next success notice (a re-notification) reaches the handler.
+    let lease = claimed(store, &mint, 3, &paid).await;
+    complete(store, &lease, answer()).await;
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert_eq!(entity.applied, 2);
+}
+
+/// A change whose record vanished unsettled (an unknown outcome whose
+/// hold ran out) holds the entity, copies included, until an operator
+/// purges the pending delivery.
+async fn an_unresolved_change_holds_the_entity<S: Store>(store: &S) {
+    let mint = OwnerMint::new();
+    let paid = step_of(OTHER, "success", &["pending"]);
+    let lease = claimed(store, &mint, 1, &step_of(OTHER, "pending", &[])).await;
+    complete(store, &lease, answer()).await;
+    let lease = claimed(store, &mint, 2, &paid).await;
+    complete_for(
+        store,
+        &lease,
+        RecordState::Unknown,
+        Duration::from_millis(50),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(Store::lookup(store, lease.key()).await.unwrap().is_none());
+    assert_eq!(blocker(store, &mint, 3, &paid).await, Blocker::Unresolved);
+    assert_eq!(
+        blocker(store, &mint, 2, &paid).await,
+        Blocker::Unresolved,
+        "a copy of the unresolved delivery is not run again either"
+    );
+    let refund = step_of(OTHER, "refunded", &["success"]);
+    assert_eq!(blocker(store, &mint, 4, &refund).await, Blocker::Unresolved);
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    assert_eq!(
+        entity.pending.as_ref().map(|p| p.delivery().to_owned()),
+        Some(lease.key().hash().to_owned())
+    );
+    // The operator, having checked the handler, says it never happened.
+    assert!(store.purge(lease.key()).await.unwrap());
+    let lease = claimed(store, &mint, 2, &paid).await;
+    complete(store, &lease, answer()).await;
+    assert_eq!(
+        state_of(store, OTHER).await.state.as_deref(),
+        Some("success")
+    );
+}
+
+/// A dead inbox delivery keeps its change pending: the entity is held,
+/// and the operator's retry that delivers it applies it; a drop drops it.
+async fn a_dead_delivery_holds_its_change<S: Store + InboxOps>(store: &S) {
+    let mint = OwnerMint::new();
+    let paid = step_of(OTHER, "success", &["pending"]);
+    let refund = step_of(OTHER, "refunded", &["success"]);
+    let lease = claimed(store, &mint, 1, &step_of(OTHER, "pending", &[])).await;
+    complete(store, &lease, answer()).await;
+    // The success's live call fails: queued; its redeliveries fail: dead.
+    let lease = claimed(store, &mint, 2, &paid).await;
+    complete(store, &lease, inbox(Stage::Queued, None)).await;
+    assert_eq!(blocker(store, &mint, 3, &refund).await, Blocker::Inbox);
+    let owner = swap(
+        store,
+        &mint,
+        &lease,
+        lease.owner(),
+        inbox(Stage::Dead, Some(503)),
+    )
+    .await;
+    assert_eq!(blocker(store, &mint, 3, &refund).await, Blocker::Inbox);
+    assert_eq!(blocker(store, &mint, 4, &paid).await, Blocker::Inbox);
+    // Retried by the operator, delivered: the entity takes the state.
+    let owner = swap(store, &mint, &lease, owner, inbox(Stage::Queued, Some(503))).await;
+    swap(
+        store,
+        &mint,
+        &lease,
+        owner,
+        inbox(Stage::Delivered, Some(200)),
+    )
+    .await;
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert!(entity.pending.is_none());
+    // The refund waits no more; queued, dead, then dropped: never made.
+    let lease = claimed(store, &mint, 3, &refund).await;
+    complete(store, &lease, inbox(Stage::Queued, None)).await;
+    let owner = swap(
+        store,
+        &mint,
+        &lease,
+        lease.owner(),
+        inbox(Stage::Dead, Some(503)),
+    )
+    .await;
+    swap(
+        store,
+        &mint,
+        &lease,
+        owner,
+        inbox(Stage::Dropped, Some(503)),
+    )
+    .await;
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert!(entity.pending.is_none());
+    // A redelivery the handler refused (404, stored) drops it too.
+    let lease = claimed(store, &mint, 5, &refund).await;
+    complete(store, &lease, inbox(Stage::Queued, None)).await;
+    swap(
+        store,
+        &mint,
+        &lease,
+        lease.owner(),
+        inbox(Stage::Delivered, Some(404)),
+    )
+    .await;
+    let entity = state_of(store, OTHER).await;
+    assert_eq!(entity.state.as_deref(), Some("success"));
+    assert!(entity.pending.is_none());
+}
+
+async fn redis_store() -> (RedisServer, RedisStore) {
     let redis = RedisServer::start();
     let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
         .await
         .unwrap();
+    (redis, store)
+}
+
+fn embedded_store(dir: &tempfile::TempDir) -> EmbeddedStore {
+    EmbeddedStore::open(&dir.path().join("entity.redb")).unwrap()
+}
+
+#[tokio::test]
+async fn redis_store_keeps_the_entity_contract() {
+    let (_redis, store) = redis_store().await;
     entity_contract(&store).await;
 }
 
 #[tokio::test]
 async fn embedded_store_keeps_the_entity_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(&dir.path().join("entity.redb")).unwrap();
-    entity_contract(&store).await;
+    entity_contract(&embedded_store(&dir)).await;
+}
+
+#[tokio::test]
+async fn on_both_stores_a_stored_refusal_leaves_the_entity() {
+    let (_redis, store) = redis_store().await;
+    a_stored_refusal_leaves_the_entity(&store).await;
+    let dir = tempfile::tempdir().unwrap();
+    a_stored_refusal_leaves_the_entity(&embedded_store(&dir)).await;
+}
+
+#[tokio::test]
+async fn on_both_stores_an_unresolved_change_holds_the_entity() {
+    let (_redis, store) = redis_store().await;
+    an_unresolved_change_holds_the_entity(&store).await;
+    let dir = tempfile::tempdir().unwrap();
+    an_unresolved_change_holds_the_entity(&embedded_store(&dir)).await;
+}
+
+#[tokio::test]
+async fn on_both_stores_a_dead_delivery_holds_its_change() {
+    let (_redis, store) = redis_store().await;
+    a_dead_delivery_holds_its_change(&store).await;
+    let dir = tempfile::tempdir().unwrap();
+    a_dead_delivery_holds_its_change(&embedded_store(&dir)).await;
 }

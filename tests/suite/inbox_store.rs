@@ -11,6 +11,7 @@ use idemgate::record::{
     StoredResponse,
 };
 use idemgate::store::embedded::EmbeddedStore;
+use idemgate::store::entity::EntityEffect;
 use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey, OwedKey, Swapped};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
@@ -27,21 +28,30 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     let mut taken = lease.record().with_state(RecordState::Unknown);
     taken.owner = mint.next();
     assert_eq!(
-        store.swap(&key, lease.owner(), &taken, LONG).await.unwrap(),
+        store
+            .swap(&key, lease.owner(), &taken, LONG, EntityEffect::Keep)
+            .await
+            .unwrap(),
         Swapped::Written,
         "expected owner: written"
     );
     let stored = Store::lookup(store, &key).await.unwrap().expect("a record");
     assert_eq!(stored.record, taken);
     assert_eq!(
-        store.swap(&key, lease.owner(), &taken, LONG).await.unwrap(),
+        store
+            .swap(&key, lease.owner(), &taken, LONG, EntityEffect::Keep)
+            .await
+            .unwrap(),
         Swapped::Written,
         "a retried swap whose first attempt landed succeeds for its writer"
     );
     let mut rival = taken.clone();
     rival.owner = mint.next();
     assert_eq!(
-        store.swap(&key, lease.owner(), &rival, LONG).await.unwrap(),
+        store
+            .swap(&key, lease.owner(), &rival, LONG, EntityEffect::Keep)
+            .await
+            .unwrap(),
         Swapped::Refused,
         "a second writer that read the same owner loses"
     );
@@ -52,7 +62,7 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     let absent = StoreKey::new("contract", "inbox", "absent");
     assert_eq!(
         store
-            .swap(&absent, lease.owner(), &taken, LONG)
+            .swap(&absent, lease.owner(), &taken, LONG, EntityEffect::Keep)
             .await
             .unwrap(),
         Swapped::Refused,
@@ -176,7 +186,7 @@ async fn queue<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey) -> Record 
     let mut queued = inbox_record(lease.record(), mint, Stage::Queued);
     queued.owner = lease.owner();
     let done = store
-        .complete(key, lease.owner(), &queued, LONG)
+        .complete(key, lease.owner(), &queued, LONG, EntityEffect::Keep)
         .await
         .unwrap();
     assert_eq!(done, Completion::Stored);
@@ -212,11 +222,15 @@ async fn owed_contract<S: Store + InboxOps>(store: &S) {
 
     // Dead is still owed; delivered is not.
     let dead = inbox_record(&queued[0], &mint, Stage::Dead);
-    let swapped = store.swap(&keys[0], queued[0].owner, &dead, LONG).await;
+    let swapped = store
+        .swap(&keys[0], queued[0].owner, &dead, LONG, EntityEffect::Keep)
+        .await;
     assert_eq!(swapped.unwrap(), Swapped::Written);
     assert_eq!(owed(store, &set).await, hashes);
     let delivered = inbox_record(&dead, &mint, Stage::Delivered);
-    let swapped = store.swap(&keys[0], dead.owner, &delivered, LONG).await;
+    let swapped = store
+        .swap(&keys[0], dead.owner, &delivered, LONG, EntityEffect::Keep)
+        .await;
     assert_eq!(swapped.unwrap(), Swapped::Written);
     assert_eq!(owed(store, &set).await, hashes[1..], "resolved: not owed");
 

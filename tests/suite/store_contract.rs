@@ -7,6 +7,7 @@ use crate::support::RedisServer;
 use bytes::Bytes;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::embedded::EmbeddedStore;
+use idemgate::store::entity::EntityEffect;
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{
     ClaimOutcome, Completion, Lease, Observed, Releasing, Store, StoreError, StoreKey,
@@ -79,7 +80,8 @@ async fn contract<S: Store>(store: &S) {
                 lease.key(),
                 lease.owner(),
                 &completed,
-                Duration::from_secs(3600)
+                Duration::from_secs(3600),
+                EntityEffect::Keep
             )
             .await
             .unwrap(),
@@ -109,7 +111,13 @@ async fn contract<S: Store>(store: &S) {
     let written = lease.record().with_state(RecordState::Unknown);
     assert_eq!(
         store
-            .complete(lease.key(), lease.owner(), &written, LONG)
+            .complete(
+                lease.key(),
+                lease.owner(),
+                &written,
+                LONG,
+                EntityEffect::Keep
+            )
             .await
             .unwrap(),
         Completion::Stored
@@ -148,7 +156,13 @@ async fn contract<S: Store>(store: &S) {
     let foreign = stale_complete.record().with_state(answer());
     assert_eq!(
         store
-            .complete(stale_complete.key(), stale_complete.owner(), &foreign, LONG)
+            .complete(
+                stale_complete.key(),
+                stale_complete.owner(),
+                &foreign,
+                LONG,
+                EntityEffect::Keep
+            )
             .await
             .unwrap(),
         Completion::TakenOver,
@@ -184,7 +198,13 @@ async fn contract<S: Store>(store: &S) {
     let unknown = lease.record().with_state(RecordState::Unknown);
     assert_eq!(
         store
-            .complete(lease.key(), lease.owner(), &unknown, LONG)
+            .complete(
+                lease.key(),
+                lease.owner(),
+                &unknown,
+                LONG,
+                EntityEffect::Keep
+            )
             .await
             .unwrap(),
         Completion::Stored
@@ -203,7 +223,13 @@ async fn contract<S: Store>(store: &S) {
     let late = lapsed.record().with_state(answer());
     assert_eq!(
         store
-            .complete(lapsed.key(), lapsed.owner(), &late, LONG)
+            .complete(
+                lapsed.key(),
+                lapsed.owner(),
+                &late,
+                LONG,
+                EntityEffect::Keep
+            )
             .await
             .unwrap(),
         Completion::StoredInFreeKey
@@ -282,7 +308,13 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     let lease = claimed(&store, &mint, &k, LONG).await;
     let completed = lease.record().with_state(answer());
     store
-        .complete(lease.key(), lease.owner(), &completed, LONG)
+        .complete(
+            lease.key(),
+            lease.owner(),
+            &completed,
+            LONG,
+            EntityEffect::Keep,
+        )
         .await
         .unwrap();
     let in_flight = claimed(&store, &mint, &key("in-flight"), LONG).await;
@@ -317,6 +349,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             in_flight.owner(),
             &in_flight.record().with_state(answer()),
             LONG,
+            EntityEffect::Keep,
         )
         .await;
     assert!(matches!(&stored, Err(e) if e.is_transient()), "{stored:?}");

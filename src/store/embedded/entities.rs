@@ -13,7 +13,9 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use super::backend;
 use super::slot::{Slot, deadline, expiry_of, read_entry};
 use crate::record::RecordState;
-use crate::store::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict, PendingRecord};
+use crate::store::entity::{
+    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, PendingRecord,
+};
 use crate::store::{EntityKey, StoreError};
 
 /// Entity key → expiry and state.
@@ -85,12 +87,17 @@ pub(super) fn claim(
         None => PendingRecord::Absent,
         Some(pending) => match read_entry(&*slot.records, &pending.record, slot.now)? {
             None => PendingRecord::Absent,
-            Some(entry) => match entry.record.state {
-                RecordState::Completed(_) | RecordState::Acknowledged(_) => {
-                    PendingRecord::Completed
+            Some(entry) => {
+                let remaining = Duration::from_millis(entry.expires_at_ms - slot.now);
+                match entry.record.state {
+                    RecordState::Completed(_) | RecordState::Acknowledged(_) => {
+                        PendingRecord::Completed
+                    }
+                    RecordState::InFlight => PendingRecord::Open(Blocker::InFlight { remaining }),
+                    RecordState::Unknown => PendingRecord::Open(Blocker::Unknown { remaining }),
+                    RecordState::Inbox(_) => PendingRecord::Open(Blocker::Inbox),
                 }
-                _ => PendingRecord::Open(Duration::from_millis(entry.expires_at_ms - slot.now)),
-            },
+            }
         },
     };
     let verdict = state.claim(step, slot.key.as_str(), pending, slot.now);
@@ -101,20 +108,22 @@ pub(super) fn claim(
 }
 
 /// Settles `slot`'s entity (if its key has one) after a write of a record
-/// with `effect`; the entity keeps its expiry.
-pub(super) fn settle(slot: &Slot<'_, '_>, effect: EntityEffect) -> Result<(), StoreError> {
+/// with `effect`; the entity keeps its expiry. Returns whether the entity
+/// changed (the transaction must then commit).
+pub(super) fn settle(slot: &Slot<'_, '_>, effect: EntityEffect) -> Result<bool, StoreError> {
     let Some(entity) = slot.key.entity() else {
-        return Ok(());
+        return Ok(false);
     };
     let Some((mut state, expires_at_ms)) = read(slot.txn, entity.as_str(), slot.now)? else {
-        return Ok(());
+        return Ok(false);
     };
     let before = state.clone();
     state.settle(slot.key.as_str(), effect, slot.now);
-    if state != before {
-        write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    if state == before {
+        return Ok(false);
     }
-    Ok(())
+    write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    Ok(true)
 }
 
 /// Reads entity `key` in a read transaction's table.

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::config::Sources;
+use crate::config::{CacheStatus, Sources};
+use crate::record::{InboxEntry, StoredBody, StoredRequest, StoredResponse};
 
 fn step(to: &str, from: &[&str], initial: bool) -> EntityStep {
     EntityStep {
@@ -12,6 +13,7 @@ fn step(to: &str, from: &[&str], initial: bool) -> EntityStep {
             initial,
         },
         retention: Duration::from_secs(60),
+        advance: CacheStatus::successes(),
     }
 }
 
@@ -34,12 +36,12 @@ fn a_change_is_pending_until_its_answer_applies_it() {
     assert_eq!(entity.state, None, "not before the handler answered");
     // A second delivery for the entity meanwhile waits.
     let success = step("success", &["pending", "failed"], true);
-    let open = PendingRecord::Open(Duration::from_secs(5));
+    let blocker = Blocker::InFlight {
+        remaining: Duration::from_secs(5),
+    };
     assert_eq!(
-        entity.claim(&success, &record(2), open, 11),
-        Err(EntityVerdict::Busy {
-            remaining: Duration::from_secs(5)
-        })
+        entity.claim(&success, &record(2), PendingRecord::Open(blocker), 11),
+        Err(EntityVerdict::Busy { blocker })
     );
     // The handler's success applies it, in the completion's step.
     entity.settle(&record(1), EntityEffect::Apply, 12);
@@ -78,7 +80,10 @@ fn a_failed_or_released_change_leaves_the_state() {
         entity.pending.is_some(),
         "another record's write is not this change"
     );
-    // Released (the record is gone when the next claim looks).
+    // Released: the release drops the change in the step that deletes
+    // its record.
+    entity.settle(&record(1), EntityEffect::Drop, 3);
+    assert_eq!(entity.pending, None);
     assert_eq!(
         entity.claim(&success, &record(2), PendingRecord::Absent, 3),
         Ok(())
@@ -87,6 +92,108 @@ fn a_failed_or_released_change_leaves_the_state() {
     entity.settle(&record(2), EntityEffect::Drop, 4);
     assert_eq!(entity.state.as_deref(), Some("pending"));
     assert_eq!(entity.pending, None);
+}
+
+#[test]
+fn a_change_whose_record_vanished_unsettled_holds_the_entity() {
+    // An unknown outcome whose hold ran out (or a lost owner's claim, or
+    // an evicted record): nothing said the change was not made, so the
+    // entity is never judged as if it were not.
+    let mut entity = EntityState {
+        state: Some("pending".into()),
+        ..EntityState::default()
+    };
+    let success = step("success", &["pending"], false);
+    entity
+        .claim(&success, &record(1), PendingRecord::Absent, 1)
+        .unwrap();
+    entity.settle(&record(1), EntityEffect::Keep, 2);
+    for n in 2..5 {
+        assert_eq!(
+            entity.claim(&success, &record(n), PendingRecord::Absent, 3),
+            Err(EntityVerdict::Busy {
+                blocker: Blocker::Unresolved
+            })
+        );
+    }
+    assert_eq!(entity.state.as_deref(), Some("pending"));
+    assert_eq!(
+        entity.pending.as_ref().map(Pending::delivery),
+        Some(&*record(1).rsplit_once(':').unwrap().1)
+    );
+    // The operator purges the pending delivery: the change never happened.
+    entity.settle(&record(1), EntityEffect::Drop, 4);
+    assert_eq!(
+        entity.claim(&success, &record(2), PendingRecord::Absent, 5),
+        Ok(())
+    );
+}
+
+fn answered(status: u16) -> StoredResponse {
+    StoredResponse {
+        status,
+        headers: Vec::new(),
+        body: StoredBody::Kept(bytes::Bytes::from_static(b"x")),
+    }
+}
+
+fn in_inbox(stage: Stage, last: Option<u16>) -> Record {
+    crate::record::sample(RecordState::Inbox(Box::new(InboxEntry {
+        ack: answered(200),
+        stage,
+        attempts: 1,
+        limit: 3,
+        due_ms: 0,
+        route: "pay".into(),
+        last_error: String::new(),
+        last_answer: last.map(answered),
+        request: StoredRequest {
+            method: bytes::Bytes::from_static(b"POST"),
+            target: bytes::Bytes::from_static(b"/"),
+            headers: Vec::new(),
+            body: bytes::Bytes::new(),
+        },
+    })))
+}
+
+#[test]
+fn only_an_answer_advance_status_lists_applies_the_change() {
+    let successes = CacheStatus::successes();
+    let of = |state| EntityEffect::of(&crate::record::sample(state), &successes);
+    assert_eq!(
+        of(RecordState::Completed(answered(200))),
+        EntityEffect::Apply
+    );
+    assert_eq!(
+        of(RecordState::Completed(answered(204))),
+        EntityEffect::Apply
+    );
+    // A 404 that cache_status stores and replays is still a refusal.
+    assert_eq!(
+        of(RecordState::Completed(answered(404))),
+        EntityEffect::Drop
+    );
+    assert_eq!(
+        of(RecordState::Completed(answered(409))),
+        EntityEffect::Drop
+    );
+    assert_eq!(of(RecordState::Unknown), EntityEffect::Keep);
+    assert_eq!(of(RecordState::InFlight), EntityEffect::Keep);
+    let accepts_409 = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
+    let record = crate::record::sample(RecordState::Completed(answered(409)));
+    assert_eq!(EntityEffect::of(&record, &accepts_409), EntityEffect::Apply);
+    assert_eq!(EntityEffect::of_route(&record, None), EntityEffect::Keep);
+
+    let inbox = |stage, last| EntityEffect::of(&in_inbox(stage, last), &successes);
+    assert_eq!(inbox(Stage::Delivered, Some(200)), EntityEffect::Apply);
+    assert_eq!(inbox(Stage::Delivered, Some(404)), EntityEffect::Drop);
+    assert_eq!(inbox(Stage::Delivered, None), EntityEffect::Apply);
+    // A dead delivery may still be retried: its change stays pending.
+    assert_eq!(inbox(Stage::Dead, Some(503)), EntityEffect::Keep);
+    assert_eq!(inbox(Stage::Unknown, None), EntityEffect::Keep);
+    assert_eq!(inbox(Stage::Queued, None), EntityEffect::Keep);
+    assert_eq!(inbox(Stage::Delivering, None), EntityEffect::Keep);
+    assert_eq!(inbox(Stage::Dropped, None), EntityEffect::Drop);
 }
 
 #[test]

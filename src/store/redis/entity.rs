@@ -10,7 +10,7 @@ use fred::prelude::Value;
 
 use super::RedisStore;
 use super::replies::millis;
-use crate::store::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict};
+use crate::store::entity::{Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict};
 use crate::store::{EntityKey, StoreError, StoreKey};
 
 /// How long a busy entity's pending record is said to last when its TTL
@@ -40,13 +40,25 @@ pub(super) fn verdict_from(reply: Value) -> Result<Result<EntityVerdict, Value>,
     }
     let text = |i: usize| parts.get(i).and_then(Value::as_string).unwrap_or_default();
     Ok(Ok(match text(1).as_str() {
-        "busy" => EntityVerdict::Busy {
-            remaining: parts
+        "busy" => {
+            let remaining = parts
                 .get(2)
                 .and_then(Value::as_i64)
                 .and_then(|ms| u64::try_from(ms).ok())
-                .map_or(UNKNOWN_REMAINING, Duration::from_millis),
-        },
+                .map_or(UNKNOWN_REMAINING, Duration::from_millis);
+            let blocker = match text(3).as_str() {
+                "flight" => Blocker::InFlight { remaining },
+                "unknown" => Blocker::Unknown { remaining },
+                "inbox" => Blocker::Inbox,
+                "unresolved" => Blocker::Unresolved,
+                other => {
+                    return Err(StoreError::Backend(format!(
+                        "unexpected busy entity kind {other:?}"
+                    )));
+                }
+            };
+            EntityVerdict::Busy { blocker }
+        }
         "repeat" => EntityVerdict::Repeat,
         "refused" => {
             let from = text(2);

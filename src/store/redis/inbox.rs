@@ -18,6 +18,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use super::{RedisStore, classify, millis, owner_arg, slots};
 use crate::record::{OwnerToken, Record};
+use crate::store::entity::EntityEffect;
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
 
@@ -146,6 +147,7 @@ impl InboxOps for RedisStore {
         expected: OwnerToken,
         record: &'a Record,
         ttl: Duration,
+        effect: EntityEffect,
     ) -> Call<'a, Swapped> {
         Box::pin(async move {
             let owed = record.owed().unwrap_or(false);
@@ -157,7 +159,6 @@ impl InboxOps for RedisStore {
                 Value::from(if owed { "1" } else { "0" }),
             ];
             let mut keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            let effect = crate::store::entity::EntityEffect::of(record);
             if let Some((entity, effect)) = super::entity::settle_part(key, effect) {
                 keys.push(entity);
                 args.push(effect);

@@ -47,6 +47,7 @@ pub(super) struct Scripts {
     pub(super) claim_entity: Named,
     pub(super) complete: Named,
     pub(super) release: Named,
+    pub(super) purge: Named,
     pub(super) renew: Named,
     pub(super) lookup: Named,
     pub(super) swap: Named,
@@ -61,7 +62,8 @@ impl Scripts {
             claim: named!("claim"),
             claim_entity: named!("claim_entity" with entity),
             complete: named!("complete" with entity),
-            release: named!("release"),
+            release: named!("release" with entity),
+            purge: named!("purge" with entity),
             renew: named!("renew"),
             lookup: named!("lookup"),
             swap: named!("swap" with entity),
@@ -71,12 +73,13 @@ impl Scripts {
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 9] {
+    pub(super) fn all(&self) -> [&Script; 10] {
         [
             &self.claim.script,
             &self.claim_entity.script,
             &self.complete.script,
             &self.release.script,
+            &self.purge.script,
             &self.renew.script,
             &self.lookup.script,
             &self.swap.script,

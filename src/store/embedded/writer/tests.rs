@@ -11,6 +11,7 @@ use redb::{Builder, Database, StorageBackend, TableDefinition};
 use super::super::{EXPIRIES, EmbeddedStore, RECORDS, backend};
 use super::GroupCommit;
 use crate::record::{OwnerToken, Record, RecordState};
+use crate::store::entity::EntityEffect;
 use crate::store::{ClaimOutcome, Store, StoreError, StoreKey};
 
 /// A table of the tests' own writes.
@@ -320,7 +321,13 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
         ..crate::record::sample(RecordState::Unknown)
     };
     store
-        .complete(&key(1), answered.owner, &completed, hour)
+        .complete(
+            &key(1),
+            answered.owner,
+            &completed,
+            hour,
+            EntityEffect::Keep,
+        )
         .await
         .unwrap();
 
@@ -458,7 +465,7 @@ async fn a_real_full_filesystem_replays_and_recovers() {
         ..crate::record::sample(RecordState::Unknown)
     };
     store
-        .complete(&key(1), done.owner, &done, hour)
+        .complete(&key(1), done.owner, &done, hour, EntityEffect::Keep)
         .await
         .unwrap();
 
