@@ -50,26 +50,33 @@ fn read(
     }
 }
 
-/// Writes `state` under `key`, expiring at `expires_at_ms`.
+/// Writes `state` under `key`, expiring at `expires_at_ms`. An entity
+/// with nothing left in it (no state, no pending change, no history: a
+/// first change that was dropped) is deleted instead, as Redis deletes a
+/// hash whose last field goes, so both stores show the same entities.
 fn write(
     txn: &WriteTransaction,
     key: &str,
     state: &EntityState,
     expires_at_ms: u64,
 ) -> Result<(), StoreError> {
-    let mut value = expires_at_ms.to_be_bytes().to_vec();
-    serde_json::to_writer(&mut value, state).map_err(backend)?;
     let mut table = txn.open_table(ENTITIES).map_err(backend)?;
-    let previous = table
-        .insert(key, value.as_slice())
-        .map_err(backend)?
-        .and_then(|old| expiry_of(old.value()));
+    let previous = if *state == EntityState::default() {
+        table.remove(key).map_err(backend)?
+    } else {
+        let mut value = expires_at_ms.to_be_bytes().to_vec();
+        serde_json::to_writer(&mut value, state).map_err(backend)?;
+        table.insert(key, value.as_slice()).map_err(backend)?
+    }
+    .and_then(|old| expiry_of(old.value()));
     drop(table);
     let mut expiries = txn.open_table(ENTITY_EXPIRIES).map_err(backend)?;
     if let Some(old) = previous {
         expiries.remove((old, key)).map_err(backend)?;
     }
-    expiries.insert((expires_at_ms, key), ()).map_err(backend)?;
+    if *state != EntityState::default() {
+        expiries.insert((expires_at_ms, key), ()).map_err(backend)?;
+    }
     Ok(())
 }
 
