@@ -19,7 +19,9 @@
 --                                  flight), 'unknown', 'inbox' (owed by
 --                                  the inbox) or 'unresolved' (its record
 --                                  gone, nothing settled the change: the
---                                  entity stays held; pttl -2)
+--                                  entity stays held; pttl -2) or 'queue'
+--                                  (no change pending, but held notices
+--                                  wait their turn: a new one goes behind)
 --          { 0, 'repeat' }         the entity is in ARGV[3] already
 --          { 0, 'refused', from }  the machine forbids from -> ARGV[3]
 --                                  (from '' : no state yet)
@@ -32,53 +34,18 @@ if existing then
   return { existing, redis.call('PTTL', KEYS[1]) }
 end
 local entity = KEYS[2]
-local pk = redis.call('HGET', entity, 'pk')
-if pk then
-  -- The pending change's record shares the entity's slot (same tag).
-  local pending = redis.call('GET', pk)
-  local state = pending and string.sub(pending, 2, 2)
-  if state == '\2' or state == '\4' then
-    entity_settle(entity, pk, 'apply')
-  elseif not pending then
-    return { 0, 'busy', -2, 'unresolved' }
-  else
-    local kind = 'inbox'
-    if state == '\1' then
-      kind = 'flight'
-    elseif state == '\3' then
-      kind = 'unknown'
-    end
-    return { 0, 'busy', redis.call('PTTL', pk), kind }
-  end
+local busy = entity_blocker(entity)
+if busy then
+  return busy
 end
-local to = ARGV[3]
-local from = redis.call('HGET', entity, 's')
-if from == to then
-  local history = entity_history(entity, 'r', from, to, KEYS[1], entity_now())
-  redis.call('HSET', entity, 'h', history)
-  redis.call('HINCRBY', entity, 'r', 1)
-  redis.call('PEXPIRE', entity, ARGV[4])
-  return { 0, 'repeat' }
+local sources = {}
+for i = 6, #ARGV do
+  sources[#sources + 1] = ARGV[i]
 end
-local allowed = false
-if not from then
-  allowed = ARGV[5] == '1'
-else
-  for i = 6, #ARGV do
-    if ARGV[i] == from then
-      allowed = true
-      break
-    end
-  end
-end
-if not allowed then
-  local history = entity_history(entity, 'x', from or nil, to, KEYS[1], entity_now())
-  redis.call('HSET', entity, 'h', history)
-  redis.call('HINCRBY', entity, 'x', 1)
-  redis.call('PEXPIRE', entity, ARGV[4])
-  return { 0, 'refused', from or '' }
+local verdict = entity_judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources)
+redis.call('PEXPIRE', entity, ARGV[4])
+if verdict then
+  return verdict
 end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-redis.call('HSET', entity, 'pk', KEYS[1], 'pf', from or '', 'pt', to)
-redis.call('PEXPIRE', entity, ARGV[4])
 return nil

@@ -11,6 +11,8 @@
 --   h   history, newest first: kind \t from \t to \t delivery \t ms per
 --       line, kind a(pplied) / x (refused) / r(epeat)
 --   n, x, r  applied, refused and repeated counts
+--   q   notices held behind the entity, oldest first, one line each:
+--       record \t to \t initial (0|1) \t from|from… (store/entity/held.rs)
 local ENTITY_HISTORY = 16
 
 local function entity_now()
@@ -34,11 +36,91 @@ local function entity_history(ekey, kind, from, to, record_key, now)
   return table.concat(lines, '\n')
 end
 
+-- The held notices of ekey (field q), oldest first, each with its line.
+local function entity_held(ekey)
+  local held = {}
+  local text = redis.call('HGET', ekey, 'q')
+  if text then
+    for line in string.gmatch(text, '[^\n]+') do
+      local record, to, initial, from = string.match(line, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+      if record then
+        held[#held + 1] = { record = record, to = to, initial = initial, from = from, line = line }
+      end
+    end
+  end
+  return held
+end
+
+-- Writes the held notices back (the field goes with the last one).
+local function entity_store_held(ekey, held)
+  if #held == 0 then
+    redis.call('HDEL', ekey, 'q')
+    return
+  end
+  local lines = {}
+  for i, h in ipairs(held) do
+    lines[i] = h.line
+  end
+  redis.call('HSET', ekey, 'q', table.concat(lines, '\n'))
+end
+
+-- Takes record_key out of the held notices, if it is one.
+local function entity_unhold(ekey, record_key)
+  local held = entity_held(ekey)
+  for i, h in ipairs(held) do
+    if h.record == record_key then
+      table.remove(held, i)
+      entity_store_held(ekey, held)
+      return
+    end
+  end
+end
+
+-- Judges a change of ekey to `to` by record_key, enterable from the
+-- states in `sources` (and from none if initial): nil when allowed (the
+-- change is now pending), else the verdict { 0, 'repeat' } or
+-- { 0, 'refused', from } ('' : no state yet), remembered in the history.
+local function entity_judge(ekey, record_key, to, initial, sources)
+  local from = redis.call('HGET', ekey, 's')
+  if from == to then
+    local history = entity_history(ekey, 'r', from, to, record_key, entity_now())
+    redis.call('HSET', ekey, 'h', history)
+    redis.call('HINCRBY', ekey, 'r', 1)
+    return { 0, 'repeat' }
+  end
+  local allowed = false
+  if not from then
+    allowed = initial
+  else
+    for _, source in ipairs(sources) do
+      if source == from then
+        allowed = true
+        break
+      end
+    end
+  end
+  if not allowed then
+    local history = entity_history(ekey, 'x', from or nil, to, record_key, entity_now())
+    redis.call('HSET', ekey, 'h', history)
+    redis.call('HINCRBY', ekey, 'x', 1)
+    return { 0, 'refused', from or '' }
+  end
+  redis.call('HSET', ekey, 'pk', record_key, 'pf', from or '', 'pt', to)
+  return nil
+end
+
 -- What a write of record_key means for ekey's pending change, if the
 -- record is that change: 'apply' (the handler succeeded: the entity takes
--- the pending state), 'drop' (the change never happened), 'keep'.
+-- the pending state), 'drop' (the change never happened; a held notice
+-- dropped or purged also leaves the queue), 'keep'.
 local function entity_settle(ekey, record_key, effect)
-  if effect == 'keep' or redis.call('HGET', ekey, 'pk') ~= record_key then
+  if effect == 'keep' then
+    return
+  end
+  if effect == 'drop' then
+    entity_unhold(ekey, record_key)
+  end
+  if redis.call('HGET', ekey, 'pk') ~= record_key then
     return
   end
   if effect == 'apply' then
@@ -53,4 +135,66 @@ local function entity_settle(ekey, record_key, effect)
     redis.call('HINCRBY', ekey, 'n', 1)
   end
   redis.call('HDEL', ekey, 'pk', 'pf', 'pt')
+end
+
+-- What holds ekey for a new notice: nil (free), or the busy reply
+-- { 0, 'busy', pttl, kind } of claim_entity.lua. The pending change's
+-- record shares the entity's slot (same tag); a completed one is folded in.
+local function entity_blocker(ekey)
+  local pk = redis.call('HGET', ekey, 'pk')
+  if pk then
+    local pending = redis.call('GET', pk)
+    local state = pending and string.sub(pending, 2, 2)
+    if state == '\2' or state == '\4' then
+      entity_settle(ekey, pk, 'apply')
+    elseif not pending then
+      return { 0, 'busy', -2, 'unresolved' }
+    else
+      local kind = 'inbox'
+      if state == '\1' then
+        kind = 'flight'
+      elseif state == '\3' then
+        kind = 'unknown'
+      end
+      return { 0, 'busy', redis.call('PTTL', pk), kind }
+    end
+  end
+  if redis.call('HEXISTS', ekey, 'q') == 1 then
+    return { 0, 'busy', -2, 'queue' }
+  end
+  return nil
+end
+
+-- Whether a worker may send the queued delivery record_key of ekey now
+-- (store/entity/held.rs, EntityState::take): nil to send it, else
+-- { 0, 'wait' }, or the verdict of its turn with its announced state
+-- after it: { 0, 'repeat', to } / { 0, 'refused', from, to }.
+local function entity_take(ekey, record_key)
+  local pk = redis.call('HGET', ekey, 'pk')
+  if pk == record_key then
+    return nil
+  end
+  if pk then
+    return { 0, 'wait' }
+  end
+  local held = entity_held(ekey)
+  for i, h in ipairs(held) do
+    if h.record == record_key then
+      if i > 1 then
+        return { 0, 'wait' }
+      end
+      table.remove(held, 1)
+      entity_store_held(ekey, held)
+      local sources = {}
+      for source in string.gmatch(h.from, '[^|]+') do
+        sources[#sources + 1] = source
+      end
+      local verdict = entity_judge(ekey, record_key, h.to, h.initial == '1', sources)
+      if verdict then
+        verdict[#verdict + 1] = h.to
+      end
+      return verdict
+    end
+  end
+  return nil
 end

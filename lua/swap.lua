@@ -13,11 +13,17 @@
 -- KEYS[3], ARGV[6]  only for a record of an entity route: the entity key
 --          and what the write means for its pending change ('apply',
 --          'drop' or 'keep', entity.lua)
+-- ARGV[7]  'take': a worker claims a queued delivery of an entity route
+--          to send it; the entity decides first (entity_take in
+--          entity.lua) and the record is written only if it may go
 --
 -- Reply:   1 the key now holds ARGV[2]: written over the expected owner, or
 --            already there (a retried swap whose first reply was lost; a
 --            whole-record match is proof it was this writer's)
 --          0 the key is free, or someone else wrote it (nothing written)
+--          with ARGV[7] = 'take': { 0, 'wait' } (not its turn) or
+--          { 0, 'repeat', to } / { 0, 'refused', from, to } (its turn
+--          came and the entity decided: nothing written)
 --
 -- How redelivery workers claim a queued delivery and settle it: the owner
 -- token sits at bytes 3..18 (1-based) of every record version 1, and every
@@ -28,6 +34,12 @@ if not current then
   return 0
 end
 if string.sub(current, 3, 18) == ARGV[1] then
+  if ARGV[7] == 'take' then
+    local verdict = entity_take(KEYS[3], KEYS[1])
+    if verdict then
+      return verdict
+    end
+  end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   if ARGV[5] == '1' then
     redis.call('SADD', KEYS[2], ARGV[4])

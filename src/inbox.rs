@@ -31,6 +31,7 @@
 //! and holds the delivery as unknown (conservative: never a second send).
 
 mod enqueue;
+mod hold;
 pub(crate) mod metrics;
 mod operator;
 mod repair;
@@ -49,6 +50,7 @@ use crate::store::entity::EntityEffect;
 use crate::store::inbox::{Book, BooksKey, Index, IndexKey};
 use crate::store::{AnyStore, StoreError, StoreKey};
 pub(crate) use enqueue::NotQueued;
+pub(crate) use hold::Holding;
 use metrics::InboxMetrics;
 pub(crate) use operator::{Action, Listing};
 pub(crate) use transition::RedeliveryResult;

@@ -55,6 +55,7 @@ pub(crate) mod claim;
 mod deliver;
 pub mod entity;
 pub(crate) mod guard;
+mod hold;
 pub mod identify;
 pub(crate) mod lease_timing;
 pub(crate) mod metrics;
@@ -91,12 +92,12 @@ use crate::config::{self, Config, OnUnavailable};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::inbox::Inboxes;
-use crate::record::now_ms;
+use crate::record::{TraceContext, now_ms};
 use crate::store::AnyStore;
 use crate::upstream::{self, UpstreamClient};
 use claim::{Claimer, Decision};
 use identify::Identity;
-use report::{Ending, Finished, Labels, Origin};
+use report::{Ending, Finished, Labels, Origin, Settled};
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;
 use shadow::{Enforced, Verdict, Withheld};
@@ -397,17 +398,28 @@ impl Pipeline {
             .as_ref()
             .zip(identity.entity.as_ref())
             .map(|(entity, about)| entity::step(about, entity));
-        let decision = self
-            .claimer
-            .claim(
+        let claimed = self
+            .claim_or_hold(
+                runtime,
+                &verified,
                 &identity,
-                rules,
-                (runtime.ack.as_ref(), entity_step.as_ref()),
-                shadow::patience(rules),
-                context,
+                (entity_step.as_ref(), context, peer),
             )
-            .instrument(trace::claim(self.tracing))
             .await;
+        let decision = match claimed {
+            hold::Claimed::Decided(decision) => decision,
+            hold::Claimed::Held(ack) => {
+                let held = Finished::new(
+                    Outcome::Forwarded,
+                    settle::acknowledged(&ack, &self.config.problem_types),
+                )
+                .settled(Settled::Held);
+                return (
+                    Enforced::Ended(held.into()),
+                    labels_of(identity, secret_index, None),
+                );
+            }
+        };
         let enforced = match decision {
             Ok(Decision::Forward(lease)) => Enforced::Ended(
                 Arc::clone(&self)
@@ -439,6 +451,7 @@ impl Pipeline {
                 verdict: entity::judged(runtime, &identity, verdict),
                 held: Withheld::Duplicate(verified.into_inbound()),
             },
+            Ok(Decision::Behind(_)) => unreachable!("claim_or_hold settles a busy entity"),
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
@@ -459,12 +472,7 @@ impl Pipeline {
         if let Some(first) = &first_trace {
             trace::link_first(&span, first);
         }
-        let labels = Labels {
-            key_hash: Some(identity.key_hash),
-            key_digest: Some(identity.key_digest),
-            secret_index,
-            first_trace,
-        };
+        let labels = labels_of(identity, secret_index, first_trace);
         (enforced, labels)
     }
 
@@ -535,5 +543,19 @@ impl Pipeline {
             .forward_metered(route, inbound.parts.clone(), inbound.body.clone(), peer)
             .await;
         Finished::upstream(outcome, result, &self.config.problem_types)
+    }
+}
+
+/// What the log line says about a delivery the claim stage saw.
+fn labels_of(
+    identity: Identity,
+    secret_index: Option<usize>,
+    first_trace: Option<TraceContext>,
+) -> Labels {
+    Labels {
+        key_hash: Some(identity.key_hash),
+        key_digest: Some(identity.key_digest),
+        secret_index,
+        first_trace,
     }
 }

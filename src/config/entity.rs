@@ -32,6 +32,13 @@ const DEFAULT_RETENTION: &str = "720h";
 const MAX_STATES: usize = 32;
 /// Longest state value, in bytes.
 const MAX_STATE_LEN: usize = 64;
+/// Default `max_held_per_entity`: more notices for one payment than any
+/// channel sends while one change is pending, few enough that one stuck
+/// entity can not fill the inbox.
+const DEFAULT_MAX_HELD: u64 = 32;
+/// The most `max_held_per_entity` may be: the queue lives in one entity
+/// record, read and written whole.
+const MAX_MAX_HELD: u64 = 1_000;
 
 /// The answer to a transition the machine refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +151,9 @@ pub struct Entity {
     pub advance_status: CacheStatus,
     /// What a repeat (and, with `acknowledge`, a refusal) is answered.
     pub ack: Ack,
+    /// With an inbox, how many notices may wait behind one busy entity
+    /// (`max_held_per_entity`); beyond it a notice is not acknowledged.
+    pub max_held: usize,
 }
 
 /// Validates `raw` (route `key`'s `[route.entity]`); the route's inbox
@@ -216,7 +226,25 @@ pub(super) fn entity(
         retention: entity_retention,
         advance_status: advance_status(problems, &key, raw.advance_status.as_deref()),
         ack,
+        max_held: max_held(problems, &key, raw.max_held_per_entity, inbox.is_some()),
     })
+}
+
+/// `max_held_per_entity`: 1 to [`MAX_MAX_HELD`], and only where notices
+/// can be held (a route with an inbox).
+fn max_held(problems: &mut Problems, key: &str, raw: Option<u64>, inbox: bool) -> usize {
+    let key = format!("{key}.max_held_per_entity");
+    if raw.is_some() && !inbox {
+        problems.push(
+            &key,
+            "notices are held behind a busy entity only on a route with [route.inbox]; without one they get 409",
+        );
+    }
+    let value = raw.unwrap_or(DEFAULT_MAX_HELD);
+    if !(1..=MAX_MAX_HELD).contains(&value) {
+        problems.push(&key, format!("{value} is not in 1..={MAX_MAX_HELD}"));
+    }
+    usize::try_from(value.clamp(1, MAX_MAX_HELD)).unwrap_or(1)
 }
 
 /// `advance_status`, default `["2xx"]`: a stored 4xx (the handler refused
@@ -331,6 +359,11 @@ impl Entity {
             on_refused: Some(self.on_refused.name().to_owned()),
             retention: Some(format_duration(self.retention)),
             advance_status: Some(self.advance_status.names()),
+            // Only when set: a route without an inbox must not be shown a
+            // setting it may not have.
+            max_held_per_entity: u64::try_from(self.max_held)
+                .ok()
+                .filter(|&max| max != DEFAULT_MAX_HELD),
             ack_status: Some(self.ack.status),
             ack_body: Some(String::from_utf8_lossy(&self.ack.body).into_owned()),
             ack_content_type: self.ack.content_type.clone(),

@@ -403,6 +403,8 @@ pub struct RawEntity {
     pub retention: Option<String>,
     /// The handler's answers that mean it accepted a change (default 2xx).
     pub advance_status: Option<Vec<String>>,
+    /// Notices held behind one busy entity at most (routes with an inbox).
+    pub max_held_per_entity: Option<u64>,
     /// Status of the acknowledgement (default: the inbox's).
     pub ack_status: Option<u16>,
     /// Body of the acknowledgement.

@@ -31,6 +31,7 @@ use super::transition::{self, Attempt, WorkerStep};
 use super::{Inboxes, Indexes, RouteInbox};
 use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
+use crate::store::entity::{EntityVerdict, KeptBack};
 use crate::store::inbox::{Book, Swapped};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
@@ -46,6 +47,9 @@ const EARLY: Duration = Duration::from_millis(50);
 fn store_retry() -> Backoff {
     Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
 }
+/// How soon a delivery held behind its entity is asked about again: a
+/// change settling ahead of it is picked up within this.
+const HELD_RECHECK: Duration = Duration::from_secs(1);
 /// How long a delivery whose claim too few replicas acknowledged waits
 /// before a worker tries again (the replicas are behind or away).
 const UNREPLICATED_PAUSE: Duration = Duration::from_secs(1);
@@ -209,14 +213,28 @@ impl Workers {
         let token = self.inboxes.mint.next();
         let mut claimed = found.with_state(RecordState::Inbox(sending));
         claimed.owner = token;
-        match self
-            .swap_until(key, found.owner, &claimed, inbox, deadline)
-            .await
-        {
-            Ok(Swapped::Written) => {}
-            Ok(Swapped::Refused) => return,
-            Ok(Swapped::Unreplicated) => {
+        let kept = inbox.kept_for(&claimed);
+        let taken = self
+            .until_answered(deadline, || {
+                self.inboxes.store.take(key, found.owner, &claimed, kept)
+            })
+            .await;
+        match taken {
+            Ok(Ok(Swapped::Written)) => {}
+            Ok(Ok(Swapped::Refused)) => return,
+            Ok(Ok(Swapped::Unreplicated)) => {
                 self.unclaim(inbox, key, found, &claimed).await;
+                return;
+            }
+            // Held behind its entity (store::entity::held): asked again
+            // soon, with no attempt spent.
+            Ok(Err(KeptBack::Wait)) => {
+                self.due_at(key.hash(), now_ms().saturating_add(millis(HELD_RECHECK)))
+                    .await;
+                return;
+            }
+            Ok(Err(KeptBack::Decided(verdict, to))) => {
+                self.decided(inbox, key, found, &verdict, &to).await;
                 return;
             }
             Err(error) => {
@@ -334,20 +352,86 @@ impl Workers {
     ) -> Result<Swapped, StoreError> {
         let kept = inbox.kept_for(record);
         let effect = inbox.effect(record);
+        self.until_answered(deadline, || {
+            self.inboxes.store.swap(key, expected, record, kept, effect)
+        })
+        .await
+    }
+
+    /// Runs `write` until the store answers, asking again while it is out
+    /// of reach, until `deadline` (unix ms).
+    async fn until_answered<T, F, Fut>(&self, deadline: u64, mut write: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let mut pauses = store_retry();
         loop {
-            match self
-                .inboxes
-                .store
-                .swap(key, expected, record, kept, effect)
-                .await
-            {
+            match write().await {
                 Err(error) if error.is_transient() && now_ms() < deadline => {
                     tokio::time::sleep(pauses.next_pause()).await;
                 }
                 other => return other,
             }
         }
+    }
+
+    /// Resolves a held notice its entity decided on when its turn came (a
+    /// repeat, or a change the machine refuses): dropped without the
+    /// handler, saying why, as the same notice would have been answered
+    /// at the door. Its sender was acknowledged long ago; the books count
+    /// it dropped.
+    async fn decided(
+        &self,
+        inbox: &RouteInbox,
+        key: &StoreKey,
+        found: &Record,
+        verdict: &EntityVerdict,
+        to: &str,
+    ) {
+        let RecordState::Inbox(entry) = &found.state else {
+            return;
+        };
+        let hash = key.hash();
+        let why = match verdict {
+            EntityVerdict::Refused { from } => format!(
+                "not sent: its entity may not change from {} to {to} (a discrepancy)",
+                from.as_deref().unwrap_or("none")
+            ),
+            _ => format!("not sent: its entity is already {to} (a repeat)"),
+        };
+        let Some(mut next) = transition::drop_now(entry, now_ms()) else {
+            return;
+        };
+        next.set_error(&why);
+        let mut record = found.with_state(RecordState::Inbox(Box::new(next)));
+        record.owner = self.inboxes.mint.next();
+        let deadline = now_ms().saturating_add(millis(inbox.rules.visibility_timeout));
+        match self
+            .swap_until(key, found.owner, &record, inbox, deadline)
+            .await
+        {
+            Ok(swapped) if swapped.written() => {}
+            outcome => {
+                tracing::warn!(
+                    route = inbox.name(),
+                    key = hash,
+                    ?outcome,
+                    "inbox: a held notice its entity decided on was not resolved; judged again when it is due"
+                );
+                return;
+            }
+        }
+        self.inboxes
+            .enter(&self.indexes.books, Book::Dropped, hash)
+            .await;
+        self.unindex(hash, false).await;
+        tracing::warn!(
+            route = inbox.name(),
+            key = hash,
+            reason = why,
+            "inbox: held notice resolved by its entity without the handler"
+        );
     }
 
     /// Undoes a claim too few replicas acknowledged, before anything was

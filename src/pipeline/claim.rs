@@ -92,6 +92,9 @@ pub(crate) enum Decision {
     /// The delivery's entity decided against forwarding it: a repeat of
     /// its state, or a refused change (`super::entity`).
     Judged(EntityVerdict),
+    /// The delivery's entity is busy, and the route holds notices behind
+    /// a busy entity (it has an inbox): hold this one (`super::hold`).
+    Behind(Blocker),
 }
 
 /// Claims keys for the pipeline. Holds what every claim needs — the
@@ -234,14 +237,15 @@ impl Claimer {
     /// route's acknowledgement, which a compact record's replay is
     /// ([`AckMarker::replay`]). On an entity route, `entity` is judged with
     /// the claim; a busy entity (another delivery's change pending) is
-    /// waited for like a live in-flight record.
+    /// handed back to be held if the route `holds` notices, else waited for
+    /// like a live in-flight record or refused ([`busy`]).
     ///
     /// [`AckMarker::replay`]: crate::record::AckMarker::replay
     pub(crate) async fn claim(
         &self,
         identity: &Identity,
         rules: &Idempotency,
-        (ack, entity): (Option<&StoredResponse>, Option<&EntityStep>),
+        (ack, entity, holds): (Option<&StoredResponse>, Option<&EntityStep>, bool),
         patience: Duration,
         trace: Option<TraceContext>,
     ) -> Result<Decision, StoreError> {
@@ -302,6 +306,9 @@ impl Claimer {
                 // Another delivery's change to the entity is pending: wait
                 // for a live one like a live in-flight record, and answer
                 // the truth about any other (`busy`).
+                Ok(ClaimOutcome::Decided(EntityVerdict::Busy { blocker })) if holds => {
+                    return Ok(Decision::Behind(blocker));
+                }
                 Ok(ClaimOutcome::Decided(EntityVerdict::Busy { blocker })) => {
                     match busy(blocker, timing) {
                         Ok(remaining) => Existing {
@@ -393,9 +400,22 @@ impl Claimer {
 /// `Ok(ttl)` of a live change in flight, waited for like a live in-flight
 /// record; otherwise the 409 that tells the truth, its `Retry-After`
 /// bounded by the route's lease or `unknown_hold` (a change owed by the
-/// inbox may wait there for hours; one whose record is gone waits for an
-/// operator: the sender is asked back within the hold, never told "a
-/// hundred years").
+/// inbox, or notices held before this one, may wait there for hours; one
+/// whose record is gone waits for an operator: the sender is asked back
+/// within the hold, never told "a hundred years"). A route with an inbox
+/// holds the notice instead ([`Decision::Behind`]). Also the answer when
+/// the notice can not be held (its entity's queue is full).
+pub(crate) fn busy_answer(blocker: Blocker, rules: &Idempotency) -> Rejection {
+    let timing = LeaseTiming::of(rules);
+    busy(blocker, timing).map_or_else(
+        |rejection| rejection,
+        |ttl| Rejection::InFlight {
+            retry_after: timing.retry_after_in_flight(Some(ttl)),
+        },
+    )
+}
+
+/// [`busy_answer`] with the wait for a live change left to the caller.
 fn busy(blocker: Blocker, timing: LeaseTiming) -> Result<Duration, Rejection> {
     let hold = timing.unknown_hold;
     match blocker {
@@ -405,7 +425,7 @@ fn busy(blocker: Blocker, timing: LeaseTiming) -> Result<Duration, Rejection> {
                 retry_after: remaining.min(hold),
             })
         }
-        Blocker::Inbox => Err(Rejection::InFlight {
+        Blocker::Inbox | Blocker::Queue => Err(Rejection::InFlight {
             retry_after: timing.lease,
         }),
         Blocker::Unresolved => Err(Rejection::OutcomeUnknown { retry_after: hold }),

@@ -104,16 +104,10 @@ impl Pipeline {
         route.meters.in_flight(1.0);
         let route = Arc::clone(route);
         let task = async move {
-            // Kept as the live attempt sends it, forwarding header included.
-            let kept = route.inbox.as_ref().map(|_| {
-                let request = StoredRequest::capture(&parts, body.clone());
-                match peer.and_then(|peer| upstream::forwarded_for(&parts.headers, peer)) {
-                    Some(value) => {
-                        request.with_header(upstream::X_FORWARDED_FOR.as_str(), value.as_bytes())
-                    }
-                    None => request,
-                }
-            });
+            let kept = route
+                .inbox
+                .as_ref()
+                .map(|_| kept_request(&parts, &body, peer));
             let result = lease_timing::while_renewing(
                 &this.store,
                 &lease,
@@ -222,6 +216,20 @@ impl Pipeline {
                 None
             }
         }
+    }
+}
+
+/// A delivery as an inbox keeps it: as the live attempt sends it,
+/// forwarding header included.
+pub(super) fn kept_request(
+    parts: &http::request::Parts,
+    body: &bytes::Bytes,
+    peer: Option<SocketAddr>,
+) -> StoredRequest {
+    let request = StoredRequest::capture(parts, body.clone());
+    match peer.and_then(|peer| upstream::forwarded_for(&parts.headers, peer)) {
+        Some(value) => request.with_header(upstream::X_FORWARDED_FOR.as_str(), value.as_bytes()),
+        None => request,
     }
 }
 

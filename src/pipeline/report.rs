@@ -76,6 +76,9 @@ pub(super) enum Settled {
     Unknown,
     /// Queued in the route's inbox; the sender got the ack.
     Queued,
+    /// Held in the route's inbox behind its busy entity, not forwarded
+    /// yet; the sender got the ack.
+    Held,
 }
 
 impl Settled {
@@ -87,6 +90,7 @@ impl Settled {
             Self::Released => "released",
             Self::Unknown => "unknown",
             Self::Queued => "queued",
+            Self::Held => "held",
         }
     }
 

@@ -88,6 +88,9 @@ pub enum Blocker {
     /// Its record is gone without the change having been settled: the
     /// handler may have acted. Held until an operator resolves it.
     Unresolved,
+    /// No change is pending, but notices acknowledged earlier wait their
+    /// turn: a new one goes behind them.
+    Queue,
 }
 
 /// A claim the entity decided instead of the record key.
@@ -272,6 +275,11 @@ pub struct EntityState {
     pub refused: u64,
     /// Repeats.
     pub repeats: u64,
+    /// Notices acknowledged while the entity was busy, oldest first
+    /// (`held.rs`): each is judged, in turn, against the state the one
+    /// before it left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<Held>,
 }
 
 /// What the pending change's record says when a claim looks at it.
@@ -297,14 +305,19 @@ impl EntityState {
         pending: PendingRecord,
         now_ms: u64,
     ) -> Result<(), EntityVerdict> {
+        if let Some(blocker) = self.blocker(pending, now_ms) {
+            return Err(EntityVerdict::Busy { blocker });
+        }
+        self.judge(record_key, &step.to, &step.sources, now_ms)
+    }
+
+    /// What holds the entity, given what its pending change's record says
+    /// (a completed one is folded in first); `None`: free to judge.
+    fn blocker(&mut self, pending: PendingRecord, now_ms: u64) -> Option<Blocker> {
         if self.pending.is_some() {
             match pending {
-                PendingRecord::Open(blocker) => return Err(EntityVerdict::Busy { blocker }),
-                PendingRecord::Absent => {
-                    return Err(EntityVerdict::Busy {
-                        blocker: Blocker::Unresolved,
-                    });
-                }
+                PendingRecord::Open(blocker) => return Some(blocker),
+                PendingRecord::Absent => return Some(Blocker::Unresolved),
                 PendingRecord::Completed => {
                     if let Some(record) = self.pending.as_ref().map(|p| p.record.clone()) {
                         self.settle(&record, EntityEffect::Apply, now_ms);
@@ -312,23 +325,36 @@ impl EntityState {
                 }
             }
         }
+        (!self.held.is_empty()).then_some(Blocker::Queue)
+    }
+
+    /// Judges a change to `to` (enterable from `sources`) made by
+    /// `record_key` against the current state: a repeat or a refusal is
+    /// remembered and returned; an allowed change becomes the pending one.
+    fn judge(
+        &mut self,
+        record_key: &str,
+        to: &str,
+        sources: &Sources,
+        now_ms: u64,
+    ) -> Result<(), EntityVerdict> {
         let delivery = hash_of(record_key).to_owned();
         let from = self.state.clone();
         let entry = |kind| Transition {
             kind,
             from: from.clone(),
-            to: step.to.clone(),
+            to: to.to_owned(),
             delivery: delivery.clone(),
             at_ms: now_ms,
         };
-        if from.as_deref() == Some(step.to.as_str()) {
+        if from.as_deref() == Some(to) {
             self.repeats += 1;
             self.remember(entry(TransitionKind::Repeat));
             return Err(EntityVerdict::Repeat);
         }
         let allowed = match &from {
-            None => step.sources.initial,
-            Some(from) => step.sources.from.contains(from),
+            None => sources.initial,
+            Some(from) => sources.from.contains(from),
         };
         if !allowed {
             self.refused += 1;
@@ -338,7 +364,7 @@ impl EntityState {
         self.pending = Some(Pending {
             record: record_key.to_owned(),
             from,
-            to: step.to.clone(),
+            to: to.to_owned(),
         });
         Ok(())
     }
@@ -346,6 +372,10 @@ impl EntityState {
     /// Applies `effect` of a write of `record_key` if that record is the
     /// pending change (module docs, "Settle").
     pub fn settle(&mut self, record_key: &str, effect: EntityEffect, now_ms: u64) {
+        if effect == EntityEffect::Drop {
+            // A held notice dropped or purged leaves the queue with it.
+            self.held.retain(|held| held.record != record_key);
+        }
         let Some(pending) = self.pending.take_if(|p| p.record == record_key) else {
             return;
         };
@@ -389,6 +419,7 @@ impl EntityState {
                 "n" => state.applied = number(value),
                 "x" => state.refused = number(value),
                 "r" => state.repeats = number(value),
+                "q" => state.held = value.lines().filter_map(Held::parse).collect(),
                 _ => {}
             }
         }
@@ -405,6 +436,9 @@ fn hash_of(record_key: &str) -> &str {
         .rsplit_once(':')
         .map_or(record_key, |(_, hash)| hash)
 }
+
+mod held;
+pub use held::{Held, HoldVerdict, KeptBack};
 
 #[cfg(test)]
 mod tests;

@@ -50,7 +50,7 @@
 
 use std::time::Duration;
 
-use super::entity::EntityEffect;
+use super::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use super::{AnyStore, Backend, Call, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record};
 
@@ -209,6 +209,22 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
         ttl: Duration,
         effect: EntityEffect,
     ) -> Call<'a, Swapped>;
+    /// See [`AnyStore::take`].
+    fn take<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        expected: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, Result<Swapped, KeptBack>>;
+    /// See [`AnyStore::hold`].
+    fn hold<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: &'a Record,
+        step: &'a EntityStep,
+        max: usize,
+    ) -> Call<'a, HoldVerdict>;
     /// See [`AnyStore::index_add`].
     fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
     /// See [`AnyStore::index_remove`].
@@ -270,6 +286,40 @@ impl AnyStore {
         let swapped = self.inbox()?.swap(key, expected, record, ttl, effect).await;
         self.forget(key);
         swapped
+    }
+
+    /// [`AnyStore::swap`] of a worker claiming the queued delivery `key`
+    /// to send it (`record`: stage delivering, its effect `keep`): on an
+    /// entity route the entity decides first, in the same step
+    /// ([`crate::store::entity::EntityState::take`]), and nothing is
+    /// written unless it may go (`Err`: wait, or decided without the
+    /// handler).
+    pub async fn take(
+        &self,
+        key: &StoreKey,
+        expected: OwnerToken,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<Result<Swapped, KeptBack>, StoreError> {
+        let taken = self.inbox()?.take(key, expected, record, ttl).await;
+        self.forget(key);
+        taken
+    }
+
+    /// Holds the notice `record` (an inbox delivery, stage queued, kept
+    /// until resolved) under the free `key` behind its busy entity
+    /// (`step`), with its owed-set entry, if fewer than `max` notices wait
+    /// there ([`crate::store::entity::EntityState::hold`]).
+    pub async fn hold(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        step: &EntityStep,
+        max: usize,
+    ) -> Result<HoldVerdict, StoreError> {
+        let held = self.inbox()?.hold(key, record, step, max).await;
+        self.forget(key);
+        held
     }
 
     /// Puts `member` into `index` at `score`, or moves it there.
@@ -365,6 +415,39 @@ impl InboxOps for super::embedded::EmbeddedStore {
             } else {
                 Swapped::Refused
             })
+        })
+    }
+
+    fn take<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        expected: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, Result<Swapped, KeptBack>> {
+        Box::pin(async move {
+            let bytes = record.encode()?.to_vec();
+            let taken = Self::take(self, key, expected, bytes, ttl).await?;
+            Ok(taken.map(|written| {
+                if written {
+                    Swapped::Written
+                } else {
+                    Swapped::Refused
+                }
+            }))
+        })
+    }
+
+    fn hold<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: &'a Record,
+        step: &'a EntityStep,
+        max: usize,
+    ) -> Call<'a, HoldVerdict> {
+        Box::pin(async move {
+            let bytes = record.encode()?.to_vec();
+            Self::hold(self, key, bytes, step.clone(), max).await
         })
     }
 

@@ -24,6 +24,7 @@ mod deploy;
 mod docs;
 mod embedded;
 mod entity;
+mod entity_held;
 mod entity_orders;
 mod entity_outcomes;
 mod entity_store;

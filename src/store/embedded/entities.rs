@@ -14,7 +14,8 @@ use super::backend;
 use super::slot::{Slot, deadline, expiry_of, read_entry};
 use crate::record::RecordState;
 use crate::store::entity::{
-    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, PendingRecord,
+    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, HoldVerdict, KeptBack,
+    PendingRecord,
 };
 use crate::store::{EntityKey, StoreError};
 
@@ -80,6 +81,32 @@ fn write(
     Ok(())
 }
 
+/// What the entity's pending change's record says, read in `slot`'s
+/// transaction (the same look `claim_entity.lua` takes).
+fn pending_of(slot: &Slot<'_, '_>, state: &EntityState) -> Result<PendingRecord, StoreError> {
+    let Some(pending) = &state.pending else {
+        return Ok(PendingRecord::Absent);
+    };
+    let Some(entry) = read_entry(&*slot.records, &pending.record, slot.now)? else {
+        return Ok(PendingRecord::Absent);
+    };
+    let remaining = Duration::from_millis(entry.expires_at_ms - slot.now);
+    Ok(match entry.record.state {
+        RecordState::Completed(_) | RecordState::Acknowledged(_) => PendingRecord::Completed,
+        RecordState::InFlight => PendingRecord::Open(Blocker::InFlight { remaining }),
+        RecordState::Unknown => PendingRecord::Open(Blocker::Unknown { remaining }),
+        RecordState::Inbox(_) => PendingRecord::Open(Blocker::Inbox),
+    })
+}
+
+/// The entity `key` names as `slot`'s transaction reads it (a default one
+/// when none is kept).
+fn current(slot: &Slot<'_, '_>, key: &str) -> Result<EntityState, StoreError> {
+    Ok(read(slot.txn, key, slot.now)?
+        .map(|(state, _)| state)
+        .unwrap_or_default())
+}
+
 /// Judges the claim of `slot`'s (free) key under `step`, writing the
 /// entity either way. `Ok(())`: the caller writes the claim.
 pub(super) fn claim(
@@ -87,31 +114,47 @@ pub(super) fn claim(
     step: &EntityStep,
 ) -> Result<Result<(), EntityVerdict>, StoreError> {
     let key = step.key.as_str();
-    let mut state = read(slot.txn, key, slot.now)?
-        .map(|(state, _)| state)
-        .unwrap_or_default();
-    let pending = match &state.pending {
-        None => PendingRecord::Absent,
-        Some(pending) => match read_entry(&*slot.records, &pending.record, slot.now)? {
-            None => PendingRecord::Absent,
-            Some(entry) => {
-                let remaining = Duration::from_millis(entry.expires_at_ms - slot.now);
-                match entry.record.state {
-                    RecordState::Completed(_) | RecordState::Acknowledged(_) => {
-                        PendingRecord::Completed
-                    }
-                    RecordState::InFlight => PendingRecord::Open(Blocker::InFlight { remaining }),
-                    RecordState::Unknown => PendingRecord::Open(Blocker::Unknown { remaining }),
-                    RecordState::Inbox(_) => PendingRecord::Open(Blocker::Inbox),
-                }
-            }
-        },
-    };
+    let mut state = current(slot, key)?;
+    let pending = pending_of(slot, &state)?;
     let verdict = state.claim(step, slot.key.as_str(), pending, slot.now);
     if !matches!(verdict, Err(EntityVerdict::Busy { .. })) {
         write(slot.txn, key, &state, deadline(slot.now, step.retention))?;
     }
     Ok(verdict)
+}
+
+/// Holds `slot`'s (free) key behind its busy entity (`hold.lua`):
+/// `Held` when the caller is to write the record, owed.
+pub(super) fn hold(
+    slot: &Slot<'_, '_>,
+    step: &EntityStep,
+    max: usize,
+) -> Result<HoldVerdict, StoreError> {
+    let key = step.key.as_str();
+    let mut state = current(slot, key)?;
+    let pending = pending_of(slot, &state)?;
+    let verdict = state.hold(step, slot.key.as_str(), pending, max, slot.now);
+    if verdict == HoldVerdict::Held {
+        write(slot.txn, key, &state, deadline(slot.now, step.retention))?;
+    }
+    Ok(verdict)
+}
+
+/// Whether a worker may send `slot`'s queued delivery now
+/// ([`EntityState::take`]); the entity keeps its expiry.
+pub(super) fn take(slot: &Slot<'_, '_>) -> Result<Result<(), KeptBack>, StoreError> {
+    let Some(entity) = slot.key.entity() else {
+        return Ok(Ok(()));
+    };
+    let Some((mut state, expires_at_ms)) = read(slot.txn, entity.as_str(), slot.now)? else {
+        return Ok(Ok(()));
+    };
+    let before = state.clone();
+    let taking = state.take(slot.key.as_str(), slot.now);
+    if state != before {
+        write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    }
+    Ok(taking)
 }
 
 /// Settles `slot`'s entity (if its key has one) after a write of a record

@@ -10,7 +10,9 @@ use fred::prelude::Value;
 
 use super::RedisStore;
 use super::replies::millis;
-use crate::store::entity::{Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict};
+use crate::store::entity::{
+    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack,
+};
 use crate::store::{EntityKey, StoreError, StoreKey};
 
 /// How long a busy entity's pending record is said to last when its TTL
@@ -20,13 +22,47 @@ const UNKNOWN_REMAINING: Duration = Duration::from_secs(1);
 /// `claim_entity.lua`'s keys and its arguments after the record and TTL.
 pub(super) fn claim_keys_and_args(key: &StoreKey, step: &EntityStep) -> (Vec<String>, Vec<Value>) {
     let keys = vec![key.as_str().to_owned(), step.key.as_str().to_owned()];
+    let mut args = step_args(step);
+    // claim_entity.lua takes the announced state first, then retention.
+    args.swap(0, 1);
+    (keys, args)
+}
+
+/// A step as `claim_entity.lua` (after the announced state) and
+/// `hold.lua` (after `max_held_per_entity`) take it: retention, then the
+/// announced state, whether it may be initial, and its sources.
+pub(super) fn step_args(step: &EntityStep) -> Vec<Value> {
     let mut args = vec![
-        Value::from(step.to.as_str()),
         Value::Integer(millis(step.retention)),
+        Value::from(step.to.as_str()),
         Value::from(if step.sources.initial { "1" } else { "0" }),
     ];
     args.extend(step.sources.from.iter().map(|s| Value::from(s.as_str())));
-    (keys, args)
+    args
+}
+
+/// A worker's gated `swap.lua` reply when the entity kept the delivery
+/// back: `{ 0, 'wait' }`, `{ 0, 'repeat', to }` or
+/// `{ 0, 'refused', from, to }` (`None`: any other reply).
+pub(super) fn taking_from(reply: &Value) -> Result<Option<KeptBack>, StoreError> {
+    let Value::Array(parts) = reply else {
+        return Ok(None);
+    };
+    let text = |i: usize| parts.get(i).and_then(Value::as_string).unwrap_or_default();
+    Ok(Some(match text(1).as_str() {
+        "wait" => KeptBack::Wait,
+        "repeat" => KeptBack::Decided(EntityVerdict::Repeat, text(2)),
+        "refused" => {
+            let from = text(2);
+            let from = (!from.is_empty()).then_some(from);
+            KeptBack::Decided(EntityVerdict::Refused { from }, text(3))
+        }
+        other => {
+            return Err(StoreError::Backend(format!(
+                "unexpected swap.lua verdict {other:?}"
+            )));
+        }
+    }))
 }
 
 /// The entity's verdict in a `claim_entity.lua` reply (`{ 0, kind, … }`),
@@ -51,6 +87,7 @@ pub(super) fn verdict_from(reply: Value) -> Result<Result<EntityVerdict, Value>,
                 "unknown" => Blocker::Unknown { remaining },
                 "inbox" => Blocker::Inbox,
                 "unresolved" => Blocker::Unresolved,
+                "queue" => Blocker::Queue,
                 other => {
                     return Err(StoreError::Backend(format!(
                         "unexpected busy entity kind {other:?}"

@@ -17,8 +17,9 @@ use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::{RedisStore, classify, millis, owner_arg, slots};
+use crate::record::inbox::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record};
-use crate::store::entity::EntityEffect;
+use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
 use crate::store::{Call, StoreError, StoreKey};
 
@@ -140,6 +141,51 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `swap.lua`, and with `take` its worker's claim that the entity
+    /// decides first (`Err`: wait, or decided without the handler).
+    async fn swap_with(
+        &self,
+        key: &StoreKey,
+        expected: OwnerToken,
+        record: &Record,
+        (ttl, effect): (Duration, EntityEffect),
+        take: bool,
+    ) -> Result<Result<Swapped, KeptBack>, StoreError> {
+        let owed = record.owed().unwrap_or(false);
+        let mut args = vec![
+            owner_arg(expected),
+            Value::Bytes(record.encode()?),
+            Value::Integer(millis(ttl)),
+            Value::from(key.hash()),
+            Value::from(if owed { "1" } else { "0" }),
+        ];
+        let mut keys = vec![key.as_str().to_owned(), self.owed_set(key)];
+        if let Some((entity, effect)) = super::entity::settle_part(key, effect) {
+            keys.push(entity);
+            args.push(effect);
+            if take {
+                args.push(Value::from("take"));
+            }
+        }
+        let client = &mut self.routed(key.as_str());
+        let reply = self
+            .eval_keys(client, &self.scripts.swap, key, keys, args)
+            .await?;
+        if let Some(taking) = super::entity::taking_from(&reply)? {
+            return Ok(Err(taking));
+        }
+        if reply.as_i64() != Some(1) {
+            return Ok(Ok(Swapped::Refused));
+        }
+        Ok(Ok(if self.replicated(client, key).await? {
+            Swapped::Written
+        } else {
+            Swapped::Unreplicated
+        }))
+    }
+}
+
 impl InboxOps for RedisStore {
     fn swap<'a>(
         &'a self,
@@ -150,31 +196,56 @@ impl InboxOps for RedisStore {
         effect: EntityEffect,
     ) -> Call<'a, Swapped> {
         Box::pin(async move {
-            let owed = record.owed().unwrap_or(false);
-            let mut args = vec![
-                owner_arg(expected),
-                Value::Bytes(record.encode()?),
-                Value::Integer(millis(ttl)),
-                Value::from(key.hash()),
-                Value::from(if owed { "1" } else { "0" }),
+            let swapped = self
+                .swap_with(key, expected, record, (ttl, effect), false)
+                .await?;
+            Ok(swapped.unwrap_or(Swapped::Refused))
+        })
+    }
+
+    fn take<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        expected: OwnerToken,
+        record: &'a Record,
+        ttl: Duration,
+    ) -> Call<'a, Result<Swapped, KeptBack>> {
+        Box::pin(self.swap_with(key, expected, record, (ttl, EntityEffect::Keep), true))
+    }
+
+    fn hold<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        record: &'a Record,
+        step: &'a EntityStep,
+        max: usize,
+    ) -> Call<'a, HoldVerdict> {
+        Box::pin(async move {
+            let keys = vec![
+                key.as_str().to_owned(),
+                step.key.as_str().to_owned(),
+                self.owed_set(key),
             ];
-            let mut keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-            if let Some((entity, effect)) = super::entity::settle_part(key, effect) {
-                keys.push(entity);
-                args.push(effect);
-            }
+            let mut args = vec![
+                Value::Bytes(record.encode()?),
+                Value::Integer(millis(UNRESOLVED_KEPT)),
+                Value::from(key.hash()),
+                Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
+            ];
+            args.extend(super::entity::step_args(step));
             let client = &mut self.routed(key.as_str());
             let reply = self
-                .eval_keys(client, &self.scripts.swap, key, keys, args)
+                .eval_keys(client, &self.scripts.hold, key, keys, args)
                 .await?;
-            if reply.as_i64() != Some(1) {
-                return Ok(Swapped::Refused);
+            match reply.as_string().as_deref() {
+                Some("held") => Ok(HoldVerdict::Held),
+                Some("free") => Ok(HoldVerdict::Free),
+                Some("full") => Ok(HoldVerdict::Full),
+                Some("exists") => Ok(HoldVerdict::Exists),
+                _ => Err(StoreError::Backend(format!(
+                    "unexpected hold.lua reply {reply:?}"
+                ))),
             }
-            Ok(if self.replicated(client, key).await? {
-                Swapped::Written
-            } else {
-                Swapped::Unreplicated
-            })
         })
     }
 

@@ -48,6 +48,7 @@ pub(super) struct Scripts {
     pub(super) complete: Named,
     pub(super) release: Named,
     pub(super) purge: Named,
+    pub(super) hold: Named,
     pub(super) renew: Named,
     pub(super) lookup: Named,
     pub(super) swap: Named,
@@ -64,6 +65,7 @@ impl Scripts {
             complete: named!("complete" with entity),
             release: named!("release" with entity),
             purge: named!("purge" with entity),
+            hold: named!("hold" with entity),
             renew: named!("renew"),
             lookup: named!("lookup"),
             swap: named!("swap" with entity),
@@ -73,13 +75,14 @@ impl Scripts {
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 10] {
+    pub(super) fn all(&self) -> [&Script; 11] {
         [
             &self.claim.script,
             &self.claim_entity.script,
             &self.complete.script,
             &self.release.script,
             &self.purge.script,
+            &self.hold.script,
             &self.renew.script,
             &self.lookup.script,
             &self.swap.script,

@@ -1,0 +1,42 @@
+-- hold.lua: hold a notice behind its busy entity (store/entity/held.rs):
+-- on a route with an inbox, a notice whose entity has a change pending
+-- (or notices already waiting) is kept as a queued inbox delivery and put
+-- at the back of the entity's queue, in one step with its owed-set entry.
+--
+-- KEYS[1]  the record key (free: the claim just found it so)
+-- KEYS[2]  the entity key
+-- KEYS[3]  the scope's owed set for KEYS[1]'s hash slot
+-- ARGV[1]  the encoded inbox record (stage queued)
+-- ARGV[2]  its TTL in milliseconds (kept until resolved)
+-- ARGV[3]  the key hash (the owed set's member)
+-- ARGV[4]  max_held_per_entity
+-- ARGV[5]  entity retention in milliseconds
+-- ARGV[6]  the announced state
+-- ARGV[7]  '1': an entity with no state may take ARGV[6]
+-- ARGV[8…] the states ARGV[6] may be entered from
+--
+-- Reply:   'held'    written and queued
+--          'free'    nothing to wait for any more: claim it instead
+--          'full'    max_held_per_entity notices wait already
+--          'exists'  the key holds a record (a copy raced this one)
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 'exists'
+end
+local entity = KEYS[2]
+if not entity_blocker(entity) then
+  return 'free'
+end
+local held = entity_held(entity)
+if #held >= tonumber(ARGV[4]) then
+  return 'full'
+end
+local sources = {}
+for i = 8, #ARGV do
+  sources[#sources + 1] = ARGV[i]
+end
+held[#held + 1] = { line = KEYS[1] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. table.concat(sources, '|') }
+entity_store_held(entity, held)
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', entity, ARGV[5])
+return 'held'

@@ -1,0 +1,181 @@
+//! Notices held in order behind a busy entity (`store::entity::held`), end
+//! to end on a route with an inbox: acknowledged at once, delivered in
+//! arrival order once the change before them settles, each judged against
+//! the state the one before it left; bounded by `max_held_per_entity`.
+
+use std::time::Duration;
+
+use crate::entity::{MACHINE, notice};
+use crate::support::*;
+
+const TOKEN: &str = "admin-token-for-held-notices";
+
+/// The stores every behaviour is checked on.
+#[derive(Clone, Copy)]
+enum Kind {
+    Redis,
+    Embedded,
+}
+
+/// The success notice takes 800 ms in the handler; everything else is
+/// answered at once.
+async fn slow_success() -> Upstream {
+    Upstream::scripted(|_, body| {
+        if body.windows(9).any(|w| w == b"\"success\"") {
+            Reply::slow(Duration::from_millis(800))
+        } else {
+            Reply::ok()
+        }
+    })
+    .await
+}
+
+async fn gate_on(
+    kind: Kind,
+    upstream: &Upstream,
+    entity_extra: &str,
+) -> (Gate, Option<RedisServer>, Option<tempfile::TempDir>) {
+    let (store, redis, dir) = match kind {
+        Kind::Redis => {
+            let redis = RedisServer::start();
+            (redis_store(&redis), Some(redis), None)
+        }
+        Kind::Embedded => {
+            let (dir, store) = temp_embedded_store();
+            (store, None, Some(dir))
+        }
+    };
+    let extra = format!(
+        "{MACHINE}{entity_extra}\n[route.inbox]\nack_body = \"success\"\nbackoff = \"100ms\"\nmax_backoff = \"200ms\"\n"
+    );
+    let text = config_text(&store, &upstream.url(), &extra);
+    let text = format!("{text}\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
+    (Gate::start(&text).await, redis, dir)
+}
+
+async fn admin_json(gate: &Gate, path: &str) -> serde_json::Value {
+    let headers = vec![("authorization".to_owned(), format!("Bearer {TOKEN}"))];
+    let answer = send("GET", &format!("http://{}{path}", gate.admin), &headers, "").await;
+    assert_eq!(answer.status, 200, "{path}: {answer:?}");
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
+/// The statuses the handler saw, in order.
+fn statuses(upstream: &Upstream) -> Vec<String> {
+    upstream
+        .bodies()
+        .iter()
+        .map(|body| {
+            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+            value["status"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+async fn held_notices_go_in_order(kind: Kind) {
+    let upstream = slow_success().await;
+    let (gate, _redis, _dir) = gate_on(kind, &upstream, "").await;
+    let url = gate.url("/notify");
+    let success = tokio::spawn({
+        let url = url.clone();
+        async move { deliver(&url, &notice("s1", "o1", "success")).await }
+    });
+    assert!(eventually(Duration::from_secs(5), || upstream.calls() == 1).await);
+    // While the success is with the handler: a refund, a stale failure
+    // and a second refund notice arrive. Each is acknowledged at once.
+    for (id, status) in [("r1", "refunded"), ("f1", "failed"), ("r2", "refunded")] {
+        let started = std::time::Instant::now();
+        let held = deliver(&url, &notice(id, "o1", status)).await;
+        assert_eq!(
+            (held.status, &held.body[..]),
+            (200, &b"success"[..]),
+            "{id}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "{id}: not waited for"
+        );
+        // A copy of a held notice gets the same acknowledgement.
+        let copy = deliver(&url, &notice(id, "o1", status)).await;
+        assert_eq!(
+            (copy.status, &copy.body[..]),
+            (200, &b"success"[..]),
+            "{id} copy"
+        );
+    }
+    assert_eq!(success.await.unwrap().status, 200);
+    // The refund goes next; the failure, then judged against "refunded"
+    // (terminal), and the second refund (a repeat) never reach the handler.
+    assert!(
+        eventually(Duration::from_secs(10), || upstream.calls() == 2).await,
+        "the held refund was delivered"
+    );
+    let mut view = serde_json::Value::Null;
+    for _ in 0..100 {
+        view = admin_json(&gate, "/admin/entities/pay?id=o1").await;
+        let counts = &view["counts"];
+        if counts["refused"] == 1 && counts["repeats"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(view["state"], "refunded", "{view}");
+    assert_eq!(
+        view["counts"],
+        serde_json::json!({"applied": 2, "refused": 1, "repeats": 1}),
+        "{view}"
+    );
+    assert_eq!(statuses(&upstream), ["success", "refunded"]);
+    // The two the entity decided on are resolved, saying why; nothing is
+    // left queued.
+    let history = view["history"].as_array().unwrap();
+    for kind in ["refused", "repeat"] {
+        let line = history.iter().find(|t| t["kind"] == kind).unwrap();
+        let hash = line["delivery"].as_str().unwrap();
+        let hash = hash.replace('{', "%7B").replace('}', "%7D");
+        let delivery = admin_json(&gate, &format!("/admin/inbox/pay/delivery?hash={hash}")).await;
+        assert_eq!(delivery["state"], "dropped", "{delivery}");
+        let error = delivery["last_error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("not sent: its entity"), "{delivery}");
+    }
+    let queued = admin_json(&gate, "/admin/inbox/pay?state=queued").await;
+    assert_eq!(queued["items"], serde_json::json!([]), "{queued}");
+    gate.stop().await;
+}
+
+#[tokio::test]
+async fn held_notices_go_in_order_on_redis() {
+    held_notices_go_in_order(Kind::Redis).await;
+}
+
+#[tokio::test]
+async fn held_notices_go_in_order_on_the_embedded_store() {
+    held_notices_go_in_order(Kind::Embedded).await;
+}
+
+#[tokio::test]
+async fn max_held_per_entity_bounds_the_queue_and_refuses_truthfully() {
+    let upstream = slow_success().await;
+    let (gate, _redis, _dir) = gate_on(Kind::Redis, &upstream, "max_held_per_entity = 1\n").await;
+    let url = gate.url("/notify");
+    let success = tokio::spawn({
+        let url = url.clone();
+        async move { deliver(&url, &notice("s1", "o2", "success")).await }
+    });
+    assert!(eventually(Duration::from_secs(5), || upstream.calls() == 1).await);
+    let held = deliver(&url, &notice("r1", "o2", "refunded")).await;
+    assert_eq!((held.status, &held.body[..]), (200, &b"success"[..]));
+    // The queue is full: not acknowledged, asked back within the lease.
+    let refused = deliver(&url, &notice("f1", "o2", "failed")).await;
+    assert_eq!(
+        (refused.status, refused.reason().as_deref()),
+        (409, Some("in_flight")),
+        "{refused:?}"
+    );
+    let retry_after: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry_after <= 30, "{refused:?}");
+    assert_eq!(success.await.unwrap().status, 200);
+    assert!(eventually(Duration::from_secs(10), || upstream.calls() == 2).await);
+    assert_eq!(statuses(&upstream), ["success", "refunded"]);
+    gate.stop().await;
+}
