@@ -19,12 +19,17 @@
 --          'free'    nothing to wait for any more: claim it instead
 --          'full'    max_held_per_entity notices wait already
 --          'exists'  the key holds a record (a copy raced this one)
+--          'itself'  the notice is the entity's pending change (a copy of a
+--                    delivery whose outcome is unresolved): never held
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 'exists'
 end
 local entity = KEYS[2]
 if not entity_blocker(entity) then
   return 'free'
+end
+if redis.call('HGET', entity, 'pk') == KEYS[1] then
+  return 'itself'
 end
 local held = entity_held(entity)
 if #held >= tonumber(ARGV[4]) then

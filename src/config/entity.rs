@@ -226,20 +226,15 @@ pub(super) fn entity(
         retention: entity_retention,
         advance_status: advance_status(problems, &key, raw.advance_status.as_deref()),
         ack,
-        max_held: max_held(problems, &key, raw.max_held_per_entity, inbox.is_some()),
+        max_held: max_held(problems, &key, raw.max_held_per_entity),
     })
 }
 
-/// `max_held_per_entity`: 1 to [`MAX_MAX_HELD`], and only where notices
-/// can be held (a route with an inbox).
-fn max_held(problems: &mut Problems, key: &str, raw: Option<u64>, inbox: bool) -> usize {
+/// `max_held_per_entity`: 1 to [`MAX_MAX_HELD`]. Only a route with an
+/// inbox holds notices; without one it is read and unused (a busy entity
+/// answers 409 there).
+fn max_held(problems: &mut Problems, key: &str, raw: Option<u64>) -> usize {
     let key = format!("{key}.max_held_per_entity");
-    if raw.is_some() && !inbox {
-        problems.push(
-            &key,
-            "notices are held behind a busy entity only on a route with [route.inbox]; without one they get 409",
-        );
-    }
     let value = raw.unwrap_or(DEFAULT_MAX_HELD);
     if !(1..=MAX_MAX_HELD).contains(&value) {
         problems.push(&key, format!("{value} is not in 1..={MAX_MAX_HELD}"));
@@ -359,11 +354,7 @@ impl Entity {
             on_refused: Some(self.on_refused.name().to_owned()),
             retention: Some(format_duration(self.retention)),
             advance_status: Some(self.advance_status.names()),
-            // Only when set: a route without an inbox must not be shown a
-            // setting it may not have.
-            max_held_per_entity: u64::try_from(self.max_held)
-                .ok()
-                .filter(|&max| max != DEFAULT_MAX_HELD),
+            max_held_per_entity: u64::try_from(self.max_held).ok(),
             ack_status: Some(self.ack.status),
             ack_body: Some(String::from_utf8_lossy(&self.ack.body).into_owned()),
             ack_content_type: self.ack.content_type.clone(),

@@ -479,7 +479,13 @@ mod tests {
     /// Claims the key as a first delivery would.
     async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
         match claimer
-            .claim(&identity(), rules, (None, None), rules.wait_timeout, None)
+            .claim(
+                &identity(),
+                rules,
+                (None, None, false),
+                rules.wait_timeout,
+                None,
+            )
             .await
         {
             Ok(Decision::Forward(lease)) => lease,
@@ -501,14 +507,26 @@ mod tests {
         let _lease = first(&claimer, &rules).await;
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, (None, None), rules.wait_timeout, None)
+            .claim(
+                &identity(),
+                &rules,
+                (None, None, false),
+                rules.wait_timeout,
+                None,
+            )
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), rules.wait_timeout);
 
         let started = Instant::now();
         let decision = claimer
-            .claim(&identity(), &rules, (None, None), Duration::ZERO, None)
+            .claim(
+                &identity(),
+                &rules,
+                (None, None, false),
+                Duration::ZERO,
+                None,
+            )
             .await;
         assert!(in_flight(&decision), "{decision:?}");
         assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
@@ -531,7 +549,13 @@ mod tests {
         };
         let duplicate = identity();
         let (decision, ()) = tokio::join!(
-            claimer.claim(&duplicate, &rules, (None, None), rules.wait_timeout, None),
+            claimer.claim(
+                &duplicate,
+                &rules,
+                (None, None, false),
+                rules.wait_timeout,
+                None
+            ),
             settle
         );
         assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");

@@ -88,6 +88,10 @@ impl Pipeline {
                     );
                     Ok(Decision::Refuse(busy_answer(blocker, rules), None))
                 }
+                // A copy of the unresolved change itself: told the truth.
+                Ok(Holding::Not(HoldVerdict::Itself)) => {
+                    Ok(Decision::Refuse(busy_answer(blocker, rules), None))
+                }
                 Ok(Holding::Not(_)) => claim().await,
                 Err(error) => Err(error),
             };

@@ -25,6 +25,7 @@ mod docs;
 mod embedded;
 mod entity;
 mod entity_held;
+mod entity_model;
 mod entity_orders;
 mod entity_outcomes;
 mod entity_store;

@@ -101,6 +101,10 @@ pub enum HoldVerdict {
     /// The key holds a record already (a copy raced this notice): claim
     /// again, which answers from it. Only a store says so.
     Exists,
+    /// The notice is the entity's pending change itself: a copy of a
+    /// delivery whose outcome is unresolved (its record gone). Never held:
+    /// sent in its turn, it would run a second time if the first applied.
+    Itself,
 }
 
 /// Why [`EntityState::take`] keeps a queued delivery from its worker.
@@ -127,6 +131,13 @@ impl EntityState {
     ) -> HoldVerdict {
         if self.blocker(pending, now_ms).is_none() {
             return HoldVerdict::Free;
+        }
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.record == record_key)
+        {
+            return HoldVerdict::Itself;
         }
         if self.held.len() >= max {
             return HoldVerdict::Full;

@@ -119,7 +119,7 @@ fn a_change_whose_record_vanished_unsettled_holds_the_entity() {
     assert_eq!(entity.state.as_deref(), Some("pending"));
     assert_eq!(
         entity.pending.as_ref().map(Pending::delivery),
-        Some(&*record(1).rsplit_once(':').unwrap().1)
+        Some(record(1).rsplit_once(':').unwrap().1)
     );
     // The operator purges the pending delivery: the change never happened.
     entity.settle(&record(1), EntityEffect::Drop, 4);
@@ -270,4 +270,115 @@ fn the_redis_fields_read_back_as_the_same_state() {
     ];
     let read = EntityState::from_fields(fields.iter().map(|(f, v)| (*f, v.as_str())));
     assert_eq!(read, entity);
+}
+
+#[test]
+fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
+    let mut entity = EntityState::default();
+    let success = step("success", &["pending"], true);
+    entity
+        .claim(&success, &record(1), PendingRecord::Absent, 1)
+        .unwrap();
+    let in_flight = PendingRecord::Open(Blocker::InFlight {
+        remaining: Duration::from_secs(9),
+    });
+    let refund = step("refunded", &["success"], false);
+    let failed = step("failed", &["pending"], true);
+    assert_eq!(
+        entity.hold(&refund, &record(2), in_flight, 2, 2),
+        HoldVerdict::Held
+    );
+    assert_eq!(
+        entity.hold(&failed, &record(3), in_flight, 2, 3),
+        HoldVerdict::Held
+    );
+    assert_eq!(
+        entity.hold(&refund, &record(4), in_flight, 2, 4),
+        HoldVerdict::Full,
+        "max_held_per_entity"
+    );
+    // A new claim meanwhile is busy, behind the change or behind the queue.
+    assert_eq!(
+        entity.claim(&refund, &record(5), in_flight, 5),
+        Err(EntityVerdict::Busy {
+            blocker: Blocker::InFlight {
+                remaining: Duration::from_secs(9)
+            }
+        })
+    );
+    // Nothing held goes while the change is pending; the change's own
+    // record always may.
+    assert_eq!(entity.take(&record(2), 6), Err(KeptBack::Wait));
+    assert_eq!(entity.take(&record(1), 6), Ok(()));
+    entity.settle(&record(1), EntityEffect::Apply, 7);
+    assert_eq!(
+        entity.claim(&refund, &record(5), PendingRecord::Absent, 7),
+        Err(EntityVerdict::Busy {
+            blocker: Blocker::Queue
+        }),
+        "a new notice does not jump the queue"
+    );
+    // Only the head goes, and is judged against "success".
+    assert_eq!(entity.take(&record(3), 8), Err(KeptBack::Wait));
+    assert_eq!(entity.take(&record(2), 8), Ok(()));
+    assert_eq!(
+        entity.pending.as_ref().map(|p| p.to.as_str()),
+        Some("refunded")
+    );
+    entity.settle(&record(2), EntityEffect::Apply, 9);
+    // The failure's turn: refused from "refunded", and the queue is empty.
+    assert_eq!(
+        entity.take(&record(3), 10),
+        Err(KeptBack::Decided(
+            EntityVerdict::Refused {
+                from: Some("refunded".into())
+            },
+            "failed".into()
+        ))
+    );
+    assert!(entity.held.is_empty());
+    assert_eq!((entity.applied, entity.refused), (2, 1));
+    assert_eq!(
+        entity.hold(&refund, &record(6), PendingRecord::Absent, 2, 11),
+        HoldVerdict::Free
+    );
+    // A delivery no entity knows of (its entity expired) goes as it is.
+    assert_eq!(entity.take(&record(9), 12), Ok(()));
+}
+
+#[test]
+fn a_held_notice_dropped_or_purged_leaves_the_queue() {
+    let mut entity = EntityState::default();
+    entity
+        .claim(
+            &step("pending", &[], true),
+            &record(1),
+            PendingRecord::Absent,
+            1,
+        )
+        .unwrap();
+    let open = PendingRecord::Open(Blocker::Inbox);
+    let success = step("success", &["pending"], true);
+    entity.hold(&success, &record(2), open, 8, 2);
+    entity.hold(&success, &record(3), open, 8, 3);
+    entity.settle(&record(2), EntityEffect::Drop, 4);
+    assert_eq!(
+        entity.held.iter().map(Held::delivery).collect::<Vec<_>>(),
+        [record(3).rsplit_once(':').unwrap().1]
+    );
+    assert!(
+        entity.pending.is_some(),
+        "the pending change is not touched"
+    );
+}
+
+#[test]
+fn held_notices_read_back_from_the_redis_field() {
+    let held = Held::of(&step("success", &["pending", "failed"], false), &record(4));
+    assert_eq!(Held::parse(&held.line()), Some(held.clone()));
+    let initial = Held::of(&step("pending", &[], true), &record(5));
+    assert_eq!(Held::parse(&initial.line()), Some(initial.clone()));
+    let fields = [("q", format!("{}\n{}", held.line(), initial.line()))];
+    let read = EntityState::from_fields(fields.iter().map(|(f, v)| (*f, v.as_str())));
+    assert_eq!(read.held, [held, initial]);
 }

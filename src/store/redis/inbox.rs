@@ -242,6 +242,7 @@ impl InboxOps for RedisStore {
                 Some("free") => Ok(HoldVerdict::Free),
                 Some("full") => Ok(HoldVerdict::Full),
                 Some("exists") => Ok(HoldVerdict::Exists),
+                Some("itself") => Ok(HoldVerdict::Itself),
                 _ => Err(StoreError::Backend(format!(
                     "unexpected hold.lua reply {reply:?}"
                 ))),
