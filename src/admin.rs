@@ -46,6 +46,7 @@
 mod about;
 mod allow;
 mod console;
+mod corrections;
 mod entities;
 mod hot_keys;
 mod inbox;
@@ -73,7 +74,8 @@ use crate::error::AdminReason;
 use crate::hot_keys::HotKeys;
 use crate::inbox::{Action, Inboxes};
 use crate::record::{RecordState, Stage, now_ms};
-use crate::store::{AnyStore, Existing, Observed, StoreKey};
+use crate::store::entity::TransitionKind;
+use crate::store::{AnyStore, Existing, Observed, StoreError, StoreKey};
 
 /// How long `/readyz` waits for the store before calling it down.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -187,10 +189,14 @@ impl Admin {
             if let Some(refused) = self.refuse_unauthorized(&request) {
                 return refused;
             }
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return self.entity(route, request.uri().query()).await;
+            return match *request.method() {
+                Method::GET => self.entity(route, request.uri().query()).await,
+                Method::PUT | Method::DELETE => {
+                    let set = request.method() == Method::PUT;
+                    self.correct(route, request.uri().query(), set).await
+                }
+                _ => self.method_not_allowed(Allow::GetPutDelete),
+            };
         }
         if path == "/admin/hot-keys" {
             if let Some(refused) = self.refuse_unauthorized(&request) {
@@ -356,6 +362,18 @@ impl Admin {
     /// and a queued or held one leaves the queue, the listings and the
     /// gauges before its record goes.
     async fn purge(&self, route: &Route, key: &StoreKey, key_hash: &str) -> Response<ProxyBody> {
+        match self.applied_to_entity(route, key).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return self.problem(
+                    AdminReason::EntityApplied,
+                    "this delivery's change is applied to its entity: its next copy would be a repeat, not a first delivery. To undo or redo the change, set the entity's state (PUT /admin/entities/{route})",
+                );
+            }
+            Err(error) => {
+                return self.problem(AdminReason::StoreUnavailable, &error.to_string());
+            }
+        }
         if let Some(inbox) = self.inboxes.route(&route.name) {
             match self.inboxes.drop_delivery(inbox, key).await {
                 // Dropped (and unindexed), resolved already, or no inbox
@@ -393,6 +411,24 @@ impl Admin {
             Ok(false) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
             Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
+    }
+}
+
+impl Admin {
+    /// Whether `key`, on an entity route, is a delivery whose change its
+    /// entity remembers as applied: purging it would not make its next
+    /// copy a first delivery (contract §6), so the purge is refused.
+    async fn applied_to_entity(&self, route: &Route, key: &StoreKey) -> Result<bool, StoreError> {
+        let Some(entity) = key.entity().filter(|_| route.entity.is_some()) else {
+            return Ok(false);
+        };
+        let Some((state, _)) = self.store.entity(&entity).await? else {
+            return Ok(false);
+        };
+        Ok(state
+            .history
+            .iter()
+            .any(|t| t.kind == TransitionKind::Applied && t.delivery == key.hash()))
     }
 }
 

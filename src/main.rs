@@ -82,7 +82,7 @@ enum Command {
     Demo,
     /// Operator commands over a running instance's admin API: records,
     /// inbox, hot keys, configuration, info.
-    Admin(idemgate::cli::AdminArgs),
+    Admin(Box<idemgate::cli::AdminArgs>),
     /// Probe the admin listener's /healthz (container HEALTHCHECK; no shell
     /// tools needed). Exit 0 when healthy, 1 otherwise.
     Healthcheck,

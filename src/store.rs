@@ -61,7 +61,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::entity::{EntityEffect, EntityState, EntityStep, EntityVerdict};
+use self::entity::{Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, Seen};
 use self::metrics::{StoreMetrics, StoreOp};
 use crate::config::{StoreBackend, StoreConfig};
 use crate::record::{
@@ -247,6 +247,17 @@ pub trait Store: Send + Sync + 'static {
         key: &EntityKey,
     ) -> impl Future<Output = Result<Option<(EntityState, Option<Duration>)>, StoreError>> + Send;
 
+    /// An operator's `correction` of entity `key` by `by`, if it still is
+    /// as `seen` ([`entity::Correction`]); kept `retention` from now.
+    /// Returns whether it was applied (`false`: it changed meanwhile).
+    fn correct_entity(
+        &self,
+        key: &EntityKey,
+        seen: &Seen,
+        correction: &Correction,
+        by: (&str, Duration),
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Checks that the store answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -286,6 +297,7 @@ boxed_store! {
     lookup(key: &'a StoreKey) -> Option<Existing>;
     purge(key: &'a StoreKey) -> bool;
     entity(key: &'a EntityKey) -> Option<(EntityState, Option<Duration>)>;
+    correct_entity(key: &'a EntityKey, seen: &'a Seen, correction: &'a Correction, by: (&'a str, Duration)) -> bool;
     ping() -> ();
 }
 
@@ -413,6 +425,20 @@ impl AnyStore {
     ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
         let call = self.backend().entity(key);
         self.metered(StoreOp::Lookup, call).await
+    }
+
+    /// An operator's `correction` of entity `key` (see
+    /// [`Store::correct_entity`]): `false` when it changed since it was
+    /// `seen`.
+    pub async fn correct_entity(
+        &self,
+        key: &EntityKey,
+        seen: &Seen,
+        correction: &Correction,
+        by: (&str, Duration),
+    ) -> Result<bool, StoreError> {
+        let call = self.backend().correct_entity(key, seen, correction, by);
+        self.metered(StoreOp::Purge, call).await
     }
 
     /// Stores `record` for `ttl` over the claim `lease` proves (see

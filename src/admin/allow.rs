@@ -21,6 +21,8 @@ pub(crate) enum Allow {
     GetDelete,
     /// An inbox action (retry, drop).
     Post,
+    /// An entity: show it, set its state, clear it.
+    GetPutDelete,
 }
 
 impl Allow {
@@ -30,6 +32,7 @@ impl Allow {
             Self::Get => "GET",
             Self::GetDelete => "GET, DELETE",
             Self::Post => "POST",
+            Self::GetPutDelete => "GET, PUT, DELETE",
         }
     }
 

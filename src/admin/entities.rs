@@ -137,6 +137,10 @@ pub(super) fn entity_view(
             "from": p.from,
             "to": p.to,
         })),
+        "held": state.held.iter().map(|h| serde_json::json!({
+            "delivery": h.delivery(),
+            "to": h.to,
+        })).collect::<Vec<_>>(),
         "counts": {
             "applied": state.applied,
             "refused": state.refused,

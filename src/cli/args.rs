@@ -78,9 +78,10 @@ pub enum AdminCommand {
     #[command(subcommand)]
     Inbox(InboxCommand),
     /// One entity of a route with [route.entity]: its state, pending
-    /// change, counters and last transitions with their deliveries.
+    /// change, held notices, counters and last transitions with their
+    /// deliveries; with --set or --clear, an operator's correction of it.
     #[command(
-        after_help = "Examples:\n  idemgate admin entity pay order-1\n  idemgate admin entity pay --hash 0f1e…"
+        after_help = "Examples:\n  idemgate admin entity pay order-1\n  idemgate admin entity pay --hash 0f1e…\n  idemgate admin entity pay order-1 --set success --expect-state none --expect-pending 9a…{0f1e…} --operator ana\n  idemgate admin entity pay order-1 --clear --expect-state refunded --expect-pending none"
     )]
     Entity {
         /// The route's name.
@@ -91,6 +92,9 @@ pub enum AdminCommand {
         /// The entity hash instead (32 hex digits).
         #[arg(long, value_name = "HEX")]
         hash: Option<String>,
+        /// What to change, if anything.
+        #[command(flatten)]
+        correction: EntityCorrection,
     },
     /// The keys delivered most in the hot-key window, per route.
     HotKeys {
@@ -103,6 +107,27 @@ pub enum AdminCommand {
     Config,
     /// Version, revision, uptime, the store and its readiness, the routes.
     Info,
+}
+
+/// `idemgate admin entity … --set|--clear`: an operator's correction,
+/// refused if the entity is no longer as the operator saw it.
+#[derive(Debug, Args)]
+pub struct EntityCorrection {
+    /// Set the entity's state (one the route's machine declares).
+    #[arg(long, value_name = "STATE", conflicts_with = "clear", requires_all = ["expect_state", "expect_pending"])]
+    pub set: Option<String>,
+    /// Clear the entity's state: the next notice is judged as a first one.
+    #[arg(long, requires_all = ["expect_state", "expect_pending"])]
+    pub clear: bool,
+    /// The state you saw (`none`: no state).
+    #[arg(long, value_name = "STATE")]
+    pub expect_state: Option<String>,
+    /// The pending delivery you saw (`none`: no change pending).
+    #[arg(long, value_name = "HASH")]
+    pub expect_pending: Option<String>,
+    /// Who you are, kept in the entity's history (default: admin).
+    #[arg(long, value_name = "NAME")]
+    pub operator: Option<String>,
 }
 
 /// `idemgate admin records …`.

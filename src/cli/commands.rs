@@ -5,7 +5,9 @@ use http::{Method, StatusCode};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
-use super::args::{AdminArgs, AdminCommand, InboxCommand, Page, RecordsCommand, Target};
+use super::args::{
+    AdminArgs, AdminCommand, EntityCorrection, InboxCommand, Page, RecordsCommand, Target,
+};
 use super::http::{AdminClient, Answer};
 use super::{CliError, render};
 use crate::time::now_ms;
@@ -117,9 +119,13 @@ pub(crate) async fn execute(
             ),
             Shape::Delivery,
         ),
-        AdminCommand::Entity { route, id, hash } => (
-            Method::GET,
-            match (hash, id) {
+        AdminCommand::Entity {
+            route,
+            id,
+            hash,
+            correction,
+        } => {
+            let mut path = match (hash, id) {
                 (Some(hash), _) => {
                     format!("/admin/entities/{}?hash={}", encode(route), encode(hash))
                 }
@@ -128,9 +134,10 @@ pub(crate) async fn execute(
                     encode(route),
                     encode(id.as_deref().unwrap_or_default())
                 ),
-            },
-            Shape::Entity,
-        ),
+            };
+            let method = correction_query(correction, &mut path);
+            (method, path, Shape::Entity)
+        }
         AdminCommand::HotKeys { route } => (
             Method::GET,
             match route {
@@ -158,6 +165,33 @@ pub(crate) async fn execute(
         Shape::Text => with_newline(&answer.body),
     });
     Ok(())
+}
+
+/// The method of an `admin entity` call, and the query of its correction
+/// appended to `path`: `PUT` for `--set`, `DELETE` for `--clear`, else a
+/// `GET`. `none` says "nothing" for the state and pending delivery seen.
+fn correction_query(correction: &EntityCorrection, path: &mut String) -> Method {
+    let method = match (&correction.set, correction.clear) {
+        (Some(state), _) => {
+            path.push_str(&format!("&state={}", encode(state)));
+            Method::PUT
+        }
+        (None, true) => Method::DELETE,
+        (None, false) => return Method::GET,
+    };
+    let seen = |value: &Option<String>| match value.as_deref() {
+        None | Some("none") => String::new(),
+        Some(text) => encode(text),
+    };
+    path.push_str(&format!(
+        "&expect_state={}&expect_pending={}",
+        seen(&correction.expect_state),
+        seen(&correction.expect_pending)
+    ));
+    if let Some(operator) = &correction.operator {
+        path.push_str(&format!("&operator={}", encode(operator)));
+    }
+    method
 }
 
 /// The two listings the CLI pages through.

@@ -106,8 +106,9 @@ pub(crate) fn delivery(view: &Value, now_ms: u64) -> String {
 /// `entity`: the entity's fields, then its history as a table, newest
 /// first, each row naming the delivery `records get --hash` shows.
 pub(crate) fn entity(view: &Value, now_ms: u64) -> String {
-    const ORDER: [&str; 9] = [
-        "route", "scope", "entity", "id", "state", "since_ms", "pending", "counts", "ttl_ms",
+    const ORDER: [&str; 10] = [
+        "route", "scope", "entity", "id", "state", "since_ms", "pending", "held", "counts",
+        "ttl_ms",
     ];
     let mut object = as_object(view);
     let history = object.remove("history");

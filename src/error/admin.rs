@@ -44,13 +44,20 @@ pub enum AdminReason {
     WrongStage,
     /// An inbox worker changed the delivery while the action ran.
     DeliveryChanged,
+    /// The entity is no longer in the state, or has another pending
+    /// change than, the operator saw: the correction was not applied.
+    EntityChanged,
+    /// A purge the entity route can not honour: the record's change is
+    /// applied to its entity, so its next copy would be a repeat, not a
+    /// first delivery.
+    EntityApplied,
     /// The store did not answer.
     StoreUnavailable,
 }
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 17] = [
         Self::Unauthorized,
         Self::AdminApiDisabled,
         Self::NotFound,
@@ -65,6 +72,8 @@ impl AdminReason {
         Self::EntityNotFound,
         Self::WrongStage,
         Self::DeliveryChanged,
+        Self::EntityChanged,
+        Self::EntityApplied,
         Self::StoreUnavailable,
     ];
 
@@ -124,6 +133,16 @@ impl AdminReason {
                 StatusCode::CONFLICT,
                 "delivery_changed",
                 "Delivery changed meanwhile",
+            ),
+            Self::EntityChanged => (
+                StatusCode::CONFLICT,
+                "entity_changed",
+                "Entity changed meanwhile",
+            ),
+            Self::EntityApplied => (
+                StatusCode::CONFLICT,
+                "entity_applied",
+                "Change applied to its entity",
             ),
             Self::StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,

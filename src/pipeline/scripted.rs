@@ -103,6 +103,16 @@ impl Store for Scripted {
         unreachable!("not used")
     }
 
+    async fn correct_entity(
+        &self,
+        _: &crate::store::EntityKey,
+        _: &crate::store::entity::Seen,
+        _: &crate::store::entity::Correction,
+        _: (&str, Duration),
+    ) -> Result<bool, StoreError> {
+        unreachable!("not used")
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -48,7 +48,9 @@ use self::slot::{Expiries, Records, Slot, expiry_of, read_entry};
 pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
-use super::entity::{EntityEffect, EntityState, EntityStep, HoldVerdict, KeptBack};
+use super::entity::{
+    Correction, EntityEffect, EntityState, EntityStep, HoldVerdict, KeptBack, Seen,
+};
 use super::{
     ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
@@ -598,6 +600,22 @@ impl Store for EmbeddedStore {
         let key = key.clone();
         self.read(entities::ENTITIES, move |table| {
             entities::lookup(table, &key, now_ms())
+        })
+        .await
+    }
+
+    async fn correct_entity(
+        &self,
+        key: &EntityKey,
+        seen: &Seen,
+        correction: &Correction,
+        (by, retention): (&str, Duration),
+    ) -> Result<bool, StoreError> {
+        let (key, seen, correction, by) =
+            (key.clone(), seen.clone(), correction.clone(), by.to_owned());
+        self.write(move |txn, _, _, now| {
+            let done = entities::correct(txn, &key, now, (&seen, &correction, &by), retention)?;
+            Ok((done, done))
         })
         .await
     }

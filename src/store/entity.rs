@@ -174,6 +174,11 @@ pub enum TransitionKind {
     Refused,
     /// The same state announced again.
     Repeat,
+    /// An operator set the state (`delivery` names the operator).
+    Set,
+    /// An operator cleared the state (`to` is empty, `delivery` names the
+    /// operator).
+    Cleared,
 }
 
 impl TransitionKind {
@@ -183,6 +188,8 @@ impl TransitionKind {
             Self::Applied => "a",
             Self::Refused => "x",
             Self::Repeat => "r",
+            Self::Set => "s",
+            Self::Cleared => "c",
         }
     }
 
@@ -191,6 +198,8 @@ impl TransitionKind {
             "a" => Self::Applied,
             "x" => Self::Refused,
             "r" => Self::Repeat,
+            "s" => Self::Set,
+            "c" => Self::Cleared,
             _ => return None,
         })
     }
@@ -438,7 +447,9 @@ fn hash_of(record_key: &str) -> &str {
 }
 
 mod held;
+mod operator;
 pub use held::{Held, HoldVerdict, KeptBack};
+pub use operator::{Correction, Seen};
 
 #[cfg(test)]
 mod tests;

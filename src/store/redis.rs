@@ -56,7 +56,7 @@ use tracing::Instrument as _;
 pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
-use super::entity::{EntityEffect, EntityState, EntityStep};
+use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
 use super::{
     ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
@@ -607,6 +607,16 @@ impl Store for RedisStore {
         key: &EntityKey,
     ) -> Result<Option<(EntityState, Option<Duration>)>, StoreError> {
         self.read_entity(key).await
+    }
+
+    async fn correct_entity(
+        &self,
+        key: &EntityKey,
+        seen: &Seen,
+        correction: &Correction,
+        by: (&str, Duration),
+    ) -> Result<bool, StoreError> {
+        self.correct(key, seen, correction, by).await
     }
 
     /// Ready means able to claim ([`RedisStore::is_primary`]).

@@ -271,3 +271,126 @@ async fn a_dead_delivery_holds_its_entity_and_its_retry_applies_on_redis() {
 async fn a_dead_delivery_holds_its_entity_and_its_retry_applies_on_the_embedded_store() {
     a_dead_delivery_holds_its_entity_and_its_retry_applies(Kind::Embedded).await;
 }
+
+fn encoded(hash: &str) -> String {
+    hash.replace('{', "%7B").replace('}', "%7D")
+}
+
+async fn an_operator_corrects_a_held_entity_with_what_they_saw(kind: Kind) {
+    // The success's call times out (unknown, held 300 ms) although the
+    // handler applied it; every later call is answered at once.
+    let upstream = Upstream::slow_first(Duration::from_millis(600)).await;
+    let extra = format!("unknown_hold = \"300ms\"\n{MACHINE}");
+    let (gate, _redis, _dir) = gate_on(kind, &upstream, &extra, "200ms").await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("s1", "o4", "success")).await.status,
+        504
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let view = entity(&gate, "o4").await;
+    let pending = view["pending"]["delivery"].as_str().unwrap().to_owned();
+    // A correction from a stale view is refused, and says what is there.
+    let stale = admin(
+        &gate,
+        "PUT",
+        "/admin/entities/pay?id=o4&state=success&expect_state=pending&expect_pending=",
+    )
+    .await;
+    assert_eq!(
+        stale.reason().as_deref(),
+        Some("entity_changed"),
+        "{stale:?}"
+    );
+    let detail = String::from_utf8_lossy(&stale.body).into_owned();
+    assert!(detail.contains(&pending), "{detail}");
+    assert!(entity(&gate, "o4").await["pending"].is_object());
+    // An undeclared state is a bad request.
+    let undeclared = admin(
+        &gate,
+        "PUT",
+        &format!(
+            "/admin/entities/pay?id=o4&state=paid&expect_state=&expect_pending={}",
+            encoded(&pending)
+        ),
+    )
+    .await;
+    assert_eq!(undeclared.reason().as_deref(), Some("bad_request"));
+    // The operator checked: the handler did apply the success.
+    let set = admin(
+        &gate,
+        "PUT",
+        &format!(
+            "/admin/entities/pay?id=o4&state=success&expect_state=&expect_pending={}&operator=ana",
+            encoded(&pending)
+        ),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{set:?}");
+    let view: serde_json::Value = serde_json::from_slice(&set.body).unwrap();
+    assert_eq!(
+        (&view["state"], &view["pending"]),
+        (&serde_json::json!("success"), &serde_json::Value::Null)
+    );
+    assert_eq!(view["history"][0]["kind"], "set");
+    assert_eq!(view["history"][0]["delivery"], "ana");
+    // The success is not run again; the refund goes through.
+    let copy = deliver(&url, &notice("s2", "o4", "success")).await;
+    assert_eq!((copy.status, copy.replayed()), (200, Some("true")));
+    let refund = deliver(&url, &notice("r1", "o4", "refunded")).await;
+    assert_eq!((refund.status, refund.replayed()), (200, Some("false")));
+    assert_eq!(statuses(&upstream), ["success", "refunded"]);
+    // Cleared, the next notice is judged as a first one.
+    let cleared = admin(
+        &gate,
+        "DELETE",
+        "/admin/entities/pay?id=o4&expect_state=refunded&expect_pending=",
+    )
+    .await;
+    assert_eq!(cleared.status, 200, "{cleared:?}");
+    let view: serde_json::Value = serde_json::from_slice(&cleared.body).unwrap();
+    assert!(view["state"].is_null(), "{view}");
+    assert_eq!(view["history"][0]["kind"], "cleared");
+    let fresh = deliver(&url, &notice("p1", "o4", "pending")).await;
+    assert_eq!((fresh.status, fresh.replayed()), (200, Some("false")));
+    gate.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_corrects_a_held_entity_with_what_they_saw_on_redis() {
+    an_operator_corrects_a_held_entity_with_what_they_saw(Kind::Redis).await;
+}
+
+#[tokio::test]
+async fn an_operator_corrects_a_held_entity_with_what_they_saw_on_the_embedded_store() {
+    an_operator_corrects_a_held_entity_with_what_they_saw(Kind::Embedded).await;
+}
+
+#[tokio::test]
+async fn purging_a_delivery_its_entity_applied_is_refused() {
+    let upstream = Upstream::start().await;
+    let (gate, _redis, _dir) = gate_on(Kind::Redis, &upstream, MACHINE, "5s").await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("s1", "o5", "success")).await.status,
+        200
+    );
+    let view = entity(&gate, "o5").await;
+    let applied = view["history"][0]["delivery"].as_str().unwrap().to_owned();
+    let purge = admin(
+        &gate,
+        "DELETE",
+        &format!("/admin/records/pay?hash={}", encoded(&applied)),
+    )
+    .await;
+    assert_eq!(
+        purge.reason().as_deref(),
+        Some("entity_applied"),
+        "{purge:?}"
+    );
+    // The record is still there: its copies are still replayed.
+    let copy = deliver(&url, &notice("s1", "o5", "success")).await;
+    assert_eq!((copy.status, copy.replayed()), (200, Some("true")));
+    assert_eq!(upstream.calls(), 1);
+    gate.stop().await;
+}

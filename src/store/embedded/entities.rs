@@ -14,8 +14,8 @@ use super::backend;
 use super::slot::{Slot, deadline, expiry_of, read_entry};
 use crate::record::RecordState;
 use crate::store::entity::{
-    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, HoldVerdict, KeptBack,
-    PendingRecord,
+    Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, HoldVerdict,
+    KeptBack, PendingRecord, Seen,
 };
 use crate::store::{EntityKey, StoreError};
 
@@ -173,6 +173,25 @@ pub(super) fn settle(slot: &Slot<'_, '_>, effect: EntityEffect) -> Result<bool, 
         return Ok(false);
     }
     write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    Ok(true)
+}
+
+/// An operator's correction of entity `key` (`entity_set.lua`), if it is
+/// still as seen; kept `retention` from `now`.
+pub(super) fn correct(
+    txn: &WriteTransaction,
+    key: &EntityKey,
+    now: u64,
+    (seen, correction, by): (&Seen, &Correction, &str),
+    retention: Duration,
+) -> Result<bool, StoreError> {
+    let mut state = read(txn, key.as_str(), now)?
+        .map(|(state, _)| state)
+        .unwrap_or_default();
+    if !state.correct(seen, correction, by, now) {
+        return Ok(false);
+    }
+    write(txn, key.as_str(), &state, deadline(now, retention))?;
     Ok(true)
 }
 

@@ -11,7 +11,7 @@ use fred::prelude::Value;
 use super::RedisStore;
 use super::replies::millis;
 use crate::store::entity::{
-    Blocker, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack,
+    Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack, Seen,
 };
 use crate::store::{EntityKey, StoreError, StoreKey};
 
@@ -119,6 +119,37 @@ pub(super) fn settle_part(key: &StoreKey, effect: EntityEffect) -> Option<(Strin
 }
 
 impl RedisStore {
+    /// `entity_set.lua` (see [`crate::store::Store::correct_entity`]).
+    pub(super) async fn correct(
+        &self,
+        key: &EntityKey,
+        seen: &Seen,
+        correction: &Correction,
+        (by, retention): (&str, Duration),
+    ) -> Result<bool, StoreError> {
+        let (op, to) = match correction {
+            Correction::Set(to) => ("set", to.as_str()),
+            Correction::Clear => ("clear", ""),
+        };
+        let args = vec![
+            Value::from(seen.state.as_deref().unwrap_or_default()),
+            Value::from(seen.pending.as_deref().unwrap_or_default()),
+            Value::from(op),
+            Value::from(to),
+            Value::from(by),
+            Value::Integer(millis(retention)),
+        ];
+        let client = &mut self.routed(key.as_str());
+        // The script's one key is the entity's; it routes (and re-routes
+        // after a MOVED) like a record key of the same slot.
+        let routing = StoreKey(key.as_str().to_owned());
+        let keys = vec![key.as_str().to_owned()];
+        let reply = self
+            .eval_keys(client, &self.scripts.entity_set, &routing, keys, args)
+            .await?;
+        Ok(reply.as_i64() == Some(1))
+    }
+
     /// Reads entity `key` and its remaining TTL.
     pub(super) async fn read_entity(
         &self,

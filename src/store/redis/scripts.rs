@@ -49,6 +49,7 @@ pub(super) struct Scripts {
     pub(super) release: Named,
     pub(super) purge: Named,
     pub(super) hold: Named,
+    pub(super) entity_set: Named,
     pub(super) renew: Named,
     pub(super) lookup: Named,
     pub(super) swap: Named,
@@ -66,6 +67,7 @@ impl Scripts {
             release: named!("release" with entity),
             purge: named!("purge" with entity),
             hold: named!("hold" with entity),
+            entity_set: named!("entity_set" with entity),
             renew: named!("renew"),
             lookup: named!("lookup"),
             swap: named!("swap" with entity),
@@ -75,7 +77,7 @@ impl Scripts {
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 11] {
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
             &self.claim.script,
             &self.claim_entity.script,
@@ -83,6 +85,7 @@ impl Scripts {
             &self.release.script,
             &self.purge.script,
             &self.hold.script,
+            &self.entity_set.script,
             &self.renew.script,
             &self.lookup.script,
             &self.swap.script,

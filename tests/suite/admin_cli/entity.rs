@@ -59,3 +59,76 @@ async fn entity_shows_state_and_history_by_id_and_by_hash() {
     assert_eq!(neither.code, Some(2), "{neither:?}");
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entity_set_and_clear_take_what_the_operator_saw() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("n1", "o-8", "pending")).await.status,
+        200
+    );
+    let stale = cli_at(
+        gate.admin,
+        &[
+            "entity",
+            "pay",
+            "o-8",
+            "--set",
+            "success",
+            "--expect-state",
+            "failed",
+            "--expect-pending",
+            "none",
+        ],
+    )
+    .await;
+    assert_eq!(stale.code, Some(1), "{stale:?}");
+    assert!(stale.stderr.contains("entity_changed"), "{stale:?}");
+    let set = cli_at(
+        gate.admin,
+        &[
+            "--json",
+            "entity",
+            "pay",
+            "o-8",
+            "--set",
+            "success",
+            "--expect-state",
+            "pending",
+            "--expect-pending",
+            "none",
+            "--operator",
+            "ana",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(set["state"], "success");
+    assert_eq!(set["history"][0]["kind"], "set");
+    assert_eq!(set["history"][0]["delivery"], "ana");
+    let cleared = cli_at(
+        gate.admin,
+        &[
+            "entity",
+            "pay",
+            "o-8",
+            "--clear",
+            "--expect-state",
+            "success",
+            "--expect-pending",
+            "none",
+        ],
+    )
+    .await
+    .ok();
+    assert!(cleared.stdout.contains("cleared"), "{}", cleared.stdout);
+    // Saying what was seen is required.
+    let blind = cli_at(gate.admin, &["entity", "pay", "o-8", "--clear"]).await;
+    assert_eq!(blind.code, Some(2), "{blind:?}");
+    gate.stop().await;
+}
