@@ -9,7 +9,8 @@
 -- ARGV[3]  the announced state
 -- ARGV[4]  entity retention in milliseconds
 -- ARGV[5]  '1': an entity with no state may take ARGV[3]
--- ARGV[6…] the states ARGV[3] may be entered from
+-- ARGV[6]  the event it announces, hashed ('' : none)
+-- ARGV[7…] the states ARGV[3] may be entered from
 --
 -- Reply:   as claim.lua: nil (claimed), { record } or { record, pttl }
 --          when the key holds a record (the entity is not looked at: a
@@ -39,10 +40,10 @@ if busy then
   return busy
 end
 local sources = {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   sources[#sources + 1] = ARGV[i]
 end
-local verdict = entity_judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources)
+local verdict = entity_judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources, ARGV[6])
 redis.call('PEXPIRE', entity, ARGV[4])
 if verdict then
   return verdict

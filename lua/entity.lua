@@ -7,12 +7,14 @@
 -- in the same {hash} tag, so they share its Cluster slot. Fields:
 --   s   current state           at  when it was entered (unix ms)
 --   pk  the pending change's record key; pf its from-state ('' none),
---       pt its to-state
+--       pt its to-state, pe its event (hashed; absent: none)
+--   e   the event (hashed) of the change that entered s, if it had one
 --   h   history, newest first: kind \t from \t to \t delivery \t ms per
 --       line, kind a(pplied) / x (refused) / r(epeat)
 --   n, x, r  applied, refused and repeated counts
 --   q   notices held behind the entity, oldest first, one line each:
---       record \t to \t initial (0|1) \t from|from… (store/entity/held.rs)
+--       record \t to \t initial (0|1) \t from|from… \t event
+--       (store/entity/held.rs)
 local ENTITY_HISTORY = 16
 
 local function entity_now()
@@ -42,9 +44,10 @@ local function entity_held(ekey)
   local text = redis.call('HGET', ekey, 'q')
   if text then
     for line in string.gmatch(text, '[^\n]+') do
-      local record, to, initial, from = string.match(line, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+      local record, to, initial, from, event =
+        string.match(line, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
       if record then
-        held[#held + 1] = { record = record, to = to, initial = initial, from = from, line = line }
+        held[#held + 1] = { record = record, to = to, initial = initial, from = from, event = event, line = line }
       end
     end
   end
@@ -76,22 +79,26 @@ local function entity_unhold(ekey, record_key)
   end
 end
 
--- Judges a change of ekey to `to` by record_key, enterable from the
--- states in `sources` (and from none if initial): nil when allowed (the
--- change is now pending), else the verdict { 0, 'repeat' } or
--- { 0, 'refused', from } ('' : no state yet), remembered in the history.
-local function entity_judge(ekey, record_key, to, initial, sources)
-  local from = redis.call('HGET', ekey, 's')
-  if from == to then
+-- Judges a change of ekey to `to` (with `event`, hashed; '' none) by
+-- record_key, enterable from the states in `sources` (and from none if
+-- initial): nil when allowed (the change is now pending), else the verdict
+-- { 0, 'repeat' } or { 0, 'refused', from } ('' : no state yet),
+-- remembered in the history. The same state is a repeat unless it comes
+-- with an event the entity did not enter it with.
+local function entity_judge(ekey, record_key, to, initial, sources, event)
+  local current = redis.call('HMGET', ekey, 's', 'e')
+  local from = current[1]
+  local same = from == to
+  if same and (event == '' or event == current[2]) then
     local history = entity_history(ekey, 'r', from, to, record_key, entity_now())
     redis.call('HSET', ekey, 'h', history)
     redis.call('HINCRBY', ekey, 'r', 1)
     return { 0, 'repeat' }
   end
-  local allowed = false
+  local allowed = same
   if not from then
     allowed = initial
-  else
+  elseif not same then
     for _, source in ipairs(sources) do
       if source == from then
         allowed = true
@@ -106,6 +113,11 @@ local function entity_judge(ekey, record_key, to, initial, sources)
     return { 0, 'refused', from or '' }
   end
   redis.call('HSET', ekey, 'pk', record_key, 'pf', from or '', 'pt', to)
+  if event ~= '' then
+    redis.call('HSET', ekey, 'pe', event)
+  else
+    redis.call('HDEL', ekey, 'pe')
+  end
   return nil
 end
 
@@ -125,16 +137,21 @@ local function entity_settle(ekey, record_key, effect)
   end
   if effect == 'apply' then
     local now = entity_now()
-    local pending = redis.call('HMGET', ekey, 'pf', 'pt')
+    local pending = redis.call('HMGET', ekey, 'pf', 'pt', 'pe')
     local from = pending[1]
     if from == '' then
       from = false
     end
     local history = entity_history(ekey, 'a', from or nil, pending[2], record_key, now)
     redis.call('HSET', ekey, 's', pending[2], 'at', now, 'h', history)
+    if pending[3] then
+      redis.call('HSET', ekey, 'e', pending[3])
+    else
+      redis.call('HDEL', ekey, 'e')
+    end
     redis.call('HINCRBY', ekey, 'n', 1)
   end
-  redis.call('HDEL', ekey, 'pk', 'pf', 'pt')
+  redis.call('HDEL', ekey, 'pk', 'pf', 'pt', 'pe')
 end
 
 -- What holds ekey for a new notice: nil (free), or the busy reply
@@ -189,7 +206,7 @@ local function entity_take(ekey, record_key)
       for source in string.gmatch(h.from, '[^|]+') do
         sources[#sources + 1] = source
       end
-      local verdict = entity_judge(ekey, record_key, h.to, h.initial == '1', sources)
+      local verdict = entity_judge(ekey, record_key, h.to, h.initial == '1', sources, h.event)
       if verdict then
         verdict[#verdict + 1] = h.to
       end

@@ -32,6 +32,6 @@ else
   redis.call('HSET', KEYS[1], 'h', history)
   redis.call('HDEL', KEYS[1], 's', 'at')
 end
-redis.call('HDEL', KEYS[1], 'pk', 'pf', 'pt')
+redis.call('HDEL', KEYS[1], 'pk', 'pf', 'pt', 'pe', 'e')
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return 1

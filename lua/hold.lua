@@ -13,7 +13,8 @@
 -- ARGV[5]  entity retention in milliseconds
 -- ARGV[6]  the announced state
 -- ARGV[7]  '1': an entity with no state may take ARGV[6]
--- ARGV[8…] the states ARGV[6] may be entered from
+-- ARGV[8]  the event it announces, hashed ('' : none)
+-- ARGV[9…] the states ARGV[6] may be entered from
 --
 -- Reply:   'held'    written and queued
 --          'free'    nothing to wait for any more: claim it instead
@@ -36,10 +37,12 @@ if #held >= tonumber(ARGV[4]) then
   return 'full'
 end
 local sources = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   sources[#sources + 1] = ARGV[i]
 end
-held[#held + 1] = { line = KEYS[1] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. table.concat(sources, '|') }
+held[#held + 1] = {
+  line = KEYS[1] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. table.concat(sources, '|') .. '\t' .. ARGV[8],
+}
 entity_store_held(entity, held)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[3])

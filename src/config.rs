@@ -75,7 +75,7 @@ pub use crate::signature::{
 };
 pub use access::{AdminAccess, admin_address};
 pub use choice::Choice;
-pub use entity::{Entity, OnRefused, Sources, StateMachine};
+pub use entity::{Entity, EntityMode, OnRefused, Sources, StateMachine};
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
 pub use idempotency::{

@@ -81,7 +81,9 @@ pub(super) fn entity_signed(
         .iter()
         .enumerate()
         .map(|(i, s)| (format!("id[{i}]"), s));
-    for (field, selector) in parts.chain(std::iter::once(("state".to_owned(), &entity.state))) {
+    let event = entity.event.iter().map(|s| ("event".to_owned(), s));
+    let state = std::iter::once(("state".to_owned(), &entity.state));
+    for (field, selector) in parts.chain(state).chain(event) {
         let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
             continue;
         };

@@ -53,6 +53,22 @@ choices! {
     OnRefused { "acknowledge" => Acknowledge, "conflict" => Conflict }
 }
 
+/// Whether the machine acts or only watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntityMode {
+    /// Repeats and refused changes are answered without the handler,
+    /// notices for a busy entity wait or are held.
+    Enforce,
+    /// Every delivery is forwarded as without `[route.entity]`; what the
+    /// machine would have refused, repeated or held is counted and logged,
+    /// so it can be adopted beside a live handler.
+    Shadow,
+}
+
+choices! {
+    EntityMode { "enforce" => Enforce, "shadow" => Shadow }
+}
+
 /// The allowed states and changes of one entity kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateMachine {
@@ -139,6 +155,12 @@ pub struct Entity {
     pub id: Vec<Selector>,
     /// Where the announced state is read.
     pub state: Selector,
+    /// Where the announced event is read, if the route names one: a notice
+    /// of the entity's state with another event is a change (a second
+    /// partial refund), not a repeat.
+    pub event: Option<Selector>,
+    /// Act on the machine's verdicts, or only count and log them.
+    pub mode: EntityMode,
     /// What may follow what.
     pub machine: StateMachine,
     /// The answer to a refused transition.
@@ -178,6 +200,10 @@ pub(super) fn entity(
         problems.push(&format!("{key}.id"), "must name at least one selector");
     }
     let state = problems.take(&format!("{key}.state"), Selector::parse(&raw.state));
+    let event = raw
+        .event
+        .as_ref()
+        .and_then(|text| problems.take(&format!("{key}.event"), Selector::parse(text)));
     let machine = machine(problems, &key, raw);
     let entity_retention = problems.duration(
         &format!("{key}.retention"),
@@ -217,6 +243,12 @@ pub(super) fn entity(
     Some(Entity {
         id,
         state: state?,
+        event,
+        mode: problems.choice(
+            &format!("{key}.mode"),
+            raw.mode.as_deref(),
+            EntityMode::Enforce,
+        ),
         machine,
         on_refused: problems.choice(
             &format!("{key}.on_refused"),
@@ -344,6 +376,8 @@ impl Entity {
         RawEntity {
             id: self.id.iter().map(ToString::to_string).collect(),
             state: self.state.to_string(),
+            event: self.event.as_ref().map(ToString::to_string),
+            mode: Some(self.mode.name().to_owned()),
             initial: machine.initial.clone(),
             transitions: machine
                 .transitions

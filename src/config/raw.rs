@@ -390,6 +390,11 @@ pub struct RawEntity {
     pub id: Vec<String>,
     /// Selector of the state a delivery announces.
     pub state: String,
+    /// Selector of the event a delivery announces (a refund id): the same
+    /// state with a new event is a change, not a repeat.
+    pub event: Option<String>,
+    /// `"enforce"` or `"shadow"`: judge and act, or only count and log.
+    pub mode: Option<String>,
     /// States an entity seen for the first time may take (default: any).
     pub initial: Option<Vec<String>>,
     /// Allowed changes, `"from -> to"`, either side `a | b`.

@@ -25,7 +25,7 @@ use super::guard::occurs_more_than_once;
 use super::identify::{Identity, MAX_KEY_PART, hash_key_parts};
 use super::runtime::RouteRuntime;
 use super::shadow::Verdict;
-use crate::config::{Choice as _, Entity, OnRefused};
+use crate::config::{Choice as _, Entity, OnRefused, Selector};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
@@ -45,6 +45,9 @@ pub struct EntityIdentity {
     pub id: Option<Bytes>,
     /// The declared state the delivery announces.
     pub to: String,
+    /// The event it announces, hashed (`[route.entity] event`; `None`:
+    /// the route names none, or the notice carries none).
+    pub event: Option<String>,
 }
 
 /// Reads the entity of `request` under `entity` in scope `scope`.
@@ -76,6 +79,10 @@ pub(crate) fn identify(
         .and_then(|value| entity.machine.state(value))
         .ok_or_else(|| Rejection::FieldInvalid(state.to_string()))?
         .to_owned();
+    let event = match &entity.event {
+        None => None,
+        Some(selector) => event_hash(request, selector)?,
+    };
     let hash = entity_hash(parts.iter().map(Vec::as_slice));
     let id = match parts.as_slice() {
         [only] => Some(Bytes::copy_from_slice(only)),
@@ -86,8 +93,31 @@ pub(crate) fn identify(
         hash,
         id,
         to,
+        event,
     })
 }
+
+/// The announced event's hash, if the notice carries one: absent is no
+/// event (the notice is judged by its state alone); present, it is checked
+/// like a key part (1-255 bytes, not sent twice) or the delivery is 400
+/// `field_invalid`. Hashed so any value is a bounded, printable field.
+fn event_hash(request: &Inbound, selector: &Selector) -> Result<Option<String>, Rejection> {
+    let Some(value) = request.value(selector)? else {
+        return Ok(None);
+    };
+    if value.is_empty() || value.len() > MAX_KEY_PART || occurs_more_than_once(request, selector) {
+        return Err(Rejection::FieldInvalid(selector.to_string()));
+    }
+    let digest = Sha256::new()
+        .chain_update(b"event")
+        .chain_update(&value)
+        .finalize();
+    Ok(Some(lower_hex(&digest)[..EVENT_HASH_LEN].to_owned()))
+}
+
+/// Hex digits of an event hash: 128 bits, enough to tell a channel's
+/// refund ids apart for an entity's life.
+const EVENT_HASH_LEN: usize = 32;
 
 /// The hash of an entity id's parts (joined like key parts): what its
 /// records' tag and its key carry, and what the admin API computes from
@@ -111,6 +141,7 @@ pub(crate) fn step(identity: &EntityIdentity, entity: &Entity) -> EntityStep {
         sources: entity.machine.sources(&identity.to),
         retention: entity.retention,
         advance: entity.advance_status.clone(),
+        event: identity.event.clone(),
     }
 }
 
@@ -228,5 +259,48 @@ pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityV
         EntityVerdict::Busy { .. } => {
             unreachable!("a busy entity is waited for or refused by the claim")
         }
+    }
+}
+
+/// Shadow mode (`[route.entity] mode = "shadow"`): what the machine would
+/// have done with a delivery that is forwarded anyway, counted as in
+/// enforce mode (a repeat, a discrepancy) and logged, so the machine can be
+/// adopted beside a live handler. A busy entity is only logged.
+pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Option<&EntityVerdict>) {
+    let Some(about) = identity.entity.as_ref() else {
+        return;
+    };
+    let name = route.name().to_owned();
+    match verdict {
+        Some(EntityVerdict::Refused { from }) => {
+            let from = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
+            counter!(DISCREPANCIES_TOTAL.name, "route" => name, "from" => from.clone(), "to" => about.to.clone())
+                .increment(1);
+            tracing::warn!(
+                route = route.name(),
+                entity = about.hash,
+                from,
+                to = about.to,
+                key = identity.key_hash,
+                "shadow: the entity machine would refuse this change (discrepancy); forwarded"
+            );
+        }
+        Some(EntityVerdict::Repeat) => {
+            counter!(REPEATS_TOTAL.name, "route" => name, "state" => about.to.clone()).increment(1);
+            tracing::info!(
+                route = route.name(),
+                entity = about.hash,
+                state = about.to,
+                key = identity.key_hash,
+                "shadow: the entity already is in the announced state (a repeat); forwarded"
+            );
+        }
+        _ => tracing::info!(
+            route = route.name(),
+            entity = about.hash,
+            state = about.to,
+            key = identity.key_hash,
+            "shadow: the entity is busy with another change; forwarded without waiting"
+        ),
     }
 }

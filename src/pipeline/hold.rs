@@ -15,7 +15,7 @@ use super::identify::Identity;
 use super::runtime::RouteRuntime;
 use super::verify::Verified;
 use super::{Pipeline, shadow, trace};
-use crate::config::Mode;
+use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
 use crate::record::{StoredResponse, TraceContext};
 use crate::store::StoreError;
@@ -49,20 +49,39 @@ impl Pipeline {
         ),
     ) -> Claimed {
         let rules = &runtime.settings.idempotency;
-        let holds = runtime.inbox.is_some() && rules.mode == Mode::Enforce;
-        let claim = async || {
+        let watching = runtime
+            .settings
+            .entity
+            .as_ref()
+            .is_some_and(|e| e.mode == EntityMode::Shadow);
+        let holds = watching || (runtime.inbox.is_some() && rules.mode == Mode::Enforce);
+        let claim = async |entity: Option<&EntityStep>| {
             self.claimer
                 .claim(
                     identity,
                     rules,
-                    (runtime.ack.as_ref(), entity, holds),
+                    (runtime.ack.as_ref(), entity, holds && entity.is_some()),
                     shadow::patience(rules),
                     context,
                 )
                 .instrument(trace::claim(self.tracing))
                 .await
         };
-        let mut decision = claim().await;
+        let mut decision = claim(entity).await;
+        if watching {
+            // The machine only watches: whatever it decided, the delivery
+            // is claimed by its key alone and forwarded.
+            let verdict = match &decision {
+                Ok(Decision::Judged(verdict)) => Some(Some(verdict.clone())),
+                Ok(Decision::Behind(_)) => Some(None),
+                _ => None,
+            };
+            if let Some(verdict) = verdict {
+                super::entity::shadowed(runtime, identity, verdict.as_ref());
+                decision = claim(None).await;
+            }
+            return Claimed::Decided(decision);
+        }
         for _ in 0..HOLD_TRIES {
             let (Ok(Decision::Behind(blocker)), Some(step), Some(inbox)) =
                 (&decision, entity, runtime.inbox.as_ref())
@@ -92,7 +111,7 @@ impl Pipeline {
                 Ok(Holding::Not(HoldVerdict::Itself)) => {
                     Ok(Decision::Refuse(busy_answer(blocker, rules), None))
                 }
-                Ok(Holding::Not(_)) => claim().await,
+                Ok(Holding::Not(_)) => claim(entity).await,
                 Err(error) => Err(error),
             };
         }

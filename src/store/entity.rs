@@ -58,6 +58,10 @@ pub struct EntityStep {
     pub key: EntityKey,
     /// The state the delivery announces (a declared one).
     pub to: String,
+    /// The event it announces, hashed (`[route.entity] event`): the same
+    /// state with a new event is a change the handler must see, not a
+    /// repeat. `None`: the route names no event, or the notice has none.
+    pub event: Option<String>,
     /// Where `to` may be entered from.
     pub sources: Sources,
     /// How long the entity is kept after this write.
@@ -258,6 +262,9 @@ pub struct Pending {
     pub from: Option<String>,
     /// The state it announces.
     pub to: String,
+    /// The event it announces (hashed), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
 }
 
 impl Pending {
@@ -274,6 +281,10 @@ pub struct EntityState {
     pub state: Option<String>,
     /// When it was entered, unix ms.
     pub since_ms: u64,
+    /// The event (hashed) of the change that entered it, if it had one:
+    /// a notice of the same state and event is a repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
     /// The change being made, if one is.
     pub pending: Option<Pending>,
     /// The last transitions, newest first.
@@ -317,7 +328,8 @@ impl EntityState {
         if let Some(blocker) = self.blocker(pending, now_ms) {
             return Err(EntityVerdict::Busy { blocker });
         }
-        self.judge(record_key, &step.to, &step.sources, now_ms)
+        let announced = (step.to.as_str(), step.event.as_deref());
+        self.judge(record_key, announced, &step.sources, now_ms)
     }
 
     /// What holds the entity, given what its pending change's record says
@@ -343,7 +355,7 @@ impl EntityState {
     fn judge(
         &mut self,
         record_key: &str,
-        to: &str,
+        (to, event): (&str, Option<&str>),
         sources: &Sources,
         now_ms: u64,
     ) -> Result<(), EntityVerdict> {
@@ -356,12 +368,17 @@ impl EntityState {
             delivery: delivery.clone(),
             at_ms: now_ms,
         };
-        if from.as_deref() == Some(to) {
+        let same = from.as_deref() == Some(to);
+        // The same state is a repeat, unless it comes with an event the
+        // entity has not entered it with (a second partial refund).
+        let new_event = event.is_some() && event != self.event.as_deref();
+        if same && !new_event {
             self.repeats += 1;
             self.remember(entry(TransitionKind::Repeat));
             return Err(EntityVerdict::Repeat);
         }
         let allowed = match &from {
+            _ if same => true,
             None => sources.initial,
             Some(from) => sources.from.contains(from),
         };
@@ -374,6 +391,7 @@ impl EntityState {
             record: record_key.to_owned(),
             from,
             to: to.to_owned(),
+            event: event.map(str::to_owned),
         });
         Ok(())
     }
@@ -401,6 +419,7 @@ impl EntityState {
                     at_ms: now_ms,
                 });
                 self.state = Some(pending.to);
+                self.event = pending.event;
                 self.since_ms = now_ms;
             }
         }
@@ -415,7 +434,7 @@ impl EntityState {
     /// `n`, `x`, `r`; absent fields are defaults).
     pub(super) fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut state = Self::default();
-        let (mut record, mut from, mut to) = (None, None, None);
+        let (mut record, mut from, mut to, mut event) = (None, None, None, None);
         let number = |text: &str| text.parse().unwrap_or(0);
         for (field, value) in fields {
             match field {
@@ -424,6 +443,8 @@ impl EntityState {
                 "pk" => record = Some(value.to_owned()),
                 "pf" => from = (!value.is_empty()).then(|| value.to_owned()),
                 "pt" => to = Some(value.to_owned()),
+                "pe" => event = Some(value.to_owned()),
+                "e" => state.event = Some(value.to_owned()),
                 "h" => state.history = value.lines().filter_map(Transition::parse).collect(),
                 "n" => state.applied = number(value),
                 "x" => state.refused = number(value),
@@ -433,7 +454,12 @@ impl EntityState {
             }
         }
         if let (Some(record), Some(to)) = (record, to) {
-            state.pending = Some(Pending { record, from, to });
+            state.pending = Some(Pending {
+                record,
+                from,
+                to,
+                event,
+            });
         }
         state
     }

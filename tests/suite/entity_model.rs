@@ -2,9 +2,9 @@
 //! store's operations, on a real Redis (the Lua of `lua/entity.lua`) and
 //! on the embedded store (the same rules in Rust).
 //!
-//! A small reference model of one entity (its state, its pending change,
-//! the notices held behind it) drives random histories: notices (new ones,
-//! copies, regressions, repeats) × handler outcomes (accepted, refused
+//! A small reference model of one entity (its state and event, its pending
+//! change, the notices held behind it) drives random histories: notices
+//! (new ones, copies, regressions, repeats, new events) × handler outcomes (accepted, refused
 //! 404, failed 5xx, timed out having applied or not, failed into the
 //! inbox) × faults (an unknown outcome whose hold runs out) × worker steps
 //! (a queued or held delivery taken, sent or kept back) × operator actions
@@ -75,6 +75,8 @@ enum Op {
     /// A new notice announcing `STATES[to]`.
     Arrive {
         to: usize,
+        /// Its event, of two (`None`: it carries none).
+        event: Option<bool>,
         handler: Handler,
     },
     /// A copy of an earlier notice.
@@ -112,7 +114,8 @@ fn handler() -> impl Strategy<Value = Handler> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..STATES.len(), handler()).prop_map(|(to, handler)| Op::Arrive { to, handler }),
+        6 => (0..STATES.len(), any::<Option<bool>>(), handler())
+            .prop_map(|(to, event, handler)| Op::Arrive { to, event, handler }),
         2 => (any::<usize>(), handler()).prop_map(|(which, handler)| Op::Copy { which, handler }),
         5 => (any::<usize>(), handler()).prop_map(|(which, handler)| Op::Work { which, handler }),
         1 => Just(Op::Expire),

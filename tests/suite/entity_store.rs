@@ -46,6 +46,7 @@ fn step_of(entity: &str, to: &str, from: &[&str]) -> EntityStep {
         },
         retention: LONG,
         advance: CacheStatus::successes(),
+        event: None,
     }
 }
 

@@ -24,6 +24,7 @@ mod deploy;
 mod docs;
 mod embedded;
 mod entity;
+mod entity_events;
 mod entity_held;
 mod entity_model;
 mod entity_orders;

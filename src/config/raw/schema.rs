@@ -292,6 +292,7 @@ mod tests {
         [route.entity]
         id = ["json:/id"]
         state = "json:/status"
+        event = "json:/refund"
         transitions = ["PENDING -> PAID"]
         initial = ["PENDING"]
         terminal = ["PAID"]

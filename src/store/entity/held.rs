@@ -13,8 +13,9 @@
 //! announced state and where that state may be entered from), so the
 //! worker needs nothing but the entity to judge it. Redis keeps the queue
 //! in the entity hash's field `q`, one line per notice:
-//! `record \t to \t initial (0|1) \t from|from…` (states never contain a
-//! tab, a newline or `|`: `config::entity`).
+//! `record \t to \t initial (0|1) \t from|from… \t event` (states never
+//! contain a tab, a newline or `|`: `config::entity`; the event is a hex
+//! hash or empty).
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +33,9 @@ pub struct Held {
     pub initial: bool,
     /// The states it may be entered from.
     pub from: Vec<String>,
+    /// The event it announces (hashed), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
 }
 
 impl Held {
@@ -42,6 +46,7 @@ impl Held {
             to: step.to.clone(),
             initial: step.sources.initial,
             from: step.sources.from.clone(),
+            event: step.event.clone(),
         }
     }
 
@@ -61,21 +66,23 @@ impl Held {
     #[cfg(test)]
     pub(super) fn line(&self) -> String {
         format!(
-            "{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}",
             self.record,
             self.to,
             u8::from(self.initial),
-            self.from.join("|")
+            self.from.join("|"),
+            self.event.as_deref().unwrap_or_default()
         )
     }
 
     /// Reads one line of the Redis field `q`.
     pub(super) fn parse(line: &str) -> Option<Self> {
-        let mut parts = line.splitn(4, '\t');
+        let mut parts = line.splitn(5, '\t');
         let record = parts.next()?.to_owned();
         let to = parts.next()?.to_owned();
         let initial = parts.next()? == "1";
         let from = parts.next()?;
+        let event = parts.next().unwrap_or_default();
         Some(Self {
             record,
             to,
@@ -85,6 +92,7 @@ impl Held {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            event: (!event.is_empty()).then(|| event.to_owned()),
         })
     }
 }
@@ -161,7 +169,8 @@ impl EntityState {
             None => Ok(()),
             Some(0) => {
                 let head = self.held.remove(0);
-                self.judge(record_key, &head.to, &head.sources(), now_ms)
+                let announced = (head.to.as_str(), head.event.as_deref());
+                self.judge(record_key, announced, &head.sources(), now_ms)
                     .map_err(|verdict| KeptBack::Decided(verdict, head.to))
             }
             Some(_) => Err(KeptBack::Wait),

@@ -54,6 +54,7 @@ impl EntityState {
             at_ms: now_ms,
         });
         self.pending = None;
+        self.event = None;
         match correction {
             Correction::Set(_) => {
                 self.state = Some(to);

@@ -14,6 +14,7 @@ fn step(to: &str, from: &[&str], initial: bool) -> EntityStep {
         },
         retention: Duration::from_secs(60),
         advance: CacheStatus::successes(),
+        event: None,
     }
 }
 
@@ -381,4 +382,88 @@ fn held_notices_read_back_from_the_redis_field() {
     let fields = [("q", format!("{}\n{}", held.line(), initial.line()))];
     let read = EntityState::from_fields(fields.iter().map(|(f, v)| (*f, v.as_str())));
     assert_eq!(read.held, [held, initial]);
+}
+
+fn with_event(mut step: EntityStep, event: &str) -> EntityStep {
+    step.event = Some(event.to_owned());
+    step
+}
+
+#[test]
+fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
+    let mut entity = EntityState {
+        state: Some("success".into()),
+        ..EntityState::default()
+    };
+    // Alipay: each partial refund is another TRADE_SUCCESS with its own
+    // out_biz_no.
+    let refund_a = with_event(step("success", &["pending"], true), "a");
+    assert_eq!(
+        entity.claim(&refund_a, &record(1), PendingRecord::Absent, 1),
+        Ok(())
+    );
+    assert_eq!(entity.pending.as_ref().unwrap().event.as_deref(), Some("a"));
+    entity.settle(&record(1), EntityEffect::Apply, 2);
+    assert_eq!(entity.event.as_deref(), Some("a"));
+    // The same refund notified again: a repeat.
+    assert_eq!(
+        entity.claim(&refund_a, &record(2), PendingRecord::Absent, 3),
+        Err(EntityVerdict::Repeat)
+    );
+    // Without an event, the same state is a repeat as before.
+    assert_eq!(
+        entity.claim(
+            &step("success", &["pending"], true),
+            &record(3),
+            PendingRecord::Absent,
+            4
+        ),
+        Err(EntityVerdict::Repeat)
+    );
+    // A second partial refund: a change the handler must see.
+    let refund_b = with_event(step("success", &["pending"], true), "b");
+    assert_eq!(
+        entity.claim(&refund_b, &record(4), PendingRecord::Absent, 5),
+        Ok(())
+    );
+    entity.settle(&record(4), EntityEffect::Apply, 6);
+    assert_eq!((entity.applied, entity.repeats), (2, 2));
+    // A state change without an event forgets the last one.
+    let closed = step("closed", &["success"], false);
+    entity
+        .claim(&closed, &record(5), PendingRecord::Absent, 7)
+        .unwrap();
+    entity.settle(&record(5), EntityEffect::Apply, 8);
+    assert_eq!(
+        (entity.state.as_deref(), entity.event.as_deref()),
+        (Some("closed"), None)
+    );
+    // An event never opens a way out of a state the machine closes.
+    let late = with_event(step("pending", &[], false), "c");
+    assert_eq!(
+        entity.claim(&late, &record(6), PendingRecord::Absent, 9),
+        Err(EntityVerdict::Refused {
+            from: Some("closed".into())
+        })
+    );
+}
+
+#[test]
+fn events_read_back_from_the_redis_fields() {
+    let fields = [
+        ("s", "success"),
+        ("e", "ab"),
+        ("pk", "t:pay:x"),
+        ("pf", "success"),
+        ("pt", "success"),
+        ("pe", "cd"),
+    ];
+    let read = EntityState::from_fields(fields.iter().copied());
+    assert_eq!(read.event.as_deref(), Some("ab"));
+    assert_eq!(read.pending.unwrap().event.as_deref(), Some("cd"));
+    let held = Held::of(
+        &with_event(step("success", &["pending"], true), "ef"),
+        &record(1),
+    );
+    assert_eq!(Held::parse(&held.line()), Some(held));
 }

@@ -30,12 +30,14 @@ pub(super) fn claim_keys_and_args(key: &StoreKey, step: &EntityStep) -> (Vec<Str
 
 /// A step as `claim_entity.lua` (after the announced state) and
 /// `hold.lua` (after `max_held_per_entity`) take it: retention, then the
-/// announced state, whether it may be initial, and its sources.
+/// announced state, whether it may be initial, its event ('' none) and
+/// its sources.
 pub(super) fn step_args(step: &EntityStep) -> Vec<Value> {
     let mut args = vec![
         Value::Integer(millis(step.retention)),
         Value::from(step.to.as_str()),
         Value::from(if step.sources.initial { "1" } else { "0" }),
+        Value::from(step.event.as_deref().unwrap_or_default()),
     ];
     args.extend(step.sources.from.iter().map(|s| Value::from(s.as_str())));
     args

@@ -37,6 +37,7 @@ enum Fate {
 #[derive(Debug)]
 struct Notice {
     to: &'static str,
+    event: Option<&'static str>,
     fate: Fate,
     /// Whether its record exists in the store (claims and queues write
     /// it; releases, purges and short holds running out take it away).
@@ -47,11 +48,18 @@ struct Notice {
     stage: Option<Stage>,
 }
 
+/// A notice's announced state and event.
+type Announced = (&'static str, Option<&'static str>);
+
 /// The reference model of the entity.
 #[derive(Debug, Default)]
 struct Model {
     state: Option<&'static str>,
+    /// The event the state was entered with.
+    event: Option<&'static str>,
     pending: Option<usize>,
+    /// The pending change's event.
+    pending_event: Option<&'static str>,
     held: VecDeque<usize>,
 }
 
@@ -61,20 +69,23 @@ impl Model {
     }
 
     /// A notice judged in turn: `Ok` (now pending) or the verdict.
-    fn judge(&mut self, n: usize, to: &'static str) -> Result<(), &'static str> {
-        if self.state == Some(to) {
+    fn judge(&mut self, n: usize, (to, event): Announced) -> Result<(), &'static str> {
+        let same = self.state == Some(to);
+        if same && (event.is_none() || event == self.event) {
             return Err("repeat");
         }
-        if !allowed(self.state, to) {
+        if !same && !allowed(self.state, to) {
             return Err("refused");
         }
         self.pending = Some(n);
+        self.pending_event = event;
         Ok(())
     }
 
     fn apply(&mut self, n: usize, to: &'static str) {
         if self.pending == Some(n) {
             self.state = Some(to);
+            self.event = self.pending_event;
             self.pending = None;
         }
     }
@@ -95,8 +106,8 @@ pub(super) struct Run<'a, S> {
     inbox: bool,
     model: Model,
     notices: Vec<Notice>,
-    /// The handler's accepted calls, in order: (notice, state).
-    accepted: Vec<(usize, &'static str)>,
+    /// The handler's accepted calls, in order: (notice, state, event).
+    accepted: Vec<(usize, Announced)>,
 }
 
 fn key_of(entity: &str, n: usize) -> StoreKey {
@@ -149,7 +160,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         }
     }
 
-    fn step(&self, to: &str) -> EntityStep {
+    fn step(&self, (to, event): Announced) -> EntityStep {
         EntityStep {
             key: EntityKey::new("model", "pay", &self.entity),
             to: to.to_owned(),
@@ -159,6 +170,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             },
             retention: LONG,
             advance: CacheStatus::successes(),
+            event: event.map(str::to_owned),
         }
     }
 
@@ -168,9 +180,10 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
 
     pub(super) async fn apply(&mut self, op: Op) {
         match op {
-            Op::Arrive { to, handler } => {
+            Op::Arrive { to, event, handler } => {
                 self.notices.push(Notice {
                     to: STATES[to],
+                    event: event.map(|second| if second { "e2" } else { "e1" }),
                     fate: Fate::NotAcknowledged,
                     recorded: false,
                     applied_unknown: None,
@@ -193,9 +206,10 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
 
     /// A sender delivers notice `n` (its first copy or another one).
     async fn deliver(&mut self, n: usize, handler: Handler) {
-        let to = self.notices[n].to;
+        let announced = (self.notices[n].to, self.notices[n].event);
+        let to = announced.0;
         let key = self.key(n);
-        let step = self.step(to);
+        let step = self.step(announced);
         let record = Record::in_flight(self.mint.next(), Fingerprint([7; 32]), None);
         let outcome = self
             .store
@@ -218,7 +232,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                     "{n}: claimed: {:?}",
                     self.model
                 );
-                assert_eq!(self.model.judge(n, to), Ok(()), "{n}: claimed {to}");
+                assert_eq!(self.model.judge(n, announced), Ok(()), "{n}: claimed {to}");
                 self.notices[n].recorded = true;
                 self.call(
                     n,
@@ -240,7 +254,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             }
             ClaimOutcome::Decided(verdict) => {
                 assert!(!recorded && !self.model.busy(), "{n}: {verdict:?}");
-                let expected = self.model.judge(n, to).unwrap_err();
+                let expected = self.model.judge(n, announced).unwrap_err();
                 let got = if verdict == EntityVerdict::Repeat {
                     "repeat"
                 } else {
@@ -281,7 +295,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         owner: idemgate::record::OwnerToken,
     ) {
         let key = self.key(n);
-        let to = self.notices[n].to;
+        let to = (self.notices[n].to, self.notices[n].event);
         let (state, ttl) = match handler {
             Handler::Accept => (RecordState::Completed(response(200)), LONG),
             Handler::Refuse => (RecordState::Completed(response(404)), LONG),
@@ -314,7 +328,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             Handler::Accept => {
                 notice.fate = Fate::Accepted;
                 self.accepted.push((n, to));
-                self.model.apply(n, to);
+                self.model.apply(n, to.0);
             }
             Handler::Refuse => self.model.drop_change(n),
             Handler::Fail => (notice.fate, notice.stage) = (Fate::Owed, Some(Stage::Queued)),
@@ -358,7 +372,8 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             Err("wait")
         } else {
             self.model.held.pop_front();
-            self.model.judge(n, self.notices[n].to)
+            self.model
+                .judge(n, (self.notices[n].to, self.notices[n].event))
         };
         match (taken, expected) {
             (Ok(swapped), Ok(())) => {
@@ -384,7 +399,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
 
     /// A redelivery's outcome, written as the worker writes it.
     async fn redelivered(&mut self, n: usize, handler: Handler, claimed: &Record) {
-        let to = self.notices[n].to;
+        let to = (self.notices[n].to, self.notices[n].event);
         let (stage, last) = match handler {
             Handler::Accept => (Stage::Delivered, Some(200)),
             Handler::Refuse => (Stage::Delivered, Some(404)),
@@ -397,7 +412,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             Handler::Accept => {
                 self.notices[n].fate = Fate::Accepted;
                 self.accepted.push((n, to));
-                self.model.apply(n, to);
+                self.model.apply(n, to.0);
             }
             Handler::Refuse => {
                 self.notices[n].fate = Fate::Refused;
@@ -500,11 +515,16 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
     /// The promise over the whole history (module docs).
     pub(super) fn check(&self) {
         let mut seen = BTreeMap::new();
-        let mut state: Option<&str> = None;
-        for &(n, to) in &self.accepted {
+        let (mut state, mut event): (Option<&str>, Option<&str>) = (None, None);
+        for &(n, (to, with)) in &self.accepted {
             assert!(seen.insert(n, to).is_none(), "notice {n} accepted twice");
-            assert!(allowed(state, to), "the handler saw {state:?} -> {to}");
-            state = Some(to);
+            // The same state again only with a new event (a second refund).
+            let new_event = state == Some(to) && with.is_some() && with != event;
+            assert!(
+                new_event || (state != Some(to) && allowed(state, to)),
+                "the handler saw {state:?} ({event:?}) -> {to} ({with:?})"
+            );
+            (state, event) = (Some(to), with);
         }
         let held_by_applied = self
             .model
