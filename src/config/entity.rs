@@ -161,6 +161,8 @@ pub struct Entity {
     pub event: Option<Selector>,
     /// Act on the machine's verdicts, or only count and log them.
     pub mode: EntityMode,
+    /// The shipped machine the table started from, if any (`machines`).
+    pub machine_name: Option<String>,
     /// What may follow what.
     pub machine: StateMachine,
     /// The answer to a refused transition.
@@ -188,8 +190,8 @@ pub(super) fn entity(
     inbox: Option<&Inbox>,
     retention: Duration,
 ) -> Option<Entity> {
-    let raw = raw?;
     let key = format!("{key}.entity");
+    let raw = &machines::with_machine(problems, &key, raw?);
     let id: Vec<Selector> = raw
         .id
         .iter()
@@ -199,7 +201,15 @@ pub(super) fn entity(
     if raw.id.is_empty() {
         problems.push(&format!("{key}.id"), "must name at least one selector");
     }
-    let state = problems.take(&format!("{key}.state"), Selector::parse(&raw.state));
+    if raw.state.is_empty() {
+        problems.push(
+            &format!("{key}.state"),
+            "must name the state's selector (or a machine that does)",
+        );
+    }
+    let state = (!raw.state.is_empty())
+        .then(|| problems.take(&format!("{key}.state"), Selector::parse(&raw.state)))
+        .flatten();
     let event = raw
         .event
         .as_ref()
@@ -244,6 +254,7 @@ pub(super) fn entity(
         id,
         state: state?,
         event,
+        machine_name: raw.machine.clone(),
         mode: problems.choice(
             &format!("{key}.mode"),
             raw.mode.as_deref(),
@@ -374,6 +385,7 @@ impl Entity {
     pub(super) fn to_raw(&self) -> RawEntity {
         let machine = &self.machine;
         RawEntity {
+            machine: self.machine_name.clone(),
             id: self.id.iter().map(ToString::to_string).collect(),
             state: self.state.to_string(),
             event: self.event.as_ref().map(ToString::to_string),
@@ -395,6 +407,8 @@ impl Entity {
         }
     }
 }
+
+mod machines;
 
 #[cfg(test)]
 mod tests;

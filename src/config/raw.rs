@@ -383,12 +383,17 @@ pub struct RawProbe {
 }
 
 /// `[route.entity]`.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEntity {
+    /// A channel's machine whose settings fill what the table leaves out
+    /// (`alipay`, `wechatpay-v2`, `payment`).
+    pub machine: Option<String>,
     /// Selectors naming the business id (joined like key parts).
+    #[serde(default)]
     pub id: Vec<String>,
     /// Selector of the state a delivery announces.
+    #[serde(default)]
     pub state: String,
     /// Selector of the event a delivery announces (a refund id): the same
     /// state with a new event is a change, not a repeat.

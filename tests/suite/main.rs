@@ -26,6 +26,7 @@ mod embedded;
 mod entity;
 mod entity_events;
 mod entity_held;
+mod entity_machines;
 mod entity_model;
 mod entity_orders;
 mod entity_outcomes;

@@ -290,6 +290,7 @@ mod tests {
         field = "json:/status"
         one_of = ["PAID"]
         [route.entity]
+        machine = "payment"
         id = ["json:/id"]
         state = "json:/status"
         event = "json:/refund"
