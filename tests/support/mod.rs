@@ -21,6 +21,8 @@
 //!   raw HTTP/1.1 exchanges.
 //! * [`signing`] — the test route's signing scheme and payment bodies.
 //! * [`entity`] — the test route's `[route.entity]` and its notices.
+//! * [`entity_model`] — the entity's model-based test: a reference model,
+//!   random histories with faults, the promise's checker ([`explore`]).
 //! * [`presets`] — configurations, headers and bodies per preset scheme.
 //! * [`payments`] — the payment channels' SDK vectors, their routes and
 //!   fresh WeChat Pay v3 signatures.
@@ -34,6 +36,7 @@
 mod browser;
 mod client;
 mod entity;
+mod entity_model;
 mod exposition;
 mod gate;
 mod otlp;
@@ -49,6 +52,7 @@ mod wait;
 pub use browser::*;
 pub use client::*;
 pub use entity::*;
+pub use entity_model::explore;
 pub use exposition::*;
 pub use gate::*;
 pub use otlp::*;

@@ -33,6 +33,7 @@ const RECORDS: &str = "idemgate:pay:*";
 mod cluster;
 mod embedded_kills;
 mod entity_cluster;
+mod entity_model_faults;
 mod failover;
 mod inbox_failover;
 mod instances;

@@ -14,7 +14,7 @@ use idemgate::store::entity::{EntityEffect, EntityStep, EntityVerdict, HoldVerdi
 use idemgate::store::inbox::InboxOps;
 use idemgate::store::{ClaimOutcome, EntityKey, Releasing, Store, StoreKey};
 
-use super::{HOLD, Handler, LONG, MAX_HELD, Op, STATES, allowed, sources};
+use super::{HOLD, Handler, LONG, MAX_HELD, Op, Restart, STATES, allowed, sources};
 
 /// Where one notice stands, as the harness knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +101,7 @@ impl Model {
 /// One history against one store.
 pub(super) struct Run<'a, S> {
     store: &'a S,
+    restart: Option<Restart<'a>>,
     mint: OwnerMint,
     entity: String,
     inbox: bool,
@@ -148,9 +149,11 @@ fn effect(record: &Record) -> EntityEffect {
 impl<'a, S: Store + InboxOps> Run<'a, S> {
     /// A fresh history of entity `case` on `store`; `inbox`: the route
     /// holds notices and queues failures.
-    pub(super) fn new(store: &'a S, case: u64, inbox: bool) -> Self {
+    /// `restart` restarts the store for `Op::Restart`.
+    pub(super) fn new(store: &'a S, case: u64, inbox: bool, restart: Option<Restart<'a>>) -> Self {
         Self {
             store,
+            restart,
             mint: OwnerMint::new(),
             entity: format!("{case:032x}"),
             inbox,
@@ -196,6 +199,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             }
             Op::Work { which, handler } => self.work(which, handler).await,
             Op::Expire => tokio::time::sleep(HOLD * 3).await,
+            Op::Restart => self.restart().await,
             Op::Purge => self.purge().await,
             Op::Retry { which } => self.operator(which, true).await,
             Op::Drop { which } => self.operator(which, false).await,
@@ -211,9 +215,13 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         let key = self.key(n);
         let step = self.step(announced);
         let record = Record::in_flight(self.mint.next(), Fingerprint([7; 32]), None);
+        // An owner that dies mid-call stops renewing: its claim lives for
+        // a short hold, then the record is gone, unsettled.
+        let crashes = matches!(handler, Handler::CrashApplied | Handler::CrashNotApplied);
+        let ttl = if crashes { HOLD } else { LONG };
         let outcome = self
             .store
-            .claim(&key, record, LONG, Some(&step))
+            .claim(&key, record, ttl, Some(&step))
             .await
             .unwrap();
         // An unknown outcome's record lives for HOLD: gone by now or not.
@@ -296,6 +304,15 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
     ) {
         let key = self.key(n);
         let to = (self.notices[n].to, self.notices[n].event);
+        if let Handler::CrashApplied | Handler::CrashNotApplied = handler {
+            // Nothing more is written: the claim expires in flight.
+            let applied = handler == Handler::CrashApplied;
+            self.notices[n].applied_unknown = Some(applied);
+            if applied {
+                self.accepted.push((n, to));
+            }
+            return;
+        }
         let (state, ttl) = match handler {
             Handler::Accept => (RecordState::Completed(response(200)), LONG),
             Handler::Refuse => (RecordState::Completed(response(404)), LONG),
@@ -315,6 +332,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                 return;
             }
             Handler::TimeoutApplied | Handler::TimeoutNotApplied => (RecordState::Unknown, HOLD),
+            Handler::CrashApplied | Handler::CrashNotApplied => unreachable!("returned above"),
         };
         let record = with(state);
         let stored = self
@@ -337,6 +355,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                 self.accepted.push((n, to));
             }
             Handler::TimeoutNotApplied => notice.applied_unknown = Some(false),
+            Handler::CrashApplied | Handler::CrashNotApplied => {}
         }
     }
 
@@ -400,11 +419,19 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
     /// A redelivery's outcome, written as the worker writes it.
     async fn redelivered(&mut self, n: usize, handler: Handler, claimed: &Record) {
         let to = (self.notices[n].to, self.notices[n].event);
+        // A worker dying mid-call: the next worker finds its claim past
+        // the visibility deadline and holds the delivery as unknown.
+        let handler = match handler {
+            Handler::CrashApplied => Handler::TimeoutApplied,
+            Handler::CrashNotApplied => Handler::TimeoutNotApplied,
+            other => other,
+        };
         let (stage, last) = match handler {
             Handler::Accept => (Stage::Delivered, Some(200)),
             Handler::Refuse => (Stage::Delivered, Some(404)),
             Handler::Fail => (Stage::Dead, Some(503)),
             Handler::TimeoutApplied | Handler::TimeoutNotApplied => (Stage::Unknown, None),
+            Handler::CrashApplied | Handler::CrashNotApplied => unreachable!("mapped above"),
         };
         self.swap_stage(n, claimed, stage, last).await;
         self.notices[n].stage = Some(stage);
@@ -423,7 +450,23 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                 self.accepted.push((n, to));
             }
             Handler::TimeoutNotApplied => self.notices[n].applied_unknown = Some(false),
-            Handler::Fail => {}
+            Handler::Fail | Handler::CrashApplied | Handler::CrashNotApplied => {}
+        }
+    }
+
+    /// Restarts the store, if the caller can, and waits until it answers:
+    /// everything acknowledged before must still be there (the comparison
+    /// after this step says so).
+    async fn restart(&self) {
+        let Some(restart) = self.restart else { return };
+        restart();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while self.store.ping().await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the store did not come back"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 
