@@ -48,6 +48,7 @@ mod allow;
 mod console;
 mod corrections;
 mod entities;
+mod held;
 mod hot_keys;
 mod inbox;
 mod listing;

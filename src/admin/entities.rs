@@ -79,6 +79,15 @@ impl Admin {
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
+        if super::listing::is_listing(query) {
+            if route.entity.is_none() {
+                return self.problem(
+                    AdminReason::EntityNotConfigured,
+                    "the route has no [route.entity]",
+                );
+            }
+            return self.held_listing(route, query).await;
+        }
         // A malformed URL is a 400 on every route, as on the record API.
         let (hash, id) = match entity_ref(query) {
             Ok(named) => named,

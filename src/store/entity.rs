@@ -315,6 +315,12 @@ pub enum PendingRecord {
 }
 
 impl EntityState {
+    /// Whether something holds the entity: a change pending (in flight,
+    /// unknown, owed by the inbox, or unresolved) or notices waiting.
+    pub fn is_held(&self) -> bool {
+        self.pending.is_some() || !self.held.is_empty()
+    }
+
     /// Judges a claim of `record_key` announcing `step.to`, given what the
     /// pending change's record says (module docs, "Claim"). `Ok(())`: the
     /// caller writes the claim, and the delivery is now the pending change.

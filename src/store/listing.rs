@@ -26,6 +26,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use super::entity::EntityState;
 use super::{AnyStore, Backend, Existing, Observed, StoreError};
 
 /// Which records a listing keeps.
@@ -127,6 +128,28 @@ pub struct Page {
 }
 
 impl AnyStore {
+    /// One page of the entities of `scope` that are held: a change pending
+    /// (in flight, unknown, owed by the inbox, unresolved) or notices
+    /// waiting behind it. Walked like the records (module docs), at most
+    /// ten keys examined per entity asked for. Not metered.
+    pub async fn list_held_entities(
+        &self,
+        key_prefix: &str,
+        scope: &str,
+        limit: usize,
+        cursor: Cursor,
+    ) -> Result<EntityPage, StoreError> {
+        let namespace = format!("{key_prefix}:{scope}");
+        match &self.backend {
+            Backend::Redis(store) => store.list_held(&namespace, limit, cursor).await,
+            Backend::Embedded(store) => store.list_held(&namespace, limit, cursor).await,
+            #[cfg(test)]
+            Backend::Test(_) => Err(StoreError::Backend(
+                "the scripted test store can not list".into(),
+            )),
+        }
+    }
+
     /// One page of the records of `scope` (under `key_prefix`) that
     /// `filter` keeps, from `cursor` (the module docs say how each backend
     /// walks). Not metered: the `op` label set covers the request path.
@@ -148,6 +171,22 @@ impl AnyStore {
             )),
         }
     }
+}
+
+/// One page of held entities ([`AnyStore::list_held_entities`]).
+#[derive(Debug)]
+pub struct EntityPage {
+    /// The entities kept, as (key suffix `entity:{hash}`, state).
+    pub entities: Vec<(String, EntityState)>,
+    /// Where the next page starts; `None` after the last.
+    pub next: Option<Cursor>,
+}
+
+/// The suffix of an entity key (`entity:{<32 hex>}`), if `suffix` is one.
+pub(super) fn entity_hash(suffix: &str) -> Option<&str> {
+    let tag = suffix.strip_prefix("entity:{")?.strip_suffix('}')?;
+    (tag.len() == super::ENTITY_HASH_LEN && tag.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(suffix)
 }
 
 /// The key hash a key suffix names, if it is a record key: exactly 64 hex

@@ -103,6 +103,18 @@ async fn held_notices_go_in_order(kind: Kind) {
             "{id} copy"
         );
     }
+    // The operator's listing shows the entity, what holds it and what waits.
+    let listing = admin_json(&gate, "/admin/entities/pay?state=held").await;
+    let items = listing["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listing}");
+    assert_eq!(items[0]["pending"]["to"], "success", "{listing}");
+    let waiting: Vec<&str> = items[0]["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(waiting, ["refunded", "failed", "refunded"], "{listing}");
     assert_eq!(success.await.unwrap().status, 200);
     // The refund goes next; the failure, then judged against "refunded"
     // (terminal), and the second refund (a repeat) never reach the handler.
@@ -140,6 +152,12 @@ async fn held_notices_go_in_order(kind: Kind) {
     }
     let queued = admin_json(&gate, "/admin/inbox/pay?state=queued").await;
     assert_eq!(queued["items"], serde_json::json!([]), "{queued}");
+    let listing = admin_json(&gate, "/admin/entities/pay?state=held").await;
+    assert_eq!(
+        listing["items"],
+        serde_json::json!([]),
+        "nothing holds it now: {listing}"
+    );
     gate.stop().await;
 }
 

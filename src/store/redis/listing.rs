@@ -6,8 +6,11 @@ use fred::prelude::Value;
 use fred::types::config::Server;
 
 use super::{RedisStore, classify};
-use crate::store::listing::{Cursor, Filter, Page, glob_escape, record_hash};
-use crate::store::{Store, StoreError, StoreKey};
+use crate::store::entity::EntityState;
+use crate::store::listing::{
+    Cursor, EntityPage, Filter, Page, entity_hash, glob_escape, record_hash,
+};
+use crate::store::{Call, EntityKey, Existing, Store, StoreError, StoreKey};
 
 /// The `COUNT` hint of one `SCAN` batch: small, so a page that fills up
 /// inside a batch repeats little of it when it resumes.
@@ -22,6 +25,67 @@ impl RedisStore {
         filter: Filter,
         cursor: Cursor,
     ) -> Result<Page, StoreError> {
+        let strip = format!("{namespace}:");
+        let read = |suffix: String| -> Call<'_, Option<Existing>> {
+            let key = StoreKey(format!("{strip}{suffix}"));
+            Box::pin(async move {
+                match self.lookup(&key).await {
+                    Ok(Some(existing)) if filter.keeps(&existing) => Ok(Some(existing)),
+                    Ok(_) => Ok(None),
+                    Err(StoreError::Corrupt(error)) => {
+                        tracing::warn!(key = suffix, %error, "listing skips a corrupt record");
+                        Ok(None)
+                    }
+                    Err(error) => Err(error),
+                }
+            })
+        };
+        let budget = (filter.limit, filter.examined());
+        let (records, next) = self
+            .walk(namespace, cursor, budget, record_hash, read)
+            .await?;
+        Ok(Page { records, next })
+    }
+
+    /// One page of the entities under `namespace` that a change or held
+    /// notices hold (`store::listing`, "Held entities").
+    pub(in crate::store) async fn list_held(
+        &self,
+        namespace: &str,
+        limit: usize,
+        cursor: Cursor,
+    ) -> Result<EntityPage, StoreError> {
+        let strip = format!("{namespace}:");
+        let read = |suffix: String| -> Call<'_, Option<EntityState>> {
+            let key = EntityKey(format!("{strip}{suffix}"));
+            Box::pin(async move {
+                Ok(self
+                    .read_entity(&key)
+                    .await?
+                    .map(|(state, _)| state)
+                    .filter(EntityState::is_held))
+            })
+        };
+        let budget = (limit, limit.saturating_mul(10));
+        let (entities, next) = self
+            .walk(namespace, cursor, budget, entity_hash, read)
+            .await?;
+        Ok(EntityPage { entities, next })
+    }
+
+    /// Walks the keys under `namespace` whose suffix `wanted` names (the
+    /// name it returns), on every primary in turn, reading each with
+    /// `read` and keeping what it returns, until `limit` are kept or
+    /// `examined` keys were read: the items and where the next page
+    /// starts.
+    async fn walk<'a, T>(
+        &self,
+        namespace: &str,
+        cursor: Cursor,
+        (limit, examined_at_most): (usize, usize),
+        wanted: fn(&str) -> Option<&str>,
+        read: impl Fn(String) -> Call<'a, Option<T>>,
+    ) -> Result<(Vec<(String, T)>, Option<Cursor>), StoreError> {
         let client = self.client();
         // `None`: the one node a standalone or Sentinel client talks to.
         let primaries: Vec<Option<Server>> = if client.is_clustered() {
@@ -34,7 +98,7 @@ impl RedisStore {
         };
         let pattern = format!("{}:*", glob_escape(namespace));
         let strip = format!("{namespace}:");
-        let mut records = Vec::new();
+        let mut items = Vec::new();
         let mut examined = 0;
         let mut at = cursor;
         loop {
@@ -42,43 +106,29 @@ impl RedisStore {
                 .ok()
                 .and_then(|node| primaries.get(node))
             else {
-                return Ok(Page {
-                    records,
-                    next: None,
-                });
+                return Ok((items, None));
             };
             let (next_scan, batch) = self.scan(server.as_ref(), at.scan, &pattern).await?;
             let mut suffixes: Vec<&str> = batch
                 .iter()
-                .filter_map(|key| key.strip_prefix(&strip).and_then(record_hash))
+                .filter_map(|key| key.strip_prefix(&strip).and_then(wanted))
                 .filter(|suffix| *suffix > at.after.as_str())
                 .collect();
             suffixes.sort_unstable();
             suffixes.dedup();
             for (n, suffix) in suffixes.iter().enumerate() {
                 examined += 1;
-                let key = StoreKey(format!("{strip}{suffix}"));
-                match self.lookup(&key).await {
-                    Ok(Some(existing)) if filter.keeps(&existing) => {
-                        records.push(((*suffix).to_owned(), existing));
-                    }
-                    Ok(_) => {}
-                    Err(StoreError::Corrupt(error)) => {
-                        tracing::warn!(key = suffix, %error, "listing skips a corrupt record");
-                    }
-                    Err(error) => return Err(error),
+                if let Some(item) = read((*suffix).to_owned()).await? {
+                    items.push(((*suffix).to_owned(), item));
                 }
-                let full = records.len() >= filter.limit || examined >= filter.examined();
+                let full = items.len() >= limit || examined >= examined_at_most;
                 if full && n + 1 < suffixes.len() {
                     // Resume inside this batch, after the key just read.
                     let next = Cursor {
                         after: (*suffix).to_owned(),
                         ..at
                     };
-                    return Ok(Page {
-                        records,
-                        next: Some(next),
-                    });
+                    return Ok((items, Some(next)));
                 }
             }
             at = if next_scan == 0 {
@@ -93,12 +143,9 @@ impl RedisStore {
                     after: String::new(),
                 }
             };
-            if records.len() >= filter.limit || examined >= filter.examined() {
+            if items.len() >= limit || examined >= examined_at_most {
                 let more = usize::try_from(at.node).is_ok_and(|node| node < primaries.len());
-                return Ok(Page {
-                    records,
-                    next: more.then_some(at),
-                });
+                return Ok((items, more.then_some(at)));
             }
         }
     }
