@@ -245,6 +245,24 @@ impl Browser {
         }
     }
 
+    /// Waits for a `prompt()` dialog, types `answer` into it and accepts
+    /// it; returns its text.
+    pub async fn answer_prompt(&self, answer: &str) -> String {
+        let deadline = Instant::now() + PAGE_LIMIT;
+        loop {
+            if let Ok(text) = self.client.get_alert_text().await {
+                self.client
+                    .send_alert_text(answer)
+                    .await
+                    .expect("type the answer");
+                self.client.accept_alert().await.expect("accept");
+                return text;
+            }
+            assert!(Instant::now() < deadline, "no prompt was shown");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Writes `<name>.png` of the viewport into `IDEMGATE_SCREENSHOTS`, if set.
     pub async fn screenshot(&self, name: &str) {
         let Some(dir) = std::env::var_os("IDEMGATE_SCREENSHOTS") else {

@@ -213,14 +213,15 @@
   }
 
   /**
-   * An entity of an entity route (`/admin/entities/{route}?id=`): its
-   * fields, then its transitions newest first, each delivery one click
-   * from its record when it has one.
+   * An entity of an entity route (`/admin/entities/{route}?id=` or
+   * `?hash=`, as `named` says): its fields, then its transitions newest
+   * first; below, the corrections an operator may make, each judged by the
+   * API against the state and pending change shown here.
    */
-  async function showEntity(route, id) {
+  async function showEntity(route, named) {
     let view;
     try {
-      view = await api("GET", `/admin/entities/${enc(route)}?id=${enc(id)}`);
+      view = await api("GET", `/admin/entities/${enc(route)}?${named}`);
     } catch (error) {
       if (error.status === 401) return fatal(error);
       message(`Entity lookup failed: ${explain(error)}`, "error");
@@ -239,8 +240,61 @@
         el("thead", {}, el("tr", {}, ["kind", "from", "to", "delivery", "at"].map((h) => el("th", { text: h })))),
         el("tbody", {}, rows))
         : el("p", { class: "note" }, "No transitions."));
-    $("detail-actions").replaceChildren();
+    const buttons = [
+      el("button", { type: "button", class: "danger", data: { action: "entity-set" }, on: { click: () => correctEntity(route, view, false) } }, "Set state…"),
+      el("button", { type: "button", class: "danger", data: { action: "entity-clear" }, on: { click: () => correctEntity(route, view, true) } }, "Clear state"),
+    ];
+    if (view.pending) buttons.push(...actionButtons(["purge"], route, view.pending.delivery));
+    $("detail-actions").replaceChildren(...buttons);
     if (!$("detail").open) $("detail").showModal();
+  }
+
+  /**
+   * An operator's correction of `view`'s entity: set its state (asked for)
+   * or clear it. The request carries the state and pending change shown,
+   * so the API refuses it (409 entity_changed) if the entity moved since.
+   */
+  async function correctEntity(route, view, clear) {
+    const pending = view.pending ? view.pending.delivery : "";
+    const seen = `It shows state ${view.state === null ? "(none)" : view.state}, pending ${pending || "(none)"}.`;
+    let state = "";
+    if (clear) {
+      if (!window.confirm(`Clear the entity's state: the next notice is judged as a first one, and the pending change is resolved.\n\n${seen}`)) return;
+    } else {
+      state = window.prompt(`Set the entity's state, only if the handler's books say so: the pending change is resolved (a handler that did apply it is not asked again) and held notices are judged against the new state.\n\n${seen}\n\nNew state:`) || "";
+      if (!state) return;
+    }
+    const query = `hash=${enc(view.entity)}&expect_state=${enc(view.state === null ? "" : view.state)}&expect_pending=${enc(pending)}` +
+      (clear ? "" : `&state=${enc(state)}`);
+    let outcome;
+    try {
+      await api(clear ? "DELETE" : "PUT", `/admin/entities/${enc(route)}?${query}`);
+      outcome = [clear ? `Entity ${view.entity} cleared.` : `Entity ${view.entity} set to ${state}.`, "info"];
+    } catch (error) {
+      if (error.status === 401) return fatal(error);
+      outcome = [`Correction refused: ${explain(error)}`, "error"];
+    }
+    if ($("detail").open) $("detail").close();
+    await load();
+    message(...outcome);
+  }
+
+  /** Entities something holds: a change pending, or notices waiting behind it. */
+  async function heldPanel(route) {
+    const box = panel("held", "Held entities", true);
+    await listing(box, `/admin/entities/${enc(route)}?state=held&limit=${PAGE_LIMIT}`,
+      ["entity", "state", "pending change", "notices waiting", ""],
+      (item) => el("tr", { data: { kind: "held", entity: item.entity } },
+        hashCell(item.entity),
+        el("td", { text: item.state === null ? "–" : item.state }),
+        el("td", { text: item.pending ? `→ ${item.pending.to}` : "–" }),
+        el("td", { text: (item.held || []).length }),
+        el("td", { class: "actions" }, el("button", {
+          type: "button", data: { action: "entity-detail" },
+          on: { click: () => showEntity(route, `hash=${enc(item.entity)}`) },
+        }, "Details"))),
+      "No entity is held.").catch((error) => failed(box, error));
+    return box;
   }
 
   /** The entity lookup of an entity route: an id in, the entity's detail out. */
@@ -251,7 +305,7 @@
       el("button", { type: "submit", data: { action: "entity" } }, "Look up"));
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      if (input.value) showEntity(route, input.value);
+      if (input.value) showEntity(route, `id=${enc(input.value)}`);
     });
     box.append(form);
     return box;
@@ -414,7 +468,7 @@
     const methods = (route.methods || []).join(", ") || "any method";
     const panels = [unknownPanel(route.name), inFlightPanel(route.name)];
     if (route.inbox) panels.push(deadPanel(route.name), backlogPanel(route.name));
-    if (route.entity) panels.push(entityPanel(route.name));
+    if (route.entity) panels.push(heldPanel(route.name), entityPanel(route.name));
     const boxes = await Promise.all(panels);
     boxes.push(hotPanel(route.name, hot));
     return el("section", { class: "route", data: { route: route.name } },

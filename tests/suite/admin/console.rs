@@ -455,3 +455,61 @@ async fn in_a_browser_an_entity_shows_its_state_and_history() {
     browser.stop().await;
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_held_entity_is_listed_and_set_from_what_it_shows() {
+    let Some(browser) = Browser::start("console held entity").await else {
+        return;
+    };
+    let redis = RedisServer::start();
+    // The success's call times out: its outcome is unknown and holds the
+    // entity (the handler did apply it).
+    let upstream = Upstream::slow_first(Duration::from_millis(800)).await;
+    let extra = format!("unknown_hold = \"10m\"\n{}", crate::entity::MACHINE);
+    let text = config_text(&redis_store(&redis), &upstream.url(), &extra)
+        .replace("timeout = \"5s\"", "timeout = \"200ms\"");
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    let notice = crate::entity::notice("h1", "o-held", "success");
+    assert_eq!(deliver(&url, &notice).await.status, 504);
+
+    browser
+        .client
+        .goto(&format!("http://{}/admin/", gate.admin))
+        .await
+        .expect("open the console");
+    sign_in(&browser, TOKEN).await;
+    let panel = "[data-route='pay'] [data-panel='held']";
+    browser
+        .until_text(&format!("{panel} tr[data-kind='held']"), "success")
+        .await;
+    browser
+        .find(&format!("{panel} button[data-action='entity-detail']"))
+        .await
+        .click()
+        .await
+        .expect("details");
+    browser
+        .until_text("#detail tr[data-field='pending.to'] td", "success")
+        .await;
+    browser
+        .find("#detail button[data-action='entity-set']")
+        .await
+        .click()
+        .await
+        .expect("set");
+    let asked = browser.answer_prompt("success").await;
+    assert!(asked.contains("pending"), "{asked}");
+    browser.until_text("#message", "set to success").await;
+    let view = admin(&gate, "GET", "/admin/entities/pay?id=o-held", Some(TOKEN)).await;
+    let view: serde_json::Value = serde_json::from_slice(&view.body).unwrap();
+    assert_eq!(view["state"], "success", "{view}");
+    assert!(view["pending"].is_null(), "{view}");
+    assert_eq!(view["history"][0]["kind"], "set");
+    browser
+        .until_text(&format!("{panel} p.note"), "No entity is held")
+        .await;
+    browser.screenshot("console-held-entity").await;
+    browser.stop().await;
+    gate.stop().await;
+}
