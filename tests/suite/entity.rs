@@ -7,15 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::support::StoreKind as Kind;
 use crate::support::*;
 
 pub(crate) use crate::support::{ENTITY_MACHINE as MACHINE, entity_notice as notice};
-
-/// The stores every behaviour is checked on.
-enum Kind {
-    Redis,
-    Embedded,
-}
 
 /// A gate on a fresh store of `kind` with `extra` after the idempotency
 /// table, in front of `upstream`; the returned guards keep the store alive.
@@ -24,30 +19,14 @@ async fn gate_on(
     upstream: &Upstream,
     extra: &str,
 ) -> (Gate, Option<RedisServer>, Option<tempfile::TempDir>) {
-    match kind {
-        Kind::Redis => {
-            let redis = RedisServer::start();
-            let text = config_text(&redis_store(&redis), &upstream.url(), extra);
-            (Gate::start(&text).await, Some(redis), None)
-        }
-        Kind::Embedded => {
-            let (dir, store) = temp_embedded_store();
-            let text = config_text(&store, &upstream.url(), extra);
-            (Gate::start(&text).await, None, Some(dir))
-        }
-    }
+    let (store, redis, dir) = fresh_store(kind);
+    let text = config_text(&store, &upstream.url(), extra);
+    (Gate::start(&text).await, redis, dir)
 }
 
 /// The statuses the handler saw, in order.
 fn statuses(upstream: &Upstream) -> Vec<String> {
-    upstream
-        .bodies()
-        .iter()
-        .map(|body| {
-            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
-            value["status"].as_str().unwrap().to_owned()
-        })
-        .collect()
+    handler_states(upstream)
 }
 
 async fn out_of_order_notices_never_regress(kind: Kind) {

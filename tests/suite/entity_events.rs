@@ -17,16 +17,10 @@ fn refund_notice(id: &str, order: &str, status: &str, refund: Option<&str>) -> S
     }
 }
 
-async fn a_new_event_of_the_same_state_reaches_the_handler(redis: bool) {
+async fn a_new_event_of_the_same_state_reaches_the_handler(kind: StoreKind) {
     let upstream = Upstream::start().await;
     let extra = format!("{MACHINE}event = \"json:/refund\"\n");
-    let (store, _redis, _dir) = if redis {
-        let server = RedisServer::start();
-        (redis_store(&server), Some(server), None)
-    } else {
-        let (dir, store) = temp_embedded_store();
-        (store, None, Some(dir))
-    };
+    let (store, _redis, _dir) = fresh_store(kind);
     let gate = Gate::start(&config_text(&store, &upstream.url(), &extra)).await;
     let url = gate.url("/notify");
     let send = |id: &'static str, refund: Option<&'static str>| {
@@ -58,12 +52,12 @@ async fn a_new_event_of_the_same_state_reaches_the_handler(redis: bool) {
 
 #[tokio::test]
 async fn a_new_event_of_the_same_state_reaches_the_handler_on_redis() {
-    a_new_event_of_the_same_state_reaches_the_handler(true).await;
+    a_new_event_of_the_same_state_reaches_the_handler(StoreKind::Redis).await;
 }
 
 #[tokio::test]
 async fn a_new_event_of_the_same_state_reaches_the_handler_on_the_embedded_store() {
-    a_new_event_of_the_same_state_reaches_the_handler(false).await;
+    a_new_event_of_the_same_state_reaches_the_handler(StoreKind::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

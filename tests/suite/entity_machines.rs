@@ -18,15 +18,9 @@ const LIFECYCLE: [(&str, bool); 5] = [
     ("alipay-refund-2", true),
 ];
 
-async fn alipay_machine_accepts_the_trades_notices(redis: bool) {
+async fn alipay_machine_accepts_the_trades_notices(kind: StoreKind) {
     let upstream = Upstream::start().await;
-    let (store, _redis, _dir) = if redis {
-        let server = RedisServer::start();
-        (redis_store(&server), Some(server), None)
-    } else {
-        let (dir, store) = temp_embedded_store();
-        (store, None, Some(dir))
-    };
+    let (store, _redis, _dir) = fresh_store(kind);
     let paid = payment_vector("alipay-paid");
     let signature = payment_signature("alipay", &[right_credential(&paid)], "");
     let text = format!(
@@ -62,12 +56,12 @@ async fn alipay_machine_accepts_the_trades_notices(redis: bool) {
 
 #[tokio::test]
 async fn alipay_machine_accepts_the_trades_notices_on_redis() {
-    alipay_machine_accepts_the_trades_notices(true).await;
+    alipay_machine_accepts_the_trades_notices(StoreKind::Redis).await;
 }
 
 #[tokio::test]
 async fn alipay_machine_accepts_the_trades_notices_on_the_embedded_store() {
-    alipay_machine_accepts_the_trades_notices(false).await;
+    alipay_machine_accepts_the_trades_notices(StoreKind::Embedded).await;
 }
 
 #[test]

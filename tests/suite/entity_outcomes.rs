@@ -7,16 +7,10 @@
 use std::time::Duration;
 
 use crate::entity::{MACHINE, notice};
+use crate::support::StoreKind as Kind;
 use crate::support::*;
 
 const TOKEN: &str = "admin-token-for-entity-outcomes";
-
-/// The stores every behaviour is checked on.
-#[derive(Clone, Copy)]
-enum Kind {
-    Redis,
-    Embedded,
-}
 
 /// A gate with the admin token on a fresh store of `kind` in front of
 /// `upstream`; `extra` follows the idempotency table, `upstream_timeout`
@@ -27,16 +21,7 @@ async fn gate_on(
     extra: &str,
     upstream_timeout: &str,
 ) -> (Gate, Option<RedisServer>, Option<tempfile::TempDir>) {
-    let (store, redis, dir) = match kind {
-        Kind::Redis => {
-            let redis = RedisServer::start();
-            (redis_store(&redis), Some(redis), None)
-        }
-        Kind::Embedded => {
-            let (dir, store) = temp_embedded_store();
-            (store, None, Some(dir))
-        }
-    };
+    let (store, redis, dir) = fresh_store(kind);
     let text = config_text(&store, &upstream.url(), extra).replace(
         "timeout = \"5s\"",
         &format!("timeout = \"{upstream_timeout}\""),
@@ -65,14 +50,7 @@ async fn entity(gate: &Gate, order: &str) -> serde_json::Value {
 
 /// The statuses the handler saw, in order.
 fn statuses(upstream: &Upstream) -> Vec<String> {
-    upstream
-        .bodies()
-        .iter()
-        .map(|body| {
-            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
-            value["status"].as_str().unwrap().to_owned()
-        })
-        .collect()
+    handler_states(upstream)
 }
 
 fn retry_after(answer: &Answer) -> u64 {

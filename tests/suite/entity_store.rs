@@ -383,26 +383,22 @@ async fn embedded_store_keeps_the_entity_contract() {
     entity_contract(&embedded_store(&dir)).await;
 }
 
-#[tokio::test]
-async fn on_both_stores_a_stored_refusal_leaves_the_entity() {
-    let (_redis, store) = redis_store().await;
-    a_stored_refusal_leaves_the_entity(&store).await;
-    let dir = tempfile::tempdir().unwrap();
-    a_stored_refusal_leaves_the_entity(&embedded_store(&dir)).await;
+/// Runs one contract case on a fresh Redis store, then on a fresh
+/// embedded store.
+macro_rules! on_both_stores {
+    ($($test:ident: $case:ident;)*) => {$(
+        #[tokio::test]
+        async fn $test() {
+            let (_redis, store) = redis_store().await;
+            $case(&store).await;
+            let dir = tempfile::tempdir().unwrap();
+            $case(&embedded_store(&dir)).await;
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn on_both_stores_an_unresolved_change_holds_the_entity() {
-    let (_redis, store) = redis_store().await;
-    an_unresolved_change_holds_the_entity(&store).await;
-    let dir = tempfile::tempdir().unwrap();
-    an_unresolved_change_holds_the_entity(&embedded_store(&dir)).await;
-}
-
-#[tokio::test]
-async fn on_both_stores_a_dead_delivery_holds_its_change() {
-    let (_redis, store) = redis_store().await;
-    a_dead_delivery_holds_its_change(&store).await;
-    let dir = tempfile::tempdir().unwrap();
-    a_dead_delivery_holds_its_change(&embedded_store(&dir)).await;
+on_both_stores! {
+    on_both_stores_a_stored_refusal_leaves_the_entity: a_stored_refusal_leaves_the_entity;
+    on_both_stores_an_unresolved_change_holds_the_entity: an_unresolved_change_holds_the_entity;
+    on_both_stores_a_dead_delivery_holds_its_change: a_dead_delivery_holds_its_change;
 }

@@ -17,3 +17,44 @@ ack_body = "success"
 pub fn entity_notice(id: &str, order: &str, status: &str) -> String {
     format!(r#"{{"id":"{id}","order":"{order}","status":"{status}"}}"#)
 }
+
+/// Which store an entity test runs on: both run every behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Redis,
+    Embedded,
+}
+
+/// A fresh store of `kind`: its `[store]` body, and the server or the
+/// directory that keeps it alive (hold them for the whole test).
+pub fn fresh_store(
+    kind: StoreKind,
+) -> (
+    String,
+    Option<super::RedisServer>,
+    Option<tempfile::TempDir>,
+) {
+    match kind {
+        StoreKind::Redis => {
+            let redis = super::RedisServer::start();
+            (super::redis_store(&redis), Some(redis), None)
+        }
+        StoreKind::Embedded => {
+            let (dir, store) = super::temp_embedded_store();
+            (store, None, Some(dir))
+        }
+    }
+}
+
+/// The states the handler was asked to take, in order: the `status` of
+/// every notice that reached it.
+pub fn handler_states(upstream: &super::Upstream) -> Vec<String> {
+    upstream
+        .bodies()
+        .iter()
+        .map(|body| {
+            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+            value["status"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
