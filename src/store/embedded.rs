@@ -29,6 +29,7 @@
 
 mod books;
 mod entities;
+mod held;
 mod index;
 mod listing;
 mod open;
@@ -48,13 +49,10 @@ use self::slot::{Expiries, Records, Slot, expiry_of, read_entry};
 pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
-use super::entity::{
-    Correction, EntityEffect, EntityState, EntityStep, HoldVerdict, KeptBack, Seen,
-};
+use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
 use super::{
     ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
-use crate::record::inbox::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
 const RECORDS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("records");
@@ -393,61 +391,6 @@ impl EmbeddedStore {
             slot.mark_owed(owed)?;
             entities::settle(slot, effect)?;
             Ok((true, true))
-        })
-        .await
-    }
-
-    /// [`EmbeddedStore::swap`] of a worker claiming a queued delivery to
-    /// send it (`store::inbox::AnyStore::take`): with the owner as
-    /// expected, the entity decides first, and the record is written only
-    /// if it may go.
-    pub(crate) async fn take(
-        &self,
-        key: &StoreKey,
-        expected: OwnerToken,
-        record: Vec<u8>,
-        ttl: Duration,
-    ) -> Result<Result<bool, KeptBack>, StoreError> {
-        self.write_key(key, move |slot| {
-            let Some(entry) = slot.live()? else {
-                return Ok((Ok(false), false));
-            };
-            if entry.record.owner != expected {
-                let landed = slot.stored_record()?.as_deref() == Some(record.as_slice());
-                return Ok((Ok(landed), false));
-            }
-            match entities::take(slot)? {
-                Ok(()) => {}
-                Err(KeptBack::Wait) => return Ok((Err(KeptBack::Wait), false)),
-                // A judged head left the queue: the entity changed, the
-                // record stays as it was.
-                Err(decided) => return Ok((Err(decided), true)),
-            }
-            slot.put(ttl, &record)?;
-            Ok((Ok(true), true))
-        })
-        .await
-    }
-
-    /// Holds the notice `record` under the free `key` behind its busy
-    /// entity (`hold.lua`), kept until resolved, in its scope's owed set.
-    pub(crate) async fn hold(
-        &self,
-        key: &StoreKey,
-        record: Vec<u8>,
-        step: EntityStep,
-        max: usize,
-    ) -> Result<HoldVerdict, StoreError> {
-        self.write_key(key, move |slot| {
-            if slot.live()?.is_some() {
-                return Ok((HoldVerdict::Exists, false));
-            }
-            let verdict = entities::hold(slot, &step, max)?;
-            if verdict == HoldVerdict::Held {
-                slot.put(UNRESOLVED_KEPT, &record)?;
-                slot.mark_owed(true)?;
-            }
-            Ok((verdict, verdict == HoldVerdict::Held))
         })
         .await
     }

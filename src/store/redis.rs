@@ -551,19 +551,8 @@ impl Store for RedisStore {
         } else {
             "0"
         };
-        let mut args = vec![owner_arg(owner), Value::from(claim_only)];
-        let mut keys = vec![key.as_str().to_owned()];
-        // A released change never happened: its entity drops it in the
-        // same step.
-        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::Drop) {
-            keys.push(entity);
-            args.push(effect);
-        }
-        let client = &mut self.routed(key.as_str());
-        let reply = self
-            .eval_keys(client, &self.scripts.release, key, keys, args)
-            .await?;
-        Ok(reply.as_i64() == Some(1))
+        let args = vec![owner_arg(owner), Value::from(claim_only)];
+        self.delete_dropping(&self.scripts.release, key, args).await
     }
 
     async fn renew(
@@ -589,17 +578,8 @@ impl Store for RedisStore {
     }
 
     async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        let mut keys = vec![key.as_str().to_owned()];
-        let mut args = Vec::new();
-        if let Some((entity, effect)) = entity::settle_part(key, EntityEffect::Drop) {
-            keys.push(entity);
-            args.push(effect);
-        }
-        let client = &mut self.routed(key.as_str());
-        let reply = self
-            .eval_keys(client, &self.scripts.purge, key, keys, args)
-            .await?;
-        Ok(reply.as_i64() == Some(1))
+        self.delete_dropping(&self.scripts.purge, key, Vec::new())
+            .await
     }
 
     async fn entity(

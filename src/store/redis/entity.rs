@@ -10,6 +10,7 @@ use fred::prelude::Value;
 
 use super::RedisStore;
 use super::replies::millis;
+use super::scripts::Named;
 use crate::store::entity::{
     Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack, Seen,
 };
@@ -121,6 +122,27 @@ pub(super) fn settle_part(key: &StoreKey, effect: EntityEffect) -> Option<(Strin
 }
 
 impl RedisStore {
+    /// Runs a script that deletes `key`'s record (`release.lua`,
+    /// `purge.lua`, with `args`) and, on an entity route, drops the
+    /// entity's pending change in the same step if the record was it: a
+    /// released or purged change never happened. Whether it deleted (or
+    /// dropped) anything.
+    pub(super) async fn delete_dropping(
+        &self,
+        script: &Named,
+        key: &StoreKey,
+        mut args: Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        let mut keys = vec![key.as_str().to_owned()];
+        if let Some((entity, effect)) = settle_part(key, EntityEffect::Drop) {
+            keys.push(entity);
+            args.push(effect);
+        }
+        let client = &mut self.routed(key.as_str());
+        let reply = self.eval_keys(client, script, key, keys, args).await?;
+        Ok(reply.as_i64() == Some(1))
+    }
+
     /// `entity_set.lua` (see [`crate::store::Store::correct_entity`]).
     pub(super) async fn correct(
         &self,
