@@ -178,8 +178,19 @@ pub(crate) const REPEATS_TOTAL: Description = Description::counter(
     "Deliveries announcing the state their entity is already in, acknowledged without the handler",
 );
 
+/// `idemgate_entity_held_total{route, result}`: notices for a busy entity
+/// on a route with an inbox, `held` (acknowledged and queued behind it) or
+/// `full` (`max_held_per_entity` wait already: not acknowledged).
+pub(crate) const HELD_TOTAL: Description = Description::counter(
+    "idemgate_entity_held_total",
+    "Notices for a busy entity on an inbox route: held behind it (result=held) or not acknowledged because max_held_per_entity notices waited (result=full)",
+);
+
+/// The results `idemgate_entity_held_total` counts.
+pub(crate) const HELD_RESULTS: [&str; 2] = ["held", "full"];
+
 /// The entity metrics, described at start-up (`app::install_metrics`).
-pub(crate) const DESCRIPTIONS: &[Description] = &[DISCREPANCIES_TOTAL, REPEATS_TOTAL];
+pub(crate) const DESCRIPTIONS: &[Description] = &[DISCREPANCIES_TOTAL, REPEATS_TOTAL, HELD_TOTAL];
 
 /// Creates route `route`'s entity series at zero: a discrepancy series
 /// for every change `entity`'s machine refuses (`from` = `none` too) and
@@ -204,6 +215,14 @@ pub(crate) fn register(route: &str, entity: &Entity) {
             counter!(REPEATS_TOTAL.name, "route" => route.to_owned(), "state" => state.clone()),
         );
     }
+    for result in HELD_RESULTS {
+        let _ = at_zero(counter!(HELD_TOTAL.name, "route" => route.to_owned(), "result" => result));
+    }
+}
+
+/// Counts a notice for a busy entity: `held` or `full` ([`HELD_TOTAL`]).
+pub(super) fn count_hold(route: &RouteRuntime, result: &'static str) {
+    counter!(HELD_TOTAL.name, "route" => route.name().to_owned(), "result" => result).increment(1);
 }
 
 /// The verdict for a delivery its entity decided at the claim: counted,

@@ -97,8 +97,12 @@ impl Pipeline {
                 .hold(inbox, &identity.key, about, request, step)
                 .await;
             decision = match held {
-                Ok(Holding::Held(ack)) => return Claimed::Held(ack),
+                Ok(Holding::Held(ack)) => {
+                    super::entity::count_hold(runtime, "held");
+                    return Claimed::Held(ack);
+                }
                 Ok(Holding::Not(HoldVerdict::Full)) => {
+                    super::entity::count_hold(runtime, "full");
                     tracing::warn!(
                         route = runtime.name(),
                         key = identity.key_hash,

@@ -166,10 +166,15 @@ async fn held_notices_go_in_order_on_the_embedded_store() {
     held_notices_go_in_order(Kind::Embedded).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_held_per_entity_bounds_the_queue_and_refuses_truthfully() {
     let upstream = slow_success().await;
-    let (gate, _redis, _dir) = gate_on(Kind::Redis, &upstream, "max_held_per_entity = 1\n").await;
+    let redis = RedisServer::start();
+    let extra = format!(
+        "{MACHINE}max_held_per_entity = 1\n\n[route.inbox]\nack_body = \"success\"\nbackoff = \"100ms\"\nmax_backoff = \"200ms\"\n"
+    );
+    // The real binary: its /metrics are its own.
+    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), &extra));
     let url = gate.url("/notify");
     let success = tokio::spawn({
         let url = url.clone();
@@ -187,8 +192,11 @@ async fn max_held_per_entity_bounds_the_queue_and_refuses_truthfully() {
     );
     let retry_after: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!(retry_after <= 30, "{refused:?}");
+    let series =
+        |result: &str| format!("idemgate_entity_held_total{{route=\"pay\",result=\"{result}\"}}");
+    assert_eq!(metric(gate.admin, &series("held")).await, Some(1.0));
+    assert_eq!(metric(gate.admin, &series("full")).await, Some(1.0));
     assert_eq!(success.await.unwrap().status, 200);
     assert!(eventually(Duration::from_secs(10), || upstream.calls() == 2).await);
     assert_eq!(statuses(&upstream), ["success", "refunded"]);
-    gate.stop().await;
 }
