@@ -214,14 +214,16 @@
 
   /**
    * An entity of an entity route (`/admin/entities/{route}?id=` or
-   * `?hash=`, as `named` says): its fields, then its transitions newest
+   * `?hash=`: `named` is `{ id }` or `{ hash }`): its fields, then its transitions newest
    * first; below, the corrections an operator may make, each judged by the
    * API against the state and pending change shown here.
    */
   async function showEntity(route, named) {
     let view;
     try {
-      view = await api("GET", `/admin/entities/${enc(route)}?${named}`);
+      view = await api("GET", named.hash === undefined
+        ? `/admin/entities/${enc(route)}?id=${enc(named.id)}`
+        : `/admin/entities/${enc(route)}?hash=${enc(named.hash)}`);
     } catch (error) {
       if (error.status === 401) return fatal(error);
       message(`Entity lookup failed: ${explain(error)}`, "error");
@@ -264,11 +266,13 @@
       state = window.prompt(`Set the entity's state, only if the handler's books say so: the pending change is resolved (a handler that did apply it is not asked again) and held notices are judged against the new state.\n\n${seen}\n\nNew state:`) || "";
       if (!state) return;
     }
-    const query = `hash=${enc(view.entity)}&expect_state=${enc(view.state === null ? "" : view.state)}&expect_pending=${enc(pending)}` +
-      (clear ? "" : `&state=${enc(state)}`);
+    const shown = view.state === null ? "" : view.state;
+    const path = clear
+      ? `/admin/entities/${enc(route)}?hash=${enc(view.entity)}&expect_state=${enc(shown)}&expect_pending=${enc(pending)}`
+      : `/admin/entities/${enc(route)}?hash=${enc(view.entity)}&state=${enc(state)}&expect_state=${enc(shown)}&expect_pending=${enc(pending)}`;
     let outcome;
     try {
-      await api(clear ? "DELETE" : "PUT", `/admin/entities/${enc(route)}?${query}`);
+      await api(clear ? "DELETE" : "PUT", path);
       outcome = [clear ? `Entity ${view.entity} cleared.` : `Entity ${view.entity} set to ${state}.`, "info"];
     } catch (error) {
       if (error.status === 401) return fatal(error);
@@ -291,7 +295,7 @@
         el("td", { text: (item.held || []).length }),
         el("td", { class: "actions" }, el("button", {
           type: "button", data: { action: "entity-detail" },
-          on: { click: () => showEntity(route, `hash=${enc(item.entity)}`) },
+          on: { click: () => showEntity(route, { hash: item.entity }) },
         }, "Details"))),
       "No entity is held.").catch((error) => failed(box, error));
     return box;
@@ -305,7 +309,7 @@
       el("button", { type: "submit", data: { action: "entity" } }, "Look up"));
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      if (input.value) showEntity(route, `id=${enc(input.value)}`);
+      if (input.value) showEntity(route, { id: input.value });
     });
     box.append(form);
     return box;
