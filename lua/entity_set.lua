@@ -13,7 +13,7 @@
 -- ARGV[6]  entity retention in milliseconds
 --
 -- Reply:   1 done; 0 the entity changed since (nothing written)
-local fields = redis.call('HMGET', KEYS[1], 's', 'pk')
+local fields = redis.call('HMGET', KEYS[1], 's', 'pk', 'pt', 'pe')
 local state = fields[1] or ''
 local pending = ''
 if fields[2] then
@@ -27,11 +27,21 @@ local from = fields[1] or nil
 if ARGV[3] == 'set' then
   local history = entity_history(KEYS[1], 's', from, ARGV[4], ARGV[5], now)
   redis.call('HSET', KEYS[1], 's', ARGV[4], 'at', now, 'h', history)
+  -- Set to the pending change's own state: that change was made, its
+  -- event is the entity's (a copy of it is then a repeat).
+  if fields[2] and fields[3] == ARGV[4] and fields[4] then
+    redis.call('HSET', KEYS[1], 'e', fields[4])
+  else
+    redis.call('HDEL', KEYS[1], 'e')
+  end
 else
   local history = entity_history(KEYS[1], 'c', from, '', ARGV[5], now)
   redis.call('HSET', KEYS[1], 'h', history)
   redis.call('HDEL', KEYS[1], 's', 'at')
 end
-redis.call('HDEL', KEYS[1], 'pk', 'pf', 'pt', 'pe', 'e')
+redis.call('HDEL', KEYS[1], 'pk', 'pf', 'pt', 'pe')
+if ARGV[3] ~= 'set' then
+  redis.call('HDEL', KEYS[1], 'e')
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return 1

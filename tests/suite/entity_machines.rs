@@ -113,3 +113,39 @@ fn machines_fill_what_the_table_leaves_out_and_unknown_ones_are_refused() {
     let v3 = idemgate::config::Config::parse(&route("machine = \"wechatpay-v3\"")).unwrap_err();
     assert!(v3.to_string().contains("entity.machine"), "{v3}");
 }
+
+#[tokio::test]
+async fn wechatpay_v2_machine_takes_the_sdks_payment_notices() {
+    let upstream = Upstream::start().await;
+    let (store, _redis, _dir) = fresh_store(StoreKind::Redis);
+    let first = payment_vector("wxv2-md5");
+    let signature = payment_signature("wechatpay-v2", &[right_credential(&first)], "");
+    let text = format!(
+        "{}[[route]]\nname = \"wechat\"\npath_prefix = \"{}\"\n[route.signature]\n{signature}\n[route.entity]\nmachine = \"wechatpay-v2\"\n",
+        base_sections(&store, &upstream.url()),
+        first.prefix()
+    );
+    let gate = Gate::start(&text).await;
+    // Two orders paid, one of them notified twice (a genuine retry).
+    for (name, replayed) in [
+        ("wxv2-md5", "false"),
+        ("wxv2-hmac", "false"),
+        ("wxv2-hmac-retry", "true"),
+    ] {
+        let vector = payment_vector(name);
+        let answer = send(
+            "POST",
+            &gate.url(&vector.path),
+            &vector.header_list(),
+            vector.body.clone(),
+        )
+        .await;
+        assert_eq!(
+            (answer.status, answer.replayed()),
+            (200, Some(replayed)),
+            "{name}: {answer:?}"
+        );
+    }
+    assert_eq!(upstream.calls(), 2);
+    gate.stop().await;
+}

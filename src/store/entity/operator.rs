@@ -2,7 +2,9 @@
 //! (the handler did apply a change idemgate could not settle) or clear it,
 //! judged against the state and pending change the operator saw, so an
 //! action taken on a stale view is refused rather than applied over a
-//! change made meanwhile. The correction resolves the pending change (a
+//! change made meanwhile. Set to the pending change's own state, the
+//! correction takes that change's event too (a copy of it is a repeat).
+//! The correction resolves the pending change (a
 //! later write of that delivery's record no longer touches the entity),
 //! leaves the held notices in their queue (the first is judged against
 //! the corrected state in its turn), and is remembered in the history with
@@ -53,8 +55,14 @@ impl EntityState {
             delivery: by.to_owned(),
             at_ms: now_ms,
         });
-        self.pending = None;
-        self.event = None;
+        // Set to the pending change's own state: the operator says that
+        // change was made, so its event is the entity's (a copy of it is
+        // then a repeat). Any other correction forgets the event.
+        let pending = self.pending.take();
+        self.event = match (correction, pending) {
+            (Correction::Set(to), Some(pending)) if pending.to == *to => pending.event,
+            _ => None,
+        };
         match correction {
             Correction::Set(_) => {
                 self.state = Some(to);

@@ -467,3 +467,48 @@ fn events_read_back_from_the_redis_fields() {
     );
     assert_eq!(Held::parse(&held.line()), Some(held));
 }
+
+#[test]
+fn a_correction_needs_what_was_seen_and_keeps_an_applied_changes_event() {
+    let mut entity = EntityState {
+        state: Some("success".into()),
+        ..EntityState::default()
+    };
+    let refund = with_event(step("success", &["pending"], true), "r1");
+    entity
+        .claim(&refund, &record(1), PendingRecord::Absent, 1)
+        .unwrap();
+    let pending = Some(record(1).rsplit_once(':').unwrap().1.to_owned());
+    let set = Correction::Set("success".into());
+    let stale = Seen {
+        state: Some("success".into()),
+        pending: None,
+    };
+    assert!(
+        !entity.correct(&stale, &set, "ana", 2),
+        "another pending change than shown"
+    );
+    let seen = Seen {
+        state: Some("success".into()),
+        pending,
+    };
+    assert!(entity.correct(&seen, &set, "ana", 3));
+    assert_eq!(entity.pending, None);
+    // The operator said the refund was made: a copy of it is a repeat.
+    assert_eq!(entity.event.as_deref(), Some("r1"));
+    assert_eq!(
+        entity.claim(&refund, &record(2), PendingRecord::Absent, 4),
+        Err(EntityVerdict::Repeat)
+    );
+    assert_eq!(entity.history[1].kind, TransitionKind::Set);
+    assert_eq!(entity.history[1].delivery, "ana");
+    let now = Seen {
+        state: Some("success".into()),
+        pending: None,
+    };
+    assert!(entity.correct(&now, &Correction::Clear, "bo", 5));
+    assert_eq!(
+        (entity.state.as_deref(), entity.event.as_deref()),
+        (None, None)
+    );
+}

@@ -10,7 +10,9 @@ use idemgate::record::{
     Fingerprint, InboxEntry, OwnerMint, Record, RecordState, Stage, StoredBody, StoredRequest,
     StoredResponse,
 };
-use idemgate::store::entity::{EntityEffect, EntityStep, EntityVerdict, HoldVerdict, KeptBack};
+use idemgate::store::entity::{
+    Correction, EntityEffect, EntityStep, EntityVerdict, HoldVerdict, KeptBack, Seen,
+};
 use idemgate::store::inbox::InboxOps;
 use idemgate::store::{ClaimOutcome, EntityKey, Releasing, Store, StoreKey};
 
@@ -486,6 +488,9 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
     /// may say so, so the entity must stay held, visibly).
     async fn purge(&mut self) {
         let Some(n) = self.model.pending else { return };
+        if self.notices[n].applied_unknown == Some(true) {
+            return self.set_applied(n).await;
+        }
         if self.notices[n].applied_unknown != Some(false) {
             return;
         }
@@ -495,6 +500,37 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         assert!(self.store.purge(&self.key(n)).await.unwrap(), "{n}");
         self.notices[n].recorded = false;
         self.model.drop_change(n);
+    }
+
+    /// The operator, having found that the handler did apply the pending
+    /// change `n`, sets the entity's state to it, from what the entity
+    /// shows; a stale view first, which must be refused.
+    async fn set_applied(&mut self, n: usize) {
+        let key = EntityKey::new("model", "pay", &self.entity);
+        let to = self.notices[n].to;
+        let seen = Seen {
+            state: self.model.state.map(str::to_owned),
+            pending: Some(self.key(n).hash().to_owned()),
+        };
+        let set = Correction::Set(to.to_owned());
+        let stale = Seen {
+            pending: None,
+            ..seen.clone()
+        };
+        let by = ("model", LONG);
+        let refused = self.store.correct_entity(&key, &stale, &set, by).await;
+        assert!(!refused.unwrap(), "{n}: a correction from a stale view");
+        assert!(
+            self.store
+                .correct_entity(&key, &seen, &set, by)
+                .await
+                .unwrap(),
+            "{n}"
+        );
+        self.model.pending = None;
+        self.model.state = Some(to);
+        // The pending change's own state: its event is the entity's.
+        self.model.event = self.model.pending_event;
     }
 
     /// The operator retries (`retry`) or drops the `which`-th dead or
