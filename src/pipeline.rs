@@ -448,7 +448,7 @@ impl Pipeline {
                 }
             }
             Ok(Decision::Judged(verdict)) => Enforced::Stopped {
-                verdict: entity::judged(runtime, &identity, verdict),
+                verdict: entity::judged(runtime, &identity, &verdict),
                 held: Withheld::Duplicate(verified.into_inbound()),
             },
             Ok(Decision::Behind(_)) => unreachable!("claim_or_hold settles a busy entity"),

@@ -31,7 +31,7 @@ use super::transition::{self, Attempt, WorkerStep};
 use super::{Inboxes, Indexes, RouteInbox};
 use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
-use crate::store::entity::{EntityVerdict, KeptBack};
+use crate::store::entity::{EntityVerdict, KeptBack, decisions};
 use crate::store::inbox::{Book, Swapped};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
@@ -426,6 +426,7 @@ impl Workers {
             .enter(&self.indexes.books, Book::Dropped, hash)
             .await;
         self.unindex(hash, false).await;
+        decisions::count(inbox.name(), verdict, to);
         tracing::warn!(
             route = inbox.name(),
             key = hash,

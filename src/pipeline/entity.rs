@@ -31,7 +31,7 @@ use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
 use crate::record::{StoredResponse, now_ms};
 use crate::signature::lower_hex;
-use crate::store::entity::{EntityStep, EntityVerdict};
+use crate::store::entity::{EntityStep, EntityVerdict, decisions};
 use crate::store::{ENTITY_HASH_LEN, EntityKey};
 
 /// The entity a delivery is about, as stage 4 read it.
@@ -162,21 +162,7 @@ pub(crate) fn refusal(
     }
 }
 
-/// How "no state yet" is named in labels, logs and problem details.
-pub(crate) const NO_STATE: &str = "none";
-
-/// `idemgate_entity_discrepancies_total{route, from, to}`: changes the
-/// machine refused, which never reached the handler.
-pub(crate) const DISCREPANCIES_TOTAL: Description = Description::counter(
-    "idemgate_entity_discrepancies_total",
-    "Deliveries whose state change the route's entity machine refused (never forwarded), by from and to state",
-);
-/// `idemgate_entity_repeats_total{route, state}`: deliveries announcing the
-/// state their entity is already in, acknowledged without the handler.
-pub(crate) const REPEATS_TOTAL: Description = Description::counter(
-    "idemgate_entity_repeats_total",
-    "Deliveries announcing the state their entity is already in, acknowledged without the handler",
-);
+pub(crate) use crate::store::entity::decisions::{DISCREPANCIES_TOTAL, NO_STATE, REPEATS_TOTAL};
 
 /// `idemgate_entity_held_total{route, result}`: notices for a busy entity
 /// on a route with an inbox, `held` (acknowledged and queued behind it) or
@@ -227,7 +213,11 @@ pub(super) fn count_hold(route: &RouteRuntime, result: &'static str) {
 
 /// The verdict for a delivery its entity decided at the claim: counted,
 /// logged, and answered as the route says (module docs).
-pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityVerdict) -> Verdict {
+pub(super) fn judged(
+    route: &RouteRuntime,
+    identity: &Identity,
+    verdict: &EntityVerdict,
+) -> Verdict {
     let (Some(entity), Some(about), Some(ack)) = (
         route.settings.entity.as_ref(),
         identity.entity.as_ref(),
@@ -240,8 +230,7 @@ pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityV
     match verdict {
         EntityVerdict::Refused { from } => {
             let from_label = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
-            counter!(DISCREPANCIES_TOTAL.name, "route" => name, "from" => from_label.clone(), "to" => about.to.clone())
-                .increment(1);
+            decisions::count(&name, verdict, &about.to);
             tracing::warn!(
                 route = route.name(),
                 entity = about.hash,
@@ -261,7 +250,7 @@ pub(super) fn judged(route: &RouteRuntime, identity: &Identity, verdict: EntityV
             }
         }
         EntityVerdict::Repeat => {
-            counter!(REPEATS_TOTAL.name, "route" => name, "state" => about.to.clone()).increment(1);
+            decisions::count(&name, verdict, &about.to);
             tracing::info!(
                 route = route.name(),
                 entity = about.hash,
@@ -291,10 +280,9 @@ pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Optio
     };
     let name = route.name().to_owned();
     match verdict {
-        Some(EntityVerdict::Refused { from }) => {
+        Some(verdict @ EntityVerdict::Refused { from }) => {
+            decisions::count(&name, verdict, &about.to);
             let from = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
-            counter!(DISCREPANCIES_TOTAL.name, "route" => name, "from" => from.clone(), "to" => about.to.clone())
-                .increment(1);
             tracing::warn!(
                 route = route.name(),
                 entity = about.hash,
@@ -304,8 +292,8 @@ pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Optio
                 "shadow: the entity machine would refuse this change (discrepancy); forwarded"
             );
         }
-        Some(EntityVerdict::Repeat) => {
-            counter!(REPEATS_TOTAL.name, "route" => name, "state" => about.to.clone()).increment(1);
+        Some(verdict @ EntityVerdict::Repeat) => {
+            decisions::count(&name, verdict, &about.to);
             tracing::info!(
                 route = route.name(),
                 entity = about.hash,

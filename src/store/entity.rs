@@ -478,6 +478,7 @@ fn hash_of(record_key: &str) -> &str {
         .map_or(record_key, |(_, hash)| hash)
 }
 
+pub(crate) mod decisions;
 mod held;
 mod operator;
 pub use held::{Held, HoldVerdict, KeptBack};

@@ -200,3 +200,36 @@ async fn max_held_per_entity_bounds_the_queue_and_refuses_truthfully() {
     assert!(eventually(Duration::from_secs(10), || upstream.calls() == 2).await);
     assert_eq!(statuses(&upstream), ["success", "refunded"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_notice_refused_in_its_turn_is_counted_as_a_discrepancy() {
+    let upstream = slow_success().await;
+    let redis = RedisServer::start();
+    let extra = format!(
+        "{MACHINE}\n[route.inbox]\nack_body = \"success\"\nbackoff = \"100ms\"\nmax_backoff = \"200ms\"\n"
+    );
+    let gate = GateProcess::start(&config_text(&redis_store(&redis), &upstream.url(), &extra));
+    let url = gate.url("/notify");
+    let success = tokio::spawn({
+        let url = url.clone();
+        async move { deliver(&url, &notice("s1", "o3", "success")).await }
+    });
+    assert!(eventually(Duration::from_secs(5), || upstream.calls() == 1).await);
+    // A stale failure arrives while the success is with the handler: held,
+    // then judged against "success" in its turn and refused.
+    let held = deliver(&url, &notice("f1", "o3", "failed")).await;
+    assert_eq!((held.status, &held.body[..]), (200, &b"success"[..]));
+    assert_eq!(success.await.unwrap().status, 200);
+    let series =
+        "idemgate_entity_discrepancies_total{route=\"pay\",from=\"success\",to=\"failed\"}";
+    let mut counted = None;
+    for _ in 0..50 {
+        counted = metric(gate.admin, series).await;
+        if counted == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(counted, Some(1.0), "counted by the worker that decided it");
+    assert_eq!(statuses(&upstream), ["success"]);
+}
