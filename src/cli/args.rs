@@ -96,6 +96,17 @@ pub enum AdminCommand {
         #[command(flatten)]
         correction: EntityCorrection,
     },
+    /// The entities of a route with [route.entity] that something holds:
+    /// a change pending (in flight, unknown, owed by the inbox,
+    /// unresolved) or notices waiting behind it.
+    #[command(after_help = "Example:\n  idemgate admin held pay --all")]
+    Held {
+        /// The route's name.
+        route: String,
+        /// Paging.
+        #[command(flatten)]
+        page: Page,
+    },
     /// The keys delivered most in the hot-key window, per route.
     HotKeys {
         /// Only this route.

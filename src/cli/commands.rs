@@ -92,6 +92,20 @@ pub(crate) async fn execute(
             let what = format!("{} deliveries on route {route}", state.as_str());
             return listing(client, args.json, &base, page, Listing::Inbox, &what, out).await;
         }
+        AdminCommand::Held { route, page } => {
+            let base = format!("/admin/entities/{}?state=held", encode(route));
+            let what = format!("held entities on route {route}");
+            return listing(
+                client,
+                args.json,
+                &base,
+                page,
+                Listing::Entities,
+                &what,
+                out,
+            )
+            .await;
+        }
         AdminCommand::Inbox(InboxCommand::Show { route, target }) => (
             Method::GET,
             format!(
@@ -194,11 +208,12 @@ fn correction_query(correction: &EntityCorrection, path: &mut String) -> Method 
     method
 }
 
-/// The two listings the CLI pages through.
+/// The listings the CLI pages through.
 #[derive(Debug, Clone, Copy)]
 enum Listing {
     Records,
     Inbox,
+    Entities,
 }
 
 /// One page, or with `--all` every page from the first, following
@@ -232,6 +247,7 @@ async fn listing(
             rows.extend(match kind {
                 Listing::Records => render::record_rows(&document),
                 Listing::Inbox => render::delivery_rows(&document, now),
+                Listing::Entities => render::held_rows(&document),
             });
         }
         let next = match &document["next_cursor"] {
@@ -253,6 +269,7 @@ async fn listing(
                     let header: &[&str] = match kind {
                         Listing::Records => &render::RECORD_HEADER,
                         Listing::Inbox => &render::DELIVERY_HEADER,
+                        Listing::Entities => &render::HELD_HEADER,
                     };
                     let next = next.map(Value::String);
                     out(&render::listing(header, &rows, what, next.as_ref()));

@@ -175,6 +175,34 @@ pub(crate) const RECORD_HEADER: [&str; 7] = [
     "KEY HASH", "KEY", "STATE", "AGE", "TTL", "STATUS", "TRACE ID",
 ];
 
+/// `held`: the rows of one page, each entity with what holds it.
+pub(crate) fn held_rows(page: &Value) -> Vec<Vec<String>> {
+    items(page)
+        .iter()
+        .map(|item| {
+            let pending = &item["pending"];
+            vec![
+                cell(item.get("entity")),
+                cell(item.get("state")),
+                cell(pending.get("to")),
+                cell(pending.get("delivery")),
+                item["held"]
+                    .as_array()
+                    .map_or_else(|| "0".into(), |held| held.len().to_string()),
+            ]
+        })
+        .collect()
+}
+
+/// The header of `held`.
+pub(crate) const HELD_HEADER: [&str; 5] = [
+    "ENTITY",
+    "STATE",
+    "PENDING TO",
+    "PENDING DELIVERY",
+    "WAITING",
+];
+
 /// `inbox list`: the rows of one page.
 pub(crate) fn delivery_rows(page: &Value, now_ms: u64) -> Vec<Vec<String>> {
     items(page)

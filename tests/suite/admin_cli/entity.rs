@@ -132,3 +132,43 @@ async fn entity_set_and_clear_take_what_the_operator_saw() {
     assert_eq!(blind.code, Some(2), "{blind:?}");
     gate.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_lists_the_entities_something_holds() {
+    let redis = RedisServer::start();
+    // The success's call times out: its unknown outcome holds the entity.
+    let upstream = Upstream::slow_first(std::time::Duration::from_millis(800)).await;
+    let extra = format!("unknown_hold = \"10m\"\n{MACHINE}");
+    let text = config_text(&redis_store(&redis), &upstream.url(), &extra)
+        .replace("timeout = \"5s\"", "timeout = \"200ms\"");
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("h1", "o-9", "success")).await.status,
+        504
+    );
+    // Another entity, settled: not listed.
+    assert_eq!(
+        deliver(&url, &notice("h2", "o-10", "pending")).await.status,
+        200
+    );
+    let shown = cli_at(gate.admin, &["held", "pay", "--all"]).await.ok();
+    assert!(
+        shown.stdout.contains("ENTITY") && shown.stdout.contains("PENDING TO"),
+        "{}",
+        shown.stdout
+    );
+    let rows: Vec<&str> = shown
+        .stdout
+        .lines()
+        .filter(|line| line.contains("success"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{}", shown.stdout);
+    let json = cli_at(gate.admin, &["--json", "held", "pay"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json["items"].as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(json["items"][0]["pending"]["to"], "success");
+    gate.stop().await;
+}
