@@ -33,6 +33,7 @@ mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
 mod ready;
+mod replicas;
 mod replies;
 mod scripts;
 mod shards;
@@ -49,7 +50,7 @@ use fred::prelude::{
     Builder, Client, ClientLike, Config as FredConfig, Error as FredError, Pool, ReconnectPolicy,
     Value,
 };
-use fred::types::{ClusterHash, CustomCommand, RespVersion};
+use fred::types::RespVersion;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -412,29 +413,6 @@ impl RedisStore {
             .eval(&mut self.routed(key.as_str()), script, key, args)
             .await?;
         Ok(reply.as_i64() == Some(1))
-    }
-
-    /// `WAIT` on the connection (and, in a cluster, the node) that just
-    /// wrote `key`. Returns whether enough replicas acknowledged.
-    async fn replicated(&self, client: &Client, key: &StoreKey) -> Result<bool, StoreError> {
-        let Some(ack) = self.replica_ack else {
-            return Ok(true);
-        };
-        let slot = fred::util::redis_keyslot(key.as_str().as_bytes());
-        let command = CustomCommand::new("WAIT", ClusterHash::Custom(slot), true);
-        let args = vec![
-            Value::Integer(i64::from(ack.replicas)),
-            Value::Integer(millis(ack.timeout)),
-        ];
-        let span = self.spans.span("WAIT", None);
-        let reply = client
-            .custom::<Value, Value>(command, args)
-            .instrument(span.clone())
-            .await
-            .map_err(|e| classify(&e));
-        span::ended(&span, &reply);
-        let acknowledged = reply?.as_i64().unwrap_or(0);
-        Ok(acknowledged >= i64::from(ack.replicas))
     }
 }
 
