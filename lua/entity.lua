@@ -8,7 +8,8 @@
 --   s   current state           at  when it was entered (unix ms)
 --   pk  the pending change's record key; pf its from-state ('' none),
 --       pt its to-state, pe its event (hashed; absent: none)
---   e   the event (hashed) of the change that entered s, if it had one
+--   e   the events (hashed) taken while in s, one a line, oldest first,
+--       at most ENTITY_EVENTS; a change to another state starts them again
 --   h   history, newest first: kind \t from \t to \t delivery \t ms per
 --       line, kind a(pplied) / x (refused) / r(epeat)
 --   n, x, r  applied, refused and repeated counts
@@ -16,6 +17,43 @@
 --       record \t to \t initial (0|1) \t from|from… \t event
 --       (store/entity/held.rs)
 local ENTITY_HISTORY = 16
+local ENTITY_EVENTS = 64
+
+-- Whether `event` is one of the lines of `events` (false, or text).
+local function entity_has_event(events, event)
+  if not events then
+    return false
+  end
+  for line in string.gmatch(events, '[^\n]+') do
+    if line == event then
+      return true
+    end
+  end
+  return false
+end
+
+-- The events of ekey after entering `to` with `event` ('' : none): the
+-- same state adds it (the oldest past ENTITY_EVENTS falls out), another
+-- state starts again. Returns the text, or false for none.
+local function entity_events_after(ekey, to, event)
+  local current = redis.call('HMGET', ekey, 's', 'e')
+  local lines = {}
+  if current[1] == to and current[2] then
+    for line in string.gmatch(current[2], '[^\n]+') do
+      lines[#lines + 1] = line
+    end
+  end
+  if event and event ~= '' then
+    lines[#lines + 1] = event
+  end
+  while #lines > ENTITY_EVENTS do
+    table.remove(lines, 1)
+  end
+  if #lines == 0 then
+    return false
+  end
+  return table.concat(lines, '\n')
+end
 
 local function entity_now()
   local t = redis.call('TIME')
@@ -89,7 +127,7 @@ local function entity_judge(ekey, record_key, to, initial, sources, event)
   local current = redis.call('HMGET', ekey, 's', 'e')
   local from = current[1]
   local same = from == to
-  if same and (event == '' or event == current[2]) then
+  if same and (event == '' or entity_has_event(current[2], event)) then
     local history = entity_history(ekey, 'r', from, to, record_key, entity_now())
     redis.call('HSET', ekey, 'h', history)
     redis.call('HINCRBY', ekey, 'r', 1)
@@ -143,9 +181,10 @@ local function entity_settle(ekey, record_key, effect)
       from = false
     end
     local history = entity_history(ekey, 'a', from or nil, pending[2], record_key, now)
+    local events = entity_events_after(ekey, pending[2], pending[3])
     redis.call('HSET', ekey, 's', pending[2], 'at', now, 'h', history)
-    if pending[3] then
-      redis.call('HSET', ekey, 'e', pending[3])
+    if events then
+      redis.call('HSET', ekey, 'e', events)
     else
       redis.call('HDEL', ekey, 'e')
     end
@@ -183,9 +222,10 @@ local function entity_blocker(ekey)
 end
 
 -- Whether a worker may send the queued delivery record_key of ekey now
--- (store/entity/held.rs, EntityState::take): nil to send it, else
--- { 0, 'wait' }, or the verdict of its turn with its announced state
--- after it: { 0, 'repeat', to } / { 0, 'refused', from, to }.
+-- (store/entity/held.rs, EntityState::take): nil to send it (it left the
+-- queue as the pending change), else { 0, 'wait' }, or the verdict of its
+-- turn with its announced state after it: { 0, 'repeat', to } /
+-- { 0, 'refused', from, to } (it stays at the front until its drop).
 local function entity_take(ekey, record_key)
   local pk = redis.call('HGET', ekey, 'pk')
   if pk == record_key then
@@ -200,17 +240,21 @@ local function entity_take(ekey, record_key)
       if i > 1 then
         return { 0, 'wait' }
       end
-      table.remove(held, 1)
-      entity_store_held(ekey, held)
       local sources = {}
       for source in string.gmatch(h.from, '[^|]+') do
         sources[#sources + 1] = source
       end
       local verdict = entity_judge(ekey, record_key, h.to, h.initial == '1', sources, h.event)
       if verdict then
+        -- Decided: it stays at the front until the worker's drop (a
+        -- second write, 'drop' in entity_settle) takes it out, so a lost
+        -- drop means judged again, never sent unjudged.
         verdict[#verdict + 1] = h.to
+        return verdict
       end
-      return verdict
+      table.remove(held, 1)
+      entity_store_held(ekey, held)
+      return nil
     end
   end
   return nil

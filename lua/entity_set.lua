@@ -26,11 +26,16 @@ local now = entity_now()
 local from = fields[1] or nil
 if ARGV[3] == 'set' then
   local history = entity_history(KEYS[1], 's', from, ARGV[4], ARGV[5], now)
-  redis.call('HSET', KEYS[1], 's', ARGV[4], 'at', now, 'h', history)
   -- Set to the pending change's own state: that change was made, its
   -- event is the entity's (a copy of it is then a repeat).
+  local event = ''
   if fields[2] and fields[3] == ARGV[4] and fields[4] then
-    redis.call('HSET', KEYS[1], 'e', fields[4])
+    event = fields[4]
+  end
+  local events = entity_events_after(KEYS[1], ARGV[4], event)
+  redis.call('HSET', KEYS[1], 's', ARGV[4], 'at', now, 'h', history)
+  if events then
+    redis.call('HSET', KEYS[1], 'e', events)
   else
     redis.call('HDEL', KEYS[1], 'e')
   end

@@ -51,6 +51,10 @@ use crate::record::{Record, RecordState, Stage};
 /// Transitions an entity remembers, newest first.
 pub const HISTORY: usize = 16;
 
+/// Events an entity remembers for its current state (`EntityState::events`):
+/// enough for every partial refund of one payment; an older one falls out.
+pub const EVENTS: usize = 64;
+
 /// What a claim on an entity route asks of the entity.
 #[derive(Debug, Clone)]
 pub struct EntityStep {
@@ -281,10 +285,13 @@ pub struct EntityState {
     pub state: Option<String>,
     /// When it was entered, unix ms.
     pub since_ms: u64,
-    /// The event (hashed) of the change that entered it, if it had one:
-    /// a notice of the same state and event is a repeat.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
+    /// The events (hashed) the entity took while in this state, oldest
+    /// first, at most [`EVENTS`]: a notice of the same state with any of
+    /// them is a repeat (an older partial refund notified again after a
+    /// newer one is still a repeat). A change to another state starts
+    /// the list again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
     /// The change being made, if one is.
     pub pending: Option<Pending>,
     /// The last transitions, newest first.
@@ -377,7 +384,7 @@ impl EntityState {
         let same = from.as_deref() == Some(to);
         // The same state is a repeat, unless it comes with an event the
         // entity has not entered it with (a second partial refund).
-        let new_event = event.is_some() && event != self.event.as_deref();
+        let new_event = event.is_some_and(|event| !self.events.iter().any(|e| e == event));
         if same && !new_event {
             self.repeats += 1;
             self.remember(entry(TransitionKind::Repeat));
@@ -424,9 +431,24 @@ impl EntityState {
                     delivery: hash_of(&pending.record).to_owned(),
                     at_ms: now_ms,
                 });
+                self.take_event(&pending.to, pending.event);
                 self.state = Some(pending.to);
-                self.event = pending.event;
                 self.since_ms = now_ms;
+            }
+        }
+    }
+
+    /// Enters `to` with `event`: the same state adds the event to those
+    /// it holds (the oldest falls out past [`EVENTS`]), another state
+    /// starts them again.
+    pub(super) fn take_event(&mut self, to: &str, event: Option<String>) {
+        if self.state.as_deref() != Some(to) {
+            self.events.clear();
+        }
+        if let Some(event) = event {
+            self.events.push(event);
+            if self.events.len() > EVENTS {
+                self.events.remove(0);
             }
         }
     }
@@ -450,7 +472,7 @@ impl EntityState {
                 "pf" => from = (!value.is_empty()).then(|| value.to_owned()),
                 "pt" => to = Some(value.to_owned()),
                 "pe" => event = Some(value.to_owned()),
-                "e" => state.event = Some(value.to_owned()),
+                "e" => state.events = value.lines().map(str::to_owned).collect(),
                 "h" => state.history = value.lines().filter_map(Transition::parse).collect(),
                 "n" => state.applied = number(value),
                 "x" => state.refused = number(value),

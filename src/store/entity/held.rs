@@ -7,7 +7,8 @@
 //! change is pending ([`EntityState::take`]); it is then judged against
 //! the state the change before it left, like a claim: allowed, it becomes
 //! the pending change and is sent; a repeat or a refusal is resolved
-//! without the handler (the worker drops it, saying why).
+//! without the handler (the worker drops it, saying why; the notice leaves
+//! the queue with that drop, so a drop that never lands is judged again).
 //!
 //! Each held notice keeps the rule it was judged by at the door (its
 //! announced state and where that state may be entered from), so the
@@ -157,8 +158,9 @@ impl EntityState {
     /// Whether a worker may send the queued delivery `record_key` now
     /// (module docs): `Ok` when it is the pending change (now, or already:
     /// a first delivery the inbox took, a retried one) or no entity knows
-    /// it. At the front of the queue with no change pending, it leaves the
-    /// queue and is judged.
+    /// it. At the front of the queue with no change pending, it is judged:
+    /// allowed, it leaves the queue as the pending change; a repeat or a
+    /// refusal stays at the front until its drop is written.
     pub fn take(&mut self, record_key: &str, now_ms: u64) -> Result<(), KeptBack> {
         match &self.pending {
             Some(pending) if pending.record == record_key => return Ok(()),
@@ -168,10 +170,16 @@ impl EntityState {
         match self.held.iter().position(|held| held.record == record_key) {
             None => Ok(()),
             Some(0) => {
-                let head = self.held.remove(0);
+                let head = self.held[0].clone();
                 let announced = (head.to.as_str(), head.event.as_deref());
                 self.judge(record_key, announced, &head.sources(), now_ms)
-                    .map_err(|verdict| KeptBack::Decided(verdict, head.to))
+                    .map_err(|verdict| KeptBack::Decided(verdict, head.to))?;
+                // Allowed: it is the pending change now, out of the queue.
+                // Decided otherwise, it stays at the front until the
+                // worker's drop (a second write) takes it out, so a lost
+                // drop means judged again, never sent unjudged.
+                self.held.remove(0);
+                Ok(())
             }
             Some(_) => Err(KeptBack::Wait),
         }

@@ -57,12 +57,15 @@ impl EntityState {
         });
         // Set to the pending change's own state: the operator says that
         // change was made, so its event is the entity's (a copy of it is
-        // then a repeat). Any other correction forgets the event.
+        // then a repeat). A clear forgets every event.
         let pending = self.pending.take();
-        self.event = match (correction, pending) {
-            (Correction::Set(to), Some(pending)) if pending.to == *to => pending.event,
-            _ => None,
-        };
+        match (correction, pending) {
+            (Correction::Set(to), Some(pending)) if pending.to == *to => {
+                self.take_event(to, pending.event);
+            }
+            (Correction::Set(to), _) => self.take_event(to, None),
+            (Correction::Clear, _) => self.events.clear(),
+        }
         match correction {
             Correction::Set(_) => {
                 self.state = Some(to);

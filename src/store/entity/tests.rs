@@ -327,7 +327,8 @@ fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
         Some("refunded")
     );
     entity.settle(&record(2), EntityEffect::Apply, 9);
-    // The failure's turn: refused from "refunded", and the queue is empty.
+    // The failure's turn: refused from "refunded"; the worker's drop then
+    // empties the queue.
     assert_eq!(
         entity.take(&record(3), 10),
         Err(KeptBack::Decided(
@@ -337,6 +338,7 @@ fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
             "failed".into()
         ))
     );
+    entity.settle(&record(3), EntityEffect::Drop, 10);
     assert!(entity.held.is_empty());
     assert_eq!((entity.applied, entity.refused), (2, 1));
     assert_eq!(
@@ -404,7 +406,7 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
     );
     assert_eq!(entity.pending.as_ref().unwrap().event.as_deref(), Some("a"));
     entity.settle(&record(1), EntityEffect::Apply, 2);
-    assert_eq!(entity.event.as_deref(), Some("a"));
+    assert_eq!(entity.events.last().map(String::as_str), Some("a"));
     // The same refund notified again: a repeat.
     assert_eq!(
         entity.claim(&refund_a, &record(2), PendingRecord::Absent, 3),
@@ -428,6 +430,12 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
     );
     entity.settle(&record(4), EntityEffect::Apply, 6);
     assert_eq!((entity.applied, entity.repeats), (2, 2));
+    // The first refund notified again after the second: still a repeat.
+    assert_eq!(
+        entity.claim(&refund_a, &record(7), PendingRecord::Absent, 6),
+        Err(EntityVerdict::Repeat)
+    );
+    assert_eq!(entity.repeats, 3);
     // A state change without an event forgets the last one.
     let closed = step("closed", &["success"], false);
     entity
@@ -435,7 +443,10 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
         .unwrap();
     entity.settle(&record(5), EntityEffect::Apply, 8);
     assert_eq!(
-        (entity.state.as_deref(), entity.event.as_deref()),
+        (
+            entity.state.as_deref(),
+            entity.events.last().map(String::as_str)
+        ),
         (Some("closed"), None)
     );
     // An event never opens a way out of a state the machine closes.
@@ -459,7 +470,7 @@ fn events_read_back_from_the_redis_fields() {
         ("pe", "cd"),
     ];
     let read = EntityState::from_fields(fields.iter().copied());
-    assert_eq!(read.event.as_deref(), Some("ab"));
+    assert_eq!(read.events.last().map(String::as_str), Some("ab"));
     assert_eq!(read.pending.unwrap().event.as_deref(), Some("cd"));
     let held = Held::of(
         &with_event(step("success", &["pending"], true), "ef"),
@@ -495,7 +506,7 @@ fn a_correction_needs_what_was_seen_and_keeps_an_applied_changes_event() {
     assert!(entity.correct(&seen, &set, "ana", 3));
     assert_eq!(entity.pending, None);
     // The operator said the refund was made: a copy of it is a repeat.
-    assert_eq!(entity.event.as_deref(), Some("r1"));
+    assert_eq!(entity.events.last().map(String::as_str), Some("r1"));
     assert_eq!(
         entity.claim(&refund, &record(2), PendingRecord::Absent, 4),
         Err(EntityVerdict::Repeat)
@@ -508,7 +519,51 @@ fn a_correction_needs_what_was_seen_and_keeps_an_applied_changes_event() {
     };
     assert!(entity.correct(&now, &Correction::Clear, "bo", 5));
     assert_eq!(
-        (entity.state.as_deref(), entity.event.as_deref()),
+        (
+            entity.state.as_deref(),
+            entity.events.last().map(String::as_str)
+        ),
         (None, None)
     );
+}
+
+#[test]
+fn a_held_notice_decided_in_its_turn_stays_queued_until_its_drop_is_written() {
+    // The worker's drop is a second write: if it is lost (the worker dies
+    // in between), the notice must be judged again, never sent unjudged.
+    let mut entity = EntityState {
+        state: Some("success".into()),
+        ..EntityState::default()
+    };
+    let busy = PendingRecord::Open(Blocker::Inbox);
+    entity
+        .claim(
+            &step("refunded", &["success"], false),
+            &record(1),
+            PendingRecord::Absent,
+            1,
+        )
+        .unwrap();
+    let failed = step("failed", &["pending"], true);
+    assert_eq!(
+        entity.hold(&failed, &record(2), busy, 4, 2),
+        HoldVerdict::Held
+    );
+    entity.settle(&record(1), EntityEffect::Apply, 3);
+    let refused = Err(KeptBack::Decided(
+        EntityVerdict::Refused {
+            from: Some("refunded".into()),
+        },
+        "failed".into(),
+    ));
+    assert_eq!(entity.take(&record(2), 4), refused);
+    // The drop never landed; another worker takes the delivery.
+    assert_eq!(
+        entity.take(&record(2), 5),
+        refused,
+        "judged again, not sent"
+    );
+    // The drop lands: the notice leaves the queue.
+    entity.settle(&record(2), EntityEffect::Drop, 6);
+    assert!(entity.held.is_empty());
 }

@@ -57,8 +57,8 @@ type Announced = (&'static str, Option<&'static str>);
 #[derive(Debug, Default)]
 struct Model {
     state: Option<&'static str>,
-    /// The event the state was entered with.
-    event: Option<&'static str>,
+    /// The events taken while in this state.
+    events: Vec<&'static str>,
     pending: Option<usize>,
     /// The pending change's event.
     pending_event: Option<&'static str>,
@@ -73,7 +73,7 @@ impl Model {
     /// A notice judged in turn: `Ok` (now pending) or the verdict.
     fn judge(&mut self, n: usize, (to, event): Announced) -> Result<(), &'static str> {
         let same = self.state == Some(to);
-        if same && (event.is_none() || event == self.event) {
+        if same && event.is_none_or(|event| self.events.contains(&event)) {
             return Err("repeat");
         }
         if !same && !allowed(self.state, to) {
@@ -86,10 +86,19 @@ impl Model {
 
     fn apply(&mut self, n: usize, to: &'static str) {
         if self.pending == Some(n) {
-            self.state = Some(to);
-            self.event = self.pending_event;
+            self.enter(to, self.pending_event);
             self.pending = None;
         }
+    }
+
+    /// Enters `to` with `event`: the same state keeps its events and adds
+    /// this one, another starts again.
+    fn enter(&mut self, to: &'static str, event: Option<&'static str>) {
+        if self.state != Some(to) {
+            self.events.clear();
+        }
+        self.events.extend(event);
+        self.state = Some(to);
     }
 
     fn drop_change(&mut self, n: usize) {
@@ -410,6 +419,12 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                     "refused"
                 };
                 assert_eq!(got, expected, "{n}");
+                if let Handler::CrashApplied | Handler::CrashNotApplied = handler {
+                    // The worker dies before its drop is written: the
+                    // notice stays at the front, to be judged again.
+                    self.model.held.push_front(n);
+                    return;
+                }
                 self.swap_stage(n, &found, Stage::Dropped, None).await;
                 (self.notices[n].fate, self.notices[n].stage) =
                     (Fate::Judged, Some(Stage::Dropped));
@@ -528,9 +543,8 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
             "{n}"
         );
         self.model.pending = None;
-        self.model.state = Some(to);
         // The pending change's own state: its event is the entity's.
-        self.model.event = self.model.pending_event;
+        self.model.enter(to, self.model.pending_event);
     }
 
     /// The operator retries (`retry`) or drops the `which`-th dead or
@@ -594,16 +608,20 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
     /// The promise over the whole history (module docs).
     pub(super) fn check(&self) {
         let mut seen = BTreeMap::new();
-        let (mut state, mut event): (Option<&str>, Option<&str>) = (None, None);
+        let (mut state, mut events): (Option<&str>, Vec<&str>) = (None, Vec::new());
         for &(n, (to, with)) in &self.accepted {
             assert!(seen.insert(n, to).is_none(), "notice {n} accepted twice");
             // The same state again only with a new event (a second refund).
-            let new_event = state == Some(to) && with.is_some() && with != event;
+            let new_event = state == Some(to) && with.is_some_and(|e| !events.contains(&e));
             assert!(
                 new_event || (state != Some(to) && allowed(state, to)),
-                "the handler saw {state:?} ({event:?}) -> {to} ({with:?})"
+                "the handler saw {state:?} ({events:?}) -> {to} ({with:?})"
             );
-            (state, event) = (Some(to), with);
+            if state != Some(to) {
+                events.clear();
+            }
+            events.extend(with);
+            state = Some(to);
         }
         let held_by_applied = self
             .model
