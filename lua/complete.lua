@@ -2,17 +2,22 @@
 -- nobody does.
 --
 -- KEYS[1]  the record key
--- KEYS[2]  only for a delivery the inbox now owes (queued or held): the
---          scope's owed set for KEYS[1]'s hash slot (src/store/inbox.rs,
---          "Owed sets"), which gets ARGV[4] in the same step as the record
+-- then, each only when its argument below says so, in this order:
+--          the scope's owed set for KEYS[1]'s hash slot (a delivery the
+--          inbox now owes, queued or held: src/store/inbox.rs, "Owed
+--          sets"), which gets ARGV[4] in the same step as the record;
+--          the scope's probe due set and plans hash (a route with
+--          [route.probe]: probe.lua), which schedule the first probe of an
+--          unknown outcome and forget the plan of any other;
+--          the entity key (a record of an entity route)
 -- ARGV[1]  owner token (16 bytes) written by claim.lua
 -- ARGV[2]  the encoded completed, unknown or inbox record (src/record.rs)
 -- ARGV[3]  TTL in milliseconds (retention, unknown_hold, or "kept until
 --          resolved" for an owed delivery)
--- ARGV[4]  with KEYS[2]: the key hash ('' : no owed set)
--- ARGV[5]  only for a record of an entity route: what the write means for
---          the entity's pending change ('apply', 'drop' or 'keep',
---          entity.lua); the entity key is then the last of KEYS
+-- ARGV[4]  the key hash for the owed set ('' : no owed set)
+-- ARGV[5]  what the write means for the entity's pending change ('apply',
+--          'drop' or 'keep', entity.lua; '' : not an entity route)
+-- ARGV[6]  the probe's jitter in ms ('' or absent: no probe)
 --
 -- Reply:   1 stored over our own claim
 --          2 stored into a free key: our claim expired (or was lost with a
@@ -26,11 +31,17 @@ if current and string.sub(current, 3, 18) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[4] and ARGV[4] ~= '' then
-  redis.call('SADD', KEYS[2], ARGV[4])
+local next_key = 2
+if ARGV[4] ~= '' then
+  redis.call('SADD', KEYS[next_key], ARGV[4])
+  next_key = next_key + 1
 end
-if ARGV[5] then
-  entity_settle(KEYS[#KEYS], KEYS[1], ARGV[5])
+if ARGV[6] and ARGV[6] ~= '' then
+  probe_settle(KEYS[next_key], KEYS[next_key + 1], KEYS[1], string.sub(ARGV[2], 2, 2), ARGV[6])
+  next_key = next_key + 2
+end
+if ARGV[5] and ARGV[5] ~= '' then
+  entity_settle(KEYS[next_key], KEYS[1], ARGV[5])
 end
 if current then
   return 1

@@ -46,6 +46,7 @@ pub mod inbox;
 mod lease;
 pub mod listing;
 pub(crate) mod metrics;
+pub mod probe;
 pub mod redis;
 mod release;
 mod upkeep;

@@ -20,11 +20,13 @@
 use http::Method;
 
 use super::Route;
+use super::Segment;
 use super::Upstream;
 use super::coverage;
 use super::entity::Entity;
 use super::idempotency::{FingerprintPart, Idempotency, Mode, UnsignedKey};
 use super::inbox::{Inbox, VISIBILITY_MARGIN};
+use super::probe::Probe;
 use super::problems::Problems;
 use super::raw::format_duration;
 use super::status::CacheStatus;
@@ -94,6 +96,40 @@ pub(super) fn entity_signed(
             problems.push(
                 &format!("{key}.entity.{field}"),
                 format!("{selector} is not signed: {why}; the entity's state must be decided by signed bytes only (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
+            );
+        }
+    }
+}
+
+/// Route `key`'s probe path must read signed values only: a value an
+/// attacker could change in transit would point the probe at another
+/// order, whose "applied" would be replayed for this delivery.
+/// `unsigned_key = "accept"` waives it as for keys and entities (recorded
+/// for start-up's WARN); `scheme = "none"` routes are exempt.
+pub(super) fn probe_signed(
+    problems: &mut Problems,
+    key: &str,
+    (scheme, methods): (&Scheme, &[Method]),
+    probe: &Probe,
+    idempotency: &mut Idempotency,
+) {
+    if matches!(scheme, Scheme::None) {
+        return;
+    }
+    for segment in &probe.path.segments {
+        let Segment::Value(selector) = segment else {
+            continue;
+        };
+        let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
+            continue;
+        };
+        if idempotency.unsigned_key == UnsignedKey::Accept {
+            let accepted = format!("probe.path {selector} ({why})");
+            idempotency.accepted_unsigned.push(accepted);
+        } else {
+            problems.push(
+                &format!("{key}.probe.path"),
+                format!("{selector} is not signed: {why}; anyone who can change it in transit could point the probe at an order already paid, and its \"applied\" would be replayed for this delivery. Read a signed value (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
             );
         }
     }

@@ -40,6 +40,10 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Duplicates of one key that may wait at once.
     pub max_waiting_per_key: usize,
+    /// Probes of unknown outcomes in flight at once on this instance
+    /// (`[route.probe]`), so a stalled handler is not asked about every
+    /// outcome at the same moment.
+    pub max_probes_in_flight: usize,
     /// Largest upstream answer body stored for replay; larger ones stream
     /// to the sender and their key is completed without a body.
     pub max_stored_answer_bytes: usize,
@@ -91,6 +95,9 @@ fn read(problems: &mut Problems, raw: &RawLimits) -> Limits {
         max_waiting_per_key: raw
             .max_waiting_per_key
             .unwrap_or(raw::DEFAULT_MAX_WAITING_PER_KEY),
+        max_probes_in_flight: raw
+            .max_probes_in_flight
+            .unwrap_or(raw::DEFAULT_MAX_PROBES_IN_FLIGHT),
         max_stored_answer_bytes: raw
             .max_stored_answer_bytes
             .unwrap_or(raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
@@ -115,6 +122,11 @@ fn check(problems: &mut Problems, limits: &Limits) {
         ("limits.max_connections", limits.max_connections, 1),
         ("limits.max_headers", limits.max_headers, 1),
         ("limits.max_header_bytes", limits.max_header_bytes, 8192),
+        (
+            "limits.max_probes_in_flight",
+            limits.max_probes_in_flight,
+            1,
+        ),
     ] {
         if value < least {
             problems.push(key, format!("must be at least {least}"));
@@ -178,6 +190,7 @@ impl Limits {
             max_headers: Some(self.max_headers),
             max_header_bytes: Some(self.max_header_bytes),
             max_waiting_per_key: Some(self.max_waiting_per_key),
+            max_probes_in_flight: Some(self.max_probes_in_flight),
             max_stored_answer_bytes: Some(self.max_stored_answer_bytes),
             replay_cache_bytes: Some(self.replay_cache_bytes),
             worker_threads: Some(self.worker_threads),

@@ -17,6 +17,13 @@ use http::Method;
 use super::problems::Problems;
 use super::raw::{RawProbe, format_duration};
 use super::{Segment, Selector, Template};
+use crate::signature::Secret;
+
+/// The sources a header value may name instead of the value itself.
+const SECRET_SOURCES: [&str; 3] = ["env:", "file:", "literal:"];
+
+/// Most probes of one route in flight at once, per instance.
+const MAX_CONCURRENCY: u32 = 256;
 
 /// What a resolved "applied" record answers duplicates with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +45,9 @@ pub struct Probe {
     pub method: Method,
     /// Path and query on the route's upstream, with `{selector}` values.
     pub path: Template,
-    /// Extra request headers, sent as written.
-    pub headers: Vec<(String, String)>,
+    /// Extra request headers; a value may come from a secret source
+    /// (`env:`, `file:`, `literal:`), and every value prints redacted.
+    pub headers: Vec<(String, Secret)>,
     /// The handler's declared deadline: it gives up on a request by then.
     pub handler_deadline: Duration,
     /// How long after the original call ended the first probe is sent.
@@ -50,6 +58,8 @@ pub struct Probe {
     pub max_attempts: u32,
     /// Time allowed for one probe's whole answer.
     pub timeout: Duration,
+    /// Probes of this route in flight at once, per instance.
+    pub concurrency: u32,
     /// Statuses that mean "applied" (subject to `field`).
     pub applied_status: Vec<u16>,
     /// Statuses that mean "not applied".
@@ -115,6 +125,13 @@ pub(super) fn probe(
         raw.timeout.as_deref(),
         Duration::from_secs(2),
     );
+    let concurrency = raw.concurrency.unwrap_or(4);
+    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+        problems.push(
+            &at("concurrency"),
+            format!("{concurrency} must be 1-{MAX_CONCURRENCY}"),
+        );
+    }
     let last = start_after + retry_every * max_attempts.saturating_sub(1) + timeout;
     if last >= unknown_hold {
         problems.push(
@@ -187,6 +204,7 @@ pub(super) fn probe(
         retry_every,
         max_attempts,
         timeout,
+        concurrency,
         applied_status,
         not_applied_status,
         field,
@@ -196,24 +214,32 @@ pub(super) fn probe(
     })
 }
 
-/// `"Name: value"` lines, each a valid header.
-fn headers(problems: &mut Problems, key: &str, lines: &[String]) -> Vec<(String, String)> {
+/// `"Name: value"` lines, each a valid header; a value written
+/// `env:NAME`, `file:PATH` or `literal:VALUE` is read from that source.
+fn headers(problems: &mut Problems, key: &str, lines: &[String]) -> Vec<(String, Secret)> {
     lines
         .iter()
         .filter_map(|line| {
-            let parsed = line.split_once(':').and_then(|(name, value)| {
-                let (name, value) = (name.trim(), value.trim());
-                (http::HeaderName::from_bytes(name.as_bytes()).is_ok()
-                    && http::HeaderValue::from_str(value).is_ok())
-                .then(|| (name.to_owned(), value.to_owned()))
-            });
-            if parsed.is_none() {
-                problems.push(
-                    key,
-                    format!("{line:?} is not a header line \"Name: value\""),
-                );
+            let Some((name, value)) = line.split_once(':') else {
+                problems.push(key, "a header line is written \"Name: value\"");
+                return None;
+            };
+            let (name, value) = (name.trim(), value.trim());
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problems.push(key, format!("{name:?} is not a header name"));
+                return None;
             }
-            parsed
+            let secret = if SECRET_SOURCES.iter().any(|s| value.starts_with(s)) {
+                problems.take(key, Secret::resolve(value))?
+            } else {
+                Secret::from_bytes(value)
+            };
+            if http::HeaderValue::from_bytes(&secret.expose()).is_err() {
+                // Never the value: it may be a credential.
+                problems.push(key, format!("the value of {name} is not a header value"));
+                return None;
+            }
+            Some((name.to_owned(), secret))
         })
         .collect()
 }
@@ -246,7 +272,7 @@ impl Probe {
             headers: Some(
                 self.headers
                     .iter()
-                    .map(|(name, value)| format!("{name}: {value}"))
+                    .map(|(name, value)| format!("{name}: {}", printed(value)))
                     .collect(),
             ),
             handler_deadline: format_duration(self.handler_deadline),
@@ -254,6 +280,7 @@ impl Probe {
             retry_every: Some(format_duration(self.retry_every)),
             max_attempts: Some(self.max_attempts),
             timeout: Some(format_duration(self.timeout)),
+            concurrency: Some(self.concurrency),
             applied_status: Some(self.applied_status.clone()),
             not_applied_status: Some(self.not_applied_status.clone()),
             field: self.field.as_ref().map(ToString::to_string),
@@ -261,5 +288,14 @@ impl Probe {
             not_applied: Some(self.not_applied.clone()),
             answer: Some(super::Choice::name(self.answer).to_owned()),
         }
+    }
+}
+
+/// A header value as `check-config` and `/admin/config` print it: its
+/// source (`env:NAME`, `file:PATH`), never the value.
+fn printed(value: &Secret) -> &str {
+    match value.source() {
+        source if source.starts_with("literal:") => "<redacted>",
+        source => source,
     }
 }

@@ -64,6 +64,8 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 /// Default cap on duplicates of one key waiting at once; more copies get
 /// 409 `in_flight` at once, so a flood of copies can not pin memory.
 pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
+/// Default `[limits] max_probes_in_flight`.
+pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 16;
 /// Default time in-flight work may take to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
 /// Default `[secrets] watch_interval`: a Kubernetes Secret volume is
@@ -216,6 +218,8 @@ pub struct RawLimits {
     pub max_header_bytes: Option<usize>,
     /// Duplicates of one key waiting for its first delivery at most.
     pub max_waiting_per_key: Option<usize>,
+    /// Probes in flight at once on this instance, all routes together.
+    pub max_probes_in_flight: Option<usize>,
     /// Largest upstream answer body kept for replay.
     pub max_stored_answer_bytes: Option<usize>,
     /// Bytes of completed records cached in memory for replays (0: off).
@@ -368,6 +372,8 @@ pub struct RawProbe {
     pub max_attempts: Option<u32>,
     /// Time allowed per attempt.
     pub timeout: Option<String>,
+    /// Probes of this route in flight at once, per instance.
+    pub concurrency: Option<u32>,
     /// Statuses meaning applied.
     pub applied_status: Option<Vec<u16>>,
     /// Statuses meaning not applied.

@@ -76,6 +76,9 @@ pub(super) fn route(
         raw.probe.as_ref(),
         (upstream.timeout, idempotency.unknown_hold, has_ack),
     );
+    if let Some(probe) = &probe {
+        cross::probe_signed(problems, key, (&scheme, &methods), probe, &mut idempotency);
+    }
     Route {
         guards,
         inbox,

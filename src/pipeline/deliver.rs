@@ -23,7 +23,7 @@ use super::{Pipeline, report, trace};
 use crate::body::ProxyBody;
 use crate::error::Rejection;
 use crate::inbox::NotQueued;
-use crate::record::{RecordState, StoredRequest, StoredResponse};
+use crate::record::{StoredRequest, StoredResponse};
 use crate::store::Lease;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
 
@@ -86,24 +86,26 @@ impl Pipeline {
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };
-        // Built now, from the verified bytes, in case the outcome turns
-        // unknown ([`super::probe`]).
+        // Built from the verified bytes, in case the outcome turns unknown
+        // ([`super::probe`]); kept with the claim before the call.
         let probe = route.settings.probe.as_ref().and_then(|probe| {
             super::probe::render(probe, verified.inbound())
-                .inspect_err(|error| {
-                    tracing::warn!(
-                        route = route.name(),
-                        key = identity.key_hash,
-                        error,
-                        "no probe for this delivery: its path template could not be filled"
-                    );
-                })
+                .inspect_err(|skip| skip.count(route.name(), &identity.key_hash))
                 .ok()
+                .map(|target| {
+                    (
+                        super::probe::runner::plan(route, probe, target),
+                        probe.start_after,
+                    )
+                })
         });
         let (parts, body) = verified.into_inbound().into_parts();
         route.meters.in_flight(1.0);
         let route = Arc::clone(route);
         let task = async move {
+            if let Some((plan, start_after)) = &probe {
+                this.arm_probe(&route, &lease, plan, *start_after).await;
+            }
             let kept = route
                 .inbox
                 .as_ref()
@@ -115,7 +117,6 @@ impl Pipeline {
                 this.forward_metered(&route, parts, body, peer),
             )
             .await;
-            let ended = Instant::now();
             let meters = &route.meters;
             let hot_keys = route.hot_keys.as_deref();
             if let Some(ack) = this.queue(&route, &lease, kept, &result).await {
@@ -158,10 +159,6 @@ impl Pipeline {
                 (None, _) => {}
             }
             this.claimer.settled(lease.key());
-            let unknown = matches!(&settlement, ClaimAction::Keep(record, _) if record.state == RecordState::Unknown);
-            if let (true, Some(probe)) = (unknown, probe) {
-                this.probe_unknown(&route, lease, probe, ended).await;
-            }
         };
         self.tracker
             .spawn(task.instrument(tracing::Span::current()));
@@ -175,6 +172,28 @@ impl Pipeline {
             },
             Ending::Recorded,
         )
+    }
+
+    /// Keeps `plan` with the claim `lease` proves before its delivery is
+    /// forwarded: a lost owner's record is due its lease plus
+    /// `start_after` from now. Not kept (the store refused it): the
+    /// delivery goes on without a probe, counted.
+    async fn arm_probe(
+        &self,
+        route: &RouteRuntime,
+        lease: &Lease,
+        plan: &crate::store::probe::ProbePlan,
+        start_after: std::time::Duration,
+    ) {
+        let first = route.settings.idempotency.lease + start_after;
+        match self.store.arm_probe(lease, plan, first).await {
+            Ok(true) => {}
+            Ok(false) => super::probe::Skip::NotStored.count(route.name(), lease.key().hash()),
+            Err(error) => {
+                tracing::warn!(route = route.name(), key = lease.key().hash(), %error, "could not keep the probe plan");
+                super::probe::Skip::NotStored.count(route.name(), lease.key().hash());
+            }
+        }
     }
 
     /// Queues a failed first delivery in its route's inbox, if the route

@@ -88,6 +88,12 @@ pub fn identify(
         None => StoreKey::new(key_prefix, scope, &hex),
         Some(entity) => StoreKey::for_entity(key_prefix, scope, &hex, &entity.hash),
     };
+    // A probe route's writes keep the probe plan in step (store::probe).
+    let key = if route.probe.is_some() {
+        key.probed()
+    } else {
+        key
+    };
     // What logs print and the admin API takes: the key's last part.
     let key_hash = key.hash().to_owned();
     Ok(Identity {

@@ -1,14 +1,22 @@
-//! Probe resolution (`[route.probe]`): a first delivery whose outcome this
-//! instance recorded as unknown (the handler timed out, or the connection
-//! broke after the request was sent) asks the handler whether it applied
-//! it, instead of blocking the key until `unknown_hold` ends.
+//! Probe resolution (`[route.probe]`): a first delivery whose outcome
+//! turned unknown (the handler timed out, the connection broke after the
+//! request was sent, or the instance that sent it died mid-call) asks the
+//! handler whether it applied it, instead of blocking the key until
+//! `unknown_hold` ends.
 //!
-//! The probe request is built from the verified delivery when it is
+//! The probe's target is built from the verified delivery before it is
 //! forwarded ([`render`]: `{selector}` values percent-encoded into the
-//! path), so it asks about exactly the bytes the signature covered. It is
-//! sent no earlier than `start_after` after the call ended, then every
-//! `retry_every` while the handler can not tell, at most `max_attempts`
-//! times. Its answer ([`classify`]):
+//! path), so it asks about exactly the bytes the signature covered, and is
+//! kept in the store with the claim (`crate::store::probe`). A value that
+//! could send the probe to another resource than the template names (empty,
+//! a dot segment, a path separator) means no probe for that delivery
+//! ([`Skip`], counted in `idemgate_probe_skipped_total`).
+//!
+//! Whichever instance is alive sends it (`runner.rs`): no earlier than
+//! `start_after` after the call ended, then every `retry_every` (with some
+//! jitter) while the handler can not tell, at most `max_attempts` times,
+//! and never more than `concurrency` per route and `[limits]
+//! max_probes_in_flight` per instance at once. Its answer ([`classify`]):
 //!
 //! * *applied*: the record is completed with the route's acknowledgement
 //!   (or the probe's own answer), marked `Idempotent-Resolved: probe`;
@@ -18,30 +26,18 @@
 //!   first delivery and executes once;
 //! * *can't tell*, an error or a timeout: the record stays unknown, as
 //!   without a probe.
-//!
-//! Only the instance that holds the lease probes, and it acts only through
-//! owner-checked writes (`complete`, `release`), so two instances never
-//! both act on one unknown record: another instance's copy of the delivery
-//! is answered 409 `outcome_unknown` until the record is resolved. A
-//! record whose owner crashed is not probed (nobody kept its request);
-//! it waits for its hold or an operator as before. Shutdown abandons a
-//! waiting probe when its grace period ends: the record stays unknown.
+
+pub(crate) mod runner;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request};
-use metrics::counter;
-use tokio::time::Instant;
-use tracing::Instrument as _;
+use http::{HeaderName, HeaderValue, Request};
+use metrics::{counter, gauge};
 
-use super::Pipeline;
-use super::runtime::RouteRuntime;
-use super::trace;
-use crate::config::{Probe, ProbeAnswer, Segment, Upstream};
+pub(crate) use self::runner::spawn;
+use crate::config::{Probe, Segment};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
-use crate::record::{RecordState, StoredResponse};
-use crate::store::{Completion, Lease};
-use crate::upstream;
+use crate::record::StoredResponse;
 
 /// `idemgate_probe_resolutions_total{route, result}`.
 pub(crate) const RESOLUTIONS_TOTAL: Description = Description::counter(
@@ -49,15 +45,31 @@ pub(crate) const RESOLUTIONS_TOTAL: Description = Description::counter(
     "Unknown outcomes a probe of the handler settled, by result (applied, not_applied, undecided, error)",
 );
 
+/// `idemgate_probe_skipped_total{route, reason}`.
+pub(crate) const SKIPPED_TOTAL: Description = Description::counter(
+    "idemgate_probe_skipped_total",
+    "Deliveries of a probe route sent without a probe, by reason (absent, empty, dot_segment, separator, not_stored)",
+);
+
+/// `idemgate_probes_waiting`.
+pub(crate) const WAITING: Description = Description::gauge(
+    "idemgate_probes_waiting",
+    "Due probes this instance could not start at its last look, because max_probes_in_flight or a route's concurrency was reached",
+);
+
+/// `idemgate_probes_in_flight`.
+pub(crate) const IN_FLIGHT: Description = Description::gauge(
+    "idemgate_probes_in_flight",
+    "Probes this instance is sending now",
+);
+
 /// The probe metrics, described at start-up (`app::install_metrics`).
-pub(crate) const DESCRIPTIONS: &[Description] = &[RESOLUTIONS_TOTAL];
+pub(crate) const DESCRIPTIONS: &[Description] =
+    &[RESOLUTIONS_TOTAL, SKIPPED_TOTAL, WAITING, IN_FLIGHT];
 
 /// The header a probe-resolved answer carries, so a replay says where it
 /// came from.
 pub(crate) const RESOLVED_HEADER: &str = "idempotent-resolved";
-
-/// Largest probe answer read, in bytes.
-const MAX_PROBE_ANSWER: usize = 64 * 1024;
 
 /// Every result a probe can end in: the `result` label's closed set.
 const RESULTS: [&str; 4] = ["applied", "not_applied", "undecided", "error"];
@@ -69,30 +81,99 @@ pub(crate) fn register(route: &str) {
             counter!(RESOLUTIONS_TOTAL.name, "route" => route.to_owned(), "result" => result),
         );
     }
+    for skip in Skip::ALL {
+        let _ = at_zero(
+            counter!(SKIPPED_TOTAL.name, "route" => route.to_owned(), "reason" => skip.as_str()),
+        );
+    }
+    let _ = gauge!(WAITING.name);
+    let _ = gauge!(IN_FLIGHT.name);
 }
 
-/// A probe request built from a delivery.
-#[derive(Debug, Clone)]
-pub(crate) struct ProbeRequest {
-    method: Method,
-    /// Path and query, values percent-encoded.
-    target: String,
-    headers: Vec<(String, String)>,
+/// Why a delivery of a probe route gets no probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Skip {
+    /// A `{selector}` value is absent from the delivery.
+    #[error("a value of the probe path is absent")]
+    Absent,
+    /// A value is empty: the probe would name the collection, not the item.
+    #[error("a value of the probe path is empty")]
+    Empty,
+    /// A path value is `.` or `..`: a front that normalises paths would
+    /// send the probe to another resource.
+    #[error("a value of the probe path is a dot segment")]
+    DotSegment,
+    /// A path value holds `/` or `\\`: a front that decodes it would see
+    /// other segments than the template names.
+    #[error("a value of the probe path holds a path separator")]
+    Separator,
+    /// The plan could not be kept with the claim (the store refused it).
+    #[error("the probe plan could not be stored")]
+    NotStored,
 }
 
-/// Builds `probe`'s request from the verified `request`: every `{selector}`
-/// value must be present. A value is percent-encoded except for the
-/// unreserved characters, so it can not add a path segment or a query.
-pub(crate) fn render(probe: &Probe, request: &Inbound) -> Result<ProbeRequest, String> {
+impl Skip {
+    /// Every reason, for zeroing the counters.
+    const ALL: [Self; 5] = [
+        Self::Absent,
+        Self::Empty,
+        Self::DotSegment,
+        Self::Separator,
+        Self::NotStored,
+    ];
+
+    /// The `reason` label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Absent => "absent",
+            Self::Empty => "empty",
+            Self::DotSegment => "dot_segment",
+            Self::Separator => "separator",
+            Self::NotStored => "not_stored",
+        }
+    }
+
+    /// Counts and logs a delivery of `route` (key `key`) sent without a
+    /// probe for this reason.
+    pub(crate) fn count(self, route: &str, key: &str) {
+        counter!(SKIPPED_TOTAL.name, "route" => route.to_owned(), "reason" => self.as_str())
+            .increment(1);
+        tracing::warn!(
+            route,
+            key,
+            reason = self.as_str(),
+            "no probe for this delivery ({self}): an unknown outcome of it waits for unknown_hold or an operator"
+        );
+    }
+}
+
+/// Builds `probe`'s target (path and query) from the verified `request`:
+/// every `{selector}` value must be present and non-empty, and a value in
+/// the path must not be a dot segment or hold a separator ([`Skip`]). A
+/// value is percent-encoded except for the unreserved characters, so it
+/// can not add a path segment or a query.
+pub(crate) fn render(probe: &Probe, request: &Inbound) -> Result<String, Skip> {
     let mut target = String::new();
+    let mut in_query = false;
     for segment in &probe.path.segments {
         match segment {
-            Segment::Literal(text) => target.push_str(text),
+            Segment::Literal(text) => {
+                in_query |= text.contains('?');
+                target.push_str(text);
+            }
             Segment::Value(selector) => {
-                let value = request
-                    .value(selector)
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("{selector} is absent"))?;
+                let value = request.value(selector).ok().flatten().ok_or(Skip::Absent)?;
+                if value.is_empty() {
+                    return Err(Skip::Empty);
+                }
+                if !in_query {
+                    if &value[..] == b"." || &value[..] == b".." {
+                        return Err(Skip::DotSegment);
+                    }
+                    if value.iter().any(|b| *b == b'/' || *b == b'\\') {
+                        return Err(Skip::Separator);
+                    }
+                }
                 for &byte in value.iter() {
                     if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
                         target.push(char::from(byte));
@@ -101,14 +182,11 @@ pub(crate) fn render(probe: &Probe, request: &Inbound) -> Result<ProbeRequest, S
                     }
                 }
             }
-            _ => return Err("only literal text and values".into()),
+            // Refused when the configuration loaded (`config::probe`).
+            _ => return Err(Skip::Absent),
         }
     }
-    Ok(ProbeRequest {
-        method: probe.method.clone(),
-        target,
-        headers: probe.headers.clone(),
-    })
+    Ok(target)
 }
 
 /// What the handler said.
@@ -163,192 +241,6 @@ pub(crate) fn classify(probe: &Probe, answer: StoredResponse) -> Verdict {
     } else {
         Verdict::Undecided
     }
-}
-
-impl Pipeline {
-    /// Resolves the unknown outcome `lease` holds by probing the handler
-    /// with `request` (module docs); the original call ended at `ended`.
-    pub(super) async fn probe_unknown(
-        &self,
-        route: &RouteRuntime,
-        lease: Lease,
-        request: ProbeRequest,
-        ended: Instant,
-    ) {
-        let Some(probe) = &route.settings.probe else {
-            return;
-        };
-        let key = lease.key().hash().to_owned();
-        let name = route.name();
-        let span = trace::probe(self.tracing, name, &key, lease.record().trace.as_ref());
-        let result = async {
-            let mut at = first_attempt(probe, ended);
-            for attempt in 1..=probe.max_attempts {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = self.grace_over.cancelled() => return "abandoned",
-                }
-                at = Instant::now() + probe.retry_every;
-                let upstream = Upstream {
-                    url: route.settings.upstream.url.clone(),
-                    timeout: probe.timeout,
-                };
-                match ask(self, &upstream, &request).await {
-                    Err(error) => {
-                        tracing::warn!(
-                            route = name,
-                            key,
-                            attempt,
-                            error,
-                            "probe failed; the outcome stays unknown"
-                        );
-                        if attempt == probe.max_attempts {
-                            return "error";
-                        }
-                    }
-                    Ok(answer) => {
-                        let status = answer.status;
-                        match classify(probe, answer) {
-                            Verdict::Applied(answer) => {
-                                return self.applied(route, &lease, probe, answer, status).await;
-                            }
-                            Verdict::NotApplied => {
-                                return self.not_applied(route, &lease, status).await;
-                            }
-                            Verdict::Undecided => {
-                                tracing::info!(
-                                    route = name,
-                                    key,
-                                    attempt,
-                                    status,
-                                    "probe can not tell; the outcome stays unknown"
-                                );
-                                if attempt == probe.max_attempts {
-                                    return "undecided";
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            "undecided"
-        }
-        .instrument(span)
-        .await;
-        if result != "abandoned" {
-            counter!(RESOLUTIONS_TOTAL.name, "route" => name.to_owned(), "result" => result)
-                .increment(1);
-        }
-        self.claimer.settled(lease.key());
-    }
-
-    /// Completes the record with the route's answer for "applied".
-    async fn applied(
-        &self,
-        route: &RouteRuntime,
-        lease: &Lease,
-        probe: &Probe,
-        answer: StoredResponse,
-        status: u16,
-    ) -> &'static str {
-        let ack = route.ack.as_ref().or(route.entity_ack.as_ref());
-        let mut stored = match (probe.answer, ack) {
-            (ProbeAnswer::Ack, Some(ack)) => ack.clone(),
-            _ => answer,
-        };
-        stored.headers.push((
-            Bytes::from_static(RESOLVED_HEADER.as_bytes()),
-            Bytes::from_static(b"probe"),
-        ));
-        let record = lease.record().with_state(RecordState::Completed(stored));
-        let retention = route.settings.idempotency.retention;
-        let key = lease.key().hash();
-        match self.store.complete(lease, &record, retention).await {
-            Ok(Completion::TakenOver) => {
-                tracing::warn!(
-                    route = route.name(),
-                    key,
-                    status,
-                    "probe says applied, but another delivery holds the key now; nothing written"
-                );
-                "error"
-            }
-            Ok(_) => {
-                tracing::info!(
-                    route = route.name(),
-                    key,
-                    status,
-                    "probe says applied: the outcome is completed; duplicates replay it"
-                );
-                "applied"
-            }
-            Err(error) => {
-                tracing::error!(route = route.name(), key, status, %error, "probe says applied, but the store refused the answer; the outcome stays unknown");
-                "error"
-            }
-        }
-    }
-
-    /// Releases the claim for "not applied".
-    async fn not_applied(&self, route: &RouteRuntime, lease: &Lease, status: u16) -> &'static str {
-        let key = lease.key().hash();
-        match self.store.release(lease).await {
-            Ok(true) => {
-                tracing::info!(
-                    route = route.name(),
-                    key,
-                    status,
-                    "probe says not applied: the claim is released; the next copy executes once"
-                );
-                "not_applied"
-            }
-            Ok(false) => {
-                tracing::warn!(
-                    route = route.name(),
-                    key,
-                    status,
-                    "probe says not applied, but the record is no longer this instance's; nothing released"
-                );
-                "error"
-            }
-            Err(error) => {
-                tracing::error!(route = route.name(), key, status, %error, "probe says not applied, but the release failed; the outcome stays unknown");
-                "error"
-            }
-        }
-    }
-}
-
-/// Sends one probe; its answer as a stored response (body at most 64 KiB).
-async fn ask(
-    pipeline: &Pipeline,
-    upstream: &Upstream,
-    request: &ProbeRequest,
-) -> Result<StoredResponse, String> {
-    let mut builder = Request::builder()
-        .method(request.method.clone())
-        .uri(request.target.as_str());
-    for (name, value) in &request.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    let (parts, ()) = builder.body(()).map_err(|e| e.to_string())?.into_parts();
-    let answer = upstream::forward(
-        &pipeline.client,
-        upstream,
-        parts,
-        Bytes::new(),
-        None,
-        MAX_PROBE_ANSWER,
-    )
-    .await
-    .map_err(|e| format!("{e:?}"))?;
-    Ok(upstream::stored(&answer))
-}
-
-/// How long a probe waits before its first attempt, from the call's end:
-/// never less than `start_after` (unit-tested with paused time).
-pub(crate) fn first_attempt(probe: &Probe, ended: Instant) -> Instant {
-    ended + probe.start_after
 }
 
 #[cfg(test)]

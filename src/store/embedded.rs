@@ -34,6 +34,7 @@ mod index;
 mod listing;
 mod open;
 mod owed;
+mod probes;
 mod room;
 mod slot;
 mod writer;
@@ -76,8 +77,10 @@ enum Found {
 enum Change {
     /// Store an outcome: over our claim, or into a free key; `true` for a
     /// delivery the inbox now owes (entered into its owed set with it);
-    /// what it means for the key's entity, if it has one.
-    Complete(Vec<u8>, Duration, bool, EntityEffect),
+    /// whether it is an unknown outcome (its probe, on a probe route,
+    /// is then scheduled); what it means for the key's entity, if it has
+    /// one.
+    Complete(Vec<u8>, Duration, (bool, bool), EntityEffect),
     /// Reset the TTL of our in-flight claim (rewrites the same record).
     Renew(Duration),
     /// Delete our claim (or, with [`Releasing::Owned`], whatever we wrote
@@ -343,13 +346,15 @@ impl EmbeddedStore {
                 Change::Release(_) => {
                     slot.delete()?;
                     entities::settle(slot, EntityEffect::Drop)?;
+                    probes::settle(slot, false)?;
                 }
-                Change::Complete(bytes, ttl, owes, effect) => {
+                Change::Complete(bytes, ttl, (owes, unknown), effect) => {
                     if *owes {
                         slot.mark_owed(true)?;
                     }
                     slot.put(*ttl, bytes)?;
                     entities::settle(slot, *effect)?;
+                    probes::settle(slot, *unknown)?;
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
@@ -481,10 +486,11 @@ impl Store for EmbeddedStore {
         effect: EntityEffect,
     ) -> Result<Completion, StoreError> {
         let owes = record.owed() == Some(true);
+        let unknown = record.state == RecordState::Unknown;
         let change = Change::Complete(
             record.encode().map_err(StoreError::from)?.to_vec(),
             ttl,
-            owes,
+            (owes, unknown),
             effect,
         );
         Ok(match self.change_owned(key, owner, change).await? {
@@ -531,6 +537,7 @@ impl Store for EmbeddedStore {
             let existed = slot.delete()?;
             // The operator says the change never happened (store::Store::purge).
             let settled = entities::settle(slot, EntityEffect::Drop)?;
+            probes::settle(slot, false)?;
             Ok((live || settled, existed || settled))
         })
         .await

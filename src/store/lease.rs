@@ -18,20 +18,41 @@ pub const ENTITY_HASH_LEN: usize = 32;
 /// a route with `[route.entity]`, `{prefix}:{route}:{sha256 hex}{entity}`
 /// (`{entity}` a Redis hash tag: every record of one entity sits in the
 /// entity's Cluster slot, so a script can judge and claim in one step).
+///
+/// The second field says whether the key's route has `[route.probe]`:
+/// then every write that settles the record settles its probe plan in the
+/// same step (`store::probe`). A key built without it (an operator's
+/// lookup) leaves a plan behind, which the probe runner drops once it
+/// finds the record settled or gone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StoreKey(pub(in crate::store) String);
+pub struct StoreKey(pub(in crate::store) String, pub(in crate::store) bool);
 
 impl StoreKey {
     /// Builds the key of contract §5 from its three parts; `key_hash_hex`
     /// may carry an entity tag ([`is_record_hash`]).
     pub fn new(prefix: &str, route: &str, key_hash_hex: &str) -> Self {
-        Self(format!("{prefix}:{route}:{key_hash_hex}"))
+        Self(format!("{prefix}:{route}:{key_hash_hex}"), false)
     }
 
     /// The key of a delivery about entity `entity_hex`
     /// ([`ENTITY_HASH_LEN`] hex digits).
     pub fn for_entity(prefix: &str, route: &str, key_hash_hex: &str, entity_hex: &str) -> Self {
-        Self(format!("{prefix}:{route}:{key_hash_hex}{{{entity_hex}}}"))
+        Self(
+            format!("{prefix}:{route}:{key_hash_hex}{{{entity_hex}}}"),
+            false,
+        )
+    }
+
+    /// The same key of a route with `[route.probe]`: its writes keep the
+    /// probe plan in step (type docs).
+    #[must_use]
+    pub fn probed(self) -> Self {
+        Self(self.0, true)
+    }
+
+    /// Whether the key's route has `[route.probe]`.
+    pub fn has_probe(&self) -> bool {
+        self.1
     }
 
     /// The entity this key's delivery is about, if its route has one.

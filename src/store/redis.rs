@@ -32,6 +32,7 @@ mod inbox;
 mod last_error;
 mod listing;
 pub(in crate::store) mod primaries;
+mod probe;
 mod ready;
 mod replicas;
 mod replies;
@@ -490,9 +491,20 @@ impl Store for RedisStore {
         }
         args.push(Value::from(if owes { key.hash() } else { "" }));
         // An entity route's record: its entity settles in the same step.
-        if let Some((entity, effect)) = entity::settle_part(key, effect) {
+        let entity = entity::settle_part(key, effect);
+        args.push(
+            entity
+                .as_ref()
+                .map_or(Value::from(""), |(_, effect)| effect.clone()),
+        );
+        // A probe route's record: an unknown outcome schedules its first
+        // probe, any other outcome forgets the plan, in the same step.
+        if key.has_probe() {
+            keys.extend(self.probe_keys(key));
+            args.push(Value::Integer(probe::jitter_ms()));
+        }
+        if let Some((entity, _)) = entity {
             keys.push(entity);
-            args.push(effect);
         }
         let reply = self
             .eval_keys(client, &self.scripts.complete, key, keys, args)

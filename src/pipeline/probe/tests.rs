@@ -38,11 +38,11 @@ fn delivery(body: &str) -> Inbound {
 #[test]
 fn the_path_is_filled_from_the_delivery_and_escaped() {
     let probe = probe("path = \"/orders/{json:/paymentNo}/status?x=1\"");
-    let request = render(&probe, &delivery(r#"{"paymentNo":"a/b?c=d&e f"}"#)).unwrap();
-    assert_eq!(request.target, "/orders/a%2Fb%3Fc%3Dd%26e%20f/status?x=1");
-    assert_eq!(request.method, Method::GET);
+    let target = render(&probe, &delivery(r#"{"paymentNo":"a?c=d&e f"}"#)).unwrap();
+    assert_eq!(target, "/orders/a%3Fc%3Dd%26e%20f/status?x=1");
+    assert_eq!(probe.method, http::Method::GET);
     let missing = render(&probe, &delivery(r#"{"other":1}"#)).unwrap_err();
-    assert!(missing.contains("absent"), "{missing}");
+    assert_eq!(missing, Skip::Absent);
 }
 
 #[test]
@@ -103,17 +103,58 @@ fn check_config_refuses_a_probe_before_the_handler_can_have_given_up() {
     assert_eq!(probe("path = \"/p\"").start_after, Duration::from_secs(60));
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_first_attempt_waits_the_whole_start_after() {
-    let probe = probe("path = \"/p\"\nstart_after = \"90s\"");
-    let ended = Instant::now();
-    let first = first_attempt(&probe, ended);
-    let waiting = tokio::spawn(async move {
-        tokio::time::sleep_until(first).await;
-        Instant::now()
-    });
-    tokio::time::sleep(Duration::from_secs(89)).await;
-    assert!(!waiting.is_finished(), "not before start_after");
-    let at = waiting.await.unwrap();
-    assert_eq!(at - ended, Duration::from_secs(90));
+#[test]
+fn a_value_that_could_reach_another_resource_means_no_probe() {
+    let probe = probe("path = \"/orders/{json:/id}/status?from={json:/from}\"");
+    let with = |id: &str, from: &str| {
+        let body = serde_json::json!({ "id": id, "from": from }).to_string();
+        render(&probe, &delivery(&body))
+    };
+    assert_eq!(with("A-1", "x").unwrap(), "/orders/A-1/status?from=x");
+    assert_eq!(with("..", "x"), Err(Skip::DotSegment));
+    assert_eq!(with(".", "x"), Err(Skip::DotSegment));
+    assert_eq!(with("", "x"), Err(Skip::Empty));
+    assert_eq!(with("a/b", "x"), Err(Skip::Separator));
+    assert_eq!(with("a\\b", "x"), Err(Skip::Separator));
+    // In the query, a dot or a slash is only a value, escaped.
+    assert_eq!(with("A", "..").unwrap(), "/orders/A/status?from=..");
+    assert_eq!(with("A", "a/b").unwrap(), "/orders/A/status?from=a%2Fb");
+    assert_eq!(with("A", ""), Err(Skip::Empty));
+    let absent = render(&probe, &delivery(r#"{"id":"A"}"#));
+    assert_eq!(absent, Err(Skip::Absent));
+}
+
+#[test]
+fn header_values_come_from_secret_sources_and_never_print() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "Bearer s3cret\n").unwrap();
+    let text = format!(
+        "{MINIMAL}\nunknown_hold = \"10m\"\n[route.probe]\nhandler_deadline = \"30s\"\npath = \"/p\"\nheaders = [\"Authorization: file:{}\", \"X-Api-Key: plain-key\"]\n",
+        file.display()
+    );
+    let config = Config::parse(&text).unwrap_or_else(|e| panic!("{}", e.0.join("\n")));
+    let probe = config.routes[0].probe.clone().unwrap();
+    let values: Vec<_> = probe
+        .headers
+        .iter()
+        .map(|(name, value)| (name.clone(), value.expose().to_vec()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            ("Authorization".to_owned(), b"Bearer s3cret".to_vec()),
+            ("X-Api-Key".to_owned(), b"plain-key".to_vec())
+        ]
+    );
+    let printed = config.to_toml();
+    assert!(
+        printed.contains(&format!("Authorization: file:{}", file.display())),
+        "{printed}"
+    );
+    assert!(printed.contains("X-Api-Key: <redacted>"), "{printed}");
+    assert!(
+        !printed.contains("s3cret") && !printed.contains("plain-key"),
+        "{printed}"
+    );
 }

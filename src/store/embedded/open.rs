@@ -391,6 +391,8 @@ fn prepare(
         txn.open_table(super::owed::OWED).map(drop),
         txn.open_table(super::entities::ENTITIES).map(drop),
         txn.open_table(super::entities::ENTITY_EXPIRIES).map(drop),
+        txn.open_table(super::probes::PLANS).map(drop),
+        txn.open_table(super::probes::DUE).map(drop),
     ] {
         result.map_err(|e| damaged(&e))?;
     }

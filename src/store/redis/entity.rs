@@ -134,9 +134,19 @@ impl RedisStore {
         mut args: Vec<Value>,
     ) -> Result<bool, StoreError> {
         let mut keys = vec![key.as_str().to_owned()];
-        if let Some((entity, effect)) = settle_part(key, EntityEffect::Drop) {
+        let entity = settle_part(key, EntityEffect::Drop);
+        args.push(
+            entity
+                .as_ref()
+                .map_or(Value::from(""), |(_, effect)| effect.clone()),
+        );
+        // A route with a probe: the record's plan goes in the same step.
+        args.push(Value::from(if key.has_probe() { "1" } else { "" }));
+        if key.has_probe() {
+            keys.extend(self.probe_keys(key));
+        }
+        if let Some((entity, _)) = entity {
             keys.push(entity);
-            args.push(effect);
         }
         let client = &mut self.routed(key.as_str());
         let reply = self.eval_keys(client, script, key, keys, args).await?;
@@ -166,7 +176,7 @@ impl RedisStore {
         let client = &mut self.routed(key.as_str());
         // The script's one key is the entity's; it routes (and re-routes
         // after a MOVED) like a record key of the same slot.
-        let routing = StoreKey(key.as_str().to_owned());
+        let routing = StoreKey(key.as_str().to_owned(), false);
         let keys = vec![key.as_str().to_owned()];
         let reply = self
             .eval_keys(client, &self.scripts.entity_set, &routing, keys, args)

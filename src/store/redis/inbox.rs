@@ -122,7 +122,7 @@ impl RedisStore {
     }
 
     /// One command on the single key `key` (routed by it on a Cluster).
-    async fn keyed(
+    pub(super) async fn keyed(
         &self,
         command: &'static str,
         key: &str,

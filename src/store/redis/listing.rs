@@ -27,7 +27,7 @@ impl RedisStore {
     ) -> Result<Page, StoreError> {
         let strip = format!("{namespace}:");
         let read = |suffix: String| -> Call<'_, Option<Existing>> {
-            let key = StoreKey(format!("{strip}{suffix}"));
+            let key = StoreKey(format!("{strip}{suffix}"), false);
             Box::pin(async move {
                 match self.lookup(&key).await {
                     Ok(Some(existing)) if filter.keeps(&existing) => Ok(Some(existing)),

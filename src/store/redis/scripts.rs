@@ -21,7 +21,8 @@ impl std::ops::Deref for Named {
 }
 
 /// Names a script after its file in `lua/`; `with entity` puts the
-/// shared entity rules (`lua/entity.lua`) in front of it.
+/// shared entity rules (`lua/entity.lua`) and probe rules
+/// (`lua/probe.lua`) in front of it; `with probe` the probe rules alone.
 macro_rules! named {
     ($name:literal) => {
         Named {
@@ -34,6 +35,16 @@ macro_rules! named {
             name: $name,
             script: Script::from_lua(concat!(
                 include_str!("../../../lua/entity.lua"),
+                include_str!("../../../lua/probe.lua"),
+                include_str!(concat!("../../../lua/", $name, ".lua"))
+            )),
+        }
+    };
+    ($name:literal with probe) => {
+        Named {
+            name: $name,
+            script: Script::from_lua(concat!(
+                include_str!("../../../lua/probe.lua"),
                 include_str!(concat!("../../../lua/", $name, ".lua"))
             )),
         }
@@ -55,6 +66,9 @@ pub(super) struct Scripts {
     pub(super) swap: Named,
     pub(super) take: Named,
     pub(super) prune: Named,
+    pub(super) probe_arm: Named,
+    pub(super) probe_take: Named,
+    pub(super) probe_note: Named,
 }
 
 impl Scripts {
@@ -73,11 +87,14 @@ impl Scripts {
             swap: named!("swap" with entity),
             take: named!("take"),
             prune: named!("prune"),
+            probe_arm: named!("probe_arm" with probe),
+            probe_take: named!("probe_take" with probe),
+            probe_note: named!("probe_note" with probe),
         }
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 12] {
+    pub(super) fn all(&self) -> [&Script; 15] {
         [
             &self.claim.script,
             &self.claim_entity.script,
@@ -91,6 +108,9 @@ impl Scripts {
             &self.swap.script,
             &self.take.script,
             &self.prune.script,
+            &self.probe_arm.script,
+            &self.probe_take.script,
+            &self.probe_note.script,
         ]
     }
 }
