@@ -331,7 +331,11 @@ impl Admin {
             return self.purge(route, &key, &key_hash).await;
         }
         match self.store.lookup(&key).await {
-            Ok(Some(existing)) => json(StatusCode::OK, &record_view(route, &key_hash, &existing)),
+            Ok(Some(existing)) => {
+                let mut view = record_view(route, &key_hash, &existing);
+                self.show_probe(route, &key, &mut view).await;
+                json(StatusCode::OK, &view)
+            }
             Ok(None) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
             Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
@@ -354,6 +358,12 @@ impl Admin {
             &route.idempotency.scope,
             &hash,
         );
+        // A purge through a probe route drops the probe plan with it.
+        let key = if route.probe.is_some() {
+            key.probed()
+        } else {
+            key
+        };
         Ok((hash, key))
     }
 
@@ -416,6 +426,20 @@ impl Admin {
 }
 
 impl Admin {
+    /// Adds `key`'s pending probe to a record's `view`, on a probe route
+    /// (`probe`: when an instance looks next, the attempts so far, what
+    /// the last one heard); left out when the store can not say.
+    async fn show_probe(&self, route: &Route, key: &StoreKey, view: &mut serde_json::Value) {
+        if route.probe.is_none() {
+            return;
+        }
+        match self.store.pending_probe(key).await {
+            Ok(Some(pending)) => view["probe"] = listing::probe_view(&pending),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "could not read the probe plan"),
+        }
+    }
+
     /// Whether `key`, on an entity route, is a delivery whose change its
     /// entity remembers as applied: purging it would not make its next
     /// copy a first delivery (contract §6), so the purge is refused.

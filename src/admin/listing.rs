@@ -21,7 +21,8 @@ use crate::body::ProxyBody;
 use crate::config::Route;
 use crate::error::AdminReason;
 use crate::record::{RecordState, now_ms};
-use crate::store::Existing;
+use crate::store::probe::PendingProbe;
+use crate::store::{Existing, StoreKey};
 use crate::store::listing::{BadCursor, Cursor, Filter, Wanted};
 
 /// Page size when `limit` is absent, and the largest allowed.
@@ -134,6 +135,18 @@ fn item_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::
     item
 }
 
+/// A pending probe as the record view and the listing show it.
+pub(super) fn probe_view(pending: &PendingProbe) -> serde_json::Value {
+    let plan = &pending.plan;
+    serde_json::json!({
+        "next_attempt_at_ms": (!plan.done).then_some(pending.next_at_ms),
+        "attempts": plan.attempts,
+        "spent": plan.done,
+        "last": (!plan.last.is_empty()).then_some(plan.last.as_str()),
+        "target": plan.target,
+    })
+}
+
 impl Admin {
     /// Answers a listing request on `route` (authorized, `GET`, with
     /// `state=`); `path_key` is a key named in the path, refused here.
@@ -169,11 +182,21 @@ impl Admin {
             Ok(page) => page,
             Err(error) => return self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         };
-        let items: Vec<_> = page
-            .records
-            .iter()
-            .map(|(hash, existing)| item_view(route, hash, existing))
-            .collect();
+        let mut items = Vec::with_capacity(page.records.len());
+        for (hash, existing) in &page.records {
+            let mut item = item_view(route, hash, existing);
+            if route.probe.is_some() {
+                let key = StoreKey::new(
+                    &self.config.store.key_prefix,
+                    &route.idempotency.scope,
+                    hash,
+                );
+                if let Ok(Some(pending)) = self.store.pending_probe(&key).await {
+                    item["probe"] = probe_view(&pending);
+                }
+            }
+            items.push(item);
+        }
         json(
             StatusCode::OK,
             &serde_json::json!({

@@ -107,6 +107,26 @@ fn a_key_on_unsigned_parts_is_refused_with_what_to_change() {
     assert!(printed.contains("unsigned_key = \"accept\""), "{printed}");
 }
 
+/// docs/contract.md §4 rule 5: a probe path value the signature does not
+/// cover could be changed in transit to name an order already paid; it
+/// is refused like an unsigned key, and accepted only knowingly.
+#[test]
+fn a_probe_path_on_unsigned_values_is_refused() {
+    let github = "scheme = \"github\"\nsecrets = [\"literal:coverage-secret-0123456789abcdef\"]";
+    let probe = "unknown_hold = \"10m\"\n[route.probe]\nhandler_deadline = \"30s\"\npath = \"/orders/{header:X-Order}?of={json:/id}\"";
+    let (code, printed) = check_config(&signed_route(github, probe));
+    assert_eq!(code, Some(2), "{printed}");
+    assert!(
+        printed.contains("route[0].probe.path: header:x-order is not signed")
+            && printed.contains("unsigned_key = \"accept\""),
+        "{printed}"
+    );
+    assert!(!printed.contains("json:/id is not signed"), "{printed}");
+    let accepted = signed_route(github, &format!("unsigned_key = \"accept\"\n{probe}"));
+    let (code, printed) = check_config(&accepted);
+    assert_eq!(code, Some(0), "{printed}");
+}
+
 /// docs/contract.md §4 rule 12: a message that covers neither the body
 /// nor any request value lets one captured signature authorise any body.
 #[test]

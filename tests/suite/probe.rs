@@ -11,6 +11,8 @@ use bytes::Bytes;
 
 use crate::support::*;
 
+mod durable;
+
 const PROBE: &str = r#"unknown_hold = "1m"
 [route.probe]
 path = "/orders/{json:/id}"
@@ -48,6 +50,9 @@ enum Behaviour {
     HangsBeforeApplying,
     /// Like `AppliesThenHangs`, but its probe endpoint hangs too.
     ProbeHangs,
+    /// Applies every delivery and answers each too late, probes too: a
+    /// stalled handler.
+    Stalled,
 }
 
 async fn handler(behaviour: Behaviour) -> (Upstream, Arc<Handler>) {
@@ -57,7 +62,7 @@ async fn handler(behaviour: Behaviour) -> (Upstream, Arc<Handler>) {
         let now = Instant::now();
         if body.is_empty() {
             seen.probes.lock().unwrap().push(now);
-            if matches!(behaviour, Behaviour::ProbeHangs) {
+            if matches!(behaviour, Behaviour::ProbeHangs | Behaviour::Stalled) {
                 return Reply::slow(Duration::from_secs(2));
             }
             return if seen.applied.lock().unwrap().is_empty() {
@@ -78,6 +83,10 @@ async fn handler(behaviour: Behaviour) -> (Upstream, Arc<Handler>) {
             Behaviour::HangsBeforeApplying => {
                 seen.applied.lock().unwrap().insert(id);
                 Reply::ok()
+            }
+            Behaviour::Stalled => {
+                seen.applied.lock().unwrap().insert(id);
+                Reply::slow(Duration::from_secs(2))
             }
             Behaviour::AppliesThenHangs | Behaviour::ProbeHangs => {
                 seen.applied.lock().unwrap().insert(id);
