@@ -21,9 +21,9 @@ use crate::body::ProxyBody;
 use crate::config::Route;
 use crate::error::AdminReason;
 use crate::record::{RecordState, now_ms};
+use crate::store::listing::{BadCursor, Cursor, Filter, Wanted};
 use crate::store::probe::PendingProbe;
 use crate::store::{Existing, StoreKey};
-use crate::store::listing::{BadCursor, Cursor, Filter, Wanted};
 
 /// Page size when `limit` is absent, and the largest allowed.
 const DEFAULT_LIMIT: usize = 50;

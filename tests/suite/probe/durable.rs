@@ -95,7 +95,10 @@ async fn owner_killed_mid_call(store: &str, shared: bool) -> Duration {
     );
     owner.kill();
     let killed = Instant::now();
-    assert!(sent.await.unwrap().is_err(), "no answer from a killed owner");
+    assert!(
+        sent.await.unwrap().is_err(),
+        "no answer from a killed owner"
+    );
     let survivor = other.unwrap_or_else(|| GateProcess::start(&text));
     let (resolved, _) =
         until_resolved(&survivor.url("/notify"), &body, Duration::from_secs(10)).await;
@@ -141,8 +144,7 @@ async fn a_pending_probe_survives_a_restart_on_the_embedded_store() {
         unknown_at.elapsed()
     );
     // Not applied: released, so the next copy executes, once.
-    let retry =
-        deliver_until_served(&second.url("/notify"), &body, Duration::from_secs(3)).await;
+    let retry = deliver_until_served(&second.url("/notify"), &body, Duration::from_secs(3)).await;
     assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
     assert_eq!(handler.applied.lock().unwrap().len(), 1, "applied once");
     assert_eq!(handler.probes.lock().unwrap().len(), 1, "probed once");
@@ -160,8 +162,7 @@ async fn every_instance_restarted_the_probe_still_runs_once() {
         gate.terminate();
     }
     let new = [GateProcess::start(&text), GateProcess::start(&text)];
-    let (resolved, _) =
-        until_resolved(&new[1].url("/notify"), &body, Duration::from_secs(6)).await;
+    let (resolved, _) = until_resolved(&new[1].url("/notify"), &body, Duration::from_secs(6)).await;
     assert_eq!(resolved.replayed(), Some("true"), "{resolved:?}");
     // Both instances look every second: give them two more looks.
     tokio::time::sleep(Duration::from_millis(2_200)).await;
@@ -179,13 +180,17 @@ async fn a_value_that_could_reach_another_resource_gets_no_probe() {
         let lost = deliver(&gate.url("/notify"), &payment(id)).await;
         assert_eq!(lost.reason().as_deref(), Some("upstream_timeout"));
     }
-    let series = |reason: &str| {
-        format!("idemgate_probe_skipped_total{{route=\"pay\",reason=\"{reason}\"}}")
-    };
+    let series =
+        |reason: &str| format!("idemgate_probe_skipped_total{{route=\"pay\",reason=\"{reason}\"}}");
     assert_eq!(metric(gate.admin, &series("dot_segment")).await, Some(2.0));
     // Past start_after and a look: still no probe, and still unknown.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    assert_eq!(handler.probes.lock().unwrap().len(), 0, "{:?}", upstream.targets());
+    assert_eq!(
+        handler.probes.lock().unwrap().len(),
+        0,
+        "{:?}",
+        upstream.targets()
+    );
     let copy = deliver(&gate.url("/notify"), &payment("..")).await;
     assert_eq!(copy.reason().as_deref(), Some("outcome_unknown"));
 }
