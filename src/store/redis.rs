@@ -94,6 +94,9 @@ pub struct RedisStore {
     shards: Option<Arc<shards::Shards>>,
     /// Why the pool last failed to connect, for start-up and `/readyz`.
     last_error: last_error::LastError,
+    /// Which quarter of a Cluster's slots the next look at due probes
+    /// reads (`probe.rs`).
+    probe_slice: std::sync::atomic::AtomicUsize,
 }
 
 /// Capacity of the tracking client's event streams: a burst of
@@ -227,6 +230,7 @@ impl RedisStore {
             tracking: None,
             shards,
             last_error,
+            probe_slice: std::sync::atomic::AtomicUsize::new(0),
         };
         match tokio::time::timeout(INITIAL_CONNECT_WAIT, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {

@@ -18,6 +18,10 @@ use crate::store::{Call, StoreError, StoreKey};
 
 /// Slots whose due sets one pipeline reads on a Cluster.
 const DUE_PIPELINE: usize = 1_024;
+/// On a Cluster one look reads the due sets of a quarter of the slots, the
+/// next quarter at the next look: every slot once in four looks, at a
+/// quarter of the commands.
+const DUE_SLICES: usize = 4;
 
 /// A little randomness for the first attempt of an unknown outcome, in
 /// ms: outcomes that turned unknown together (a stalled handler) are not
@@ -89,7 +93,15 @@ impl RedisStore {
             return Ok(strings(reply));
         }
         let mut found = Vec::new();
-        let slots: Vec<u16> = (0..slots::SLOTS).collect();
+        let slice = self
+            .probe_slice
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % DUE_SLICES;
+        let per_slice = usize::from(slots::SLOTS) / DUE_SLICES;
+        let slots: Vec<u16> = (0..slots::SLOTS)
+            .skip(slice * per_slice)
+            .take(per_slice)
+            .collect();
         for chunk in slots.chunks(DUE_PIPELINE) {
             let pipeline = self.pool.next_connected().pipeline();
             for slot in chunk {

@@ -38,7 +38,7 @@ async fn record_view(admin: std::net::SocketAddr, id: &str) -> serde_json::Value
 
 const TOKEN: &str = "probe-durable-token";
 
-fn with_admin(text: String) -> String {
+fn with_admin(text: &str) -> String {
     format!("{text}\n[admin]\ntoken = \"literal:{TOKEN}\"\n")
 }
 
@@ -46,7 +46,7 @@ fn with_admin(text: String) -> String {
 async fn an_unknown_outcome_is_probed_by_another_instance_after_its_recorder_is_killed() {
     let (upstream, handler) = handler(Behaviour::AppliesThenHangs).await;
     let redis = RedisServer::start();
-    let text = with_admin(config(&redis_store(&redis), &upstream));
+    let text = with_admin(&config(&redis_store(&redis), &upstream));
     let (mut a, b) = (GateProcess::start(&text), GateProcess::start(&text));
     let body = payment("durable-1");
     let lost = deliver(&a.url("/notify"), &body).await;
