@@ -34,6 +34,7 @@ mod enqueue;
 mod hold;
 pub(crate) mod metrics;
 mod operator;
+pub(crate) mod probe;
 mod repair;
 mod transition;
 mod worker;

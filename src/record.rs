@@ -535,6 +535,11 @@ impl Cursor<'_> {
         Ok(headers)
     }
 
+    /// Bytes not read yet.
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     /// Fails unless every byte was read.
     fn finish(&self) -> Result<(), DecodeError> {
         if self.at == self.bytes.len() {

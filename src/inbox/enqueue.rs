@@ -110,6 +110,7 @@ impl Inboxes {
             last_error: String::new(),
             last_answer: answer,
             request,
+            probes: 0,
         };
         entry.set_error(&if unknown {
             format!("outcome unknown: {error}")

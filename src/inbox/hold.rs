@@ -47,6 +47,7 @@ impl Inboxes {
             last_error: String::new(),
             last_answer: None,
             request,
+            probes: 0,
         };
         entry.set_error("held behind its entity's pending change");
         let ack = entry.ack.clone();

@@ -151,6 +151,8 @@ pub(crate) fn after(
         }
         Attempt::Unknown(error) => {
             next.set_error(&format!("outcome unknown: {error}"));
+            // A new unknown outcome: a probe asks about this attempt afresh.
+            next.probes = 0;
             match on_timeout {
                 OnUpstreamTimeout::Hold => next.stage = Stage::Unknown,
                 OnUpstreamTimeout::Release if next.attempts >= next.limit => {

@@ -27,6 +27,7 @@
 //! * *can't tell*, an error or a timeout: the record stays unknown, as
 //!   without a probe.
 
+mod redeliveries;
 pub(crate) mod runner;
 
 use bytes::Bytes;

@@ -14,6 +14,8 @@
 //! 4+n    request target (path and query, as received)
 //! 2      header count, then per header u16 name length, name, u32 value length, value
 //! 4+n    request body
+//! 4      probes of the handler about an unknown outcome ([route.probe]);
+//!        only when not 0, so a record without any reads as before
 //! ```
 //!
 //! Workers change a record only by rewriting it whole through an
@@ -210,6 +212,11 @@ pub struct InboxEntry {
     pub last_answer: Option<StoredResponse>,
     /// The request to send.
     pub request: StoredRequest,
+    /// Probes of the handler about its unknown outcome so far, on a route
+    /// with `[route.probe]`: none before the first (then `due_ms`, when it
+    /// turned unknown, plus `start_after` is when it is due), and while
+    /// one runs `due_ms` is when its taker's lease ends.
+    pub probes: u32,
 }
 
 impl InboxEntry {
@@ -243,6 +250,7 @@ impl InboxEntry {
                 .sum::<usize>()
             + 4
             + request.body.len()
+            + if self.probes > 0 { 4 } else { 0 }
     }
 
     pub(super) fn put(&self, out: &mut BytesMut) -> Result<(), TooLong> {
@@ -262,7 +270,11 @@ impl InboxEntry {
         put_short(out, "method", &self.request.method)?;
         put_block(out, "request target", &self.request.target)?;
         put_headers(out, &self.request.headers)?;
-        put_block(out, "request body", &self.request.body)
+        put_block(out, "request body", &self.request.body)?;
+        if self.probes > 0 {
+            out.put_u32(self.probes);
+        }
+        Ok(())
     }
 
     pub(super) fn read(cursor: &mut Cursor<'_>, ack: StoredResponse) -> Result<Self, DecodeError> {
@@ -281,6 +293,12 @@ impl InboxEntry {
         let target = cursor.block()?;
         let headers = cursor.headers()?;
         let body = cursor.block()?;
+        // The inbox section ends the record: four more bytes are probes.
+        let probes = if cursor.remaining() == 4 {
+            cursor.u32()?
+        } else {
+            0
+        };
         Ok(Self {
             ack,
             stage,
@@ -296,6 +314,7 @@ impl InboxEntry {
                 headers,
                 body,
             },
+            probes,
         })
     }
 }
@@ -368,6 +387,7 @@ pub(crate) mod tests {
                 headers: vec![(Bytes::from_static(b"x-sig"), Bytes::from_static(b"abc"))],
                 body: Bytes::from_static(b"trade_no=1"),
             },
+            probes: 0,
         }
     }
 
@@ -395,6 +415,19 @@ pub(crate) mod tests {
             assert_eq!(encoded[1], 5);
             assert_eq!(Record::decode(&encoded), Ok(record));
         }
+    }
+
+    #[test]
+    fn probes_are_kept_only_once_there_are_some() {
+        let none = record(entry(Stage::Unknown));
+        let mut probed = entry(Stage::Unknown);
+        probed.probes = 3;
+        let probed = record(probed);
+        let (a, b) = (none.encode().unwrap(), probed.encode().unwrap());
+        assert_eq!(b.len(), a.len() + 4, "four bytes, at the end");
+        assert_eq!(&b[..a.len()], &a[..]);
+        assert_eq!(Record::decode(&b), Ok(probed));
+        assert_eq!(Record::decode(&a), Ok(none));
     }
 
     #[test]

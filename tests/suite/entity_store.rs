@@ -78,6 +78,7 @@ fn inbox(stage: Stage, last: Option<u16>) -> RecordState {
             headers: Vec::new(),
             body: Bytes::from_static(b"{}"),
         },
+        probes: 0,
     }))
 }
 

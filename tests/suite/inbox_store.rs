@@ -170,6 +170,7 @@ fn inbox_record(base: &Record, mint: &OwnerMint, stage: Stage) -> Record {
             headers: Vec::new(),
             body: Bytes::from_static(b"{}"),
         },
+        probes: 0,
     };
     let mut record = base.with_state(RecordState::Inbox(Box::new(entry)));
     record.owner = mint.next();

@@ -29,6 +29,7 @@ use tracing::Instrument as _;
 use super::{IN_FLIGHT, WAITING};
 use super::{RESOLUTIONS_TOTAL, Verdict, classify};
 use crate::config::{CacheStatus, Probe, ProbeAnswer, Upstream};
+use crate::inbox::RouteInbox;
 use crate::pipeline::Pipeline;
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
@@ -61,10 +62,19 @@ struct Scope {
     lease: Duration,
 }
 
+/// A route with an inbox and a probe: its unknown redeliveries are
+/// probed too (`redeliveries.rs`), within its scope's share.
+struct Redeliveries {
+    route: Arc<RouteRuntime>,
+    inbox: Arc<RouteInbox>,
+    scope: Arc<Scope>,
+}
+
 /// What the runner keeps between looks.
 struct Runner {
     pipeline: Arc<Pipeline>,
     scopes: Vec<Arc<Scope>>,
+    redeliveries: Vec<Arc<Redeliveries>>,
     instance: Arc<Semaphore>,
     owners: OwnerMint,
     /// Keys this instance is probing now: not taken again meanwhile.
@@ -90,7 +100,7 @@ pub(crate) fn spawn(
     if scopes.is_empty() {
         return;
     }
-    let scopes = scopes
+    let scopes: Vec<Arc<Scope>> = scopes
         .into_iter()
         .map(|(namespace, routes)| {
             let probes = || routes.iter().filter_map(|r| r.settings.probe.as_ref());
@@ -104,10 +114,22 @@ pub(crate) fn spawn(
             })
         })
         .collect();
+    let redeliveries = scopes
+        .iter()
+        .flat_map(|scope| scope.routes.iter().map(move |route| (scope, route)))
+        .filter_map(|(scope, route)| {
+            Some(Arc::new(Redeliveries {
+                inbox: Arc::clone(route.inbox.as_ref()?),
+                route: Arc::clone(route),
+                scope: Arc::clone(scope),
+            }))
+        })
+        .collect();
     let runner = Runner {
         instance: Arc::new(Semaphore::new(pipeline.config.limits.max_probes_in_flight)),
         pipeline: Arc::clone(pipeline),
         scopes,
+        redeliveries,
         owners: OwnerMint::new(),
         active: Arc::default(),
     };
@@ -122,6 +144,7 @@ impl Runner {
     /// One look at every scope's due plans (module docs).
     fn look(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
         let (pipeline, scopes) = (Arc::clone(&self.pipeline), self.scopes.clone());
+        let redeliveries = self.redeliveries.clone();
         let (instance, active) = (Arc::clone(&self.instance), Arc::clone(&self.active));
         let owners: Vec<_> = (0..scopes.len() * DUE_BATCH)
             .map(|_| self.owners.next())
@@ -175,13 +198,60 @@ impl Runner {
                     });
                 }
             }
+            for held in redeliveries {
+                look_at_redeliveries(&pipeline, &held, &instance).await;
+            }
             gauge!(WAITING.name).set(waiting as f64);
         }
     }
 }
 
+/// Takes `held`'s due unknown redeliveries, as many as the permits left
+/// allow, and probes each in a task of its own.
+async fn look_at_redeliveries(
+    pipeline: &Arc<Pipeline>,
+    held: &Arc<Redeliveries>,
+    instance: &Arc<Semaphore>,
+) {
+    let Some(probe) = &held.route.settings.probe else {
+        return;
+    };
+    let room = instance
+        .available_permits()
+        .min(held.scope.permits.available_permits());
+    if room == 0 {
+        return;
+    }
+    let taken = match pipeline
+        .inboxes
+        .take_unknown(&held.inbox, probe, held.scope.lease, room)
+        .await
+    {
+        Ok(taken) => taken,
+        Err(error) => {
+            tracing::warn!(route = held.route.name(), %error, "inbox: could not look for unknown redeliveries to probe");
+            return;
+        }
+    };
+    for delivery in taken {
+        let permits = (
+            Arc::clone(instance).try_acquire_owned(),
+            Arc::clone(&held.scope.permits).try_acquire_owned(),
+        );
+        let (pipeline_, held) = (Arc::clone(pipeline), Arc::clone(held));
+        pipeline.tracker.spawn(async move {
+            let _permits = permits;
+            gauge!(IN_FLIGHT.name).increment(1.0);
+            pipeline_
+                .probe_redelivery(&held.route, &held.inbox, delivery)
+                .await;
+            gauge!(IN_FLIGHT.name).decrement(1.0);
+        });
+    }
+}
+
 /// Up to a fifth of `every`, at random: the spread of retries.
-fn jitter(every: Duration) -> Duration {
+pub(super) fn jitter(every: Duration) -> Duration {
     let mut bytes = [0u8; 4];
     getrandom::fill(&mut bytes).unwrap_or_default();
     let fifth = crate::time::millis(every) / 5;
@@ -387,7 +457,7 @@ impl Pipeline {
 
 /// Sends one probe of `target`; its answer as a stored response (body at
 /// most 64 KiB).
-async fn ask(
+pub(super) async fn ask(
     pipeline: &Pipeline,
     upstream: &Upstream,
     probe: &Probe,

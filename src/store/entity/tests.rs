@@ -154,6 +154,7 @@ fn in_inbox(stage: Stage, last: Option<u16>) -> Record {
             headers: Vec::new(),
             body: bytes::Bytes::new(),
         },
+        probes: 0,
     })))
 }
 

@@ -150,6 +150,7 @@ fn entry(stage: Stage, last: Option<u16>) -> InboxEntry {
             headers: Vec::new(),
             body: Bytes::from_static(b"{}"),
         },
+        probes: 0,
     }
 }
 
