@@ -51,6 +51,7 @@
 //! a corrupted record can not let a duplicate through.
 
 mod compact;
+mod cursor;
 pub mod inbox;
 mod trace;
 
@@ -61,6 +62,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub use compact::{AckMarker, ack_digest};
 pub use inbox::{InboxEntry, Stage, StoredRequest};
 pub use trace::TraceContext;
+use cursor::Cursor;
 
 /// The encoding version written by this build.
 pub const VERSION: u8 = 3;
@@ -480,74 +482,6 @@ fn put_block(out: &mut BytesMut, field: &'static str, bytes: &[u8]) -> Result<()
     out.put_u32(prefix(field, bytes.len())?);
     out.put_slice(bytes);
     Ok(())
-}
-
-/// A bounds-checked reader over a record's tail.
-struct Cursor<'a> {
-    bytes: &'a Bytes,
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn take(&mut self, len: usize) -> Result<Bytes, DecodeError> {
-        let end = self.at.checked_add(len).ok_or(DecodeError::Truncated)?;
-        if end > self.bytes.len() {
-            return Err(DecodeError::Truncated);
-        }
-        let slice = self.bytes.slice(self.at..end);
-        self.at = end;
-        Ok(slice)
-    }
-
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, DecodeError> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        let b = self.take(8)?;
-        Ok(u64::from_be_bytes(b[..].try_into().expect("8 bytes")))
-    }
-
-    /// A u32 length, then that many bytes.
-    fn block(&mut self) -> Result<Bytes, DecodeError> {
-        let len = self.u32()?;
-        self.take(len as usize)
-    }
-
-    fn headers(&mut self) -> Result<Vec<(Bytes, Bytes)>, DecodeError> {
-        let count = self.u16()?;
-        let mut headers = Vec::with_capacity(usize::from(count).min(64));
-        for _ in 0..count {
-            let name_len = self.u16()?;
-            let name = self.take(usize::from(name_len))?;
-            headers.push((name, self.block()?));
-        }
-        Ok(headers)
-    }
-
-    /// Bytes not read yet.
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    /// Fails unless every byte was read.
-    fn finish(&self) -> Result<(), DecodeError> {
-        if self.at == self.bytes.len() {
-            Ok(())
-        } else {
-            Err(DecodeError::Trailing)
-        }
-    }
 }
 
 /// An answer (layout of [`put_response`]); `body_kept` is false for state
