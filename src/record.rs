@@ -60,9 +60,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use compact::{AckMarker, ack_digest};
+use cursor::Cursor;
 pub use inbox::{InboxEntry, Stage, StoredRequest};
 pub use trace::TraceContext;
-use cursor::Cursor;
 
 /// The encoding version written by this build.
 pub const VERSION: u8 = 3;

@@ -150,11 +150,15 @@ async fn a_pending_probe_survives_a_restart_on_the_embedded_store() {
     assert_eq!(handler.probes.lock().unwrap().len(), 1, "probed once");
 }
 
+/// A deploy: both instances stopped (SIGTERM) with a shutdown grace
+/// shorter than `start_after`, as the documented defaults are (30 s
+/// against 60 s), then replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_instance_restarted_the_probe_still_runs_once() {
     let (upstream, handler) = handler(Behaviour::AppliesThenHangs).await;
     let redis = RedisServer::start();
-    let text = config(&redis_store(&redis), &upstream);
+    let text = config(&redis_store(&redis), &upstream)
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"100ms\"");
     let mut old = [GateProcess::start(&text), GateProcess::start(&text)];
     let body = payment("durable-4");
     assert_eq!(deliver(&old[0].url("/notify"), &body).await.status, 504);
