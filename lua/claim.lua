@@ -3,6 +3,11 @@
 -- KEYS[1]  the record key: {key_prefix}:{route}:{sha256 hex}
 -- ARGV[1]  the encoded in-flight record (see src/record.rs)
 -- ARGV[2]  claim TTL in milliseconds (lease + unknown_hold)
+-- KEYS[2], KEYS[3], ARGV[3], ARGV[4]  only on a route with [route.probe]:
+--          the scope's probe due set and plans hash (the record's slot),
+--          the delivery's probe plan and ms until a lost owner's record
+--          could first be probed (lease + start_after); a claim keeps the
+--          plan in the same step (probe.lua)
 --
 -- Reply:   nil                     the key was free and is now claimed
 --          { record }              the key holds a completed record (replay it;
@@ -24,6 +29,9 @@
 local existing = redis.call('GET', KEYS[1])
 if not existing then
   redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if ARGV[3] then
+    probe_arm(KEYS[2], KEYS[3], KEYS[1], ARGV[3], ARGV[4])
+  end
   return nil
 end
 local state = string.sub(existing, 2, 2)

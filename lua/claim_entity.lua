@@ -10,7 +10,12 @@
 -- ARGV[4]  entity retention in milliseconds
 -- ARGV[5]  '1': an entity with no state may take ARGV[3]
 -- ARGV[6]  the event it announces, hashed ('' : none)
--- ARGV[7…] the states ARGV[3] may be entered from
+-- ARGV[7]  on a route with [route.probe], the delivery's probe plan ('' :
+--          none), kept with the claim (probe.lua); KEYS[3] and KEYS[4] are
+--          then the scope's probe due set and plans hash
+-- ARGV[8]  with a plan: ms until a lost owner's record could first be
+--          probed (lease + start_after)
+-- ARGV[9…] the states ARGV[3] may be entered from
 --
 -- Reply:   as claim.lua: nil (claimed), { record } or { record, pttl }
 --          when the key holds a record (the entity is not looked at: a
@@ -40,7 +45,7 @@ if busy then
   return busy
 end
 local sources = {}
-for i = 7, #ARGV do
+for i = 9, #ARGV do
   sources[#sources + 1] = ARGV[i]
 end
 local verdict = entity_judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources, ARGV[6])
@@ -49,4 +54,7 @@ if verdict then
   return verdict
 end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if ARGV[7] ~= '' then
+  probe_arm(KEYS[3], KEYS[4], KEYS[1], ARGV[7], ARGV[8])
+end
 return nil

@@ -27,6 +27,13 @@ local function probe_parse(plan)
   return tonumber(start_after), tonumber(hold), tonumber(attempts), done, rest
 end
 
+-- A claim keeps its delivery's plan: due `first` ms from now (lease +
+-- start_after: the earliest a lost owner's record could be probed).
+local function probe_arm(due, plans, member, plan, first)
+  redis.call('HSET', plans, member, plan)
+  redis.call('ZADD', due, probe_now() + tonumber(first), member)
+end
+
 -- The record is settled (completed, queued or gone): its plan goes.
 local function probe_forget(due, plans, member)
   redis.call('ZREM', due, member)

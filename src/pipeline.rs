@@ -7,12 +7,12 @@
 //!            pipeline/parameters.rs     400 unsigned_parameters (query beside a signed body)
 //!   guard    pipeline/guard.rs          400 field_invalid (business-field whitelists)
 //! 4 identify pipeline/identify.rs       400
+//!            pipeline/probe.rs          on a probe route, the probe plan the claim
+//!                                       keeps (pipeline/probe/runner.rs probes
+//!                                       unknown outcomes on every instance)
 //! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
 //!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
 //! 6 forward  pipeline/deliver.rs        a detached task, through crate::upstream: 502 | 504
-//!            pipeline/probe.rs          on a probe route, the probe plan is kept
-//!                                       with the claim first (pipeline/probe/runner.rs
-//!                                       probes unknown outcomes on every instance)
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
 //!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
 //!                                       retries until stored (the answer is in hand)

@@ -64,6 +64,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::entity::{Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, Seen};
 use self::metrics::{StoreMetrics, StoreOp};
+use self::probe::ProbePlan;
 use crate::config::{StoreBackend, StoreConfig};
 use crate::record::{
     AckMarker, DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong,
@@ -188,13 +189,14 @@ pub trait Store: Send + Sync + 'static {
     /// Claims `key` with the in-flight `record` for `ttl`
     /// (`lease + unknown_hold`), or returns the record already there. On
     /// an entity route, `entity` judges a free key first, in the same
-    /// atomic step ([`entity`], "Claim").
+    /// atomic step ([`entity`], "Claim"); on a probe route, a claim keeps
+    /// the delivery's `probe` plan in that same step ([`probe`]).
     fn claim(
         &self,
         key: &StoreKey,
         record: Record,
         ttl: Duration,
-        entity: Option<&EntityStep>,
+        with: (Option<&EntityStep>, Option<&ProbePlan>),
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
     /// Replaces the claimed record with `record` for `ttl` if `owner` still
@@ -291,7 +293,7 @@ macro_rules! boxed_store {
 }
 
 boxed_store! {
-    claim(key: &'a StoreKey, record: Record, ttl: Duration, entity: Option<&'a EntityStep>) -> ClaimOutcome;
+    claim(key: &'a StoreKey, record: Record, ttl: Duration, with: (Option<&'a EntityStep>, Option<&'a ProbePlan>)) -> ClaimOutcome;
     complete(key: &'a StoreKey, owner: OwnerToken, record: &'a Record, ttl: Duration, effect: EntityEffect) -> Completion;
     release(key: &'a StoreKey, owner: OwnerToken, what: Releasing) -> bool;
     renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
@@ -406,16 +408,17 @@ impl AnyStore {
         result
     }
 
-    /// Claims `key` with the in-flight `record` for `ttl` (see
-    /// [`Store::claim`]); a [`ClaimOutcome::Claimed`] carries the lease.
+    /// Claims `key` with the in-flight `record` for `ttl`, judged by its
+    /// entity and keeping its probe plan (`with`, see [`Store::claim`]); a
+    /// [`ClaimOutcome::Claimed`] carries the lease.
     pub async fn claim(
         &self,
         key: &StoreKey,
         record: Record,
         ttl: Duration,
-        entity: Option<&EntityStep>,
+        with: (Option<&EntityStep>, Option<&ProbePlan>),
     ) -> Result<ClaimOutcome, StoreError> {
-        let call = self.backend().claim(key, record, ttl, entity);
+        let call = self.backend().claim(key, record, ttl, with);
         self.metered(StoreOp::Claim, call).await
     }
 

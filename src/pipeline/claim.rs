@@ -269,7 +269,12 @@ impl Claimer {
                 };
                 let result = self
                     .store
-                    .claim(&identity.key, record, claim_ttl, entity)
+                    .claim(
+                        &identity.key,
+                        record,
+                        claim_ttl,
+                        (entity, identity.probe.as_ref()),
+                    )
                     .await;
                 // Only a timed-out reply can hide a claim that landed; every
                 // other answer says exactly what happened.
@@ -473,6 +478,7 @@ mod tests {
             fingerprint: Fingerprint([3; 32]),
             key_value: None,
             entity: None,
+            probe: None,
         }
     }
 

@@ -86,26 +86,10 @@ impl Pipeline {
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };
-        // Built from the verified bytes, in case the outcome turns unknown
-        // ([`super::probe`]); kept with the claim before the call.
-        let probe = route.settings.probe.as_ref().and_then(|probe| {
-            super::probe::render(probe, verified.inbound())
-                .inspect_err(|skip| skip.count(route.name(), &identity.key_hash))
-                .ok()
-                .map(|target| {
-                    (
-                        super::probe::runner::plan(route, probe, target),
-                        probe.start_after,
-                    )
-                })
-        });
         let (parts, body) = verified.into_inbound().into_parts();
         route.meters.in_flight(1.0);
         let route = Arc::clone(route);
         let task = async move {
-            if let Some((plan, start_after)) = &probe {
-                this.arm_probe(&route, &lease, plan, *start_after).await;
-            }
             let kept = route
                 .inbox
                 .as_ref()
@@ -172,28 +156,6 @@ impl Pipeline {
             },
             Ending::Recorded,
         )
-    }
-
-    /// Keeps `plan` with the claim `lease` proves before its delivery is
-    /// forwarded: a lost owner's record is due its lease plus
-    /// `start_after` from now. Not kept (the store refused it): the
-    /// delivery goes on without a probe, counted.
-    async fn arm_probe(
-        &self,
-        route: &RouteRuntime,
-        lease: &Lease,
-        plan: &crate::store::probe::ProbePlan,
-        start_after: std::time::Duration,
-    ) {
-        let first = route.settings.idempotency.lease + start_after;
-        match self.store.arm_probe(lease, plan, first).await {
-            Ok(true) => {}
-            Ok(false) => super::probe::Skip::NotStored.count(route.name(), lease.key().hash()),
-            Err(error) => {
-                tracing::warn!(route = route.name(), key = lease.key().hash(), %error, "could not keep the probe plan");
-                super::probe::Skip::NotStored.count(route.name(), lease.key().hash());
-            }
-        }
     }
 
     /// Queues a failed first delivery in its route's inbox, if the route

@@ -38,6 +38,7 @@ use crate::extract::Inbound;
 use crate::record::Fingerprint;
 use crate::signature::lower_hex;
 use crate::store::StoreKey;
+use crate::store::probe::ProbePlan;
 
 /// Longest accepted key part, in bytes.
 pub const MAX_KEY_PART: usize = 255;
@@ -61,6 +62,11 @@ pub struct Identity {
     /// The entity the delivery is about, on a route with `[route.entity]`
     /// (stage 4b, `super::entity`); its hash tags [`Identity::key`].
     pub entity: Option<EntityIdentity>,
+    /// On a route with `[route.probe]`, the probe plan its claim keeps in
+    /// the store, rendered from the verified delivery (`super::probe`);
+    /// `None` when the route has none or the delivery's values could not
+    /// name the probe's resource (counted there).
+    pub probe: Option<ProbePlan>,
 }
 
 /// Computes the identity of a verified delivery; `canonical` is stage 1's
@@ -96,9 +102,14 @@ pub fn identify(
     };
     // What logs print and the admin API takes: the key's last part.
     let key_hash = key.hash().to_owned();
+    let probe = route
+        .probe
+        .as_ref()
+        .and_then(|probe| super::probe::plan(route, probe, request, &key_hash));
     Ok(Identity {
         key,
         entity,
+        probe,
         key_hash,
         key_digest: digest,
         fingerprint,

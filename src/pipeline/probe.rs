@@ -4,10 +4,11 @@
 //! handler whether it applied it, instead of blocking the key until
 //! `unknown_hold` ends.
 //!
-//! The probe's target is built from the verified delivery before it is
-//! forwarded ([`render`]: `{selector}` values percent-encoded into the
-//! path), so it asks about exactly the bytes the signature covered, and is
-//! kept in the store with the claim (`crate::store::probe`). A value that
+//! The probe's target is built from the verified delivery when it is
+//! identified ([`plan`], [`render`]: `{selector}` values percent-encoded
+//! into the path), so it asks about exactly the bytes the signature
+//! covered, and the claim keeps it in the store in its own atomic step
+//! (`crate::store::probe`). A value that
 //! could send the probe to another resource than the template names (empty,
 //! a dot segment, a path separator) means no probe for that delivery
 //! ([`Skip`], counted in `idemgate_probe_skipped_total`).
@@ -35,10 +36,11 @@ use http::{HeaderName, HeaderValue, Request};
 use metrics::{counter, gauge};
 
 pub(crate) use self::runner::spawn;
-use crate::config::{Probe, Segment};
+use crate::config::{Probe, Route, Segment};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
 use crate::record::StoredResponse;
+use crate::store::probe::ProbePlan;
 
 /// `idemgate_probe_resolutions_total{route, result}`.
 pub(crate) const RESOLUTIONS_TOTAL: Description = Description::counter(
@@ -49,7 +51,7 @@ pub(crate) const RESOLUTIONS_TOTAL: Description = Description::counter(
 /// `idemgate_probe_skipped_total{route, reason}`.
 pub(crate) const SKIPPED_TOTAL: Description = Description::counter(
     "idemgate_probe_skipped_total",
-    "Deliveries of a probe route sent without a probe, by reason (absent, empty, dot_segment, separator, not_stored)",
+    "Deliveries of a probe route sent without a probe, by reason (absent, empty, dot_segment, separator)",
 );
 
 /// `idemgate_probes_waiting`.
@@ -108,20 +110,11 @@ pub(crate) enum Skip {
     /// other segments than the template names.
     #[error("a value of the probe path holds a path separator")]
     Separator,
-    /// The plan could not be kept with the claim (the store refused it).
-    #[error("the probe plan could not be stored")]
-    NotStored,
 }
 
 impl Skip {
     /// Every reason, for zeroing the counters.
-    const ALL: [Self; 5] = [
-        Self::Absent,
-        Self::Empty,
-        Self::DotSegment,
-        Self::Separator,
-        Self::NotStored,
-    ];
+    const ALL: [Self; 4] = [Self::Absent, Self::Empty, Self::DotSegment, Self::Separator];
 
     /// The `reason` label.
     pub(crate) fn as_str(self) -> &'static str {
@@ -130,7 +123,6 @@ impl Skip {
             Self::Empty => "empty",
             Self::DotSegment => "dot_segment",
             Self::Separator => "separator",
-            Self::NotStored => "not_stored",
         }
     }
 
@@ -146,6 +138,26 @@ impl Skip {
             "no probe for this delivery ({self}): an unknown outcome of it waits for unknown_hold or an operator"
         );
     }
+}
+
+/// The probe plan of a delivery of `route` whose key hash is `key`, kept
+/// with its claim: `None` (counted and logged) when a value could not name
+/// the probe's resource ([`Skip`]).
+pub(crate) fn plan(
+    route: &Route,
+    probe: &Probe,
+    request: &Inbound,
+    key: &str,
+) -> Option<ProbePlan> {
+    let target = render(probe, request)
+        .inspect_err(|skip| skip.count(&route.name, key))
+        .ok()?;
+    Some(ProbePlan::new(
+        &route.name,
+        target,
+        probe.start_after,
+        route.idempotency.unknown_hold,
+    ))
 }
 
 /// Builds `probe`'s target (path and query) from the verified `request`:

@@ -54,7 +54,7 @@ impl Store for Scripted {
         _: &StoreKey,
         _: Record,
         _: Duration,
-        _: Option<&EntityStep>,
+        _: (Option<&EntityStep>, Option<&crate::store::probe::ProbePlan>),
     ) -> Result<ClaimOutcome, StoreError> {
         unreachable!("not used")
     }

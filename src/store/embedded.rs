@@ -51,6 +51,7 @@ pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
 use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
+use super::probe::ProbePlan;
 use super::{
     ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
@@ -436,10 +437,15 @@ impl Store for EmbeddedStore {
         key: &StoreKey,
         record: Record,
         ttl: Duration,
-        entity: Option<&EntityStep>,
+        (entity, probe): (Option<&EntityStep>, Option<&ProbePlan>),
     ) -> Result<ClaimOutcome, StoreError> {
         let encoded = record.encode().map_err(StoreError::from)?;
         let step = entity.cloned();
+        // On a probe route the claim keeps the plan (store::probe).
+        let probe = probe.map(|plan| {
+            let first = ttl.saturating_sub(plan.hold) + plan.start_after;
+            (plan.encode(), first)
+        });
         // A key that holds a live record is answered from a read: no write
         // transaction, so replays are served while writes fail (a full
         // disk) and never queue behind first deliveries' commits. A key
@@ -459,6 +465,9 @@ impl Store for EmbeddedStore {
                     }
                 }
                 slot.put(ttl, &encoded)?;
+                if let Some((plan, first)) = &probe {
+                    probes::arm(slot, plan, *first)?;
+                }
                 Ok((Found::Free, true))
             })
             .await?;

@@ -5,7 +5,7 @@
 //!
 //! | op | effect |
 //! |----|--------|
-//! | arm | owner-checked: before the delivery is forwarded, keep its plan and enter it into the scope's due set, due a lease plus `start_after` from now |
+//! | (claim) | a claim of a probe route keeps the delivery's plan in the same step, in the scope's due set a lease plus `start_after` from now |
 //! | (complete, release, purge) | a key of a probe route settles its plan in the same step: an unknown outcome is due `start_after` from now, any other outcome forgets the plan |
 //! | due | the record keys of a scope whose plans are due |
 //! | take | judge a due plan ([`judge`]); if its record is unknown (or in flight with its owner lost) and the attempt is due, the record becomes the taker's (a new owner token, state unknown, its expiry kept) and the plan is not due again for the probe lease |
@@ -168,14 +168,6 @@ pub struct Taken {
 
 /// The probe operations of the module docs, implemented by both backends.
 pub trait ProbeOps: Send + Sync + std::fmt::Debug {
-    /// See [`AnyStore::arm_probe`]: `plan` as text, `first` from now.
-    fn probe_arm<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        owner: OwnerToken,
-        plan: &'a str,
-        first: Duration,
-    ) -> Call<'a, bool>;
     /// Up to `limit` record keys of scope `namespace` due by `now_ms`.
     fn probe_due<'a>(
         &'a self,
@@ -213,22 +205,6 @@ impl AnyStore {
                 "the scripted test store keeps no probe plans".into(),
             )),
         }
-    }
-
-    /// Keeps `plan` with the claim `lease` proves before its delivery is
-    /// forwarded; a lost owner's record is due `first` (its lease plus
-    /// `start_after`) from now. `false`: the claim is no longer in flight
-    /// under this owner.
-    pub async fn arm_probe(
-        &self,
-        lease: &Lease,
-        plan: &ProbePlan,
-        first: Duration,
-    ) -> Result<bool, StoreError> {
-        let text = plan.encode();
-        self.probes()?
-            .probe_arm(lease.key(), lease.owner(), &text, first)
-            .await
     }
 
     /// Up to `limit` keys of scope `namespace` (`{prefix}:{scope}`) whose

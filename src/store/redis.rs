@@ -59,6 +59,7 @@ pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
 use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
+use super::probe::ProbePlan;
 use super::{
     ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
 };
@@ -431,15 +432,29 @@ impl Store for RedisStore {
         key: &StoreKey,
         record: Record,
         ttl: Duration,
-        entity: Option<&EntityStep>,
+        (entity, probe): (Option<&EntityStep>, Option<&ProbePlan>),
     ) -> Result<ClaimOutcome, StoreError> {
         let client = &mut self.routed(key.as_str());
         let encoded = record.encode().map_err(StoreError::from)?;
         let mut args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
+        // On a probe route the claim keeps the plan (store::probe).
+        let probe = probe.map(|plan| {
+            let first = ttl.saturating_sub(plan.hold) + plan.start_after;
+            let arm = (Value::from(plan.encode()), Value::Integer(millis(first)));
+            (self.probe_keys(key), arm.0, arm.1)
+        });
         let reply = match entity {
-            None => self.eval(client, &self.scripts.claim, key, args).await?,
+            None => {
+                let mut keys = vec![key.as_str().to_owned()];
+                if let Some((probe_keys, plan, first)) = probe {
+                    keys.extend(probe_keys);
+                    args.extend([plan, first]);
+                }
+                let claim = &self.scripts.claim;
+                self.eval_keys(client, claim, key, keys, args).await?
+            }
             Some(step) => {
-                let (keys, more) = entity::claim_keys_and_args(key, step);
+                let (keys, more) = entity::claim_keys_and_args(key, step, probe);
                 args.extend(more);
                 let reply = self
                     .eval_keys(client, &self.scripts.claim_entity, key, keys, args)

@@ -85,7 +85,10 @@ fn inbox(stage: Stage, last: Option<u16>) -> RecordState {
 async fn claim<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> ClaimOutcome {
     let record = Record::in_flight(mint.next(), Fingerprint([n; 32]), None);
     let key = key_of(step.key.hash(), n);
-    store.claim(&key, record, LONG, Some(step)).await.unwrap()
+    store
+        .claim(&key, record, LONG, (Some(step), None))
+        .await
+        .unwrap()
 }
 
 async fn blocker<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> Blocker {

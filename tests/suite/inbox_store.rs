@@ -22,7 +22,8 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     let mint = OwnerMint::new();
     let key = StoreKey::new("contract", "inbox", "swap");
     let first = Record::in_flight(mint.next(), Fingerprint([1; 32]), None);
-    let ClaimOutcome::Claimed(lease) = store.claim(&key, first, LONG, None).await.unwrap() else {
+    let ClaimOutcome::Claimed(lease) = store.claim(&key, first, LONG, (None, None)).await.unwrap()
+    else {
         panic!("a free key");
     };
     let mut taken = lease.record().with_state(RecordState::Unknown);
@@ -181,7 +182,8 @@ fn inbox_record(base: &Record, mint: &OwnerMint, stage: Stage) -> Record {
 /// owed inbox record); returns the queued record.
 async fn queue<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey) -> Record {
     let first = Record::in_flight(mint.next(), Fingerprint([2; 32]), None);
-    let ClaimOutcome::Claimed(lease) = store.claim(key, first, LONG, None).await.unwrap() else {
+    let ClaimOutcome::Claimed(lease) = store.claim(key, first, LONG, (None, None)).await.unwrap()
+    else {
         panic!("a free key");
     };
     let mut queued = inbox_record(lease.record(), mint, Stage::Queued);

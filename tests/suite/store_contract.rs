@@ -33,7 +33,7 @@ async fn claimed<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey, ttl: Dur
             key,
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             ttl,
-            None,
+            (None, None),
         )
         .await
         .unwrap()
@@ -54,7 +54,7 @@ async fn contract<S: Store>(store: &S) {
             &k,
             Record::in_flight(mint.next(), Fingerprint([2; 32]), None),
             LONG,
-            None,
+            (None, None),
         )
         .await
         .unwrap()
@@ -285,7 +285,7 @@ async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
             &k,
             Record::in_flight(OwnerMint::new().next(), Fingerprint([0; 32]), None),
             LONG,
-            None,
+            (None, None),
         )
         .await;
     assert!(
@@ -325,7 +325,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             &k,
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
-            None,
+            (None, None),
         )
         .await;
     assert!(
@@ -337,7 +337,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
             &key("fresh"),
             Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
             LONG,
-            None,
+            (None, None),
         )
         .await;
     assert!(matches!(fresh, Err(StoreError::Full(_))), "{fresh:?}");
@@ -372,7 +372,7 @@ async fn a_full_redis_still_answers_for_the_keys_it_holds() {
                 &key("fresh"),
                 Record::in_flight(mint.next(), Fingerprint([1; 32]), None),
                 LONG,
-                None
+                (None, None)
             )
             .await,
         Ok(ClaimOutcome::Claimed(_))

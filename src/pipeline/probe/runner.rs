@@ -34,7 +34,7 @@ use crate::pipeline::Pipeline;
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
 use crate::record::{OwnerMint, RecordState, StoredResponse};
-use crate::store::probe::{ProbePlan, Taken};
+use crate::store::probe::Taken;
 use crate::store::{Completion, Lease, StoreKey};
 use crate::upstream;
 
@@ -480,14 +480,4 @@ pub(super) async fn ask(
     .await
     .map_err(|e| format!("{e:?}"))?;
     Ok(upstream::stored(&answer))
-}
-
-/// The plan of a delivery of `route` to `target`, as kept with its claim.
-pub(crate) fn plan(route: &RouteRuntime, probe: &Probe, target: String) -> ProbePlan {
-    ProbePlan::new(
-        route.name(),
-        target,
-        probe.start_after,
-        route.settings.idempotency.unknown_hold,
-    )
 }

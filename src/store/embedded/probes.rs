@@ -69,6 +69,13 @@ fn forget(txn: &WriteTransaction, key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A claim keeps its delivery's `plan`, due `first` from now (its lease
+/// plus `start_after`: the earliest a lost owner's record could be probed).
+pub(super) fn arm(slot: &Slot<'_, '_>, plan: &str, first: Duration) -> Result<(), StoreError> {
+    let due = slot.now + crate::time::millis(first);
+    write(slot.txn, slot.key.as_str(), plan, due)
+}
+
 /// What a write that leaves the record an `unknown` outcome (or not:
 /// completed, queued, deleted) means for the plan of a probe route's key:
 /// an unknown outcome is due `start_after` from now, anything else
@@ -90,26 +97,6 @@ pub(super) fn settle(slot: &Slot<'_, '_>, unknown: bool) -> Result<(), StoreErro
 }
 
 impl ProbeOps for EmbeddedStore {
-    fn probe_arm<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        owner: OwnerToken,
-        plan: &'a str,
-        first: Duration,
-    ) -> Call<'a, bool> {
-        let plan = plan.to_owned();
-        Box::pin(self.write_key(key, move |slot| {
-            let ours = slot.live()?.is_some_and(|entry| {
-                entry.record.owner == owner && entry.record.state == RecordState::InFlight
-            });
-            if ours {
-                let due = slot.now + crate::time::millis(first);
-                write(slot.txn, slot.key.as_str(), &plan, due)?;
-            }
-            Ok((ours, ours))
-        }))
-    }
-
     fn probe_due<'a>(
         &'a self,
         namespace: &'a str,

@@ -54,7 +54,10 @@ async fn swap_is_fenced_by_owner_and_idempotent() {
     let next = record(2, RecordState::Unknown);
     let ten = Duration::from_secs(10);
     let hour = Duration::from_secs(3_600);
-    store.claim(&key(), first.clone(), ten, None).await.unwrap();
+    store
+        .claim(&key(), first.clone(), ten, (None, None))
+        .await
+        .unwrap();
 
     // Expected owner: replaced, with the new TTL.
     assert!(swap(&store, first.owner, &next, hour).await);
@@ -85,7 +88,7 @@ async fn swap_of_an_absent_or_expired_record_fails() {
 
     // Expired (not yet swept) counts as absent, even for equal bytes.
     store
-        .claim(&key(), first.clone(), Duration::ZERO, None)
+        .claim(&key(), first.clone(), Duration::ZERO, (None, None))
         .await
         .unwrap();
     let next = record(1, RecordState::Unknown);

@@ -20,12 +20,27 @@ use crate::store::{EntityKey, StoreError, StoreKey};
 /// can not be read (no expiry, or gone meanwhile).
 const UNKNOWN_REMAINING: Duration = Duration::from_secs(1);
 
-/// `claim_entity.lua`'s keys and its arguments after the record and TTL.
-pub(super) fn claim_keys_and_args(key: &StoreKey, step: &EntityStep) -> (Vec<String>, Vec<Value>) {
-    let keys = vec![key.as_str().to_owned(), step.key.as_str().to_owned()];
+/// `claim_entity.lua`'s keys and its arguments after the record and TTL;
+/// `probe`, on a probe route: the scope's probe keys, the plan and when a
+/// lost owner's record is first due.
+pub(super) fn claim_keys_and_args(
+    key: &StoreKey,
+    step: &EntityStep,
+    probe: Option<([String; 2], Value, Value)>,
+) -> (Vec<String>, Vec<Value>) {
+    let mut keys = vec![key.as_str().to_owned(), step.key.as_str().to_owned()];
     let mut args = step_args(step);
     // claim_entity.lua takes the announced state first, then retention.
     args.swap(0, 1);
+    // Then the plan (or ''), before the variable list of sources.
+    let (plan, first) = match probe {
+        Some((probe_keys, plan, first)) => {
+            keys.extend(probe_keys);
+            (plan, first)
+        }
+        None => (Value::from(""), Value::from("")),
+    };
+    args.splice(4..4, [plan, first]);
     (keys, args)
 }
 

@@ -1,5 +1,5 @@
-//! The Redis side of `store::probe`: the scripts `probe_arm.lua`,
-//! `probe_take.lua` and `probe_note.lua`, the scope's due set and plans
+//! The Redis side of `store::probe`: the scripts `probe_take.lua` and
+//! `probe_note.lua` (a claim keeps the plan in `claim.lua`), the scope's due set and plans
 //! hash (one per hash slot on a Cluster, named by the slot's tag, so a
 //! record and its plan share the slot), and the read of due entries.
 
@@ -143,26 +143,6 @@ fn bytes_of(value: &Value) -> Option<Bytes> {
 }
 
 impl ProbeOps for RedisStore {
-    fn probe_arm<'a>(
-        &'a self,
-        key: &'a StoreKey,
-        owner: OwnerToken,
-        plan: &'a str,
-        first: Duration,
-    ) -> Call<'a, bool> {
-        Box::pin(async move {
-            let args = vec![
-                owner_arg(owner),
-                Value::from(plan),
-                Value::Integer(millis(first)),
-            ];
-            let reply = self
-                .probe_script(&self.scripts.probe_arm, key, args)
-                .await?;
-            Ok(reply.as_i64() == Some(1))
-        })
-    }
-
     fn probe_due<'a>(
         &'a self,
         namespace: &'a str,

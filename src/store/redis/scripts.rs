@@ -66,7 +66,6 @@ pub(super) struct Scripts {
     pub(super) swap: Named,
     pub(super) take: Named,
     pub(super) prune: Named,
-    pub(super) probe_arm: Named,
     pub(super) probe_take: Named,
     pub(super) probe_note: Named,
 }
@@ -75,7 +74,7 @@ impl Scripts {
     /// Every script, parsed from the text compiled in.
     pub(super) fn new() -> Self {
         Self {
-            claim: named!("claim"),
+            claim: named!("claim" with probe),
             claim_entity: named!("claim_entity" with entity),
             complete: named!("complete" with entity),
             release: named!("release" with entity),
@@ -87,14 +86,13 @@ impl Scripts {
             swap: named!("swap" with entity),
             take: named!("take"),
             prune: named!("prune"),
-            probe_arm: named!("probe_arm" with probe),
             probe_take: named!("probe_take" with probe),
             probe_note: named!("probe_note" with probe),
         }
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 15] {
+    pub(super) fn all(&self) -> [&Script; 14] {
         [
             &self.claim.script,
             &self.claim_entity.script,
@@ -108,7 +106,6 @@ impl Scripts {
             &self.swap.script,
             &self.take.script,
             &self.prune.script,
-            &self.probe_arm.script,
             &self.probe_take.script,
             &self.probe_note.script,
         ]

@@ -234,3 +234,41 @@ async fn probes_of_a_stalled_handler_are_bounded_per_instance() {
     let spread = *probes.iter().max().unwrap() - *probes.iter().min().unwrap();
     eprintln!("measured: 12 stalled probes at concurrency 2 spread over {spread:?}");
 }
+
+/// On an entity route, a probe that hears "applied" applies the entity's
+/// change in the step that completes the record, as a stored answer
+/// would: the entity's next notice goes through.
+async fn an_applied_probe_advances_the_entity(kind: StoreKind) {
+    let (upstream, handler) = handler(Behaviour::AppliesThenHangs).await;
+    let (store, _redis, _dir) = fresh_store(kind);
+    let text = config_text(&store, &upstream.url(), &format!("{PROBE}{ENTITY_MACHINE}"))
+        .replace("timeout = \"5s\"", "timeout = \"500ms\"");
+    let gate = Gate::start(&text).await;
+    let url = gate.url("/notify");
+    let pending = entity_notice("entity-probe-1", "o-probe", "pending");
+    assert_eq!(deliver(&url, &pending).await.status, 504);
+    let (resolved, _) = until_resolved(&url, &pending, Duration::from_secs(6)).await;
+    assert_eq!(
+        resolved.header("idempotent-resolved"),
+        Some("probe"),
+        "{resolved:?}"
+    );
+    let success = deliver(&url, &entity_notice("entity-probe-2", "o-probe", "success")).await;
+    assert_eq!(
+        (success.status, success.replayed()),
+        (200, Some("false")),
+        "{success:?}"
+    );
+    assert_eq!(handler.deliveries.lock().unwrap().len(), 2);
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_probe_advances_the_entity_on_redis() {
+    an_applied_probe_advances_the_entity(StoreKind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_probe_advances_the_entity_on_the_embedded_store() {
+    an_applied_probe_advances_the_entity(StoreKind::Embedded).await;
+}

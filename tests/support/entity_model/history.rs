@@ -233,7 +233,7 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         let ttl = if crashes { HOLD } else { LONG };
         let outcome = self
             .store
-            .claim(&key, record, ttl, Some(&step))
+            .claim(&key, record, ttl, (Some(&step), None))
             .await
             .unwrap();
         // An unknown outcome's record lives for HOLD: gone by now or not.

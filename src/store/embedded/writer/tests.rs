@@ -310,7 +310,7 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
         ..crate::record::sample(RecordState::InFlight)
     };
     let ClaimOutcome::Claimed(_) = store
-        .claim(&key(1), answered.clone(), hour, None)
+        .claim(&key(1), answered.clone(), hour, (None, None))
         .await
         .unwrap()
     else {
@@ -346,12 +346,14 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
     assert!(store.ping().await.is_err());
     // New keys fail fast, as a full store (the pipeline keeps retrying an
     // answer in hand on a transient error).
-    let refused = store.claim(&key(2), answered.clone(), hour, None).await;
+    let refused = store
+        .claim(&key(2), answered.clone(), hour, (None, None))
+        .await;
     assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
 
     // The stored answer is still served, without a write.
     match store
-        .claim(&key(1), answered.clone(), hour, None)
+        .claim(&key(1), answered.clone(), hour, (None, None))
         .await
         .unwrap()
     {
@@ -363,7 +365,10 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
     full.store(false, Ordering::SeqCst);
     recovered(&store).await;
     assert!(matches!(
-        store.claim(&key(2), answered, hour, None).await.unwrap(),
+        store
+            .claim(&key(2), answered, hour, (None, None))
+            .await
+            .unwrap(),
         ClaimOutcome::Claimed(_)
     ));
 }
@@ -457,7 +462,11 @@ async fn a_real_full_filesystem_replays_and_recovers() {
         owner: OwnerToken([n; 16]),
         ..crate::record::sample(RecordState::InFlight)
     };
-    let ClaimOutcome::Claimed(_) = store.claim(&key(1), claim(1), hour, None).await.unwrap() else {
+    let ClaimOutcome::Claimed(_) = store
+        .claim(&key(1), claim(1), hour, (None, None))
+        .await
+        .unwrap()
+    else {
         panic!("claimed")
     };
     let done = Record {
@@ -489,7 +498,11 @@ async fn a_real_full_filesystem_replays_and_recovers() {
     // even if a probe fits in the file's free pages.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(store.ping().await.is_err(), "ready on a full filesystem");
-    match store.claim(&key(1), claim(1), hour, None).await.unwrap() {
+    match store
+        .claim(&key(1), claim(1), hour, (None, None))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Existing(existing) => assert_eq!(existing.record, done),
         other => panic!("claimed a key that holds an answer: {other:?}"),
     }
@@ -498,7 +511,10 @@ async fn a_real_full_filesystem_replays_and_recovers() {
     std::fs::remove_file(&filler).unwrap();
     recovered(&store).await;
     assert!(matches!(
-        store.claim(&key(2), claim(2), hour, None).await.unwrap(),
+        store
+            .claim(&key(2), claim(2), hour, (None, None))
+            .await
+            .unwrap(),
         ClaimOutcome::Claimed(_)
     ));
     drop(store);
