@@ -273,7 +273,10 @@ impl Claimer {
                         &identity.key,
                         record,
                         claim_ttl,
-                        (entity, identity.probe.as_ref()),
+                        (
+                            entity,
+                            identity.probe.as_ref().and_then(|p| p.as_ref().ok()),
+                        ),
                     )
                     .await;
                 // Only a timed-out reply can hide a claim that landed; every

@@ -86,6 +86,10 @@ impl Pipeline {
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };
+        // Forwarded without a probe: said once, for the delivery that runs.
+        if let Some(Err(skip)) = &identity.probe {
+            skip.count(route.name(), &identity.key_hash);
+        }
         let (parts, body) = verified.into_inbound().into_parts();
         route.meters.in_flight(1.0);
         let route = Arc::clone(route);

@@ -30,6 +30,7 @@ use std::borrow::Cow;
 use sha2::{Digest, Sha256};
 
 use super::entity::EntityIdentity;
+use super::probe::Skip;
 use super::route::Canonical;
 use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
@@ -63,10 +64,10 @@ pub struct Identity {
     /// (stage 4b, `super::entity`); its hash tags [`Identity::key`].
     pub entity: Option<EntityIdentity>,
     /// On a route with `[route.probe]`, the probe plan its claim keeps in
-    /// the store, rendered from the verified delivery (`super::probe`);
-    /// `None` when the route has none or the delivery's values could not
-    /// name the probe's resource (counted there).
-    pub probe: Option<ProbePlan>,
+    /// the store, rendered from the verified delivery (`super::probe`), or
+    /// why the delivery's values could not name the probe's resource
+    /// (counted if it is forwarded); `None` on a route without a probe.
+    pub(crate) probe: Option<Result<ProbePlan, Skip>>,
 }
 
 /// Computes the identity of a verified delivery; `canonical` is stage 1's
@@ -105,7 +106,7 @@ pub fn identify(
     let probe = route
         .probe
         .as_ref()
-        .and_then(|probe| super::probe::plan(route, probe, request, &key_hash));
+        .map(|probe| super::probe::plan(route, probe, request));
     Ok(Identity {
         key,
         entity,

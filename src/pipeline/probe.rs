@@ -126,8 +126,8 @@ impl Skip {
         }
     }
 
-    /// Counts and logs a delivery of `route` (key `key`) sent without a
-    /// probe for this reason.
+    /// Counts and logs a delivery of `route` (key `key`) forwarded
+    /// without a probe for this reason.
     pub(crate) fn count(self, route: &str, key: &str) {
         counter!(SKIPPED_TOTAL.name, "route" => route.to_owned(), "reason" => self.as_str())
             .increment(1);
@@ -140,19 +140,11 @@ impl Skip {
     }
 }
 
-/// The probe plan of a delivery of `route` whose key hash is `key`, kept
-/// with its claim: `None` (counted and logged) when a value could not name
-/// the probe's resource ([`Skip`]).
-pub(crate) fn plan(
-    route: &Route,
-    probe: &Probe,
-    request: &Inbound,
-    key: &str,
-) -> Option<ProbePlan> {
-    let target = render(probe, request)
-        .inspect_err(|skip| skip.count(&route.name, key))
-        .ok()?;
-    Some(ProbePlan::new(
+/// The probe plan of a delivery of `route`, kept with its claim, or why a
+/// value could not name the probe's resource ([`Skip`]).
+pub(crate) fn plan(route: &Route, probe: &Probe, request: &Inbound) -> Result<ProbePlan, Skip> {
+    let target = render(probe, request)?;
+    Ok(ProbePlan::new(
         &route.name,
         target,
         probe.start_after,

@@ -138,10 +138,12 @@ impl ProbeOps for EmbeddedStore {
                 forget(slot.txn, &name)?;
                 return Ok((None, true));
             };
-            let entry = slot.live()?;
-            let ttl_ms = entry.as_ref().map_or(0, |e| e.expires_at_ms - slot.now);
-            let state = entry.as_ref().map(|e| &e.record.state);
-            match judge(&plan, state, (ttl_ms, due, slot.now)) {
+            let Some(entry) = slot.live()? else {
+                forget(slot.txn, &name)?;
+                return Ok((None, true));
+            };
+            let ttl_ms = entry.expires_at_ms - slot.now;
+            match judge(&plan, Some(&entry.record.state), (ttl_ms, due, slot.now)) {
                 Judged::Forget => {
                     forget(slot.txn, &name)?;
                     Ok((None, true))
@@ -152,10 +154,9 @@ impl ProbeOps for EmbeddedStore {
                     Ok((None, true))
                 }
                 Judged::Take => {
-                    let record = entry.expect("judged from a live record").record;
                     let taken = Record {
                         owner,
-                        ..record.with_state(RecordState::Unknown)
+                        ..entry.record.with_state(RecordState::Unknown)
                     };
                     let bytes = taken.encode().map_err(StoreError::from)?;
                     slot.put(Duration::from_millis(ttl_ms), &bytes)?;

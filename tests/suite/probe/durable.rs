@@ -197,6 +197,8 @@ async fn a_value_that_could_reach_another_resource_gets_no_probe() {
     );
     let copy = deliver(&gate.url("/notify"), &payment("..")).await;
     assert_eq!(copy.reason().as_deref(), Some("outcome_unknown"));
+    // Counted for the deliveries forwarded without one, not for copies.
+    assert_eq!(metric(gate.admin, &series("dot_segment")).await, Some(2.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
