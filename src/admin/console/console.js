@@ -372,9 +372,17 @@
     in_flight: "in flight",
   };
 
+  /** A pending probe of the handler ([route.probe]), in words. */
+  function probeWords(probe) {
+    if (probe.spent === true) return `probes spent (${probe.attempts}): ${probe.last || "no answer"}`;
+    const next = typeof probe.next_attempt_at_ms === "number" ? `, next in ${duration(Math.max(0, probe.next_attempt_at_ms - Date.now()))}` : "";
+    return `probe: ${probe.attempts} asked${next}`;
+  }
+
   function recordRow(route, kind, item) {
     const why = el("td", { text: WHY[item.state] || item.state || "–" });
     if (item.past_lease === true && item.state === "in_flight") why.append(" ", el("span", { class: "badge bad", text: "past lease" }));
+    if (item.probe) why.append(" ", el("span", { class: "badge probe", text: probeWords(item.probe) }));
     return el("tr", { data: { kind, hash: item.key_hash, state: item.state || "" } },
       hashCell(item.key_hash),
       el("td", { class: "mono", text: item.key === null || item.key === undefined ? "–" : item.key }),

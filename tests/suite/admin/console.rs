@@ -118,6 +118,36 @@ async fn refresh(browser: &Browser) {
     }
 }
 
+/// An unknown outcome on a probe route shows its pending probe: the
+/// handler is asked in about 35 s (`start_after`), none asked yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_an_unknown_outcome_shows_its_pending_probe() {
+    let Some(browser) = Browser::start("console probe").await else {
+        return;
+    };
+    let redis = RedisServer::start();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let probe = "\n[route.probe]\npath = \"/orders/{json:/id}\"\nhandler_deadline = \"35s\"\n";
+    let text = times_out_to_unknown(&redis, &upstream) + probe;
+    let gate = Gate::start(&with_admin(&text)).await;
+    assert_eq!(
+        deliver(&gate.url("/notify"), &payment("probe-console"))
+            .await
+            .status,
+        504
+    );
+    browser
+        .client
+        .goto(&format!("http://{}/admin/", gate.admin))
+        .await
+        .expect("open the console");
+    sign_in(&browser, TOKEN).await;
+    let row = "[data-route='pay'] [data-panel='unknown'] tr[data-kind='unknown']";
+    browser.until_text(row, "probe: 0 asked, next in").await;
+    browser.screenshot("console-probe").await;
+    gate.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outcome() {
     let Some(browser) = Browser::start("console purge").await else {
