@@ -12,6 +12,7 @@ use bytes::Bytes;
 use crate::support::*;
 
 mod durable;
+mod model;
 mod redeliveries;
 
 const PROBE: &str = r#"unknown_hold = "1m"
