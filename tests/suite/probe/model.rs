@@ -113,6 +113,11 @@ struct Run<'a, S> {
     calls: Vec<Call>,
 }
 
+/// The fingerprint of key `key`'s deliveries (copies are the same).
+fn fingerprint(key: usize) -> Fingerprint {
+    Fingerprint([u8::try_from(key).expect("a few keys"); 32])
+}
+
 fn answer() -> StoredResponse {
     StoredResponse {
         status: 200,
@@ -160,7 +165,7 @@ impl<S: Store + ProbeOps> Run<'_, S> {
 
     async fn deliver(&mut self, key: usize, applies: Applies) {
         let owner = self.mint.next();
-        let record = Record::in_flight(owner, Fingerprint([key as u8; 32]), None);
+        let record = Record::in_flight(owner, fingerprint(key), None);
         let plan = ProbePlan::new("pay", format!("/orders/{key}"), START_AFTER, HOLD);
         let claimed = self
             .store
@@ -185,7 +190,7 @@ impl<S: Store + ProbeOps> Run<'_, S> {
         }
         let applied = call.applies != Applies::Never;
         let key = self.key(call.key);
-        let claimed = Record::in_flight(call.owner, Fingerprint([call.key as u8; 32]), None);
+        let claimed = Record::in_flight(call.owner, fingerprint(call.key), None);
         match (end, applied) {
             (End::Crash, _) => {}
             (End::Answer, true) => {
