@@ -442,10 +442,7 @@ impl Store for EmbeddedStore {
         let encoded = record.encode().map_err(StoreError::from)?;
         let step = entity.cloned();
         // On a probe route the claim keeps the plan (store::probe).
-        let probe = probe.map(|plan| {
-            let first = ttl.saturating_sub(plan.hold) + plan.start_after;
-            (plan.encode(), first)
-        });
+        let probe = probe.map(|plan| (plan.encode(), plan.first_due(ttl)));
         // A key that holds a live record is answered from a read: no write
         // transaction, so replays are served while writes fail (a full
         // disk) and never queue behind first deliveries' commits. A key

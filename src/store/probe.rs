@@ -66,6 +66,13 @@ impl ProbePlan {
         }
     }
 
+    /// When a claim written for `claim_ttl` (lease + hold) is first due,
+    /// from its claim: its lease plus `start_after`, the earliest a lost
+    /// owner's record could be probed.
+    pub fn first_due(&self, claim_ttl: Duration) -> Duration {
+        claim_ttl.saturating_sub(self.hold) + self.start_after
+    }
+
     /// The text the store keeps. `last` loses tabs and line breaks, the
     /// one field that could carry them.
     pub fn encode(&self) -> String {

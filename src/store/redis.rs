@@ -27,6 +27,7 @@
 //! `store/`: the eviction watcher (`store::eviction`) and the store's
 //! upkeep reach them through `pub(super)` methods.
 
+mod auth;
 mod entity;
 mod inbox;
 mod last_error;
@@ -55,6 +56,7 @@ use fred::types::RespVersion;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+pub use self::auth::RedisAuth;
 pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
@@ -95,8 +97,7 @@ pub struct RedisStore {
     shards: Option<Arc<shards::Shards>>,
     /// Why the pool last failed to connect, for start-up and `/readyz`.
     last_error: last_error::LastError,
-    /// Which quarter of a Cluster's slots the next look at due probes
-    /// reads (`probe.rs`).
+    /// The quarter of a Cluster's slots the next look reads (`probe.rs`).
     probe_slice: std::sync::atomic::AtomicUsize,
 }
 
@@ -134,29 +135,6 @@ fn builder(config: FredConfig, command_timeout: Duration) -> Builder {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore").finish_non_exhaustive()
-    }
-}
-
-/// Redis credentials given apart from the URL (`[store] username` and
-/// `password`); `Debug` never prints the password.
-#[derive(Clone, Default)]
-pub struct RedisAuth {
-    /// ACL user; `None`: the URL's, or Redis' `default` user.
-    pub username: Option<String>,
-    /// Password; `None`: the URL's, if any.
-    pub password: Option<String>,
-    /// A `rediss://` URL's own CAs and client certificate (`[store]
-    /// tls_*`); `None`: fred's default connector (system roots).
-    pub tls: Option<std::sync::Arc<fred::rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for RedisAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisAuth")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("tls", &self.tls.is_some())
-            .finish()
     }
 }
 
@@ -438,11 +416,7 @@ impl Store for RedisStore {
         let encoded = record.encode().map_err(StoreError::from)?;
         let mut args = vec![Value::Bytes(encoded.clone()), Value::Integer(millis(ttl))];
         // On a probe route the claim keeps the plan (store::probe).
-        let probe = probe.map(|plan| {
-            let first = ttl.saturating_sub(plan.hold) + plan.start_after;
-            let arm = (Value::from(plan.encode()), Value::Integer(millis(first)));
-            (self.probe_keys(key), arm.0, arm.1)
-        });
+        let probe = probe.map(|plan| self.claim_probe(key, ttl, plan));
         let reply = match entity {
             None => {
                 let mut keys = vec![key.as_str().to_owned()];
@@ -516,11 +490,10 @@ impl Store for RedisStore {
                 .as_ref()
                 .map_or(Value::from(""), |(_, effect)| effect.clone()),
         );
-        // A probe route's record: an unknown outcome schedules its first
-        // probe, any other outcome forgets the plan, in the same step.
+        // A probe route's record settles its plan in the same step.
         if key.has_probe() {
             keys.extend(self.probe_keys(key));
-            args.push(Value::Integer(probe::jitter_ms()));
+            args.push(probe::jitter());
         }
         if let Some((entity, _)) = entity {
             keys.push(entity);

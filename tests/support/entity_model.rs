@@ -132,6 +132,32 @@ async fn history<S: Store + InboxOps>(
     run.check();
 }
 
+/// The runner of a model-based test: `IDEMGATE_MODEL_CASES` histories
+/// (default `cases`), from `IDEMGATE_MODEL_SEED` when it is set, with no
+/// failure files (a failing seed is printed; replay it with the variable).
+pub fn model_runner(cases: u32) -> TestRunner {
+    let cases = std::env::var("IDEMGATE_MODEL_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cases);
+    let config = RunnerConfig {
+        cases,
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    };
+    match std::env::var("IDEMGATE_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        Some(seed) => {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&seed.to_le_bytes());
+            TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+        }
+        None => TestRunner::new(config),
+    }
+}
+
 /// Runs `cases` histories on `store` (`IDEMGATE_MODEL_CASES` overrides
 /// it), from `IDEMGATE_MODEL_SEED` when it is set; `restart` restarts the
 /// store (`Op::Restart` does nothing without it). Entities are numbered
@@ -143,26 +169,7 @@ pub fn explore<S: Store + InboxOps>(
     offset: u64,
     cases: u32,
 ) -> u64 {
-    let cases = std::env::var("IDEMGATE_MODEL_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(cases);
-    let config = RunnerConfig {
-        cases,
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    };
-    let mut runner = match std::env::var("IDEMGATE_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(seed) => {
-            let mut bytes = [0u8; 32];
-            bytes[..8].copy_from_slice(&seed.to_le_bytes());
-            TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
-        }
-        None => TestRunner::new(config),
-    };
+    let mut runner = model_runner(cases);
     let case = std::cell::Cell::new(offset);
     let strategy = (any::<bool>(), proptest::collection::vec(op(), 1..40));
     let started = std::time::Instant::now();

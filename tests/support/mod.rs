@@ -52,7 +52,7 @@ mod wait;
 pub use browser::*;
 pub use client::*;
 pub use entity::*;
-pub use entity_model::explore;
+pub use entity_model::{explore, model_runner};
 pub use exposition::*;
 pub use gate::*;
 pub use otlp::*;

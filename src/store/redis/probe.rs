@@ -13,7 +13,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use super::replies::{classify, millis};
 use super::{RedisStore, owner_arg, slots};
 use crate::record::{OwnerToken, Record};
-use crate::store::probe::ProbeOps;
+use crate::store::probe::{ProbeOps, ProbePlan};
 use crate::store::{Call, StoreError, StoreKey};
 
 /// Slots whose due sets one pipeline reads on a Cluster.
@@ -23,13 +23,13 @@ const DUE_PIPELINE: usize = 1_024;
 /// quarter of the commands.
 const DUE_SLICES: usize = 4;
 
-/// A little randomness for the first attempt of an unknown outcome, in
-/// ms: outcomes that turned unknown together (a stalled handler) are not
-/// all probed in the same instant.
-pub(super) fn jitter_ms() -> i64 {
+/// `complete.lua`'s jitter argument: up to a second, at random, added to
+/// the first attempt of an unknown outcome, so outcomes that turned
+/// unknown together (a stalled handler) are not all probed at one instant.
+pub(super) fn jitter() -> Value {
     let mut byte = [0u8; 2];
     getrandom::fill(&mut byte).unwrap_or_default();
-    i64::from(u16::from_be_bytes(byte) % 1_000)
+    Value::Integer(i64::from(u16::from_be_bytes(byte) % 1_000))
 }
 
 impl RedisStore {
@@ -46,6 +46,19 @@ impl RedisStore {
             format!("{namespace}:probe:due{suffix}"),
             format!("{namespace}:probe:plans{suffix}"),
         ]
+    }
+
+    /// What a claim of `key` for `ttl` adds to keep `plan`
+    /// (`claim.lua`, `claim_entity.lua`): the probe keys, the plan and
+    /// when it is first due.
+    pub(super) fn claim_probe(
+        &self,
+        key: &StoreKey,
+        ttl: Duration,
+        plan: &ProbePlan,
+    ) -> ([String; 2], Value, Value) {
+        let first = Value::Integer(millis(plan.first_due(ttl)));
+        (self.probe_keys(key), Value::from(plan.encode()), first)
     }
 
     /// Runs a probe script on `key` with its probe keys.

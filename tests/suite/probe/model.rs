@@ -17,7 +17,8 @@
 //! that took a live owner's claim, or a release that outran a late apply,
 //! breaks the first; a lost or forgotten plan breaks the second.
 //!
-//! `IDEMGATE_MODEL_CASES` sets the histories per store (default 8).
+//! `IDEMGATE_MODEL_CASES` sets the histories per store (default 8),
+//! `IDEMGATE_MODEL_SEED` replays one seed.
 
 use std::time::Duration;
 
@@ -30,9 +31,8 @@ use idemgate::store::probe::{ProbeOps, ProbePlan};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Releasing, Store, StoreKey};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 
-use crate::support::RedisServer;
+use crate::support::{RedisServer, model_runner};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(150);
@@ -327,18 +327,9 @@ impl<S: Store + ProbeOps> Run<'_, S> {
 }
 
 fn explore<S: Store + ProbeOps>(store: &S, runtime: &tokio::runtime::Runtime, offset: u64) {
-    let cases = std::env::var("IDEMGATE_MODEL_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(8);
-    let config = RunnerConfig {
-        cases,
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    };
     let case = std::cell::Cell::new(offset);
     let started = std::time::Instant::now();
-    TestRunner::new(config)
+    model_runner(8)
         .run(&proptest::collection::vec(op(), 1..30), |ops| {
             case.set(case.get() + 1);
             runtime.block_on(async {
