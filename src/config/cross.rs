@@ -20,7 +20,6 @@
 use http::Method;
 
 use super::Route;
-use super::Segment;
 use super::Upstream;
 use super::coverage;
 use super::entity::Entity;
@@ -30,6 +29,7 @@ use super::probe::Probe;
 use super::problems::Problems;
 use super::raw::format_duration;
 use super::status::CacheStatus;
+use super::{Segment, Selector};
 use crate::path::canonical_prefix;
 use crate::signature::{RequestPart, Scheme, unsigned};
 
@@ -86,18 +86,39 @@ pub(super) fn entity_signed(
     let event = entity.event.iter().map(|s| ("event".to_owned(), s));
     let state = std::iter::once(("state".to_owned(), &entity.state));
     for (field, selector) in parts.chain(state).chain(event) {
-        let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
-            continue;
-        };
-        if idempotency.unsigned_key == UnsignedKey::Accept {
-            let accepted = format!("entity.{field} {selector} ({why})");
-            idempotency.accepted_unsigned.push(accepted);
-        } else {
-            problems.push(
-                &format!("{key}.entity.{field}"),
-                format!("{selector} is not signed: {why}; the entity's state must be decided by signed bytes only (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
-            );
-        }
+        let place = (key, format!("entity.{field}"));
+        let risk = "the entity's state must be decided by signed bytes only";
+        require_signed(
+            problems,
+            place,
+            (scheme, methods),
+            (selector, risk),
+            idempotency,
+        );
+    }
+}
+
+/// The signed-coverage rule for one value `selector` read at `key.field`
+/// (contract §4 rule 12): unsigned, it is a problem saying `risk`, or,
+/// with `unsigned_key = "accept"`, recorded for start-up's WARN.
+fn require_signed(
+    problems: &mut Problems,
+    (key, field): (&str, String),
+    (scheme, methods): (&Scheme, &[Method]),
+    (selector, risk): (&Selector, &str),
+    idempotency: &mut Idempotency,
+) {
+    let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
+        return;
+    };
+    if idempotency.unsigned_key == UnsignedKey::Accept {
+        let accepted = format!("{field} {selector} ({why})");
+        idempotency.accepted_unsigned.push(accepted);
+    } else {
+        problems.push(
+            &format!("{key}.{field}"),
+            format!("{selector} is not signed: {why}; {risk} (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
+        );
     }
 }
 
@@ -120,18 +141,15 @@ pub(super) fn probe_signed(
         let Segment::Value(selector) = segment else {
             continue;
         };
-        let Some(why) = unsigned(scheme, methods, RequestPart::Value(selector)) else {
-            continue;
-        };
-        if idempotency.unsigned_key == UnsignedKey::Accept {
-            let accepted = format!("probe.path {selector} ({why})");
-            idempotency.accepted_unsigned.push(accepted);
-        } else {
-            problems.push(
-                &format!("{key}.probe.path"),
-                format!("{selector} is not signed: {why}; anyone who can change it in transit could point the probe at an order already paid, and its \"applied\" would be replayed for this delivery. Read a signed value (or set unsigned_key = \"accept\" in [route.idempotency] to take that risk)"),
-            );
-        }
+        let place = (key, "probe.path".to_owned());
+        let risk = "anyone who can change it in transit could point the probe at an order already paid, and its \"applied\" would be replayed for this delivery. Read a signed value";
+        require_signed(
+            problems,
+            place,
+            (scheme, methods),
+            (selector, risk),
+            idempotency,
+        );
     }
 }
 
