@@ -76,6 +76,7 @@ admin = "127.0.0.1:0"
 [store]
 kind = "redis"
 url = "redis://127.0.0.1:6379/0"
+durability = "memory"
 
 [upstream]
 url = "http://127.0.0.1:3000"

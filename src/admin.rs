@@ -12,9 +12,10 @@
 //! `/readyz` is 200 when the store can take a claim and keeps what it is
 //! given: on Redis the node must be a primary (a read-only replica or a
 //! node still loading is not ready, though it answers `PING`), and it
-//! re-reads the eviction settings of every primary
-//! ([`AnyStore::probe_eviction`]) and answers 503 while any of them may
-//! evict keys, unless `[store] allow_eviction = true` (contract §4 rule 10).
+//! re-reads the settings of every primary ([`AnyStore::probe_settings`])
+//! and answers 503 while any of them may evict keys, unless `[store]
+//! allow_eviction = true` (contract §4 rule 10), or can not keep writes at
+//! the declared `[store] durability` (`store::durability`).
 //!
 //! The record API names one record in exactly one of three ways, so a key
 //! value that happens to look like a hash is never mistaken for one:
@@ -163,12 +164,12 @@ impl Admin {
         }
         // The doc above: a failed or late re-read leaves the last findings
         // to decide, so the probe's own outcome changes nothing here.
-        match tokio::time::timeout_at(deadline, self.store.probe_eviction()).await {
+        match tokio::time::timeout_at(deadline, self.store.probe_settings()).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::debug!(%error, "readiness: eviction re-read failed"),
-            Err(_) => tracing::debug!("readiness: eviction re-read timed out"),
+            Ok(Err(error)) => tracing::debug!(%error, "readiness: settings re-read failed"),
+            Err(_) => tracing::debug!("readiness: settings re-read timed out"),
         }
-        match self.store.eviction_problem() {
+        match self.store.settings_problem() {
             None => Ok(()),
             Some(problem) => Err(problem),
         }

@@ -87,7 +87,7 @@ pub use otel::Tracing;
 pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;
 pub use status::CacheStatus;
-pub use store::{ReplicaAck, StoreBackend, StoreConfig};
+pub use store::{Durability, ReplicaAck, StoreBackend, StoreConfig};
 pub use tls::RedisTls;
 
 /// Every problem found in a configuration file, each prefixed by its key.

@@ -39,9 +39,11 @@
 //! metrics live beside it (`metrics.rs`).
 
 mod cached;
+pub(crate) mod durability;
 pub mod embedded;
 pub mod entity;
 mod eviction;
+mod generation;
 pub mod inbox;
 mod lease;
 pub mod listing;
@@ -62,6 +64,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use self::durability::WritePolicy;
 use self::entity::{Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, Seen};
 use self::metrics::{StoreMetrics, StoreOp};
 use self::probe::ProbePlan;
@@ -347,7 +350,10 @@ impl AnyStore {
                         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
                     },
                     config.command_timeout,
-                    config.replica_ack,
+                    WritePolicy {
+                        level: config.durability,
+                        replica_ack: config.replica_ack,
+                    },
                     config.connections,
                 )
                 .await?,
@@ -362,12 +368,23 @@ impl AnyStore {
                 )?)
             }
         };
-        Ok(Self {
+        let confirmation = match &backend {
+            Backend::Redis(redis) => Some(redis.confirmation()),
+            _ => None,
+        };
+        let store = Self {
             backend,
             metrics: StoreMetrics::new(),
             cache: None,
-            upkeep: upkeep::Upkeep::new(config),
-        })
+            upkeep: upkeep::Upkeep::new(config, confirmation),
+        };
+        // The durability check decides whether a write can be confirmed:
+        // it runs before the first delivery, not after it. A Redis not
+        // reached yet is read again on connect (`store::upkeep`).
+        if let Err(error) = store.probe_settings().await {
+            tracing::debug!(%error, "first settings check deferred");
+        }
+        Ok(store)
     }
 
     /// A store over a scripted backend, for unit tests of what settles

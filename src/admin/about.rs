@@ -68,6 +68,20 @@ impl Admin {
         }
     }
 
+    /// The declared `[store] durability` and what the last check of the
+    /// servers found (Redis); the embedded store commits with fsync.
+    fn durability(&self) -> serde_json::Value {
+        let (level, findings) = self.store.durability();
+        let findings = findings.unwrap_or_default();
+        serde_json::json!({
+            "level": crate::config::Choice::name(level),
+            "met": findings.shortfalls.is_empty(),
+            "shortfalls": findings.shortfalls,
+            "warnings": findings.warnings,
+            "servers": findings.servers,
+        })
+    }
+
     async fn info(&self) -> serde_json::Value {
         let readiness = self.readiness().await;
         let routes: Vec<serde_json::Value> = self
@@ -96,6 +110,7 @@ impl Admin {
                 "location": self.config.store.backend.location(),
                 "ready": readiness.is_ok(),
                 "problem": readiness.err(),
+                "durability": self.durability(),
             },
             "routes": routes,
         })

@@ -248,6 +248,8 @@ pub struct RawStore {
     pub min_replicas_ack: Option<u32>,
     /// How long to wait for those acknowledgements.
     pub replica_ack_timeout: Option<String>,
+    /// `"memory"`, `"fsync"` (default) or `"replicated"`.
+    pub durability: Option<String>,
     /// Stay ready on a Redis that may evict keys (default false).
     pub allow_eviction: Option<bool>,
     /// The longest an embedded store write waits for others to share its

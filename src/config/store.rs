@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::OnUnavailable;
-use super::choice::Choice;
+use super::choice::{Choice, choices};
 use super::problems::Problems;
 use super::raw::{self, format_duration};
 use super::redact::redact_url;
@@ -84,6 +84,28 @@ impl fmt::Debug for StoreBackend {
     }
 }
 
+/// What an acknowledged write survives (`[store] durability`): the promise
+/// idemgate states, checks against the server, and waits for on every
+/// write an acknowledgement or a replay rests on (`store::durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Durability {
+    /// Kept in the server's memory only: a restart or a power cut of the
+    /// Redis that holds it loses it. Must be chosen explicitly.
+    Memory,
+    /// On the primary's disk (fsynced) before idemgate acts on it: an AOF
+    /// with `appendfsync always`, or, where the server has `WAITAOF`
+    /// (Redis 7.2+, Valkey), `everysec` and a `WAITAOF` per write. The
+    /// embedded store always commits this way.
+    Fsync,
+    /// On the primary's disk and on `min_replicas_ack` replicas (`WAIT`)
+    /// before idemgate acts on it: survives a failover.
+    Replicated,
+}
+
+choices! {
+    Durability { "memory" => Memory, "fsync" => Fsync, "replicated" => Replicated }
+}
+
 /// Durability knob: how many replicas must acknowledge a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaAck {
@@ -101,6 +123,9 @@ pub struct StoreConfig {
     /// Claims (and stored answers) must reach this many replicas; `None`:
     /// don't wait (Redis replicates asynchronously).
     pub replica_ack: Option<ReplicaAck>,
+    /// What every acknowledged write must survive (`[store] durability`,
+    /// default `fsync`; `replicated` implies `replica_ack`).
+    pub durability: Durability,
     /// Prefix of every key.
     pub key_prefix: String,
     /// Timeout of one store call.
@@ -216,6 +241,7 @@ pub(super) fn store_config(
             "has no effect without min_replicas_ack",
         );
     }
+    let durability = durability(problems, raw, redis, replica_ack.is_some());
     let (username, password) = credentials(problems, raw, &backend);
     let tls = match &backend {
         StoreBackend::Redis { url } => redis_tls(problems, raw, Some(url)),
@@ -253,6 +279,7 @@ pub(super) fn store_config(
     StoreConfig {
         backend,
         replica_ack,
+        durability,
         username,
         password,
         tls,
@@ -337,6 +364,32 @@ fn replica_ack(problems: &mut Problems, raw: &raw::RawStore, redis: bool) -> Opt
     Some(ReplicaAck { replicas, timeout })
 }
 
+/// `durability`: `fsync` unless the file says otherwise; the embedded
+/// store only commits durably, and `replicated` needs replicas to wait for.
+fn durability(
+    problems: &mut Problems,
+    raw: &raw::RawStore,
+    redis: bool,
+    replicas: bool,
+) -> Durability {
+    let text = raw.durability.as_deref();
+    let level = problems.choice("store.durability", text, Durability::Fsync);
+    if !redis && text.is_some() && level != Durability::Fsync {
+        problems.push(
+            "store.durability",
+            "the embedded store commits every write to disk (fsync) before answering; \
+             only \"fsync\" is valid with kind = \"embedded\"",
+        );
+    }
+    if redis && level == Durability::Replicated && !replicas {
+        problems.push(
+            "store.durability",
+            "\"replicated\" needs min_replicas_ack of at least 1 (the replicas every write waits for)",
+        );
+    }
+    level
+}
+
 /// `username` and `password`, each unless the Redis URL already has one.
 fn credentials(
     problems: &mut Problems,
@@ -389,6 +442,7 @@ impl StoreConfig {
             on_unavailable: Some(on_unavailable.name().to_owned()),
             min_replicas_ack: redis.then(|| self.replica_ack.map_or(0, |ack| ack.replicas)),
             replica_ack_timeout: self.replica_ack.map(|ack| format_duration(ack.timeout)),
+            durability: Some(self.durability.name().to_owned()),
             allow_eviction: redis.then_some(self.allow_eviction),
             username: source(&self.username),
             password: source(&self.password),
@@ -476,6 +530,49 @@ mod tests {
             problems_of(&redis).contains("store.commit_delay: only valid with kind = \"embedded\""),
             "{}",
             problems_of(&redis)
+        );
+    }
+
+    #[test]
+    fn durability_defaults_to_fsync_and_is_checked_against_the_backend() {
+        use crate::config::Durability;
+        let redis = |extra: &str| {
+            MINIMAL.replace(
+                "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+                &format!("kind = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\n{extra}"),
+            )
+        };
+        assert_eq!(
+            Config::parse(MINIMAL).unwrap().store.durability,
+            Durability::Fsync
+        );
+        assert_eq!(
+            Config::parse(&redis("")).unwrap().store.durability,
+            Durability::Fsync,
+            "memory must be chosen explicitly"
+        );
+        let memory = Config::parse(&redis("durability = \"memory\"")).unwrap();
+        assert_eq!(memory.store.durability, Durability::Memory);
+        let err = problems_of(&redis("durability = \"replicated\""));
+        assert!(
+            err.contains("store.durability: \"replicated\" needs min_replicas_ack"),
+            "{err}"
+        );
+        let replicated = redis("durability = \"replicated\"\nmin_replicas_ack = 1");
+        assert_eq!(
+            Config::parse(&replicated).unwrap().store.durability,
+            Durability::Replicated
+        );
+        let err = problems_of(&redis("durability = \"disk\""));
+        assert!(
+            err.contains("store.durability: \"disk\" is not valid; expected one of \"memory\", \"fsync\", \"replicated\""),
+            "{err}"
+        );
+        let embedded = MINIMAL.replace("[upstream]", "durability = \"memory\"\n[upstream]");
+        let err = problems_of(&embedded);
+        assert!(
+            err.contains("store.durability: the embedded store commits every write"),
+            "{err}"
         );
     }
 

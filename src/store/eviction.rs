@@ -40,16 +40,17 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use fred::interfaces::ServerInterface;
-use fred::prelude::{Client, ClientLike, Value};
+use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
+use super::durability::{Persistence, info_field};
 use super::metrics::EvictionMetrics;
 use super::redis::primaries::cluster_primaries;
-use super::redis::{RedisStore, classify};
+use super::redis::{RedisStore, classify, settings};
 
 /// Time between two checks while Redis answers: once a minute (contract §4 rule 10).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);
@@ -80,6 +81,9 @@ pub(crate) struct NodeReport {
     pub memory: Memory,
     /// Its `evicted_keys` counter, if `INFO stats` answered.
     pub evicted_keys: Option<u64>,
+    /// What it keeps of a write, for the durability check read in the
+    /// same pass (`store::durability`).
+    pub persistence: Persistence,
 }
 
 impl NodeReport {
@@ -122,19 +126,9 @@ impl EvictionWatch {
         }
     }
 
-    /// Reads every primary of `redis` now, updates the gauges and logs.
-    /// `Err` when Redis could not be reached (the previous findings stay).
-    pub(crate) async fn check(
-        &self,
-        redis: &RedisStore,
-        trigger: Trigger,
-    ) -> Result<(), StoreError> {
-        let reports = probe_primaries(redis.client()).await?;
-        self.record(&reports, trigger);
-        Ok(())
-    }
-
-    fn record(&self, reports: &[NodeReport], trigger: Trigger) {
+    /// Takes one reading of every primary ([`read_primaries`]): updates
+    /// the gauges and logs (module docs).
+    pub(crate) fn record(&self, reports: &[NodeReport], trigger: Trigger) {
         let risky: Vec<NodeReport> = reports.iter().filter(|r| r.may_evict()).cloned().collect();
         let evicted = reports
             .iter()
@@ -207,31 +201,12 @@ impl EvictionWatch {
             )
         })
     }
-
-    /// Checks `redis` on the schedule of the module docs until `shutdown`.
-    pub(crate) async fn run(&self, redis: &RedisStore, shutdown: CancellationToken) {
-        let reconnects = redis.reconnects();
-        schedule(
-            || async move {
-                match self.check(redis, Trigger::Scheduled).await {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::warn!(%error, "could not check redis eviction settings; retrying");
-                        false
-                    }
-                }
-            },
-            reconnects,
-            shutdown,
-        )
-        .await;
-    }
 }
 
 /// Runs `check` at once, then [`CHECK_EVERY`] after a check that returned
 /// `true`, [`RETRY_AFTER_FAILURE`] after one that returned `false`, and at
 /// once on every event of `reconnects`, until `shutdown`.
-async fn schedule<F, Fut, T>(
+pub(crate) async fn schedule<F, Fut, T>(
     mut check: F,
     mut reconnects: Option<broadcast::Receiver<T>>,
     shutdown: CancellationToken,
@@ -263,20 +238,22 @@ async fn schedule<F, Fut, T>(
     }
 }
 
-/// Reports for every primary the client routes to.
-async fn probe_primaries(client: &Client) -> Result<Vec<NodeReport>, StoreError> {
+/// Reads every primary of `redis` now: its eviction settings and what it
+/// keeps of a write. `Err` when Redis could not be reached.
+pub(crate) async fn read_primaries(redis: &RedisStore) -> Result<Vec<NodeReport>, StoreError> {
+    let client = redis.client();
     if !client.is_clustered() {
         let node = client
             .active_connections()
             .first()
             .map_or_else(|| "redis".to_owned(), ToString::to_string);
-        return Ok(vec![probe(client, node).await?]);
+        return Ok(vec![probe(client, node, false).await?]);
     }
     let primaries = cluster_primaries(client)?;
     let mut reports = Vec::with_capacity(primaries.len());
     for server in primaries {
         let node = server.to_string();
-        reports.push(probe(&client.with_cluster_node(server), node).await?);
+        reports.push(probe(&client.with_cluster_node(server), node, true).await?);
     }
     Ok(reports)
 }
@@ -286,6 +263,7 @@ async fn probe_primaries(client: &Client) -> Result<Vec<NodeReport>, StoreError>
 async fn probe<C: ClientLike + ServerInterface>(
     client: &C,
     node: String,
+    clustered: bool,
 ) -> Result<NodeReport, StoreError> {
     let memory = match config_get(client).await {
         Ok(memory) => memory,
@@ -307,10 +285,12 @@ async fn probe<C: ClientLike + ServerInterface>(
         Err(StoreError::Unavailable(error)) => return Err(StoreError::Unavailable(error)),
         Err(_) => None,
     };
+    let persistence = settings::persistence(client, node.clone(), clustered).await?;
     Ok(NodeReport {
         node,
         memory,
         evicted_keys,
+        persistence,
     })
 }
 
@@ -347,14 +327,6 @@ fn memory_from_info(text: &str) -> Option<Memory> {
     })
 }
 
-/// The value of `name:value` in an `INFO` reply.
-fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    text.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key == name).then(|| value.trim())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +341,15 @@ mod tests {
                 policy: policy.into(),
             },
             evicted_keys: None,
+            persistence: Persistence {
+                node: "h:1".into(),
+                server: None,
+                appendonly: None,
+                appendfsync: None,
+                save: None,
+                replicas: 0,
+                full_coverage: None,
+            },
         }
     }
 

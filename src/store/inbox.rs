@@ -57,11 +57,13 @@ use crate::record::{OwnerToken, Record};
 /// What a [`AnyStore::swap`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swapped {
-    /// The store holds the new record (and, with `min_replicas_ack`,
-    /// enough replicas acknowledged it).
+    /// The store holds the new record at the declared `[store]
+    /// durability` (fsynced, and with `min_replicas_ack` on enough
+    /// replicas: `store::durability`).
     Written,
-    /// Written on the primary, but fewer replicas than `min_replicas_ack`
-    /// acknowledged it in time: a failover may still undo it.
+    /// Written on the primary, but not confirmed at the declared
+    /// durability in time (no fsync confirmed, or too few replicas): a
+    /// restart or failover may still undo it.
     Unreplicated,
     /// Nothing written: the key is free or another owner wrote it.
     Refused,

@@ -44,13 +44,48 @@ pub(crate) const STORE_EVICTED_KEYS_TOTAL: Description = Description::counter(
     "Keys the Redis primaries evicted since idemgate first read them (INFO stats evicted_keys)",
 );
 
+/// `idemgate_store_durability{level}`: 1 for the declared `[store]
+/// durability` (`memory`, `fsync` or `replicated`), so a dashboard shows
+/// what every acknowledgement rests on (`store::durability`).
+pub(crate) const STORE_DURABILITY: Description = Description::gauge(
+    "idemgate_store_durability",
+    "1 for the declared [store] durability level (label level)",
+);
+/// `idemgate_store_durability_met`: 1 while every primary can give the
+/// declared level, 0 while one can not (writes are then refused).
+pub(crate) const STORE_DURABILITY_MET: Description = Description::gauge(
+    "idemgate_store_durability_met",
+    "1 while the store's settings give the declared durability, else 0",
+);
+
+/// `idemgate_store_data_lost_total`: generation markers found gone or
+/// replaced (`store::generation`): the store lost what idemgate had
+/// written.
+pub(crate) const STORE_DATA_LOST_TOTAL: Description = Description::counter(
+    "idemgate_store_data_lost_total",
+    "Times the store was found to have lost data (its generation marker gone or replaced)",
+);
+
 /// The store's metrics, described at start-up (`app::install_metrics`).
 pub(crate) const DESCRIPTIONS: &[Description] = &[
     STORE_DURATION,
     STORE_ERRORS_TOTAL,
     STORE_EVICTION_RISK,
     STORE_EVICTED_KEYS_TOTAL,
+    STORE_DURABILITY,
+    STORE_DURABILITY_MET,
+    STORE_DATA_LOST_TOTAL,
 ];
+
+/// Sets `idemgate_store_durability{level}` to 1 for the declared level.
+pub(crate) fn durability_level(level: &'static str) {
+    gauge!(STORE_DURABILITY.name, "level" => level).set(1.0);
+}
+
+/// Sets `idemgate_store_durability_met`.
+pub(crate) fn durability_met(met: bool) {
+    gauge!(STORE_DURABILITY_MET.name).set(if met { 1.0 } else { 0.0 });
+}
 
 /// Store operation (`op` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

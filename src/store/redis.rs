@@ -28,16 +28,19 @@
 //! upkeep reach them through `pub(super)` methods.
 
 mod auth;
+mod durable;
 mod entity;
+mod generation;
 mod inbox;
 mod last_error;
 mod listing;
+mod migrating;
 pub(in crate::store) mod primaries;
 mod probe;
 mod ready;
-mod replicas;
 mod replies;
 mod scripts;
+pub(in crate::store) mod settings;
 mod shards;
 pub(crate) mod slots;
 mod span;
@@ -60,6 +63,7 @@ pub use self::auth::RedisAuth;
 pub(super) use self::replies::classify;
 use self::replies::{existing_from, is_moved, millis};
 use self::scripts::{Named, Scripts};
+use super::durability::{Confirmation, WritePolicy};
 use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
 use super::probe::ProbePlan;
 use super::{
@@ -81,7 +85,9 @@ const RECONNECT_MAX_MS: u32 = 2_000;
 pub struct RedisStore {
     pool: Pool,
     scripts: Scripts,
-    replica_ack: Option<ReplicaAck>,
+    /// How a write an acknowledgement rests on is confirmed durable
+    /// (`store::durability`), shared with the durability check.
+    confirmation: Arc<Confirmation>,
     /// Whether the deployment is a Cluster: then a scope's owed set is
     /// split by hash slot (`store::inbox`, "Owed sets").
     clustered: bool,
@@ -139,18 +145,24 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// [`RedisStore::connect_authenticated`] with only the URL's credentials.
+    /// [`RedisStore::connect_authenticated`] with only the URL's
+    /// credentials, at durability `memory` (a throwaway Redis of a test
+    /// or tool), `WAIT`ing for `replica_ack` replicas if given.
     pub async fn connect(
         url: &str,
         command_timeout: Duration,
         replica_ack: Option<ReplicaAck>,
         connections: usize,
     ) -> Result<Self, StoreError> {
+        let policy = WritePolicy {
+            replica_ack,
+            ..WritePolicy::MEMORY
+        };
         Self::connect_authenticated(
             url,
             RedisAuth::default(),
             command_timeout,
-            replica_ack,
+            policy,
             connections,
         )
         .await
@@ -161,10 +173,11 @@ impl RedisStore {
     /// scripts. An unreachable server is not fatal: the pool keeps
     /// reconnecting in the background.
     ///
-    /// With `replica_ack`, every claim and every stored answer is followed
-    /// by `WAIT replicas timeout` on the same connection; a claim that too
-    /// few replicas acknowledged is released again and reported as
-    /// unavailable, so a primary crash right after it can not lose it.
+    /// Every claim, stored answer and queued delivery is confirmed at
+    /// `policy`'s level (`store::durability`: `WAITAOF`, and `WAIT` for
+    /// its replicas) on the same connection; a claim that can not be
+    /// confirmed is released again and reported as unavailable, so a
+    /// crash right after it can not lose it.
     ///
     /// `auth` overrides the URL's user and password where set; fred sends
     /// them to every node (cluster nodes, sentinels and their primary).
@@ -172,7 +185,7 @@ impl RedisStore {
         url: &str,
         auth: RedisAuth,
         command_timeout: Duration,
-        replica_ack: Option<ReplicaAck>,
+        policy: WritePolicy,
         connections: usize,
     ) -> Result<Self, StoreError> {
         let mut config =
@@ -201,7 +214,7 @@ impl RedisStore {
         let store = Self {
             pool,
             scripts: Scripts::new(),
-            replica_ack,
+            confirmation: Arc::new(Confirmation::new(policy)),
             clustered: config.server.is_clustered(),
             spans: span::Spans::of(&config),
             config,
@@ -217,7 +230,14 @@ impl RedisStore {
                     tracing::warn!(%error, "could not load Lua scripts; they load on first use");
                 }
             }
-            _ => store.last_error.log_unreachable(),
+            _ => {
+                let tls_hosts = if store.config.tls.is_some() {
+                    store.config.server.hosts()
+                } else {
+                    Vec::new()
+                };
+                store.last_error.log_unreachable(&tls_hosts).await;
+            }
         }
         if let Some(shards) = &store.shards {
             if !shards.refresh().await {
@@ -225,6 +245,12 @@ impl RedisStore {
             }
         }
         Ok(store)
+    }
+
+    /// How this store's writes are confirmed durable, for the durability
+    /// check that keeps it current (`store::durability`).
+    pub(in crate::store) fn confirmation(&self) -> Arc<Confirmation> {
+        Arc::clone(&self.confirmation)
     }
 
     /// A connected client of the pool (for checks outside the scripts,
@@ -343,7 +369,8 @@ impl RedisStore {
 
     /// Runs `script` on `key` over `client`; on a Cluster, a `MOVED`
     /// reply re-reads the slot map and retries once on the new owner
-    /// (`client` then names it, for a `WAIT` that must follow the write).
+    /// (`client` then names it, for a `WAIT` that must follow the write),
+    /// and a slot being migrated is followed (`migrating`).
     async fn eval(
         &self,
         client: &mut Client,
@@ -377,10 +404,20 @@ impl RedisStore {
                 }
                 *client = self.routed(key.as_str());
                 result = script
-                    .evalsha_with_reload(client, keys, args)
+                    .evalsha_with_reload(client, keys.clone(), args.clone())
                     .instrument(span.clone())
                     .await;
             }
+        }
+        if let Err(error) = result {
+            result = if migrating::is_migrating(&error) {
+                let shards = self.shards.as_deref();
+                migrating::follow(shards, client, script, (keys, args), error)
+                    .instrument(span.clone())
+                    .await
+            } else {
+                Err(error)
+            };
         }
         let result = result.map_err(|e| classify(&e));
         span::ended(&span, &result);
@@ -448,15 +485,15 @@ impl Store for RedisStore {
         }
         let advance = entity.map(|step| step.advance.clone());
         let lease = Lease::claimed(key.clone(), record, ttl, advance);
-        if !self.replicated(client, key).await? {
+        if let Err(shortfall) = self.durable(client, key).await? {
             // Best effort: a claim left behind turns unknown when its lease
             // runs out, and the caller hears the store is unavailable anyway.
             if let Err(error) = self.release(key, lease.owner(), Releasing::Owned).await {
                 tracing::debug!(key = key.hash(), %error, "releasing an unreplicated claim failed");
             }
-            return Err(StoreError::Unavailable(
-                "too few replicas acknowledged the claim".into(),
-            ));
+            return Err(StoreError::Unavailable(format!(
+                "the claim is not confirmed durable: {shortfall}"
+            )));
         }
         Ok(ClaimOutcome::Claimed(lease))
     }
@@ -506,18 +543,20 @@ impl Store for RedisStore {
             Some(2) => Completion::StoredInFreeKey,
             _ => Completion::TakenOver,
         };
-        if completion.stored() && !self.replicated(client, key).await? {
+        if completion.stored() {
             // The sender of an owed delivery is acknowledged only for what
-            // a failover can not undo; an answer in hand is kept anyway.
-            if owes {
-                return Err(StoreError::Unavailable(
-                    "too few replicas acknowledged the queued delivery".into(),
-                ));
+            // the declared durability keeps; an answer in hand is stored
+            // again until it is (`pipeline::persist` retries this error).
+            if let Err(shortfall) = self.durable(client, key).await? {
+                let what = if owes {
+                    "the queued delivery"
+                } else {
+                    "the stored answer"
+                };
+                return Err(StoreError::Unavailable(format!(
+                    "{what} is not confirmed durable: {shortfall}"
+                )));
             }
-            tracing::warn!(
-                key = key.hash(),
-                "stored answer not yet acknowledged by enough replicas"
-            );
         }
         Ok(completion)
     }

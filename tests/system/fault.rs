@@ -38,6 +38,7 @@ mod failover;
 mod inbox_failover;
 mod instances;
 mod killed_instance;
+mod migration;
 mod probe_cluster;
 mod restart;
 mod upstream_faults;

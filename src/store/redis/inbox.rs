@@ -178,7 +178,7 @@ impl RedisStore {
         if reply.as_i64() != Some(1) {
             return Ok(Ok(Swapped::Refused));
         }
-        Ok(Ok(if self.replicated(client, key).await? {
+        Ok(Ok(if self.durable(client, key).await?.is_ok() {
             Swapped::Written
         } else {
             Swapped::Unreplicated

@@ -7,12 +7,23 @@
 //! fred reports connection errors on an event stream, not to the command
 //! that waits for the connection; this listens to it for every client of
 //! the pool and forgets the error once a connection succeeds.
+//!
+//! A `rediss://` URL pointed at a plain (non-TLS) port fails in a way
+//! fred only reports as a timeout: the server waits for a command line
+//! that the TLS greeting never ends. So a failed TLS connection asks that
+//! port once in plain RESP (`PING`), and a server that answers is named
+//! as one that speaks no TLS there.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use fred::prelude::{EventInterface as _, Pool};
+use fred::prelude::{EventInterface as _, Pool, Server};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::store::StoreError;
+
+/// What a plain port behind a TLS URL is called.
+const PLAIN_PORT: &str = "answers plain Redis, not TLS";
 
 /// The pool's last connection error, until the next successful connection.
 #[derive(Debug, Clone, Default)]
@@ -26,7 +37,7 @@ impl LastError {
         for client in pool.clients() {
             let on_error = last.clone();
             client.on_error(move |(error, _server)| {
-                on_error.set(Some(error.to_string()));
+                on_error.failed(error.to_string());
                 async { Ok(()) }
             });
             let on_reconnect = last.clone();
@@ -36,6 +47,16 @@ impl LastError {
             });
         }
         last
+    }
+
+    /// A failed connection attempt: its error, unless it is the timeout a
+    /// plain port behind a TLS URL gives, already named better.
+    fn failed(&self, error: String) {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let named = last.as_deref().is_some_and(|l| l.contains(PLAIN_PORT));
+        if !(named && error.contains("Timeout")) {
+            *last = Some(error);
+        }
     }
 
     fn set(&self, error: Option<String>) {
@@ -52,8 +73,20 @@ impl LastError {
 
     /// Start-up found no connection within its wait: an error naming the
     /// refusal when there was one (a TLS or authentication failure will
-    /// not mend by itself), else a warning.
-    pub(super) fn log_unreachable(&self) {
+    /// not mend by itself), else a warning. `tls_hosts` are the URL's
+    /// hosts when it asks for TLS: one that answers plain RESP is named
+    /// (module docs), here and in `/readyz` until a connection succeeds.
+    pub(super) async fn log_unreachable(&self, tls_hosts: &[Server]) {
+        for server in tls_hosts {
+            if speaks_plain_resp(server).await {
+                self.set(Some(format!(
+                    "{}:{} {PLAIN_PORT}, but the URL says rediss://: use redis://, or the \
+                     server's tls-port",
+                    server.host, server.port
+                )));
+                break;
+            }
+        }
         match self.get() {
             Some(error) => tracing::error!(
                 %error,
@@ -73,6 +106,23 @@ impl LastError {
             (error, _) => error,
         }
     }
+}
+
+/// Whether `server` answers a plain `PING` with a RESP reply (`+PONG`, or
+/// an error such as `-NOAUTH`): a port without TLS. Bounded to 500 ms.
+async fn speaks_plain_resp(server: &Server) -> bool {
+    let address = format!("{}:{}", server.host, server.port);
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 8];
+        let read = stream.read(&mut reply).await.ok()?;
+        Some(read > 0 && matches!(reply[0], b'+' | b'-'))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), ask).await,
+        Ok(Some(true))
+    )
 }
 
 #[cfg(test)]
@@ -107,5 +157,15 @@ mod tests {
         );
         last.set(None);
         assert_eq!(unavailable(last.explain(timeout())).unwrap(), "timed out");
+    }
+
+    #[test]
+    fn a_named_plain_port_outlives_the_timeouts_it_causes() {
+        let last = LastError::default();
+        last.set(Some(format!("127.0.0.1:6379 {PLAIN_PORT}")));
+        last.failed("Timeout Error: Request timed out.".to_owned());
+        assert!(last.get().unwrap().contains(PLAIN_PORT));
+        last.failed("IO Error: connection refused".to_owned());
+        assert_eq!(last.get().unwrap(), "IO Error: connection refused");
     }
 }

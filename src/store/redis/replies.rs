@@ -16,7 +16,12 @@ pub(in crate::store) fn classify(error: &FredError) -> StoreError {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => {
             StoreError::Unavailable(error.to_string())
         }
-        _ if error.details().contains("LOADING") || error.details().contains("CLUSTERDOWN") => {
+        // A node loading its data, a Cluster without a slot's owner, and
+        // a slot on its way to another node (`migrating.rs`): each passes.
+        _ if ["LOADING", "CLUSTERDOWN", "TRYAGAIN", "ASK ", "MOVED "]
+            .iter()
+            .any(|word| error.details().contains(word)) =>
+        {
             StoreError::Unavailable(error.to_string())
         }
         // maxmemory reached under noeviction: reads still work.

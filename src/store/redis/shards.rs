@@ -79,6 +79,12 @@ impl Shards {
         map.pools.get(server).cloned()
     }
 
+    /// The pool of the primary at `server`, if it is one.
+    pub(super) fn pool_at(&self, server: &Server) -> Option<Pool> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.pools.get(server).cloned()
+    }
+
     /// Re-reads the slot map unless a refresh ran less than
     /// [`REFRESH_EVERY`] ago (or runs now); returns whether it read one.
     pub(super) async fn refresh(&self) -> bool {

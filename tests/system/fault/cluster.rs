@@ -12,7 +12,7 @@ async fn redis_cluster_spreads_keys_and_deduplicates() {
     let setup = started.elapsed();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(20))).await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let text = config_text(&store, &upstream.url(), "");
@@ -86,7 +86,7 @@ async fn redis_cluster_eviction_is_checked_on_every_primary() {
     }
     let upstream = Upstream::start().await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let gate = GateProcess::start(&config_text(&store, &upstream.url(), ""));
@@ -150,7 +150,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let text = config_text(&store, &upstream.url(), "")
@@ -215,7 +215,7 @@ async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let text = config_text(&store, &upstream.url(), "");

@@ -13,7 +13,7 @@ async fn redis_cluster_keeps_each_entitys_machine_in_one_slot() {
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let text = config_text(&store, &upstream.url(), ENTITY_MACHINE);

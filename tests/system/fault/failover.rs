@@ -541,7 +541,7 @@ impl SlotGroup {
 async fn failover_gates(url: &str) -> (Upstream, Vec<GateProcess>, Vec<String>) {
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1"
+        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"\nmin_replicas_ack = 1"
     );
     let text = config_text(&store, &upstream.url(), "");
     let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();

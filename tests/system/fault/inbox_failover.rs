@@ -58,7 +58,7 @@ async fn handler(mode: &Arc<AtomicUsize>, taken: &Arc<Mutex<HashMap<String, usiz
 
 fn gate_config(url: &str, handler: &str) -> String {
     let store = format!(
-        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"500ms\""
+        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"500ms\""
     );
     let base = config_text(&store, handler, "");
     format!(

@@ -81,7 +81,7 @@ async fn redis_cluster_probes_survive_a_killed_owner_and_a_replaced_fleet() {
     let cluster = Cluster::start();
     let upstream = applying_handler().await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
         cluster.url()
     );
     let text = config_text(&store, &upstream.url(), PROBE_ROUTE)

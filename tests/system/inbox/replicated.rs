@@ -54,7 +54,7 @@ impl Replicated {
     /// replica, at most 300 ms.
     fn store(&self) -> String {
         format!(
-            "kind = \"redis\"\nurl = \"redis://127.0.0.1:{}/0\"\ncommand_timeout = \"1s\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"300ms\"",
+            "kind = \"redis\"\nurl = \"redis://127.0.0.1:{}/0\"\ncommand_timeout = \"1s\"\ndurability = \"memory\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"300ms\"",
             self.primary_port
         )
     }
