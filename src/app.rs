@@ -85,9 +85,11 @@ fn describe_metrics() {
         crate::pipeline::entity::DESCRIPTIONS,
         crate::pipeline::probe::DESCRIPTIONS,
         crate::inbox::metrics::DESCRIPTIONS,
+        &[crate::peers::PEER_SHARE_REFUSALS],
     ] {
         crate::metrics::describe(table);
     }
+    crate::peers::Resource::register();
     crate::rotation::describe();
     crate::telemetry::describe();
     crate::log_writer::register_metrics();

@@ -111,6 +111,7 @@ pub(crate) mod inbox;
 pub mod log_writer;
 pub(crate) mod metrics;
 pub mod path;
+pub(crate) mod peers;
 pub mod pipeline;
 pub mod record;
 pub mod replay_cache;

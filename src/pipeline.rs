@@ -197,9 +197,12 @@ impl Pipeline {
     /// fails: every error becomes a problem+json answer.
     pub(crate) async fn handle(
         self: Arc<Self>,
-        request: Request<Incoming>,
+        mut request: Request<Incoming>,
         peer: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(body::Peer(peer.ip()));
+        }
         let span = trace::delivery(
             self.tracing,
             request.method(),

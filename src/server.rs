@@ -5,7 +5,9 @@
 //!
 //! * at most `max_connections` open connections: at the cap the loop stops
 //!   accepting, so further connections wait in the kernel's listen backlog
-//!   (they are not refused) until one closes;
+//!   (they are not refused) until one closes; one client address may hold
+//!   at most its share of them (`crate::peers`), beyond which a connection
+//!   is closed at once;
 //! * every connection must start its first request within
 //!   `header_read_timeout` of accept, and is closed after `idle_timeout`
 //!   with no request open ([`progress`]): a silent socket, an HTTP/2
@@ -53,6 +55,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::body::ProxyBody;
 use crate::config::Limits;
+use crate::peers::{PeerHold, PeerShares, Resource};
 use progress::{Bounds, Open, Progress};
 
 /// How long a connection told to close for idleness may take to do so
@@ -93,6 +96,7 @@ pub(crate) async fn serve<H, F>(
     let builder = Arc::new(builder(&limits));
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let shares = PeerShares::new(Resource::Connections, limits.max_connections);
     loop {
         let slot = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -110,6 +114,12 @@ pub(crate) async fn serve<H, F>(
                 }
             },
         };
+        // No one peer may hold every connection (`crate::peers`).
+        let mut share = shares.hold(peer.ip());
+        if !share.grow(1) {
+            tracing::debug!(%peer, "connection closed: its peer holds its share of max_connections");
+            continue;
+        }
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
         }
@@ -120,6 +130,7 @@ pub(crate) async fn serve<H, F>(
             handler.clone(),
             Accepted {
                 slot,
+                share,
                 limits: limits.clone(),
                 shutdown: shutdown.clone(),
             },
@@ -158,6 +169,8 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// ends), the limits and the shutdown signal.
 struct Accepted {
     slot: OwnedSemaphorePermit,
+    /// Its place in its peer's share of the connections.
+    share: PeerHold,
     limits: Limits,
     shutdown: CancellationToken,
 }
@@ -185,6 +198,7 @@ async fn connection<H, F>(
 {
     let Accepted {
         slot,
+        share,
         limits,
         shutdown,
     } = accepted;
@@ -226,7 +240,7 @@ async fn connection<H, F>(
     if tokio::time::timeout(grace, connection).await.is_err() {
         tracing::debug!(%peer, ?closing, "connection dropped: it did not close in time");
     }
-    drop(slot);
+    drop((slot, share));
 }
 
 /// An answer's body that keeps its request open ([`Open`]) until hyper has

@@ -5,8 +5,11 @@
 //! limit. Either way the answer is 413 `body_too_large`, and nothing is
 //! buffered beyond the limit. A body that trickles in slower than
 //! `limits.body_read_timeout` allows is cut off with 408 `body_timeout`.
-//! Every chunk is reserved from the process-wide [`Budget`] as it arrives;
-//! one that does not fit is refused with 503 `over_capacity`.
+//! Every chunk is reserved from the process-wide [`Budget`] as it arrives,
+//! in the sending peer's share of it; one that does not fit is refused
+//! with 503 `over_capacity`.
+
+use std::net::IpAddr;
 
 use bytes::{Bytes, BytesMut};
 use http::Request;
@@ -16,6 +19,12 @@ use hyper::body::Incoming;
 use crate::budget::{Budget, Reserved};
 use crate::error::Rejection;
 use crate::extract::Inbound;
+
+/// The address a request came from, as the listener saw it: put in the
+/// request's extensions by [`crate::pipeline::Pipeline::handle`], read here
+/// for the peer's share of the budget (`crate::peers`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) IpAddr);
 
 /// How to read one body: the per-request bounds and the shared budget.
 #[derive(Debug, Clone)]
@@ -42,8 +51,9 @@ pub(crate) async fn read(
     if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(Rejection::BodyTooLarge);
     }
+    let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
     let (parts, body) = request.into_parts();
-    let (body, reserved) = tokio::time::timeout(limits.timeout, collect(body, limits))
+    let (body, reserved) = tokio::time::timeout(limits.timeout, collect(body, limits, peer))
         .await
         .map_err(|_| Rejection::BodyTimeout)??;
     Ok(Inbound::new(parts, body).holding(reserved))
@@ -51,7 +61,11 @@ pub(crate) async fn read(
 
 /// The body's bytes, each chunk reserved from the budget before it is
 /// kept. A body in one chunk (the usual case) is kept without a copy.
-async fn collect(mut body: Incoming, limits: &BodyLimits) -> Result<(Bytes, Reserved), Rejection> {
+async fn collect(
+    mut body: Incoming,
+    limits: &BodyLimits,
+    peer: Option<IpAddr>,
+) -> Result<(Bytes, Reserved), Rejection> {
     let limit = usize::try_from(limits.max_bytes).unwrap_or(usize::MAX);
     let mut reserved = Reserved::default();
     let mut chunks: Vec<Bytes> = Vec::new();
@@ -65,7 +79,7 @@ async fn collect(mut body: Incoming, limits: &BodyLimits) -> Result<(Bytes, Rese
         if length > limit {
             return Err(Rejection::BodyTooLarge);
         }
-        limits.budget.reserve(&mut reserved, chunk.len())?;
+        limits.budget.reserve(&mut reserved, chunk.len(), peer)?;
         chunks.push(chunk);
     }
     let body = match chunks.len() {

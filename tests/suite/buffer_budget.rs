@@ -91,6 +91,100 @@ async fn stalled_bodies_beyond_the_budget_get_503_until_they_go() {
     gate.stop().await;
 }
 
+/// A TCP connection to `addr` from the loopback address `source`
+/// (127.0.0.0/8 is all local on Linux): a peer of its own.
+async fn connect_from(source: [u8; 4], addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .expect("bind a loopback source address");
+    socket.connect(addr).await.expect("connect")
+}
+
+/// A signed delivery of `body` from `source`: its status (0: no answer).
+async fn deliver_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let mut stream = connect_from(source, addr).await;
+    let mut head = format!(
+        "POST /notify HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in signed(body) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_greedy_peer_can_not_take_the_budget_from_the_others() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
+        "[limits]",
+        "[limits]\nmax_body_bytes = 65536\nmax_buffered_bytes = 262144\nbody_read_timeout = \"20s\"",
+    );
+    let gate = Gate::start(&text).await;
+    // 127.0.0.2 opens 8 connections and trickles 61,440 bytes of a 65,536
+    // byte body on each, in 4 KiB writes: it asks for 491,520 bytes.
+    let mut greedy = Vec::new();
+    for _ in 0..8 {
+        let mut stream = connect_from([127, 0, 0, 2], gate.addr).await;
+        let head = "POST /notify HTTP/1.1\r\nhost: x\r\ncontent-length: 65536\r\n\r\n";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        greedy.push(stream);
+    }
+    for _ in 0..15 {
+        for stream in &mut greedy {
+            // A refused body's connection is closed: its writes may fail.
+            let _ = stream.write_all(&[b'x'; 4096]).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 127.0.0.3 sends 20 deliveries of about 20 KB, one after another.
+    let mut served = 0;
+    for i in 0..20 {
+        let body = padded_payment(&format!("p-fair-{i}"), 20_000);
+        if deliver_from([127, 0, 0, 3], gate.addr, &body).await == 200 {
+            served += 1;
+        }
+    }
+    eprintln!("measured: one greedy peer (8 stalled bodies), honest peer served {served} of 20");
+    assert_eq!(served, 20, "the honest peer keeps the quarter left to it");
+    drop(greedy);
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_can_not_take_every_connection() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
+        "[limits]",
+        "[limits]\nmax_connections = 8\nheader_read_timeout = \"20s\"",
+    );
+    let gate = Gate::start(&text).await;
+    // 127.0.0.2 opens every connection idemgate takes and sends nothing.
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        idle.push(connect_from([127, 0, 0, 2], gate.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = deliver_from([127, 0, 0, 3], gate.addr, &payment("p-conn")).await;
+    assert_eq!(status, 200, "a quarter of the connections stays for others");
+    drop(idle);
+    gate.stop().await;
+}
+
 /// Connections of the flood: `IDEMGATE_FLOOD_CONNECTIONS` (default 2).
 fn flood_connections() -> usize {
     std::env::var("IDEMGATE_FLOOD_CONNECTIONS")
