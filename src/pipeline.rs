@@ -61,6 +61,7 @@ pub(crate) mod guard;
 mod hold;
 pub mod identify;
 pub(crate) mod lease_timing;
+mod local;
 pub(crate) mod metrics;
 mod outcome;
 pub mod parameters;

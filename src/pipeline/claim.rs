@@ -36,17 +36,16 @@
 //! per-request call names only the delivery, its rules and how long it may
 //! wait.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::identify::Identity;
 use super::lease_timing::LeaseTiming;
+use super::local::{AnswersInHand, InHand, LocalWaiters};
 use super::single_flight::{Flight, SingleFlight};
 use crate::backoff::Backoff;
 use crate::config::{Idempotency, OnInFlight};
@@ -110,47 +109,11 @@ pub(crate) struct Claimer {
     stop: CancellationToken,
     owners: OwnerMint,
     waiters: LocalWaiters,
+    /// Keys whose answer this process holds but has not stored yet.
+    in_hand: AnswersInHand,
     flights: SingleFlight<StoreKey, Result<Seen, StoreError>>,
     /// Duplicates of one key allowed to wait at once on this instance.
     max_waiting: usize,
-}
-
-/// Duplicates on this instance waiting for a key's first delivery, woken
-/// the moment it settles instead of at their next store re-check.
-#[derive(Debug, Default)]
-struct LocalWaiters {
-    waiting: Mutex<HashMap<String, Arc<Notify>>>,
-}
-
-impl LocalWaiters {
-    /// A handle to wait on `key`, unless `limit` waiters hold one already.
-    fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let notify = waiting.entry(key.to_owned()).or_default();
-        // The map holds one handle; every other one is a waiter.
-        (Arc::strong_count(notify) <= limit).then(|| Arc::clone(notify))
-    }
-
-    /// Drops a waiter's handle, and the key's entry with the last one.
-    fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        // The map's handle plus ours: nobody else is waiting.
-        if Arc::strong_count(notify) == 2 {
-            waiting.remove(key);
-        }
-    }
-
-    /// Wakes every local waiter on `key`.
-    fn settled(&self, key: &str) {
-        let notify = self
-            .waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-        if let Some(notify) = notify {
-            notify.notify_waiters();
-        }
-    }
 }
 
 /// Releases a claim whose reply nobody will read: armed while the claim
@@ -201,6 +164,7 @@ impl Claimer {
             stop,
             owners: OwnerMint::new(),
             waiters: LocalWaiters::default(),
+            in_hand: AnswersInHand::default(),
             flights: SingleFlight::default(),
             max_waiting,
         }
@@ -229,6 +193,14 @@ impl Claimer {
     /// Wakes every local waiter on `key`: its first delivery has settled.
     pub(crate) fn settled(&self, key: &StoreKey) {
         self.waiters.settled(key.as_str());
+    }
+
+    /// Marks `key`'s answer as held by this process until the guard is
+    /// dropped (stored, or given up): meanwhile its copies here see the key
+    /// in flight, never free, whatever the store says (a claim that
+    /// expired while the store refused writes), and the drop wakes them.
+    pub(crate) fn answer_in_hand(&self, key: &StoreKey) -> InHand<'_> {
+        self.in_hand.hold(key.as_str(), &self.waiters)
     }
 
     /// Claims `identity` or decides from the existing record (module
@@ -294,7 +266,13 @@ impl Claimer {
                 Ok(ClaimOutcome::Decided(verdict)) => Ok(Seen::Decided(verdict.clone())),
                 Err(error) => Err(error.clone()),
             };
+            let in_hand = self.in_hand.holds(identity.key.as_str());
             let result = match self.store.cached(&identity.key) {
+                // This process holds the key's answer (`answer_in_hand`).
+                _ if in_hand => Ok(ClaimOutcome::Existing(Existing {
+                    record: Record::in_flight(owner, identity.fingerprint, None),
+                    ttl: Some(claim_ttl),
+                })),
                 // Only completed records are cached: no round trip at all.
                 Some(hit) => Ok(ClaimOutcome::Existing(hit)),
                 None => match self.flights.run(&identity.key, attempt, share).await {

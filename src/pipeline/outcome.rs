@@ -128,10 +128,13 @@ impl Pipeline {
         ttl: Duration,
         failure: StoreError,
     ) {
+        // Copies here must not claim the key while its answer is in hand.
+        let in_hand = self.claimer.answer_in_hand(lease.key());
         let done = self
             .persist(route, lease, record, ttl)
             .until_stored(failure, &self.grace_over)
             .await;
+        drop(in_hand);
         self.report_persisted(route, lease, record, done);
     }
 

@@ -162,6 +162,53 @@ async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     gate.stop().await;
 }
 
+/// A store that comes back empty (a restart without persistence) while an
+/// answer is in hand: copies sent here as soon as it is back never claim
+/// the free key, they wait or get 409 until the answer is stored, then
+/// get it. Without the in-hand guard a copy that beat the next store
+/// attempt ran the delivery again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_never_claim_a_key_whose_answer_is_in_hand() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(800))).await;
+    let gate = Gate::start(&config_text(
+        &redis_store(&redis),
+        &upstream.url(),
+        "on_in_flight = \"conflict\"",
+    ))
+    .await;
+    let body = payment("p-in-hand");
+    let first = deliver_while_upstream_works(gate.url("/notify"), &body, &upstream, 1).await;
+    redis.stop();
+    let answer = first.await.unwrap();
+    assert_eq!(answer.status, 200, "the sender gets its answer: {answer:?}");
+    // Let the store attempts back off towards their 1 s pause, then bring
+    // the store back empty and send copies at once, every 20 ms.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart();
+    let mut statuses = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < deadline {
+        let copy = deliver(&gate.url("/notify"), &body).await;
+        statuses.push(copy.status);
+        if copy.replayed() == Some("true") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        upstream.calls(),
+        1,
+        "no copy ran the delivery again; statuses {statuses:?}"
+    );
+    assert_eq!(
+        statuses.last(),
+        Some(&200),
+        "the copies got the answer: {statuses:?}"
+    );
+    gate.stop().await;
+}
+
 /// A give-up is an unknown outcome: counted, and logged with the key an
 /// operator can paste into the admin API. Here another owner's claim
 /// replaces ours while the upstream works (as after a store that lost the
