@@ -29,6 +29,7 @@
 
 mod books;
 mod entities;
+mod generation;
 mod held;
 mod index;
 mod listing;
@@ -37,14 +38,14 @@ mod owed;
 mod probes;
 mod room;
 mod slot;
+mod start;
 mod writer;
 
-use std::path::Path;
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use self::slot::{Expiries, Records, Slot, expiry_of, read_entry};
 pub use self::writer::GroupCommit;
@@ -104,6 +105,9 @@ enum Owned {
 #[derive(Clone)]
 pub struct EmbeddedStore {
     inner: Arc<Inner>,
+    /// The marker its generation is raised in (`embedded/generation.rs`);
+    /// `None` for a store a test built over its own backend.
+    stamp: Option<Arc<open::Stamp>>,
 }
 
 /// The writer thread and the state it shares with the readers. Dropping
@@ -139,49 +143,6 @@ fn backend<E: std::error::Error + 'static>(error: E) -> StoreError {
 }
 
 impl EmbeddedStore {
-    /// Opens (or, on a first start, creates) the database file with the
-    /// default [`GroupCommit`], refusing one that was emptied, deleted,
-    /// replaced or damaged ([`open`]).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Self::open_with(path, GroupCommit::default())
-    }
-
-    /// Opens (or creates) the database file and starts its writer thread,
-    /// which groups writes into commits as `group` says.
-    pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
-        let db = open::open_database(path).map_err(backend)?;
-        let room = room::on_disk_of(path);
-        let path = path.to_owned();
-        Self::start(db, Box::new(move || Database::create(&path)), room, group)
-    }
-
-    /// The store over `db`, reopened with `reopen` after a failure and
-    /// ready again only when `room` says the disk takes new data, with its
-    /// writer thread.
-    fn start(
-        db: Database,
-        reopen: writer::Opener,
-        room: room::Room,
-        group: GroupCommit,
-    ) -> Result<Self, StoreError> {
-        let shared = Arc::new(Shared::new(db, reopen, room));
-        let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
-        let writer = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("idemgate-store-writer".into())
-                .spawn(move || writer::run(&shared, &queue, group))
-                .map_err(backend)?
-        };
-        Ok(Self {
-            inner: Arc::new(Inner {
-                shared,
-                jobs: Some(jobs),
-                writer: Some(writer),
-            }),
-        })
-    }
-
     /// Hands `op` to the writer thread, which runs it in a write
     /// transaction shared with whatever else is pending and answers once
     /// the commit holding it is durable (`writer` module docs); a batch of

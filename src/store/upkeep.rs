@@ -6,7 +6,8 @@
 //! shutdown waits for it:
 //!
 //! * **embedded** — the sweeper, deleting expired records every
-//!   [`SWEEP_EVERY`];
+//!   [`SWEEP_EVERY`] and raising the store's generation with each sweep
+//!   (so an older copy of the file is refused at start-up);
 //! * **Redis** — one reading of every primary's settings on the eviction
 //!   watcher's schedule, handed to the eviction watcher (`store::eviction`)
 //!   and the durability watcher (`store::durability`), then a look at the
@@ -111,6 +112,11 @@ impl AnyStore {
                         async move {
                             if let Err(error) = embedded.sweep().await {
                                 tracing::warn!(%error, "embedded store sweep failed");
+                            }
+                            // A copy of the file older than this is refused
+                            // at start-up (`store/embedded/generation.rs`).
+                            if let Err(error) = embedded.raise_generation().await {
+                                tracing::warn!(%error, "embedded store generation not raised");
                             }
                         }
                     },

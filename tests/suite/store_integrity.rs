@@ -239,6 +239,29 @@ async fn a_store_of_a_release_without_markers_starts_replays_and_gets_its_marker
     assert!(refusal(&text).await.contains("is empty (0 bytes)"));
 }
 
+/// A restored backup: a copy of the file taken before deliveries that
+/// were answered since. Started on it, their retries would run again; it
+/// is refused until the operator deletes the marker on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_copy_of_the_store_is_refused_as_a_restored_backup() {
+    let upstream = Upstream::start().await;
+    let (_dir, path, text) = answered_store(&upstream).await;
+    let backup = path.with_extension("backup");
+    std::fs::copy(&path, &backup).unwrap();
+    let gate = Gate::start(&text).await;
+    let later = deliver(&gate.url("/notify"), &payment("after-the-backup")).await;
+    assert_eq!(later.status, 200);
+    gate.stop().await;
+    std::fs::copy(&backup, &path).unwrap();
+    let error = refusal(&text).await;
+    assert!(error.contains("is an older copy of its store"), "{error}");
+    assert!(
+        error.contains(&format!("deleting {}", marker(&path).display())),
+        "{error}"
+    );
+    assert_eq!(upstream.calls(), KEYS + 1, "nothing ran on the copy");
+}
+
 #[test]
 fn the_binary_exits_non_zero_with_one_line_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,6 +25,17 @@
 //! marker leaves a database with an id and no marker, which the next
 //! start accepts and writes the marker for. A database from a release
 //! without markers (no id inside) is given an id and a marker.
+//!
+//! A restored backup is the third such fault: an older copy of the file
+//! opens cleanly, and every delivery answered after the copy was taken
+//! would run again on its retry. So the store also keeps a *generation*,
+//! a counter inside the database (table `meta`) and in the marker, raised
+//! at every start and every half minute while running
+//! (`embedded/generation.rs`), inside first, then in the marker. A
+//! database whose generation is below the marker's is an older copy and
+//! is refused ([`OpenError::Restored`]); deleting the marker is again the
+//! deliberate way past it. The marker lags the database by at most one
+//! raise (a crash between the two writes), which is accepted.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -38,12 +49,16 @@ use redb::{Builder, Database, DatabaseError, ReadableTable, StorageError, TableD
 const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("meta");
 /// The name of the store id in [`META`].
 const STORE_ID: &str = "store_id";
+/// The name of the generation in [`META`] (8 bytes, big-endian).
+const GENERATION: &str = "generation";
 /// The marker's first line, for whoever finds the file.
 const MARKER_HEADER: &str = "# idemgate embedded store marker: the database file next to me was created by idemgate \
      and holds answered deliveries. Delete me only to start with an empty store on purpose \
      (docs/operations.md, \"Embedded store start-up check\").";
 /// The prefix of the marker line that holds the id.
 const MARKER_ID: &str = "store_id ";
+/// The prefix of the marker line that holds the generation.
+const MARKER_GENERATION: &str = "generation ";
 
 /// Why the store file was not opened. Each message is one line naming the
 /// file, what was found and what the operator can do.
@@ -87,6 +102,24 @@ pub(crate) enum OpenError {
         expected: StoreId,
         /// The id the database holds (`none` for a database without one).
         found: FoundId,
+    },
+    /// The database is an older copy of the store the marker has seen.
+    #[error(
+        "{path} is an older copy of its store (generation {found}, but {marker} has seen generation \
+         {expected}): a restored backup, on which every delivery answered after the copy was taken \
+         would run again when retried. Put the newest file back; or, to start on this copy on \
+         purpose, follow \"Restoring the embedded store\" in docs/operations.md, which ends by \
+         deleting {marker}"
+    )]
+    Restored {
+        /// The database file.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
+        /// The generation the marker holds.
+        expected: u64,
+        /// The generation the database holds.
+        found: u64,
     },
     /// redb refused the file or its integrity check failed.
     #[error(
@@ -177,6 +210,46 @@ impl fmt::Display for FoundId {
     }
 }
 
+/// What the marker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Marker {
+    /// The store id.
+    pub(super) id: StoreId,
+    /// The highest generation written (0 in a marker from before them).
+    pub(super) generation: u64,
+}
+
+/// An opened database, with what later raises of its generation need.
+pub(super) struct Opened {
+    /// The database.
+    pub(super) db: Database,
+    /// Its marker file.
+    marker: PathBuf,
+    /// Its store id.
+    id: StoreId,
+}
+
+/// What a raise of a running store's generation writes to: its marker,
+/// which names its id.
+#[derive(Debug)]
+pub(super) struct Stamp {
+    /// The marker file.
+    pub(super) marker: PathBuf,
+    /// The store id the marker names.
+    pub(super) id: StoreId,
+}
+
+impl Opened {
+    /// The database, and the stamp its generation raises write.
+    pub(super) fn split(self) -> (Database, Stamp) {
+        let stamp = Stamp {
+            marker: self.marker,
+            id: self.id,
+        };
+        (self.db, stamp)
+    }
+}
+
 /// What is at the database's path before the open.
 enum FileState {
     Missing,
@@ -221,7 +294,7 @@ fn sync_folder(dir: &Path) -> Result<(), OpenError> {
 /// Opens the database at `path` for the embedded store (see the module
 /// docs): creates it on a first start, checks it otherwise, and returns it
 /// with every table the store uses created.
-pub(super) fn open_database(path: &Path) -> Result<Database, OpenError> {
+pub(super) fn open_database(path: &Path) -> Result<Opened, OpenError> {
     std::fs::create_dir_all(folder(path)).map_err(io("create the folder of", path))?;
     let marker = marker_path(path);
     let expected = read_marker(path, &marker)?;
@@ -245,8 +318,8 @@ pub(super) fn open_database(path: &Path) -> Result<Database, OpenError> {
     }
 }
 
-/// The id the marker holds; `None` when there is no marker.
-fn read_marker(path: &Path, marker: &Path) -> Result<Option<StoreId>, OpenError> {
+/// What the marker holds; `None` when there is no marker.
+fn read_marker(path: &Path, marker: &Path) -> Result<Option<Marker>, OpenError> {
     let text = match std::fs::read_to_string(marker) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -255,11 +328,22 @@ fn read_marker(path: &Path, marker: &Path) -> Result<Option<StoreId>, OpenError>
         }
         Err(e) => return Err(io("read", marker)(e)),
     };
-    text.lines()
+    let id = text
+        .lines()
         .find_map(|line| line.strip_prefix(MARKER_ID))
         .and_then(StoreId::parse)
-        .map(Some)
-        .ok_or_else(|| bad_marker(path, marker, "no store_id line"))
+        .ok_or_else(|| bad_marker(path, marker, "no store_id line"))?;
+    let generation = match text
+        .lines()
+        .find_map(|line| line.strip_prefix(MARKER_GENERATION))
+    {
+        None => 0,
+        Some(number) => number
+            .trim()
+            .parse()
+            .map_err(|_| bad_marker(path, marker, "a generation that is not a number"))?,
+    };
+    Ok(Some(Marker { id, generation }))
 }
 
 fn bad_marker(path: &Path, marker: &Path, reason: &str) -> OpenError {
@@ -270,14 +354,17 @@ fn bad_marker(path: &Path, marker: &Path, reason: &str) -> OpenError {
     }
 }
 
-/// Writes the marker for `id` atomically (temporary file, fsync, rename,
-/// fsync of the folder).
-fn write_marker(marker: &Path, id: StoreId) -> Result<(), OpenError> {
+/// Writes the marker for `id` at `generation` atomically (temporary file,
+/// fsync, rename, fsync of the folder).
+pub(super) fn write_marker(marker: &Path, id: StoreId, generation: u64) -> Result<(), OpenError> {
     let temporary = sibling(marker, ".tmp");
     let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
-    writeln!(file, "{MARKER_HEADER}\n{MARKER_ID}{id}")
-        .and_then(|()| file.sync_all())
-        .map_err(io("write", &temporary))?;
+    writeln!(
+        file,
+        "{MARKER_HEADER}\n{MARKER_ID}{id}\n{MARKER_GENERATION}{generation}"
+    )
+    .and_then(|()| file.sync_all())
+    .map_err(io("write", &temporary))?;
     std::fs::rename(&temporary, marker).map_err(io("write", marker))?;
     sync_folder(folder(marker))
 }
@@ -304,7 +391,7 @@ fn refused(path: &Path, marker: &Path, error: DatabaseError) -> OpenError {
 
 /// A first start: the database is created under a temporary name with
 /// its tables and a new id, renamed into place, and the marker written.
-fn create(path: &Path, marker: &Path) -> Result<Database, OpenError> {
+fn create(path: &Path, marker: &Path) -> Result<Opened, OpenError> {
     let temporary = sibling(path, ".creating");
     match std::fs::remove_file(&temporary) {
         Ok(()) => {}
@@ -313,15 +400,20 @@ fn create(path: &Path, marker: &Path) -> Result<Database, OpenError> {
     }
     let id = StoreId::random();
     let db = Database::create(&temporary).map_err(|e| refused(&temporary, marker, e))?;
-    prepare(&db, path, marker, Settle::Create(id))?;
+    let (_, generation) = prepare(&db, path, marker, Settle::Create(id))?;
     db.close().map_err(|e| refused(&temporary, marker, e))?;
     std::fs::rename(&temporary, path).map_err(io("move the new database to", path))?;
     sync_folder(folder(path))?;
-    write_marker(marker, id)?;
+    write_marker(marker, id, generation)?;
     tracing::info!(path = %path.display(), store_id = %id, "created the embedded store");
-    Builder::new()
+    let db = Builder::new()
         .open(path)
-        .map_err(|e| refused(path, marker, e))
+        .map_err(|e| refused(path, marker, e))?;
+    Ok(Opened {
+        db,
+        marker: marker.to_owned(),
+        id,
+    })
 }
 
 /// Opens an existing database with the integrity check and matches its id
@@ -329,8 +421,8 @@ fn create(path: &Path, marker: &Path) -> Result<Database, OpenError> {
 fn open_existing(
     path: &Path,
     marker: &Path,
-    expected: Option<StoreId>,
-) -> Result<Database, OpenError> {
+    expected: Option<Marker>,
+) -> Result<Opened, OpenError> {
     let started = Instant::now();
     let db = Builder::new()
         .set_check_integrity_on_open(true)
@@ -344,9 +436,9 @@ fn open_existing(
         "embedded store passed its integrity check"
     );
     let settle = expected.map_or(Settle::Adopt, Settle::Expect);
-    let found = prepare(&db, path, marker, settle)?;
+    let (found, generation) = prepare(&db, path, marker, settle)?;
+    write_marker(marker, found, generation)?;
     if expected.is_none() {
-        write_marker(marker, found)?;
         tracing::warn!(
             path = %path.display(),
             marker = %marker.display(),
@@ -354,7 +446,11 @@ fn open_existing(
             "the embedded store had no marker (an older release, or a first start cut short): wrote it"
         );
     }
-    Ok(db)
+    Ok(Opened {
+        db,
+        marker: marker.to_owned(),
+        id: found,
+    })
 }
 
 /// How [`prepare`] settles the database's store id.
@@ -362,20 +458,22 @@ fn open_existing(
 enum Settle {
     /// A new database: store this id.
     Create(StoreId),
-    /// The marker holds this id: the database must hold it too.
-    Expect(StoreId),
+    /// The marker holds this id and generation: the database must hold
+    /// the id, and a generation no lower.
+    Expect(Marker),
     /// No marker: keep the database's id, or give it one.
     Adopt,
 }
 
-/// Creates every table the store uses and settles the store id (see
-/// [`Settle`]) in one write transaction; returns the database's id.
+/// Creates every table the store uses, settles the store id (see
+/// [`Settle`]) and raises the generation, in one write transaction;
+/// returns the database's id and new generation.
 fn prepare(
     db: &Database,
     path: &Path,
     marker: &Path,
     settle: Settle,
-) -> Result<StoreId, OpenError> {
+) -> Result<(StoreId, u64), OpenError> {
     let damaged = |e: &dyn fmt::Display| OpenError::Damaged {
         path: path.to_owned(),
         marker: marker.to_owned(),
@@ -404,12 +502,12 @@ fn prepare(
             .map(|guard| StoreId::from_bytes(guard.value()));
         let id = match (stored, settle) {
             (Some(None), _) => return Err(damaged(&"its store id is not 16 bytes")),
-            (Some(Some(found)), Settle::Expect(expected)) if found != expected => {
-                return Err(foreign(path, marker, expected, Some(found)));
+            (Some(Some(found)), Settle::Expect(expected)) if found != expected.id => {
+                return Err(foreign(path, marker, expected.id, Some(found)));
             }
             (Some(Some(found)), _) => found,
             (None, Settle::Expect(expected)) => {
-                return Err(foreign(path, marker, expected, None));
+                return Err(foreign(path, marker, expected.id, None));
             }
             (None, Settle::Create(id)) => id,
             (None, Settle::Adopt) => StoreId::random(),
@@ -420,8 +518,40 @@ fn prepare(
         }
         id
     };
+    let inside = read_generation(&txn).map_err(|e| damaged(&e))?;
+    if let Settle::Expect(expected) = settle {
+        if inside < expected.generation {
+            return Err(OpenError::Restored {
+                path: path.to_owned(),
+                marker: marker.to_owned(),
+                expected: expected.generation,
+                found: inside,
+            });
+        }
+    }
+    let generation = inside + 1;
+    write_generation(&txn, generation).map_err(|e| damaged(&e))?;
     txn.commit().map_err(|e| damaged(&e))?;
-    Ok(id)
+    Ok((id, generation))
+}
+
+/// The generation `txn` sees (0 in a database from before them).
+pub(super) fn read_generation(txn: &redb::WriteTransaction) -> Result<u64, redb::Error> {
+    let meta = txn.open_table(META)?;
+    let stored = meta.get(GENERATION)?;
+    Ok(stored
+        .and_then(|guard| <[u8; 8]>::try_from(guard.value()).ok())
+        .map_or(0, u64::from_be_bytes))
+}
+
+/// Sets the generation in `txn`.
+pub(super) fn write_generation(
+    txn: &redb::WriteTransaction,
+    generation: u64,
+) -> Result<(), redb::Error> {
+    let mut meta = txn.open_table(META)?;
+    meta.insert(GENERATION, generation.to_be_bytes().as_slice())?;
+    Ok(())
 }
 
 fn foreign(path: &Path, marker: &Path, expected: StoreId, found: Option<StoreId>) -> OpenError {

@@ -28,7 +28,7 @@ use fred::prelude::{ClientLike, Config as FredConfig, Pool, Server, ServerConfig
 use fred::types::cluster::ClusterRouting;
 use tokio::time::Instant;
 
-use super::builder;
+use super::connect::builder;
 
 /// Fewest time between two slot-map refreshes: a burst of errors on a dead
 /// primary's keys asks the cluster once, not once per key.

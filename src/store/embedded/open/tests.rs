@@ -13,12 +13,13 @@ fn marker_id(path: &Path) -> StoreId {
     read_marker(path, &marker_path(path))
         .unwrap()
         .expect("a marker")
+        .id
 }
 
 #[test]
 fn a_first_start_creates_the_database_and_its_marker_and_a_restart_accepts_them() {
     let (_dir, path) = dir();
-    drop(open_database(&path).expect("first start"));
+    drop(open_database(&path).expect("first start").db);
     let id = marker_id(&path);
     assert!(!sibling(&path, ".creating").exists());
     drop(open_database(&path).expect("restart"));
@@ -30,11 +31,11 @@ fn a_database_emptied_or_deleted_under_its_marker_is_refused_until_the_marker_go
     let (_dir, path) = dir();
     drop(open_database(&path).unwrap());
     std::fs::File::create(&path).unwrap(); // truncated to 0 bytes
-    let error = open_database(&path).unwrap_err();
+    let error = open_database(&path).map(drop).unwrap_err();
     assert!(matches!(error, OpenError::Emptied { .. }), "{error}");
     assert!(error.to_string().contains("delete"), "{error}");
     std::fs::remove_file(&path).unwrap();
-    let error = open_database(&path).unwrap_err();
+    let error = open_database(&path).map(drop).unwrap_err();
     assert!(matches!(error, OpenError::Missing { .. }), "{error}");
     std::fs::remove_file(marker_path(&path)).unwrap();
     drop(open_database(&path).expect("a deliberate fresh start"));
@@ -47,7 +48,7 @@ fn another_store_s_database_under_a_marker_is_refused() {
     let (_other_dir, other) = dir();
     drop(open_database(&other).unwrap());
     std::fs::copy(&other, &path).unwrap();
-    let error = open_database(&path).unwrap_err();
+    let error = open_database(&path).map(drop).unwrap_err();
     assert!(matches!(error, OpenError::Foreign { .. }), "{error}");
 }
 
@@ -84,7 +85,7 @@ fn a_first_start_cut_short_before_the_rename_leaves_nothing_that_blocks_the_next
     let (_dir, path) = dir();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(sibling(&path, ".creating"), b"half a database").unwrap();
-    drop(open_database(&path).expect("first start"));
+    drop(open_database(&path).expect("first start").db);
     assert!(!sibling(&path, ".creating").exists());
     marker_id(&path);
 }
@@ -94,7 +95,7 @@ fn a_marker_without_an_id_is_refused() {
     let (_dir, path) = dir();
     drop(open_database(&path).unwrap());
     std::fs::write(marker_path(&path), "something else\n").unwrap();
-    let error = open_database(&path).unwrap_err();
+    let error = open_database(&path).map(drop).unwrap_err();
     assert!(matches!(error, OpenError::BadMarker { .. }), "{error}");
 }
 
@@ -102,7 +103,59 @@ fn a_marker_without_an_id_is_refused() {
 fn a_database_open_elsewhere_is_reported_as_in_use() {
     let (_dir, path) = dir();
     let held = open_database(&path).unwrap();
-    let error = open_database(&path).unwrap_err();
+    let error = open_database(&path).map(drop).unwrap_err();
     assert!(matches!(error, OpenError::InUse { .. }), "{error}");
     drop(held);
+}
+
+#[test]
+fn an_older_copy_of_the_database_is_refused_until_the_marker_goes() {
+    let (_dir, path) = dir();
+    drop(open_database(&path).unwrap());
+    let backup = sibling(&path, ".backup");
+    std::fs::copy(&path, &backup).unwrap();
+    // A restart raises the generation, inside and in the marker.
+    drop(open_database(&path).unwrap());
+    let seen = read_marker(&path, &marker_path(&path)).unwrap().unwrap();
+    assert_eq!(seen.generation, 2);
+    std::fs::copy(&backup, &path).unwrap();
+    let error = open_database(&path).map(drop).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            OpenError::Restored {
+                expected: 2,
+                found: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("older copy"), "{error}");
+    std::fs::remove_file(marker_path(&path)).unwrap();
+    drop(open_database(&path).expect("started on the copy on purpose"));
+    let marker = read_marker(&path, &marker_path(&path)).unwrap().unwrap();
+    assert_eq!(marker.generation, 2, "the copy's generation, raised");
+}
+
+#[test]
+fn a_marker_one_raise_behind_its_database_is_accepted() {
+    let (_dir, path) = dir();
+    let opened = open_database(&path).unwrap();
+    let (db, stamp) = opened.split();
+    let txn = db.begin_write().unwrap();
+    write_generation(&txn, 5).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+    // The crash between the commit and the marker: the marker says 1.
+    assert_eq!(
+        read_marker(&path, &stamp.marker)
+            .unwrap()
+            .unwrap()
+            .generation,
+        1
+    );
+    drop(open_database(&path).expect("a lagging marker is fine"));
+    let marker = read_marker(&path, &stamp.marker).unwrap().unwrap();
+    assert_eq!(marker.generation, 6);
 }

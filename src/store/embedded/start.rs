@@ -1,0 +1,61 @@
+//! Starting the embedded store: its file opened (and checked, `open`),
+//! and its writer thread.
+
+use std::path::Path;
+use std::sync::{Arc, mpsc};
+
+use redb::Database;
+
+use super::writer::{self, Pending, Shared};
+use super::{EmbeddedStore, GroupCommit, Inner, backend, open, room};
+use crate::store::StoreError;
+
+impl EmbeddedStore {
+    /// Opens (or, on a first start, creates) the database file with the
+    /// default [`GroupCommit`], refusing one that was emptied, deleted,
+    /// replaced or damaged ([`open`]).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, GroupCommit::default())
+    }
+
+    /// Opens (or creates) the database file and starts its writer thread,
+    /// which groups writes into commits as `group` says.
+    pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
+        let opened = open::open_database(path).map_err(backend)?;
+        let room = room::on_disk_of(path);
+        let path = path.to_owned();
+        let reopen = Box::new(move || Database::create(&path));
+        let (db, stamp) = opened.split();
+        let mut store = Self::start(db, reopen, room, group)?;
+        store.stamp = Some(Arc::new(stamp));
+        Ok(store)
+    }
+
+    /// The store over `db`, reopened with `reopen` after a failure and
+    /// ready again only when `room` says the disk takes new data, with its
+    /// writer thread.
+    pub(super) fn start(
+        db: Database,
+        reopen: writer::Opener,
+        room: room::Room,
+        group: GroupCommit,
+    ) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared::new(db, reopen, room));
+        let (jobs, queue) = mpsc::channel::<Box<dyn Pending>>();
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("idemgate-store-writer".into())
+                .spawn(move || writer::run(&shared, &queue, group))
+                .map_err(backend)?
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shared,
+                jobs: Some(jobs),
+                writer: Some(writer),
+            }),
+            stamp: None,
+        })
+    }
+}
