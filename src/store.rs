@@ -363,6 +363,7 @@ impl AnyStore {
                     path,
                     embedded::GroupCommit {
                         commit_delay: config.commit_delay,
+                        room: embedded::room_for_answers(config.largest_answer),
                         ..embedded::GroupCommit::default()
                     },
                 )?)

@@ -147,6 +147,10 @@ pub struct StoreConfig {
     /// soon as the writer is free, which measured fastest (batches form
     /// while the previous commit's fsync runs).
     pub commit_delay: Duration,
+    /// The largest answer the store may have to keep (`[limits]
+    /// max_stored_answer_bytes`): the embedded store is ready only on a
+    /// disk with room for it.
+    pub largest_answer: usize,
     /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` of a `rediss://`
     /// store, loaded; `None`: fred's default (the system's roots).
     pub tls: Option<RedisTls>,
@@ -209,11 +213,12 @@ fn credential(
 }
 
 /// Validates `[store]`; `connections` is the Redis pool size (one per
-/// worker thread).
+/// worker thread), `largest_answer` is `[limits] max_stored_answer_bytes`.
 pub(super) fn store_config(
     problems: &mut Problems,
     raw: &raw::RawStore,
     connections: usize,
+    largest_answer: usize,
 ) -> StoreConfig {
     let backend = backend(problems, raw);
     let key_prefix = raw
@@ -288,6 +293,7 @@ pub(super) fn store_config(
         connections,
         command_timeout,
         commit_delay,
+        largest_answer,
     }
 }
 

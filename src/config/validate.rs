@@ -26,7 +26,12 @@ impl TryFrom<RawConfig> for Config {
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
         let listen = listen(&mut problems, raw.listen);
         let limits = limits(&mut problems, &raw.limits);
-        let store = store_config(&mut problems, &raw.store, limits.worker_threads);
+        let store = store_config(
+            &mut problems,
+            &raw.store,
+            limits.worker_threads,
+            limits.max_stored_answer_bytes,
+        );
         let on_unavailable = problems.choice(
             "store.on_unavailable",
             raw.store.on_unavailable.as_deref(),

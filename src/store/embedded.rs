@@ -37,6 +37,7 @@ mod open;
 mod owed;
 mod probes;
 mod room;
+pub(crate) use room::needed_for as room_for_answers;
 mod slot;
 mod start;
 mod writer;

@@ -22,7 +22,7 @@ impl EmbeddedStore {
     /// which groups writes into commits as `group` says.
     pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
         let opened = open::open_database(path).map_err(backend)?;
-        let room = room::on_disk_of(path);
+        let room = room::on_disk_of(path, group.room);
         let path = path.to_owned();
         let reopen = Box::new(move || Database::create(&path));
         let (db, stamp) = opened.split();

@@ -65,6 +65,9 @@ pub struct GroupCommit {
     pub commit_delay: Duration,
     /// The most operations one commit holds.
     pub max_batch: usize,
+    /// Bytes the disk must take before a failing store is ready again
+    /// (`room::needed_for` the largest answer it may keep).
+    pub room: usize,
 }
 
 impl Default for GroupCommit {
@@ -73,6 +76,7 @@ impl Default for GroupCommit {
         Self {
             commit_delay: Duration::ZERO,
             max_batch: 256,
+            room: super::room::needed_for(crate::config::raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
         }
     }
 }
