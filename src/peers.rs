@@ -74,12 +74,15 @@ pub(crate) struct PeerHold {
 }
 
 impl PeerShares {
-    /// Shares of a resource of `total` units.
+    /// Shares of a resource of `total` units. The share is rounded up, so
+    /// a resource of under four units (`max_connections = 2`) is not
+    /// shared at all rather than cut for its only peer.
     pub(crate) fn new(resource: Resource, total: usize) -> Arc<Self> {
         let (part, whole) = PEER_SHARE;
+        let left_to_others = total / whole * (whole - part);
         Arc::new(Self {
             resource,
-            cap: (total / whole).saturating_mul(part).max(1),
+            cap: (total - left_to_others).max(1),
             held: Mutex::new(HashMap::new()),
         })
     }
@@ -178,10 +181,18 @@ mod tests {
     }
 
     #[test]
-    fn a_tiny_resource_still_lets_each_peer_hold_one() {
+    fn a_tiny_resource_is_not_cut_for_its_only_peer() {
         let shares = PeerShares::new(Resource::Connections, 1);
         let mut one = shares.hold(ip(2));
         assert!(one.grow(1));
         assert!(!one.grow(1));
+        let two = PeerShares::new(Resource::Connections, 2);
+        assert!(two.hold(ip(2)).grow(2), "under four units: no share");
+        let eight = PeerShares::new(Resource::Connections, 8);
+        let mut greedy = eight.hold(ip(2));
+        assert!(
+            greedy.grow(6) && !greedy.grow(1),
+            "two of eight stay for others"
+        );
     }
 }

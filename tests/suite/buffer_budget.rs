@@ -91,16 +91,6 @@ async fn stalled_bodies_beyond_the_budget_get_503_until_they_go() {
     gate.stop().await;
 }
 
-/// A TCP connection to `addr` from the loopback address `source`
-/// (127.0.0.0/8 is all local on Linux): a peer of its own.
-async fn connect_from(source: [u8; 4], addr: std::net::SocketAddr) -> TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(std::net::SocketAddr::from((source, 0)))
-        .expect("bind a loopback source address");
-    socket.connect(addr).await.expect("connect")
-}
-
 /// A signed delivery of `body` from `source`: its status (0: no answer).
 async fn deliver_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -> u16 {
     use tokio::io::AsyncReadExt;

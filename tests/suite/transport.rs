@@ -64,11 +64,13 @@ async fn sockets_that_never_start_a_request_lose_their_slot() {
         "max_connections = 4\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"",
     )
     .await;
-    let silent = TcpStream::connect(gate.addr).await.unwrap();
-    let mut preface_only = TcpStream::connect(gate.addr).await.unwrap();
+    // Each from an address of its own: one peer may hold only three of the
+    // four slots (`max_connections` is shared between peers).
+    let silent = connect_from([127, 0, 0, 11], gate.addr).await;
+    let mut preface_only = connect_from([127, 0, 0, 12], gate.addr).await;
     preface_only.write_all(PREFACE).await.unwrap();
-    let slow_settings = TcpStream::connect(gate.addr).await.unwrap();
-    let slow_preface = TcpStream::connect(gate.addr).await.unwrap();
+    let slow_settings = connect_from([127, 0, 0, 13], gate.addr).await;
+    let slow_preface = connect_from([127, 0, 0, 14], gate.addr).await;
     let holders = [
         ("silent", silent, None),
         ("preface only", preface_only, None),

@@ -285,3 +285,13 @@ pub async fn send_raw(
         .unwrap_or_default();
     RawAnswer { status, body }
 }
+
+/// A TCP connection to `addr` from the loopback address `source`
+/// (127.0.0.0/8 is all local on Linux): a peer of its own.
+pub async fn connect_from(source: [u8; 4], addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .expect("bind a loopback source address");
+    socket.connect(addr).await.expect("connect")
+}
