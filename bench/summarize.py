@@ -117,7 +117,10 @@ def fmt(value, digits=1, suffix=""):
 # Sections of RESULTS.md written by hand and carried over by every run.
 KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood",
                  "## Embedded store, before and after group commit", "## Peak RSS per store",
-                 "## Redis memory per completed key", "## Entity state check")
+                 "## Redis memory per completed key", "## Entity state check",
+                 "## Entity rules of issue 43 (held notices, events, unresolved changes)",
+                 "## A probe plan kept with every claim (`[route.probe]`)",
+                 "## Durability: the cost of fsync and WAITAOF per first delivery")
 
 
 def main():
