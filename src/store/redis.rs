@@ -337,7 +337,17 @@ impl Store for RedisStore {
                     .eval_keys(client, &self.scripts.claim_entity, key, keys, args)
                     .await?;
                 match entity::verdict_from(reply)? {
-                    Ok(verdict) => return Ok(ClaimOutcome::Decided(verdict)),
+                    Ok(verdict) => {
+                        // A decided notice may be acknowledged (a late or a
+                        // held one, stored for its copies): that answer
+                        // rests on the write just made, like a claim.
+                        if let Err(shortfall) = self.durable(client, key).await? {
+                            return Err(StoreError::Unavailable(format!(
+                                "the entity's decision is not confirmed durable: {shortfall}"
+                            )));
+                        }
+                        return Ok(ClaimOutcome::Decided(verdict));
+                    }
                     Err(reply) => reply,
                 }
             }

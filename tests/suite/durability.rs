@@ -292,6 +292,36 @@ async fn at_durability_memory_a_restart_that_lost_everything_is_reported_not_ref
     readyz_becomes(gate.admin, 200).await;
 }
 
+/// An entity route's decided notice (a late failure after the success,
+/// acknowledged and never forwarded) rests on a write like a claim does:
+/// on a store that can not give the level, it is refused, not acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_decision_is_acknowledged_only_when_durable() {
+    let upstream = Upstream::start().await;
+    let redis = RedisServer::start_persistent();
+    let text = format!(
+        "{}\n[admin]\ntoken = \"literal:{ADMIN_TOKEN}\"\n",
+        config_text(&redis_store(&redis), &upstream.url(), ENTITY_MACHINE)
+    );
+    let gate = Gate::start(&text).await;
+    readyz_becomes(gate.admin, 200).await;
+    let url = gate.url("/notify");
+    let first = deliver(&url, &entity_notice("n1", "o1", "success")).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let late = deliver(&url, &entity_notice("n2", "o1", "failed")).await;
+    assert_eq!(
+        late.status, 200,
+        "acknowledged on a durable store: {late:?}"
+    );
+    redis.config_set("appendonly", "no");
+    readyz_becomes(gate.admin, 503).await;
+    let refused = deliver(&url, &entity_notice("n3", "o1", "failed")).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.reason().as_deref(), Some("store_unavailable"));
+    assert_eq!(upstream.calls(), 1);
+    gate.stop().await;
+}
+
 /// `kill -SIGNAL pid`.
 fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill")
