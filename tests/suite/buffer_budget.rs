@@ -116,13 +116,10 @@ async fn deliver_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_greedy_peer_can_not_take_the_budget_from_the_others() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
-        "[limits]",
-        "[limits]\nmax_body_bytes = 65536\nmax_buffered_bytes = 262144\nbody_read_timeout = \"20s\"",
-    );
-    let gate = Gate::start(&text).await;
+    let (_redis, _upstream, gate) = gate_with_limits(
+        "max_body_bytes = 65536\nmax_buffered_bytes = 262144\nbody_read_timeout = \"20s\"",
+    )
+    .await;
     // 127.0.0.2 opens 8 connections and trickles 61,440 bytes of a 65,536
     // byte body on each, in 4 KiB writes: it asks for 491,520 bytes.
     let mut greedy = Vec::new();
@@ -156,13 +153,8 @@ async fn one_greedy_peer_can_not_take_the_budget_from_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_peer_can_not_take_every_connection() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "").replace(
-        "[limits]",
-        "[limits]\nmax_connections = 8\nheader_read_timeout = \"20s\"",
-    );
-    let gate = Gate::start(&text).await;
+    let (_redis, _upstream, gate) =
+        gate_with_limits("max_connections = 8\nheader_read_timeout = \"20s\"").await;
     // 127.0.0.2 opens every connection idemgate takes and sends nothing.
     let mut idle = Vec::new();
     for _ in 0..8 {

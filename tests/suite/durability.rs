@@ -159,9 +159,9 @@ async fn the_gauges_follow_a_server_that_loses_its_aof_at_runtime() {
     assert_eq!(upstream.calls(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicated_refuses_a_claim_no_replica_acknowledged() {
-    let upstream = Upstream::start().await;
+/// A primary with one replica in sync (both with an AOF fsynced per
+/// write), and a gate on it at `replicated` with that `WAIT` timeout.
+async fn replicated_gate(upstream: &Upstream, timeout: &str) -> (RedisServer, RedisServer, Gate) {
     let primary = RedisServer::start_persistent();
     let replica = RedisServer::start_persistent();
     replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
@@ -169,10 +169,18 @@ async fn replicated_refuses_a_claim_no_replica_acknowledged() {
         eventually(Duration::from_secs(10), || has_online_replica(primary.port)).await,
         "replica attached"
     );
-    let extra =
-        "durability = \"replicated\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"200ms\"";
-    let gate = Gate::start(&config(&primary, &upstream, extra)).await;
+    let extra = format!(
+        "durability = \"replicated\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"{timeout}\""
+    );
+    let gate = Gate::start(&config(&primary, upstream, &extra)).await;
     readyz_becomes(gate.admin, 200).await;
+    (primary, replica, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_refuses_a_claim_no_replica_acknowledged() {
+    let upstream = Upstream::start().await;
+    let (_primary, replica, gate) = replicated_gate(&upstream, "200ms").await;
     let first = deliver(&gate.url("/notify"), r#"{"id":"r-1"}"#).await;
     assert_eq!(first.status, 200, "{first:?}");
 
@@ -202,17 +210,7 @@ async fn replicated_refuses_a_claim_no_replica_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_no_replica_acknowledged_is_stored_again_until_one_does() {
     let upstream = Upstream::slow_first(Duration::from_millis(600)).await;
-    let primary = RedisServer::start_persistent();
-    let replica = RedisServer::start_persistent();
-    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
-    assert!(
-        eventually(Duration::from_secs(10), || has_online_replica(primary.port)).await,
-        "replica attached"
-    );
-    let extra =
-        "durability = \"replicated\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"100ms\"";
-    let gate = Gate::start(&config(&primary, &upstream, extra)).await;
-    readyz_becomes(gate.admin, 200).await;
+    let (primary, replica, gate) = replicated_gate(&upstream, "100ms").await;
     let body = r#"{"id":"s-1"}"#;
     let first = deliver_while_upstream_works(gate.url("/notify"), body, &upstream, 1).await;
     // The claim was confirmed; the replica stops before the answer comes.

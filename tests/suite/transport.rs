@@ -20,16 +20,6 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
 const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 
-/// A gate on Redis whose connections get `lines` in `[limits]`.
-async fn gate_with_limits(lines: &str) -> (RedisServer, Upstream, Gate) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "")
-        .replace("[limits]", &format!("[limits]\n{lines}"));
-    let gate = Gate::start(&text).await;
-    (redis, upstream, gate)
-}
-
 /// Reads until the server closes `stream`; how long that took, or `None`
 /// if it was still open after `within`.
 async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Duration> {

@@ -291,3 +291,13 @@ pub async fn log_with_line(
     assert!(found, "no log line {what}:\n{text}");
     text
 }
+
+/// A gate on Redis whose connections get `lines` in `[limits]`.
+pub async fn gate_with_limits(lines: &str) -> (RedisServer, Upstream, Gate) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), "")
+        .replace("[limits]", &format!("[limits]\n{lines}"));
+    let gate = Gate::start(&text).await;
+    (redis, upstream, gate)
+}
