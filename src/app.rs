@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::Admin;
 use crate::config::Config;
+use crate::error::Rejection;
 use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
 use crate::metrics::DURATION_BUCKETS;
@@ -187,16 +188,22 @@ pub async fn start(
         hot_keys,
     ));
     let limits = config.limits.clone();
+    let over_share: server::Answer = {
+        let types = config.problem_types.clone();
+        Arc::new(move || Rejection::PeerOverShare.into_response(&types))
+    };
 
     let proxy = tokio::spawn(server::serve(
         proxy_listener,
         move |request, peer| Arc::clone(&pipeline).handle(request, Some(peer)),
+        Arc::clone(&over_share),
         limits.clone(),
         shutdown.clone(),
     ));
     let admin_server = tokio::spawn(server::serve(
         admin_listener,
         move |request, _peer| Arc::clone(&admin).handle(request),
+        over_share,
         limits.clone(),
         shutdown.clone(),
     ));

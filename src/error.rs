@@ -59,6 +59,11 @@ pub enum Rejection {
     /// `limits.max_buffered_bytes` (bodies of all requests at once).
     #[error("too many request bodies are being received at once; retry shortly")]
     OverCapacity,
+    /// This client address already holds its share of
+    /// `limits.max_connections` (`crate::peers`); the rest is kept for
+    /// other senders.
+    #[error("this client address holds its share of the connections; retry shortly")]
+    PeerOverShare,
     /// A signature is required but none was found where the route looks.
     #[error("signature missing")]
     SignatureMissing,
@@ -288,7 +293,7 @@ impl Rejection {
             ),
             Self::BodyTooLarge => (Reason::BodyTooLarge, "Request body too large"),
             Self::BodyTimeout => (Reason::BodyTimeout, "Request body too slow"),
-            Self::OverCapacity => (Reason::OverCapacity, "Over capacity"),
+            Self::OverCapacity | Self::PeerOverShare => (Reason::OverCapacity, "Over capacity"),
             Self::SignatureMissing => (Reason::SignatureMissing, "Signature missing"),
             Self::SignatureInvalid => (Reason::SignatureInvalid, "Signature invalid"),
             Self::TimestampMissing => (Reason::TimestampMissing, "Timestamp missing"),
@@ -342,7 +347,7 @@ impl Rejection {
             Self::InFlight { retry_after }
             | Self::OutcomeUnknown { retry_after }
             | Self::StoreUnavailable { retry_after } => Some(*retry_after),
-            Self::OverCapacity => Some(Duration::from_secs(1)),
+            Self::OverCapacity | Self::PeerOverShare => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

@@ -56,6 +56,13 @@ impl Resource {
     }
 }
 
+/// The units of a resource of `total` that no one peer may take: a
+/// quarter, rounded down.
+pub(crate) fn left_to_others(total: usize) -> usize {
+    let (part, whole) = PEER_SHARE;
+    total / whole * (whole - part)
+}
+
 /// Each peer's holding of one resource, capped at its share.
 #[derive(Debug)]
 pub(crate) struct PeerShares {
@@ -78,11 +85,9 @@ impl PeerShares {
     /// a resource of under four units (`max_connections = 2`) is not
     /// shared at all rather than cut for its only peer.
     pub(crate) fn new(resource: Resource, total: usize) -> Arc<Self> {
-        let (part, whole) = PEER_SHARE;
-        let left_to_others = total / whole * (whole - part);
         Arc::new(Self {
             resource,
-            cap: (total - left_to_others).max(1),
+            cap: (total - left_to_others(total)).max(1),
             held: Mutex::new(HashMap::new()),
         })
     }

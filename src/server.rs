@@ -7,7 +7,7 @@
 //!   accepting, so further connections wait in the kernel's listen backlog
 //!   (they are not refused) until one closes; one client address may hold
 //!   at most its share of them (`crate::peers`), beyond which a connection
-//!   is closed at once;
+//!   is answered 503 `over_capacity` without taking a slot ([`refusal`]);
 //! * every connection must start its first request within
 //!   `header_read_timeout` of accept, and is closed after `idle_timeout`
 //!   with no request open ([`progress`]): a silent socket, an HTTP/2
@@ -34,6 +34,7 @@
 //! requests and close, within the grace period.
 
 mod progress;
+mod refusal;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -57,6 +58,8 @@ use crate::body::ProxyBody;
 use crate::config::Limits;
 use crate::peers::{PeerHold, PeerShares, Resource};
 use progress::{Bounds, Open, Progress};
+pub(crate) use refusal::Answer;
+use refusal::Refusals;
 
 /// How long a connection told to close for idleness may take to do so
 /// before it is dropped: long enough for a GOAWAY or a `Connection: close`
@@ -83,10 +86,12 @@ pub(crate) fn streams_per_connection(limits: &Limits) -> u32 {
 }
 
 /// Serves `handler` on `listener` under `limits` until `shutdown` fires,
-/// then drains open connections for at most `limits.shutdown_grace`.
+/// then drains open connections for at most `limits.shutdown_grace`; a
+/// connection beyond its peer's share gets `over_share` instead.
 pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
+    over_share: Answer,
     limits: Limits,
     shutdown: CancellationToken,
 ) where
@@ -97,6 +102,10 @@ pub(crate) async fn serve<H, F>(
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let shares = PeerShares::new(Resource::Connections, limits.max_connections);
+    let refusals = Refusals::new(
+        crate::peers::left_to_others(limits.max_connections),
+        over_share,
+    );
     loop {
         let slot = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -117,7 +126,9 @@ pub(crate) async fn serve<H, F>(
         // No one peer may hold every connection (`crate::peers`).
         let mut share = shares.hold(peer.ip());
         if !share.grow(1) {
-            tracing::debug!(%peer, "connection closed: its peer holds its share of max_connections");
+            tracing::debug!(%peer, "connection refused: its peer holds its share of max_connections");
+            drop(slot);
+            refusals.refuse(&builder, stream, &limits);
             continue;
         }
         if let Err(error) = stream.set_nodelay(true) {

@@ -70,6 +70,16 @@ fn spec_table() -> Vec<(Rejection, u16, &'static str)> {
     ]
 }
 
+/// A connection beyond its peer's share is refused with the same row as a
+/// spent body budget: the sender retries both the same way.
+#[test]
+fn a_peer_over_its_share_is_over_capacity() {
+    let response = Rejection::PeerOverShare.into_response(&ProblemTypes::default());
+    assert_eq!(response.status(), 503);
+    assert_eq!(Rejection::PeerOverShare.reason(), Reason::OverCapacity);
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+}
+
 /// contract §3, row by row: status and reason word.
 #[test]
 fn every_row_of_the_spec_table() {

@@ -93,6 +93,12 @@ async fn stalled_bodies_beyond_the_budget_get_503_until_they_go() {
 
 /// A signed delivery of `body` from `source`: its status (0: no answer).
 async fn deliver_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -> u16 {
+    answer_from(source, addr, body).await.0
+}
+
+/// A signed delivery of `body` from `source`: its status (0: no answer)
+/// and the whole answer as text.
+async fn answer_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -> (u16, String) {
     use tokio::io::AsyncReadExt;
     let mut stream = connect_from(source, addr).await;
     let mut head = format!(
@@ -107,11 +113,13 @@ async fn deliver_from(source: [u8; 4], addr: std::net::SocketAddr, body: &str) -
     stream.write_all(body.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
-    let text = String::from_utf8_lossy(&answer);
-    text.split_whitespace()
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
         .nth(1)
         .and_then(|status| status.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (status, text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,6 +171,35 @@ async fn one_peer_can_not_take_every_connection() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = deliver_from([127, 0, 0, 3], gate.addr, &payment("p-conn")).await;
     assert_eq!(status, 200, "a quarter of the connections stays for others");
+    drop(idle);
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_beyond_its_peers_share_is_answered_not_reset() {
+    let (_redis, upstream, gate) =
+        gate_with_limits("max_connections = 8\nheader_read_timeout = \"20s\"").await;
+    // 127.0.0.2 holds its share (6 of 8) with idle connections.
+    let mut idle = Vec::new();
+    for _ in 0..6 {
+        idle.push(connect_from([127, 0, 0, 2], gate.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, text) = answer_from([127, 0, 0, 2], gate.addr, &payment("p-over")).await;
+    assert_eq!(status, 503, "answered, not reset: {text:?}");
+    let lower = text.to_ascii_lowercase();
+    assert!(lower.contains("\"reason\":\"over_capacity\""), "{text}");
+    assert!(lower.contains("retry-after: 1"), "{text}");
+    assert!(lower.contains("connection: close"), "{text}");
+    assert_eq!(upstream.calls(), 0, "nothing forwarded");
+    // Refused connections that stay silent take no slot: the two left to
+    // other peers still serve 127.0.0.3.
+    for _ in 0..2 {
+        idle.push(connect_from([127, 0, 0, 2], gate.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = deliver_from([127, 0, 0, 3], gate.addr, &payment("p-other")).await;
+    assert_eq!(status, 200, "the other peer's quarter is intact");
     drop(idle);
     gate.stop().await;
 }
