@@ -52,7 +52,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fred::prelude::{Client, ClientLike, Config as FredConfig, Error as FredError, Pool, Value};
+use fred::prelude::{
+    Client, ClientLike, Config as FredConfig, Error as FredError, Pool, Server, Value,
+};
 use fred::types::RespVersion;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -225,6 +227,38 @@ impl RedisStore {
         }
     }
 
+    /// Where to run `script` again after `error` on a Cluster: the key's
+    /// new primary after a `MOVED`; after an unreachable primary, the
+    /// primary a fresh slot map names instead (a failover's promoted
+    /// replica), if the script may run twice ([`Named::repeatable`]).
+    /// `None`: the error stands, and later calls follow a refresh started
+    /// in the background.
+    async fn new_home(
+        &self,
+        script: &Named,
+        key: &str,
+        sent_to: Option<Server>,
+        error: &FredError,
+    ) -> Option<Client> {
+        let shards = self.shards.as_ref()?;
+        let unreachable = matches!(classify(error), StoreError::Unavailable(_));
+        let redirected = is_moved(error);
+        let worth_again = redirected || (unreachable && script.repeatable());
+        if !worth_again {
+            self.follow_topology(error);
+            return None;
+        }
+        let slot = slots::slot_of(key);
+        let moved = |shards: &shards::Shards| {
+            let now = shards.owner_of(slot);
+            now.is_some() && now != sent_to
+        };
+        if !moved(shards) {
+            shards.refresh_soon().await;
+        }
+        (redirected || moved(shards)).then(|| self.routed(key))
+    }
+
     async fn load_scripts(&self) -> Result<(), StoreError> {
         let client = self.pool.next_connected();
         for script in self.scripts.all() {
@@ -258,22 +292,22 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         let span = self.spans.span("EVALSHA", Some(script.name));
+        let sent_to = self
+            .shards
+            .as_ref()
+            .and_then(|shards| shards.owner_of(slots::slot_of(key.as_str())));
         let mut result = script
             .evalsha_with_reload::<Value, _, _>(client, keys.clone(), args.clone())
             .instrument(span.clone())
             .await;
-        if let Err(error) = &result {
-            self.follow_topology(error);
-            if is_moved(error) {
-                if let Some(shards) = &self.shards {
-                    shards.refresh().await;
-                }
-                *client = self.routed(key.as_str());
-                result = script
-                    .evalsha_with_reload(client, keys.clone(), args.clone())
-                    .instrument(span.clone())
-                    .await;
-            }
+        if let Err(error) = &result
+            && let Some(home) = self.new_home(script, key.as_str(), sent_to, error).await
+        {
+            *client = home;
+            result = script
+                .evalsha_with_reload(client, keys.clone(), args.clone())
+                .instrument(span.clone())
+                .await;
         }
         if let Err(error) = result {
             result = if migrating::is_migrating(&error) {

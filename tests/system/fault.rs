@@ -30,6 +30,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Key prefix of the test route's records.
 const RECORDS: &str = "idemgate:pay:*";
 
+mod cache_failover;
 mod cluster;
 mod embedded_kills;
 mod entity_cluster;
@@ -535,4 +536,22 @@ fn report_time(name: &str, started: Instant) {
         "[fault] {name}: passed in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Replays `id` through `gate` until its replay cache answers it (a hit:
+/// no store read), bounded at 5 s.
+async fn until_cached(gate: &GateProcess, id: &str) {
+    let hits = "idemgate_replay_cache_hits_total";
+    poll(
+        "the instance answering from its cache",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        async || {
+            let before = metric(gate.admin, hits).await.unwrap_or(0.0);
+            let replay = deliver(&gate.url("/notify"), &payment(id)).await;
+            assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
+            (metric(gate.admin, hits).await.unwrap_or(0.0) > before).then_some(())
+        },
+    )
+    .await;
 }

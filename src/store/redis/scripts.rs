@@ -12,6 +12,17 @@ pub(super) struct Named {
     script: Script,
 }
 
+impl Named {
+    /// Whether running the script a second time, after a first call whose
+    /// fate is unknown (its primary died under it), can do no harm: a read
+    /// (`lookup`) or a delete (`purge`). Only these are sent again to a
+    /// promoted primary at once; a claim or a completion is left to the
+    /// sender's retry and to `pipeline::persist`, which know its owner.
+    pub(super) fn repeatable(&self) -> bool {
+        matches!(self.name, "lookup" | "purge")
+    }
+}
+
 impl std::ops::Deref for Named {
     type Target = Script;
 

@@ -79,6 +79,12 @@ impl Shards {
         map.pools.get(server).cloned()
     }
 
+    /// The primary the map names for `slot`.
+    pub(super) fn owner_of(&self, slot: u16) -> Option<Server> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.routing.as_ref()?.get_server(slot).cloned()
+    }
+
     /// The pool of the primary at `server`, if it is one.
     pub(super) fn pool_at(&self, server: &Server) -> Option<Pool> {
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
@@ -103,6 +109,17 @@ impl Shards {
         };
         self.install(routing, &from).await;
         true
+    }
+
+    /// [`Shards::refresh`], waiting out the rate limit once if a refresh
+    /// ran just before (it may have read the map before the change this
+    /// caller saw): for a call that will be sent again on the new map.
+    pub(super) async fn refresh_soon(&self) -> bool {
+        if self.refresh().await {
+            return true;
+        }
+        tokio::time::sleep(REFRESH_EVERY).await;
+        self.refresh().await
     }
 
     /// `CLUSTER SLOTS` from every known primary (or the seeds) at once;

@@ -21,8 +21,11 @@
 //! ([`ReplayCache::resume`]). "May have dropped" is any of fred's
 //! connection events — an error, a reconnect (also the first connect), a
 //! cluster topology change (a new node's connection is not tracking yet),
-//! an unresponsive connection — or a failed health `PING`, which notices a
-//! connection that went silent without closing. A listener that falls
+//! an unresponsive connection — or a health check that goes unanswered
+//! (the `PING`, or on a Cluster any primary's epoch marker read): a
+//! connection that went silent without closing, or a frozen primary whose
+//! replica is about to be promoted while this instance's cache still
+//! answers that primary's keys from memory. A listener that falls
 //! behind loses messages: that flushes too. Redis itself asks for a full
 //! flush with an empty invalidation (`FLUSHALL`, or its tracking table
 //! overflowed).
@@ -135,13 +138,14 @@ async fn listen(
             event = errors.recv() => connection_event(&event.map(drop))?,
             event = topology.recv() => connection_event(&event.map(drop))?,
             event = unresponsive.recv() => connection_event(&event.map(drop))?,
-            _ = health.tick() => {
-                let healthy = healthy(client).await;
-                if healthy && epoch.changed(client).await {
+            _ = health.tick() => match epoch.look(client).await {
+                Look::Same => false,
+                Look::Changed => {
                     tracing::warn!("replay cache: the store was flushed or swapped; flushing");
                     cache.flush(FlushReason::Server);
+                    false
                 }
-                !healthy
+                Look::Unanswered => true,
             }
         };
         if lost {
@@ -180,8 +184,17 @@ async fn arm(client: &Client, cache: &ReplayCache) -> bool {
     }
 }
 
-async fn healthy(client: &Client) -> bool {
-    client.ping::<Value>(None).await.is_ok()
+/// What one health check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Every primary answered, with the epoch seen before.
+    Same,
+    /// A primary's epoch changed: the data set under the cache is gone.
+    Changed,
+    /// The `PING` or a primary's marker read went unanswered: that
+    /// primary's invalidations may be lost (a frozen or partitioned node,
+    /// a failover in progress), so nothing it served can be vouched for.
+    Unanswered,
 }
 
 /// The store's epoch as this instance last saw it (module docs): each
@@ -224,20 +237,23 @@ impl Epoch {
         markers
     }
 
-    /// Reads every marker (writing a fresh one where absent) and says
-    /// whether one differs from the value seen before. A marker's first
-    /// look, and a look the store does not answer, say no.
-    async fn changed(&mut self, client: &Client) -> bool {
+    /// `PING`s, then reads every marker (writing a fresh one where
+    /// absent) and compares each with the value seen before (a marker's
+    /// first look is never a change).
+    async fn look(&mut self, client: &Client) -> Look {
+        if client.ping::<Value>(None).await.is_err() {
+            return Look::Unanswered;
+        }
         let mut changed = false;
         for marker in self.markers(client) {
             let Some(current) = read_or_start(client, &marker).await else {
-                continue;
+                return Look::Unanswered;
             };
             if let Some(seen) = self.seen.insert(marker, current.clone()) {
                 changed |= seen != current;
             }
         }
-        changed
+        if changed { Look::Changed } else { Look::Same }
     }
 }
 

@@ -264,21 +264,3 @@ async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
         started,
     );
 }
-
-/// Replays `id` through `gate` until its replay cache answers it (a hit:
-/// no store read), bounded at 5 s.
-async fn until_cached(gate: &GateProcess, id: &str) {
-    let hits = "idemgate_replay_cache_hits_total";
-    poll(
-        "the instance answering from its cache",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        async || {
-            let before = metric(gate.admin, hits).await.unwrap_or(0.0);
-            let replay = deliver(&gate.url("/notify"), &payment(id)).await;
-            assert_eq!(replay.replayed(), Some("true"), "{replay:?}");
-            (metric(gate.admin, hits).await.unwrap_or(0.0) > before).then_some(())
-        },
-    )
-    .await;
-}
