@@ -147,6 +147,7 @@ impl Inboxes {
             return Err(NotQueued::Store(error));
         }
         self.enter(&indexes.books, Book::Acknowledged, hash).await;
+        inbox.metrics.acknowledged();
         tracing::warn!(
             route = route.name,
             key = hash,

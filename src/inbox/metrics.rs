@@ -36,6 +36,18 @@ pub(crate) const REDELIVERIES_TOTAL: Description = Description::counter(
     "Inbox redeliveries this instance finished, by result",
 );
 
+/// `idemgate_inbox_acknowledged_total{route}`: deliveries this instance
+/// queued and acknowledged. The books' `acknowledged` line lives in the
+/// store and goes with it when the store loses data (a restart without
+/// persistence, a restored snapshot, a failover with lag), and then the
+/// books still balance; this count lives in the instance, so the books
+/// growing by less than the instances acknowledged shows the loss
+/// (`IdemgateInboxBooksLost`).
+pub(crate) const ACKNOWLEDGED_TOTAL: Description = Description::counter(
+    "idemgate_inbox_acknowledged_total",
+    "Deliveries this instance queued in the inbox and acknowledged to their sender",
+);
+
 /// `idemgate_inbox_full_total{route}`: failed first deliveries not
 /// acknowledged because the scope already held `max_queued` deliveries
 /// (their senders got the handler's failure and retry on their own).
@@ -69,6 +81,7 @@ pub(crate) const DESCRIPTIONS: &[Description] = &[
     OLDEST_AGE,
     DEAD,
     BOOKS,
+    ACKNOWLEDGED_TOTAL,
     FULL_TOTAL,
     REPAIRED_TOTAL,
     REDELIVERIES_TOTAL,
@@ -85,6 +98,7 @@ pub(crate) struct InboxMetrics {
     /// deliveries: a redelivery whose outcome is unknown needs the same
     /// operator, and the same alert.
     unknown_outcomes: Counter,
+    acknowledged: Counter,
     full: Counter,
     repaired: Counter,
     books: [Gauge; 3],
@@ -102,6 +116,7 @@ impl InboxMetrics {
                 at_zero(counter!(REDELIVERIES_TOTAL.name, "route" => route.clone(), "result" => tally.as_str()))
             }),
             unknown_outcomes: at_zero(counter!(crate::metrics::UNKNOWN_OUTCOMES_TOTAL.name, "route" => route.clone())),
+            acknowledged: at_zero(counter!(ACKNOWLEDGED_TOTAL.name, "route" => route.clone())),
             full: at_zero(counter!(FULL_TOTAL.name, "route" => route.clone())),
             repaired: at_zero(counter!(REPAIRED_TOTAL.name, "route" => route.clone())),
             books: Book::ALL.map(|line| gauge!(BOOKS.name, "route" => route.clone(), "line" => line.as_str())),
@@ -123,6 +138,11 @@ impl InboxMetrics {
         for line in Book::ALL {
             self.books[line as usize].set(books.get(line) as f64);
         }
+    }
+
+    /// Counts a delivery queued and acknowledged by this instance.
+    pub(crate) fn acknowledged(&self) {
+        self.acknowledged.increment(1);
     }
 
     /// Counts a failed first delivery the full inbox did not take.

@@ -123,7 +123,17 @@ async fn listed(gate: SocketAddr, state: &str) -> Vec<serde_json::Value> {
     let mut cursor = 0;
     loop {
         let path = format!("/admin/inbox/pay?state={state}&limit=100&cursor={cursor}");
-        let (status, page) = admin(gate, "GET", &path).await;
+        // A store call slowed past `command_timeout` by a loaded machine
+        // answers 503 store_unavailable: asked again, as an operator would.
+        let mut attempt = 0;
+        let (status, page) = loop {
+            let (status, page) = admin(gate, "GET", &path).await;
+            attempt += 1;
+            if status != 503 || attempt == 5 {
+                break (status, page);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         assert_eq!(status, 200, "{path}: {page}");
         items.extend(page["items"].as_array().expect("items").iter().cloned());
         match page["next_cursor"].as_u64() {
