@@ -36,6 +36,7 @@ mod embedded_kills;
 mod entity_cluster;
 mod entity_model_faults;
 mod failover;
+mod full_disk;
 mod inbox_failover;
 mod instances;
 mod killed_instance;
