@@ -36,6 +36,7 @@ mod embedded_kills;
 mod entity_cluster;
 mod entity_model_faults;
 mod failover;
+mod failover_lag;
 mod full_disk;
 mod inbox_failover;
 mod instances;
@@ -89,6 +90,8 @@ struct Cluster {
     // Declared before `dir`: the processes stop before the directory goes.
     nodes: Vec<ClusterNode>,
     dir: tempfile::TempDir,
+    /// Every node keeps an AOF (`spawn_cluster_node`).
+    aof: bool,
 }
 
 /// One line of `CLUSTER NODES`.
@@ -106,7 +109,10 @@ impl NodeInfo {
     }
 }
 
-fn spawn_cluster_node(dir: &Path, port: u16, bus: u16) -> Proc {
+/// A cluster node on `port` (bus port `bus`); with `aof`, every write is
+/// fsynced to its append-only file before the reply (`appendfsync
+/// always`), as `[store] durability = "fsync"` or `"replicated"` needs.
+fn spawn_cluster_node(dir: &Path, port: u16, bus: u16, aof: bool) -> Proc {
     let mut args: Vec<String> = [
         "--cluster-enabled",
         "yes",
@@ -126,11 +132,31 @@ fn spawn_cluster_node(dir: &Path, port: u16, bus: u16) -> Proc {
     args.push("--cluster-config-file".into());
     args.push(dir.join(format!("nodes-{port}.conf")).display().to_string());
     args.extend(data_args(dir, port));
+    if aof {
+        args.extend(
+            ["--appendonly", "yes", "--appendfsync", "always"]
+                .map(String::from)
+                .to_vec(),
+        );
+        args.push("--appendfilename".into());
+        args.push(format!("appendonly-{port}.aof"));
+        args.push("--appenddirname".into());
+        args.push(format!("aof-{port}"));
+    }
     spawn_redis(&format!("cluster node {port}"), port, &args)
 }
 
 impl Cluster {
     fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// A Cluster whose nodes fsync every write (`spawn_cluster_node`).
+    fn start_with_aof() -> Self {
+        Self::launch(true)
+    }
+
+    fn launch(aof: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports = free_ports(12);
         let nodes: Vec<ClusterNode> = ports
@@ -138,13 +164,13 @@ impl Cluster {
             .map(|pair| ClusterNode {
                 port: pair[0],
                 bus: pair[1],
-                proc: spawn_cluster_node(dir.path(), pair[0], pair[1]),
+                proc: spawn_cluster_node(dir.path(), pair[0], pair[1], aof),
             })
             .collect();
         let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let cluster = Self { nodes, dir };
+        let cluster = Self { nodes, dir, aof };
         let out = run_bounded("redis-cli", &args, Duration::from_secs(60));
         assert!(out.contains("All 16384 slots covered"), "{out}");
         wait_until(Duration::from_secs(30), "cluster ready", || cluster.ready());
@@ -234,11 +260,12 @@ impl Cluster {
         send_signal(pid, signal);
     }
 
-    /// Starts a killed node again with its nodes.conf (and no data).
+    /// Starts a killed node again with its nodes.conf (and no data, unless
+    /// the Cluster keeps AOFs).
     fn restart(&mut self, port: u16) {
-        let dir = self.dir.path().to_owned();
+        let (dir, aof) = (self.dir.path().to_owned(), self.aof);
         let node = self.node_mut(port);
-        node.proc = spawn_cluster_node(&dir, node.port, node.bus);
+        node.proc = spawn_cluster_node(&dir, node.port, node.bus, aof);
     }
 }
 

@@ -102,18 +102,27 @@ async fn a_full_disk_never_runs_an_answered_delivery_again() {
     let full_at = Instant::now();
     for (id, first) in ids.iter().zip(firsts) {
         let answer = first.await.unwrap();
-        assert_eq!(answer.status, 200, "{id}: the sender gets its answer: {answer:?}");
+        assert_eq!(
+            answer.status, 200,
+            "{id}: the sender gets its answer: {answer:?}"
+        );
     }
     // Full for longer than lease + unknown_hold, copies arriving all along:
     // whatever they are told, none may run the delivery again.
     let mut during = HashMap::<u16, usize>::new();
     while full_at.elapsed() < Duration::from_secs(4) {
         for id in &ids {
-            *during.entry(deliver(&url, &payment(id)).await.status).or_default() += 1;
+            *during
+                .entry(deliver(&url, &payment(id)).await.status)
+                .or_default() += 1;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(upstream.calls(), KEYS, "nothing ran again while the disk was full");
+    assert_eq!(
+        upstream.calls(),
+        KEYS,
+        "nothing ran again while the disk was full"
+    );
     std::fs::remove_file(&filler).expect("filler removed");
     let freed = Instant::now();
     for id in &ids {

@@ -1,0 +1,49 @@
+//! A Cluster failover with replication lag at `durability = "replicated"`:
+//! the replica is frozen for a second before its primary is SIGKILLed, so
+//! the primary's last writes never reach the node that is promoted. At
+//! `memory` such a failover loses answers the senders already have, and
+//! once lease + `unknown_hold` pass a copy runs again. At `replicated` a
+//! claim is forwarded only once a replica holds it, and an answer is
+//! stored again until one does: every delivery answered 2xx runs once and
+//! its copies get its answer.
+
+use super::failover::{ClusterFailover, Lag, check_failover, failover_gates, run_failover};
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis cluster"]
+async fn cluster_failover_with_lag_loses_no_answer_at_replicated() {
+    const NAME: &str = "cluster_failover_with_lag_loses_no_answer_at_replicated";
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let mut cluster = Cluster::start_with_aof();
+    let (upstream, _gates, urls) = failover_gates(&cluster.url(), "replicated").await;
+    let primaries = cluster.primaries();
+    let victim = primaries[1].clone();
+    let replica = Cluster::replica_of(&victim);
+    let survivor = primaries[0].port;
+    let in_victim = |id: &str| victim.owns(slot(id));
+    let mut ops = ClusterFailover {
+        cluster: &mut cluster,
+        victim: victim.clone(),
+        replica,
+        survivor,
+    };
+
+    let report = run_failover(
+        &mut ops,
+        Lag::FrozenReplica,
+        &urls,
+        &upstream,
+        "lag",
+        &in_victim,
+    )
+    .await;
+
+    let unstored = check_failover(NAME, &report);
+    assert_eq!(
+        unstored, 0,
+        "every answered delivery's copies got its answer after the failover"
+    );
+    report_time(NAME, started);
+}
