@@ -37,6 +37,7 @@ mod entity_cluster;
 mod entity_model_faults;
 mod failover;
 mod failover_lag;
+mod failover_ops;
 mod full_disk;
 mod inbox_failover;
 mod instances;

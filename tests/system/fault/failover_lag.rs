@@ -7,7 +7,8 @@
 //! stored again until one does: every delivery answered 2xx runs once and
 //! its copies get its answer.
 
-use super::failover::{ClusterFailover, Lag, check_failover, failover_gates, run_failover};
+use super::failover::{Lag, check_failover, failover_gates, run_failover};
+use super::failover_ops::ClusterFailover;
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@
 //! or be held for an operator (outcome unknown); no key may execute
 //! twice.
 
-use super::failover::{ClusterFailover, Failover, SentinelFailover};
+use super::failover_ops::{ClusterFailover, Failover, SentinelFailover};
 use super::*;
 
 const TOKEN: &str = "inbox-failover-token";
