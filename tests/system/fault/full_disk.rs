@@ -2,7 +2,9 @@
 //! mounted for the test (root only). Deliveries are in the handler when the
 //! disk fills, and it stays full for longer than lease + `unknown_hold`:
 //! each sender still gets the handler's answer, no copy runs a delivery
-//! again, and once space returns every copy gets the stored answer.
+//! again, and once space returns every copy gets the stored answer. An
+//! almost full disk (room for claims, not for a large answer) keeps
+//! `/readyz` at 503 rather than flapping.
 
 use std::io::Write;
 
@@ -48,8 +50,9 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Fills the filesystem of `path` with a file there; its size.
-fn fill(path: &Path) -> u64 {
+/// Fills the filesystem of `path` with a file there, then gives `leave`
+/// bytes back; the file's size.
+fn fill_leaving(path: &Path, leave: u64) -> u64 {
     let mut file = std::fs::File::create(path).expect("filler");
     let chunk = vec![0u8; 64 * 1024];
     let mut written = 0;
@@ -59,8 +62,10 @@ fn fill(path: &Path) -> u64 {
             Ok(n) => written += n as u64,
         }
     }
+    let kept = written.saturating_sub(leave);
+    file.set_len(kept).expect("filler shortened");
     let _ = file.sync_all();
-    written
+    kept
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,7 +103,7 @@ async fn a_full_disk_never_runs_an_answered_delivery_again() {
         upstream.calls() == KEYS
     });
     let filler = fs.path().join("filler");
-    let filled = fill(&filler);
+    let filled = fill_leaving(&filler, 0);
     let full_at = Instant::now();
     for (id, first) in ids.iter().zip(firsts) {
         let answer = first.await.unwrap();
@@ -146,4 +151,69 @@ async fn a_full_disk_never_runs_an_answered_delivery_again() {
     );
     drop(gate);
     report_time("a_full_disk_never_runs_an_answered_delivery_again", started);
+}
+
+/// Room for claims and small answers, not for a 900 KiB one (below
+/// `max_stored_answer_bytes`, 1 MiB): the large answer is sent, its storing
+/// fails, and from then on `/readyz` stays 503 (ready needs room for the
+/// largest answer the store may keep, not only for a small probe) until
+/// space returns; then the answer is stored and replayed, run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: mounts a tmpfs"]
+async fn an_almost_full_disk_is_not_ready_until_the_largest_answer_fits() {
+    const NAME: &str = "an_almost_full_disk_is_not_ready_until_the_largest_answer_fits";
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let upstream = Upstream::scripted(|_, body| {
+        let large = String::from_utf8_lossy(body).contains("large");
+        let size = if large { 900 * 1024 } else { 64 };
+        Reply::with_body(bytes::Bytes::from(vec![b'a'; size]))
+    })
+    .await;
+    let store = embedded_store(&fs.path().join("idemgate.redb"));
+    let gate = GateProcess::start(&config_text(&store, &upstream.url(), ""));
+    let url = gate.url("/notify");
+    assert_eq!(deliver(&url, &payment("small-before")).await.status, 200);
+    readyz_becomes(gate.admin, 200).await;
+    let filler = fs.path().join("filler");
+    fill_leaving(&filler, 600 * 1024);
+
+    let large = deliver(&url, &payment("large-1")).await;
+    assert_eq!(large.status, 200, "the sender gets the handler's answer");
+    readyz_becomes(gate.admin, 503).await;
+    let mut ready = 0;
+    for _ in 0..30 {
+        if admin_get(gate.admin, "/readyz").await.0 == 200 {
+            ready += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        ready, 0,
+        "/readyz stays 503 while a large answer can not be kept"
+    );
+
+    std::fs::remove_file(&filler).expect("filler removed");
+    readyz_becomes(gate.admin, 200).await;
+    poll(
+        "the large answer stored and replayed",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        async || {
+            let copy = deliver(&url, &payment("large-1")).await;
+            (copy.status == 200 && copy.replayed() == Some("true")).then_some(())
+        },
+    )
+    .await;
+    let ids = ["small-before".to_owned(), "large-1".to_owned()];
+    assert_executed_times(&upstream, &ids, 1);
+    println!(
+        "[fault] {NAME}: 600 KiB free, a 900 KiB answer sent 200 and not yet stored: /readyz \
+         200 in {ready} of 30 samples over 3 s; once space returned the answer was stored and \
+         replayed, run once"
+    );
+    report_time(NAME, started);
 }
