@@ -193,8 +193,24 @@ local function entity_settle(ekey, record_key, effect)
   redis.call('HDEL', ekey, 'pk', 'pf', 'pt', 'pe')
 end
 
+-- The unknown_hold an in-flight record (layout version 3) was claimed
+-- with, in ms, kept after its key value (src/record.rs); -1 when it has
+-- none (an older record).
+local function claim_hold(record)
+  if string.byte(record, 1) ~= 3 or string.len(record) < 93 then
+    return -1
+  end
+  local at = 94 + string.byte(record, 92) * 256 + string.byte(record, 93)
+  if string.len(record) ~= at + 3 then
+    return -1
+  end
+  local b1, b2, b3, b4 = string.byte(record, at, at + 3)
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
 -- What holds ekey for a new notice: nil (free), or the busy reply
--- { 0, 'busy', pttl, kind } of claim_entity.lua. The pending change's
+-- { 0, 'busy', pttl, kind, hold } of claim_entity.lua (hold: the pending
+-- claim's own, claim_hold, for kind 'flight'). The pending change's
 -- record shares the entity's slot (same tag); a completed one is folded in.
 local function entity_blocker(ekey)
   local pk = redis.call('HGET', ekey, 'pk')
@@ -208,7 +224,7 @@ local function entity_blocker(ekey)
     else
       local kind = 'inbox'
       if state == '\1' then
-        kind = 'flight'
+        return { 0, 'busy', redis.call('PTTL', pk), 'flight', claim_hold(pending) }
       elseif state == '\3' then
         kind = 'unknown'
       end

@@ -522,7 +522,7 @@ fn state_word(route: &Route, existing: &Existing) -> &'static str {
         Observed::Completed(_) if matches!(existing.record.state, RecordState::Inbox(_)) => "inbox",
         Observed::Completed(_) | Observed::Acknowledged(_) => "completed",
         Observed::InFlight => "in_flight",
-        Observed::Unknown { .. } if existing.record.state == RecordState::InFlight => {
+        Observed::Unknown { .. } if matches!(existing.record.state, RecordState::InFlight(_)) => {
             "unknown_owner_lost"
         }
         Observed::Unknown { .. } => "unknown",

@@ -22,6 +22,10 @@
 //!               the route's key is not single-part or the value is longer
 //!               than [`MAX_STORED_KEY`]
 //! 93      K     the key value, so the admin listing can show it
+//! -- in-flight records (state 1) written since the hold was kept --
+//! 93+K    4     `unknown_hold` of the route that claimed, milliseconds,
+//!               big-endian: whichever route of the scope reads the claim
+//!               judges it by this hold, not by its own ([`ClaimHold`])
 //! -- completed records only (states 2 and 4; state 4 has body length 0) --
 //! 93+K    2     status code, big-endian
 //! 95+K    2     header count N
@@ -56,6 +60,7 @@ pub mod inbox;
 mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -179,11 +184,29 @@ impl StoredBody {
     }
 }
 
+/// The `unknown_hold` an in-flight record was claimed with. Its claim
+/// TTL is lease + this hold, and the claim counts as unknown (its owner
+/// lost) once no more than this hold remains (contract §4 rule 4). Routes
+/// that share a scope may have different holds, so the record carries the
+/// claimer's: judged by another route's hold, a live claim could look lost
+/// (and be purged) or a lost one live. `None`: a record from a build that
+/// did not keep it, judged by the reader's hold as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClaimHold(pub Option<Duration>);
+
+impl ClaimHold {
+    /// The hold to judge the claim by: its own, else the reader's.
+    pub fn or(self, reader: Duration) -> Duration {
+        self.0.unwrap_or(reader)
+    }
+}
+
 /// Where a key's first delivery stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// Claimed; the upstream call runs (or its owner died, see contract §4 rule 4).
-    InFlight,
+    /// Claimed; the upstream call runs (or its owner died, see contract §4
+    /// rule 4, judged by the claim's own hold).
+    InFlight(ClaimHold),
     /// Answered; replay this.
     Completed(StoredResponse),
     /// The upstream may or may not have acted; block re-forwarding.
@@ -278,7 +301,19 @@ impl Record {
             answered_at_ms: now,
             trace,
             key: None,
-            state: RecordState::InFlight,
+            state: RecordState::InFlight(ClaimHold::default()),
+        }
+    }
+
+    /// The same record, if in flight, carrying `hold` as its claim's
+    /// `unknown_hold` ([`ClaimHold`]).
+    pub fn with_hold(self, hold: Duration) -> Self {
+        match self.state {
+            RecordState::InFlight(_) => Self {
+                state: RecordState::InFlight(ClaimHold(Some(hold))),
+                ..self
+            },
+            _ => self,
         }
     }
 
@@ -296,7 +331,7 @@ impl Record {
         let new_answer = match &state {
             RecordState::Completed(_) | RecordState::Acknowledged(_) => true,
             RecordState::Inbox(_) => !matches!(self.state, RecordState::Inbox(_)),
-            RecordState::InFlight | RecordState::Unknown => false,
+            RecordState::InFlight(_) | RecordState::Unknown => false,
         };
         Self {
             answered_at_ms: if new_answer {
@@ -348,7 +383,7 @@ impl Record {
         let mut out = BytesMut::with_capacity(HEADER_LEN + 2 + key.len() + extra);
         out.put_u8(VERSION);
         out.put_u8(match &self.state {
-            RecordState::InFlight => 1,
+            RecordState::InFlight(_) => 1,
             RecordState::Completed(StoredResponse {
                 body: StoredBody::Kept(_),
                 ..
@@ -374,7 +409,12 @@ impl Record {
                 put_response(&mut out, &entry.ack)?;
                 entry.put(&mut out)?;
             }
-            RecordState::InFlight | RecordState::Unknown | RecordState::Acknowledged(_) => {}
+            RecordState::InFlight(ClaimHold(Some(hold))) => {
+                out.put_u32(u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
+            }
+            RecordState::InFlight(ClaimHold(None))
+            | RecordState::Unknown
+            | RecordState::Acknowledged(_) => {}
         }
         Ok(out.freeze())
     }
@@ -419,8 +459,12 @@ impl Record {
         };
         let header_len = header.at;
         let state = match bytes[1] {
+            1 if bytes[0] == VERSION && bytes.len() == header_len + 4 => {
+                let ms = u32::from_be_bytes(bytes[header_len..].try_into().expect("4 bytes"));
+                RecordState::InFlight(ClaimHold(Some(Duration::from_millis(u64::from(ms)))))
+            }
             1 | 3 if bytes.len() > header_len => return Err(DecodeError::Trailing),
-            1 => RecordState::InFlight,
+            1 => RecordState::InFlight(ClaimHold::default()),
             3 => RecordState::Unknown,
             2 => RecordState::Completed(whole_response(bytes, header_len, true)?),
             4 => RecordState::Completed(whole_response(bytes, header_len, false)?),

@@ -70,7 +70,7 @@ use self::entity::{Correction, EntityEffect, EntityState, EntityStep, EntityVerd
 use self::metrics::{StoreMetrics, StoreOp};
 use self::probe::ProbePlan;
 use crate::record::{
-    AckMarker, DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong,
+    AckMarker, ClaimHold, DecodeError, OwnerToken, Record, RecordState, StoredResponse, TooLong,
 };
 use crate::replay_cache::ReplayCache;
 
@@ -101,10 +101,21 @@ pub enum Observed<'a> {
 }
 
 impl Existing {
+    /// The hold the record's claim was written with (none but for an
+    /// in-flight record that carries one).
+    pub fn claim_hold(&self) -> ClaimHold {
+        match self.record.state {
+            RecordState::InFlight(hold) => hold,
+            _ => ClaimHold::default(),
+        }
+    }
+
     /// Classifies the record. An in-flight claim is written with
     /// `TTL = lease + unknown_hold` and renewed while its owner lives, so a
-    /// remaining TTL of at most `unknown_hold` means the owner stopped
-    /// renewing: the outcome is unknown (contract §4 rule 4).
+    /// remaining TTL of at most that hold means the owner stopped
+    /// renewing: the outcome is unknown (contract §4 rule 4). The hold is
+    /// the claim's own ([`ClaimHold`]); `unknown_hold`, the reader's, only
+    /// judges a record that carries none.
     pub fn observe(&self, unknown_hold: Duration) -> Observed<'_> {
         let remaining = self.ttl.unwrap_or(unknown_hold);
         match &self.record.state {
@@ -113,8 +124,10 @@ impl Existing {
             // Every copy of a queued delivery is told what the first was.
             RecordState::Inbox(entry) => Observed::Completed(&entry.ack),
             RecordState::Unknown => Observed::Unknown { remaining },
-            RecordState::InFlight if remaining <= unknown_hold => Observed::Unknown { remaining },
-            RecordState::InFlight => Observed::InFlight,
+            RecordState::InFlight(hold) if remaining <= hold.or(unknown_hold) => {
+                Observed::Unknown { remaining }
+            }
+            RecordState::InFlight(_) => Observed::InFlight,
         }
     }
 }
@@ -528,15 +541,34 @@ mod tests {
         }
     }
 
+    /// A claim is judged by the hold it was written with, whichever
+    /// route of its scope reads it: a reader with a longer hold must not
+    /// take a live claim for a lost one (and offer to purge it), nor one
+    /// with a shorter hold a lost claim for a live one.
+    #[test]
+    fn a_claim_is_judged_by_its_own_hold_not_the_readers() {
+        use crate::record::ClaimHold;
+        let claimed_with = ClaimHold(Some(Duration::from_secs(5)));
+        let live = existing(RecordState::InFlight(claimed_with), 20_000);
+        assert_eq!(live.observe(Duration::from_secs(3600)), Observed::InFlight);
+        let lost = existing(RecordState::InFlight(claimed_with), 4_000);
+        assert_eq!(
+            lost.observe(Duration::from_secs(1)),
+            Observed::Unknown {
+                remaining: Duration::from_secs(4)
+            }
+        );
+    }
+
     #[test]
     fn in_flight_past_its_lease_is_unknown() {
         let hold = Duration::from_secs(60);
         assert_eq!(
-            existing(RecordState::InFlight, 60_001).observe(hold),
+            existing(RecordState::InFlight(Default::default()), 60_001).observe(hold),
             Observed::InFlight
         );
         assert_eq!(
-            existing(RecordState::InFlight, 60_000).observe(hold),
+            existing(RecordState::InFlight(Default::default()), 60_000).observe(hold),
             Observed::Unknown {
                 remaining: Duration::from_secs(60)
             }

@@ -129,7 +129,7 @@ fn item_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json::
         },
         "trace_id": record.trace.map(|trace| hex::encode(trace.trace_id)),
     });
-    if record.state == RecordState::InFlight {
+    if matches!(record.state, RecordState::InFlight(_)) {
         item["past_lease"] = (state_word(route, existing) != "in_flight").into();
     }
     item

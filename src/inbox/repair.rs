@@ -135,7 +135,7 @@ impl Repair {
                     (record, entry)
                 }
                 // A claim being queued right now: its own writes follow.
-                Some((_, RecordState::InFlight)) => continue,
+                Some((_, RecordState::InFlight(_))) => continue,
                 other => {
                     let read = other.map(|(record, _)| record.owner);
                     if store.owed_prune(&key, read).await? {

@@ -175,7 +175,7 @@ impl Workers {
         let entry = match &record.state {
             RecordState::Inbox(entry) => entry,
             // A live claim still being queued: look again after the push.
-            RecordState::InFlight => return,
+            RecordState::InFlight(_) => return,
             // The queueing never landed; the key settled another way.
             RecordState::Completed(_) | RecordState::Acknowledged(_) | RecordState::Unknown => {
                 self.unindex(hash, false).await;

@@ -50,7 +50,9 @@ use super::single_flight::{Flight, SingleFlight};
 use crate::backoff::Backoff;
 use crate::config::{Idempotency, OnInFlight};
 use crate::error::Rejection;
-use crate::record::{OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext};
+use crate::record::{
+    ClaimHold, OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext,
+};
 use crate::store::entity::{Blocker, EntityStep, EntityVerdict};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 
@@ -229,7 +231,8 @@ impl Claimer {
         loop {
             let attempt = async {
                 let record = Record::in_flight(owner, identity.fingerprint, trace)
-                    .with_key(identity.key_value.as_deref());
+                    .with_key(identity.key_value.as_deref())
+                    .with_hold(timing.unknown_hold);
                 let mut pending = PendingClaim {
                     store: &self.store,
                     tracker: &self.tracker,
@@ -355,7 +358,7 @@ impl Claimer {
             }
             let in_flight = Decision::Refuse(
                 Rejection::InFlight {
-                    retry_after: timing.retry_after_in_flight(existing.ttl),
+                    retry_after: timing.retry_after_in_flight(existing.ttl, existing.claim_hold()),
                 },
                 first,
             );
@@ -393,10 +396,14 @@ impl Claimer {
 /// the notice can not be held (its entity's queue is full).
 pub(crate) fn busy_answer(blocker: Blocker, rules: &Idempotency) -> Rejection {
     let timing = LeaseTiming::of(rules);
+    let own = match blocker {
+        Blocker::InFlight { hold, .. } => hold,
+        _ => ClaimHold::default(),
+    };
     busy(blocker, timing).map_or_else(
         |rejection| rejection,
         |ttl| Rejection::InFlight {
-            retry_after: timing.retry_after_in_flight(Some(ttl)),
+            retry_after: timing.retry_after_in_flight(Some(ttl), own),
         },
     )
 }
@@ -405,8 +412,11 @@ pub(crate) fn busy_answer(blocker: Blocker, rules: &Idempotency) -> Rejection {
 fn busy(blocker: Blocker, timing: LeaseTiming) -> Result<Duration, Rejection> {
     let hold = timing.unknown_hold;
     match blocker {
-        Blocker::InFlight { remaining } if remaining > hold => Ok(remaining),
-        Blocker::InFlight { remaining } | Blocker::Unknown { remaining } => {
+        Blocker::InFlight {
+            remaining,
+            hold: own,
+        } if remaining > own.or(hold) => Ok(remaining),
+        Blocker::InFlight { remaining, .. } | Blocker::Unknown { remaining } => {
             Err(Rejection::OutcomeUnknown {
                 retry_after: remaining.min(hold),
             })

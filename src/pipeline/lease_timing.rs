@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::config::Idempotency;
+use crate::record::ClaimHold;
 use crate::store::{AnyStore, Lease};
 
 /// Shortest renewal period: a tiny configured lease must not turn renewal
@@ -53,10 +54,13 @@ impl LeaseTiming {
     }
 
     /// How long a duplicate refused as in flight should wait before it
-    /// retries: what is left of the claim's lease (its TTL less the hold),
-    /// or a whole lease when the store reports no TTL.
-    pub(crate) fn retry_after_in_flight(self, ttl: Option<Duration>) -> Duration {
-        ttl.map_or(self.lease, |ttl| ttl.saturating_sub(self.unknown_hold))
+    /// retries: what is left of the claim's lease (its TTL less the hold
+    /// it was claimed with, this route's when it carries none), or a whole
+    /// lease when the store reports no TTL.
+    pub(crate) fn retry_after_in_flight(self, ttl: Option<Duration>, hold: ClaimHold) -> Duration {
+        ttl.map_or(self.lease, |ttl| {
+            ttl.saturating_sub(hold.or(self.unknown_hold))
+        })
     }
 }
 
@@ -144,9 +148,16 @@ mod tests {
         let timing = timing();
         assert_eq!(timing.claim_ttl(), secs(330));
         assert_eq!(timing.renewal_period(), secs(10));
-        assert_eq!(timing.retry_after_in_flight(Some(secs(312))), secs(12));
-        assert_eq!(timing.retry_after_in_flight(Some(secs(200))), secs(0));
-        assert_eq!(timing.retry_after_in_flight(None), secs(30));
+        let none = ClaimHold::default();
+        assert_eq!(
+            timing.retry_after_in_flight(Some(secs(312)), none),
+            secs(12)
+        );
+        assert_eq!(timing.retry_after_in_flight(Some(secs(200)), none), secs(0));
+        assert_eq!(timing.retry_after_in_flight(None, none), secs(30));
+        // A sibling route's claim, written with a 10 s hold.
+        let own = ClaimHold(Some(secs(10)));
+        assert_eq!(timing.retry_after_in_flight(Some(secs(25)), own), secs(15));
         let tiny = LeaseTiming {
             lease: Duration::from_millis(15),
             unknown_hold: secs(1),

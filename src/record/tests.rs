@@ -48,7 +48,7 @@ fn round_trips_every_state() {
         body: StoredBody::TooLarge,
     });
     for state in [
-        RecordState::InFlight,
+        RecordState::InFlight(Default::default()),
         RecordState::Unknown,
         completed,
         not_stored,
@@ -60,13 +60,17 @@ fn round_trips_every_state() {
 
 #[test]
 fn owner_sits_where_the_scripts_read_it() {
-    let encoded = sample(RecordState::InFlight).encode().unwrap();
+    let encoded = sample(RecordState::InFlight(Default::default()))
+        .encode()
+        .unwrap();
     assert_eq!(&encoded[OWNER_RANGE], &[7u8; 16]);
 }
 
 #[test]
 fn rejects_foreign_and_truncated_values() {
-    let encoded = sample(RecordState::InFlight).encode().unwrap();
+    let encoded = sample(RecordState::InFlight(Default::default()))
+        .encode()
+        .unwrap();
     let mut foreign = encoded.to_vec();
     foreign[0] = 9;
     assert_eq!(
@@ -88,9 +92,39 @@ fn trace_and_answer_time_round_trip() {
     assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
 }
 
+/// An in-flight record keeps its claim's hold after the key value; one
+/// without (an older build's) still reads, as "no hold of its own".
+#[test]
+fn an_in_flight_record_keeps_its_claims_hold() {
+    let hold = std::time::Duration::from_millis(90_500);
+    let record = sample(RecordState::InFlight(Default::default()))
+        .with_key(Some(b"evt_9"))
+        .with_hold(hold);
+    assert_eq!(record.state, RecordState::InFlight(ClaimHold(Some(hold))));
+    let encoded = record.encode().unwrap();
+    assert_eq!(&encoded[encoded.len() - 4..], &90_500u32.to_be_bytes());
+    assert_eq!(Record::decode(&encoded), Ok(record.clone()));
+    let without = Record::decode(&encoded.slice(..encoded.len() - 4)).unwrap();
+    assert_eq!(without.state, RecordState::InFlight(ClaimHold(None)));
+    assert_eq!(
+        Record::decode(&encoded.slice(..encoded.len() - 1)),
+        Err(DecodeError::Trailing),
+        "three bytes are not a hold"
+    );
+    let completed = record.with_state(RecordState::Unknown);
+    assert_eq!(
+        completed.clone().with_hold(hold),
+        completed,
+        "only a claim has one"
+    );
+}
+
 #[test]
 fn key_value_round_trips_and_is_capped() {
-    for state in [RecordState::InFlight, RecordState::Unknown] {
+    for state in [
+        RecordState::InFlight(Default::default()),
+        RecordState::Unknown,
+    ] {
         let record = sample(state).with_key(Some(b"evt_123"));
         assert_eq!(record.key.as_deref(), Some(&b"evt_123"[..]));
         assert_eq!(Record::decode(&record.encode().unwrap()), Ok(record));
@@ -108,7 +142,8 @@ fn key_value_round_trips_and_is_capped() {
     );
     assert_eq!(Record::decode(&encoded), Ok(completed.clone()));
     // Longer than the cap: no key kept, and a later state keeps the key.
-    let long = sample(RecordState::InFlight).with_key(Some(&[b'k'; MAX_STORED_KEY + 1]));
+    let long = sample(RecordState::InFlight(Default::default()))
+        .with_key(Some(&[b'k'; MAX_STORED_KEY + 1]));
     assert_eq!(long.key, None);
     assert_eq!(
         completed.with_state(RecordState::Unknown).key,
@@ -150,7 +185,10 @@ fn version_2_records_are_still_read() {
         Ok((None, RecordState::Unknown))
     );
     // Version 3 with a key length past the end is truncated.
-    let mut short = sample(RecordState::InFlight).encode().unwrap().to_vec();
+    let mut short = sample(RecordState::InFlight(Default::default()))
+        .encode()
+        .unwrap()
+        .to_vec();
     short[92] = 5;
     assert_eq!(
         Record::decode(&Bytes::from(short)),
@@ -246,7 +284,7 @@ proptest! {
     #[test]
     fn decode_never_panics_on_valid_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..64)) {
         for state in [2, 4] {
-            let mut bytes = sample(RecordState::InFlight).encode().unwrap().to_vec();
+            let mut bytes = sample(RecordState::InFlight(Default::default())).encode().unwrap().to_vec();
             bytes[1] = state;
             bytes.extend(&tail);
             let _ = Record::decode(&Bytes::from(bytes));

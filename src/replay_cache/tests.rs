@@ -69,7 +69,10 @@ async fn a_filled_record_is_served_until_its_retention_ends_and_never_after() {
 #[tokio::test(start_paused = true)]
 async fn only_completed_records_with_a_ttl_are_cached() {
     let cache = coherent(1 << 20);
-    for state in [RecordState::InFlight, RecordState::Unknown] {
+    for state in [
+        RecordState::InFlight(Default::default()),
+        RecordState::Unknown,
+    ] {
         cache
             .begin_fill(&key(1))
             .unwrap()

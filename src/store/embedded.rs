@@ -287,14 +287,16 @@ impl EmbeddedStore {
                 (None, Change::Complete(..)) => Owned::Free,
                 (None, _) => return Ok((Owned::No, false)),
                 (Some(entry), Change::Renew(..)) => {
-                    if entry.record.owner == owner && entry.record.state == RecordState::InFlight {
+                    if entry.record.owner == owner
+                        && matches!(entry.record.state, RecordState::InFlight(_))
+                    {
                         Owned::Yes
                     } else {
                         Owned::No
                     }
                 }
                 (Some(entry), Change::Release(Releasing::ClaimOnly))
-                    if entry.record.state != RecordState::InFlight =>
+                    if !matches!(entry.record.state, RecordState::InFlight(_)) =>
                 {
                     Owned::No
                 }

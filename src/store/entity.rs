@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use super::EntityKey;
 use crate::config::{CacheStatus, Sources};
-use crate::record::{Record, RecordState, Stage};
+use crate::record::{ClaimHold, Record, RecordState, Stage};
 
 /// Transitions an entity remembers, newest first.
 pub const HISTORY: usize = 16;
@@ -85,6 +85,9 @@ pub enum Blocker {
     InFlight {
         /// The pending record's remaining TTL.
         remaining: Duration,
+        /// The hold the pending claim was written with, by which it is
+        /// judged whichever route of the scope meets it.
+        hold: ClaimHold,
     },
     /// Its outcome is unknown, held for `remaining` more.
     Unknown {
@@ -144,7 +147,7 @@ impl EntityEffect {
         match &record.state {
             RecordState::Completed(answer) => by_status(answer.status),
             RecordState::Acknowledged(marker) => by_status(marker.status()),
-            RecordState::InFlight | RecordState::Unknown => Self::Keep,
+            RecordState::InFlight(_) | RecordState::Unknown => Self::Keep,
             RecordState::Inbox(entry) => match entry.stage {
                 Stage::Delivered => entry
                     .last_answer

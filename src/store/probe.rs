@@ -147,7 +147,7 @@ pub fn judge(
 ) -> Judged {
     let hold = crate::time::millis(plan.hold);
     let due = match state {
-        Some(RecordState::InFlight) => {
+        Some(RecordState::InFlight(_)) => {
             // Renewed to lease + hold while its owner lives: at a TTL of
             // `hold` it stopped, and its call ended no later than that.
             (now + ttl_ms).saturating_sub(hold) + crate::time::millis(plan.start_after)
@@ -317,12 +317,20 @@ mod tests {
         // TTL above the hold: the owner renews; due once it would have
         // stopped (10 s from now) plus start_after.
         assert_eq!(
-            judge(&plan, Some(&RecordState::InFlight), (130_000, 0, now)),
+            judge(
+                &plan,
+                Some(&RecordState::InFlight(Default::default())),
+                (130_000, 0, now)
+            ),
             Judged::Later(now + 10_000 + 60_000)
         );
         // Stopped 61 s ago: due.
         assert_eq!(
-            judge(&plan, Some(&RecordState::InFlight), (59_000, 0, now)),
+            judge(
+                &plan,
+                Some(&RecordState::InFlight(Default::default())),
+                (59_000, 0, now)
+            ),
             Judged::Take
         );
         assert_eq!(

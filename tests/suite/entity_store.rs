@@ -82,8 +82,13 @@ fn inbox(stage: Stage, last: Option<u16>) -> RecordState {
     }))
 }
 
+/// The `unknown_hold` every claim here is written with.
+const CLAIM_HOLD: Duration = Duration::from_secs(7);
+
 async fn claim<S: Store>(store: &S, mint: &OwnerMint, n: u8, step: &EntityStep) -> ClaimOutcome {
-    let record = Record::in_flight(mint.next(), Fingerprint([n; 32]), None);
+    // Each claim keeps its hold, as the pipeline's do: a busy entity
+    // reports it back (the claim is judged by it, not the reader's).
+    let record = Record::in_flight(mint.next(), Fingerprint([n; 32]), None).with_hold(CLAIM_HOLD);
     let key = key_of(step.key.hash(), n);
     store
         .claim(&key, record, LONG, (Some(step), None))
@@ -154,8 +159,9 @@ async fn entity_contract<S: Store>(store: &S) {
     // 2 (success) while 1 is in flight: busy.
     let success = step("success", &["pending", "failed"]);
     match blocker(store, &mint, 2, &success).await {
-        Blocker::InFlight { remaining } => {
+        Blocker::InFlight { remaining, hold } => {
             assert!(remaining > Duration::from_secs(50), "{remaining:?}");
+            assert_eq!(hold.0, Some(CLAIM_HOLD), "the pending claim's own hold");
         }
         other => panic!("expected busy behind a change in flight, got {other:?}"),
     }

@@ -93,7 +93,7 @@ fn pending_of(slot: &Slot<'_, '_>, state: &EntityState) -> Result<PendingRecord,
     let remaining = Duration::from_millis(entry.expires_at_ms - slot.now);
     Ok(match entry.record.state {
         RecordState::Completed(_) | RecordState::Acknowledged(_) => PendingRecord::Completed,
-        RecordState::InFlight => PendingRecord::Open(Blocker::InFlight { remaining }),
+        RecordState::InFlight(hold) => PendingRecord::Open(Blocker::InFlight { remaining, hold }),
         RecordState::Unknown => PendingRecord::Open(Blocker::Unknown { remaining }),
         RecordState::Inbox(_) => PendingRecord::Open(Blocker::Inbox),
     })

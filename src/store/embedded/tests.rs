@@ -50,7 +50,7 @@ async fn assert_stored_for_an_hour(store: &EmbeddedStore, expected: &Record) {
 async fn swap_is_fenced_by_owner_and_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
-    let first = record(1, RecordState::InFlight);
+    let first = record(1, RecordState::InFlight(Default::default()));
     let next = record(2, RecordState::Unknown);
     let ten = Duration::from_secs(10);
     let hour = Duration::from_secs(3_600);
@@ -68,7 +68,7 @@ async fn swap_is_fenced_by_owner_and_idempotent() {
     assert_stored_for_an_hour(&store, &next).await;
 
     // Another owner's record with other bytes: untouched.
-    let third = record(3, RecordState::InFlight);
+    let third = record(3, RecordState::InFlight(Default::default()));
     assert!(!swap(&store, first.owner, &third, ten).await);
     assert!(!swap(&store, third.owner, &third, ten).await);
     assert_eq!(stored(&store).await.0, next);
@@ -81,7 +81,7 @@ async fn swap_is_fenced_by_owner_and_idempotent() {
 async fn swap_of_an_absent_or_expired_record_fails() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(&dir.path().join("swap.redb")).unwrap();
-    let first = record(1, RecordState::InFlight);
+    let first = record(1, RecordState::InFlight(Default::default()));
     let hour = Duration::from_secs(3_600);
     assert!(!swap(&store, first.owner, &first, hour).await);
     assert!(store.lookup(&key()).await.unwrap().is_none());

@@ -39,6 +39,7 @@ fn a_change_is_pending_until_its_answer_applies_it() {
     let success = step("success", &["pending", "failed"], true);
     let blocker = Blocker::InFlight {
         remaining: Duration::from_secs(5),
+        hold: ClaimHold::default(),
     };
     assert_eq!(
         entity.claim(&success, &record(2), PendingRecord::Open(blocker), 11),
@@ -180,7 +181,10 @@ fn only_an_answer_advance_status_lists_applies_the_change() {
         EntityEffect::Drop
     );
     assert_eq!(of(RecordState::Unknown), EntityEffect::Keep);
-    assert_eq!(of(RecordState::InFlight), EntityEffect::Keep);
+    assert_eq!(
+        of(RecordState::InFlight(Default::default())),
+        EntityEffect::Keep
+    );
     let accepts_409 = CacheStatus::parse(&["2xx".into(), "409".into()]).unwrap();
     let record = crate::record::sample(RecordState::Completed(answered(409)));
     assert_eq!(EntityEffect::of(&record, &accepts_409), EntityEffect::Apply);
@@ -283,6 +287,7 @@ fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
         .unwrap();
     let in_flight = PendingRecord::Open(Blocker::InFlight {
         remaining: Duration::from_secs(9),
+        hold: ClaimHold::default(),
     });
     let refund = step("refunded", &["success"], false);
     let failed = step("failed", &["pending"], true);
@@ -304,7 +309,8 @@ fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
         entity.claim(&refund, &record(5), in_flight, 5),
         Err(EntityVerdict::Busy {
             blocker: Blocker::InFlight {
-                remaining: Duration::from_secs(9)
+                remaining: Duration::from_secs(9),
+                hold: ClaimHold::default(),
             }
         })
     );

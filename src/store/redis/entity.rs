@@ -11,6 +11,7 @@ use fred::prelude::Value;
 use super::RedisStore;
 use super::replies::millis;
 use super::scripts::Named;
+use crate::record::ClaimHold;
 use crate::store::entity::{
     Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack, Seen,
 };
@@ -101,7 +102,16 @@ pub(super) fn verdict_from(reply: Value) -> Result<Result<EntityVerdict, Value>,
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map_or(UNKNOWN_REMAINING, Duration::from_millis);
             let blocker = match text(3).as_str() {
-                "flight" => Blocker::InFlight { remaining },
+                "flight" => Blocker::InFlight {
+                    remaining,
+                    hold: ClaimHold(
+                        parts
+                            .get(4)
+                            .and_then(Value::as_i64)
+                            .and_then(|ms| u64::try_from(ms).ok())
+                            .map(Duration::from_millis),
+                    ),
+                },
                 "unknown" => Blocker::Unknown { remaining },
                 "inbox" => Blocker::Inbox,
                 "unresolved" => Blocker::Unresolved,

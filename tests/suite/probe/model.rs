@@ -316,7 +316,7 @@ impl<S: Store + ProbeOps> Run<'_, S> {
                 .is_some_and(|(plan, _)| ProbePlan::decode(&plan).unwrap().done);
             match (self.applied[key], state) {
                 (1, Some(RecordState::Completed(_))) | (0, None) => {}
-                (_, Some(RecordState::Unknown | RecordState::InFlight)) if spent => {}
+                (_, Some(RecordState::Unknown | RecordState::InFlight(_))) if spent => {}
                 (applied, state) => panic!(
                     "case {}: key {key} applied {applied} time(s), but the store holds {state:?}",
                     self.case

@@ -307,7 +307,7 @@ async fn a_full_disk_still_replays_and_recovers_once_space_returns() {
     let hour = Duration::from_secs(3_600);
     let answered = Record {
         owner: OwnerToken([1; 16]),
-        ..crate::record::sample(RecordState::InFlight)
+        ..crate::record::sample(RecordState::InFlight(Default::default()))
     };
     let ClaimOutcome::Claimed(_) = store
         .claim(&key(1), answered.clone(), hour, (None, None))
@@ -460,7 +460,7 @@ async fn a_real_full_filesystem_replays_and_recovers() {
     let hour = Duration::from_secs(3_600);
     let claim = |n: u8| Record {
         owner: OwnerToken([n; 16]),
-        ..crate::record::sample(RecordState::InFlight)
+        ..crate::record::sample(RecordState::InFlight(Default::default()))
     };
     let ClaimOutcome::Claimed(_) = store
         .claim(&key(1), claim(1), hour, (None, None))
