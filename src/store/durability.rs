@@ -265,12 +265,20 @@ impl Confirmation {
 }
 
 /// How writes can be confirmed on these primaries: the weakest of them,
-/// and not at all while any of them falls short of the level.
+/// and not at all while any of them can not keep a write on disk. Too few
+/// replicas is a shortfall too (`/readyz`, the log), but not this one's:
+/// `WAIT` confirms each write on the node that took it, so a primary left
+/// without its replica (a Cluster failover's promoted one) refuses the
+/// claims of its own slots, not every slot's.
 fn confirm_for(policy: WritePolicy, nodes: &[Persistence]) -> Confirm {
     if policy.level == Durability::Memory {
         return Confirm::Reply;
     }
-    if nodes.is_empty() || nodes.iter().any(|n| n.shortfall(policy).is_some()) {
+    let on_disk = WritePolicy {
+        level: Durability::Fsync,
+        ..policy
+    };
+    if nodes.is_empty() || nodes.iter().any(|n| n.shortfall(on_disk).is_some()) {
         return Confirm::Impossible;
     }
     if nodes.iter().all(Persistence::waitaof) {
@@ -358,7 +366,8 @@ impl DurabilityWatch {
             tracing::error!(
                 durability = level,
                 "the store can not keep what idemgate acknowledges at durability {level}: \
-                 {shortfall}; readyz answers 503 and first deliveries are refused"
+                 {shortfall}; readyz answers 503 and first deliveries whose write it can \
+                 not confirm are refused"
             );
         }
         for warning in &findings.warnings {
@@ -518,6 +527,16 @@ mod tests {
         assert_eq!(confirm_for(fsync, &[valkey, everysec]), Confirm::Impossible);
         assert_eq!(confirm_for(fsync, &[]), Confirm::Impossible);
         assert_eq!(confirm_for(WritePolicy::MEMORY, &[]), Confirm::Reply);
+        // A primary without its replica is a shortfall of `replicated`,
+        // but its writes are still confirmed, one `WAIT` each: the other
+        // primaries' slots keep taking deliveries.
+        let replicated = policy(Durability::Replicated, 1);
+        let alone = node("redis70", true, "always");
+        assert!(alone.shortfall(replicated).is_some());
+        assert_eq!(
+            confirm_for(replicated, &[alone.clone(), alone]),
+            Confirm::FsyncedReply
+        );
     }
 
     #[test]

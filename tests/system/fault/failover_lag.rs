@@ -18,7 +18,23 @@ async fn cluster_failover_with_lag_loses_no_answer_at_replicated() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start_with_aof();
-    let (upstream, _gates, urls) = failover_gates(&cluster.url(), "replicated").await;
+    let (upstream, gates, urls) = failover_gates(&cluster.url(), "replicated").await;
+    // Readiness probes every 500 ms, as a kubelet would: each one runs the
+    // durability check, which must not stop the healthy primaries' slots
+    // while the promoted primary has no replica.
+    let probing = Arc::new(AtomicBool::new(true));
+    let probes: Vec<_> = gates
+        .iter()
+        .map(|gate| {
+            let (admin, probing) = (gate.admin, Arc::clone(&probing));
+            tokio::spawn(async move {
+                while probing.load(Ordering::SeqCst) {
+                    let _ = admin_get(admin, "/readyz").await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        })
+        .collect();
     let primaries = cluster.primaries();
     let victim = primaries[1].clone();
     let replica = Cluster::replica_of(&victim);
@@ -41,6 +57,10 @@ async fn cluster_failover_with_lag_loses_no_answer_at_replicated() {
     )
     .await;
 
+    probing.store(false, Ordering::SeqCst);
+    for probe in probes {
+        probe.await.expect("readiness probe task");
+    }
     let unstored = check_failover(NAME, &report);
     assert_eq!(
         unstored, 0,
