@@ -57,7 +57,15 @@ if due > now then
   redis.call('ZADD', KEYS[2], due, member)
   return { 1 }
 end
-local taken = string.sub(record, 1, 1) .. '\3' .. ARGV[1] .. string.sub(record, 19)
+-- An in-flight record of layout version 3 may end with its claim's hold
+-- (4 bytes after the key value, src/record.rs); an unknown record carries
+-- none, so the hold is left out.
+local after_owner = string.sub(record, 19)
+if state == '\1' and string.byte(record, 1) == 3 and string.len(record) >= 93 then
+  local key_end = 93 + string.byte(record, 92) * 256 + string.byte(record, 93)
+  after_owner = string.sub(record, 19, key_end)
+end
+local taken = string.sub(record, 1, 1) .. '\3' .. ARGV[1] .. after_owner
 redis.call('SET', KEYS[1], taken, 'KEEPTTL')
 plan = start_after .. '\t' .. hold .. '\t' .. (attempts + 1) .. '\t' .. done .. '\t' .. rest
 redis.call('HSET', KEYS[3], member, plan)

@@ -54,6 +54,7 @@ mod hot_keys;
 mod inbox;
 mod listing;
 mod openapi;
+mod purge;
 mod record_ref;
 
 use about::About;
@@ -74,8 +75,8 @@ use crate::body::{ProxyBody, full};
 use crate::config::{Config, Route};
 use crate::error::AdminReason;
 use crate::hot_keys::HotKeys;
-use crate::inbox::{Action, Inboxes};
-use crate::record::{RecordState, Stage, now_ms};
+use crate::inbox::Inboxes;
+use crate::record::{RecordState, now_ms};
 use crate::store::entity::TransitionKind;
 use crate::store::{AnyStore, Existing, Observed, StoreError, StoreKey};
 
@@ -324,12 +325,21 @@ impl Admin {
                 .record_listing(route, path_key, request.uri().query())
                 .await;
         }
-        let (key_hash, key) = match self.record_key(route, path_key, request.uri().query()) {
+        // A purge says which state it saw (`purge`); the rest names the record.
+        let (expect, query) = if purge {
+            match purge::expected_state(request.uri().query()) {
+                Ok(split) => split,
+                Err(problem) => return self.problem(AdminReason::BadRequest, problem),
+            }
+        } else {
+            (None, request.uri().query().map(str::to_owned))
+        };
+        let (key_hash, key) = match self.record_key(route, path_key, query.as_deref()) {
             Ok(named) => named,
             Err(problem) => return *problem,
         };
         if purge {
-            return self.purge(route, &key, &key_hash).await;
+            return self.purge(route, &key, &key_hash, expect.as_deref()).await;
         }
         match self.store.lookup(&key).await {
             Ok(Some(existing)) => {
@@ -366,63 +376,6 @@ impl Admin {
             key
         };
         Ok((hash, key))
-    }
-
-    /// Purges the record under `key`. An inbox delivery goes through the
-    /// inbox's own drop first (an owner-fenced swap), so a delivery a
-    /// worker is sending is refused with 409 as the inbox API refuses it,
-    /// and a queued or held one leaves the queue, the listings and the
-    /// gauges before its record goes.
-    async fn purge(&self, route: &Route, key: &StoreKey, key_hash: &str) -> Response<ProxyBody> {
-        match self.applied_to_entity(route, key).await {
-            Ok(false) => {}
-            Ok(true) => {
-                return self.problem(
-                    AdminReason::EntityApplied,
-                    "this delivery's change is applied to its entity: its next copy would be a repeat, not a first delivery. To undo or redo the change, set the entity's state (PUT /admin/entities/{route})",
-                );
-            }
-            Err(error) => {
-                return self.problem(AdminReason::StoreUnavailable, &error.to_string());
-            }
-        }
-        if let Some(inbox) = self.inboxes.route(&route.name) {
-            match self.inboxes.drop_delivery(inbox, key).await {
-                // Dropped (and unindexed), resolved already, or no inbox
-                // delivery at all: the record may go.
-                Ok(Action::Done(_) | Action::NotFound | Action::WrongStage(Stage::Delivered)) => {}
-                Ok(Action::WrongStage(stage)) => {
-                    return self.problem(
-                        AdminReason::WrongStage,
-                        &format!(
-                            "the inbox delivery is {}: a worker is sending it; purge it once it is settled",
-                            stage.as_str()
-                        ),
-                    );
-                }
-                Ok(Action::Raced) => {
-                    return self.problem(
-                        AdminReason::DeliveryChanged,
-                        "a worker changed the delivery meanwhile; look again",
-                    );
-                }
-                Err(error) => {
-                    return self.problem(AdminReason::StoreUnavailable, &error.to_string());
-                }
-            }
-        }
-        match self.store.purge(key).await {
-            Ok(true) => {
-                tracing::warn!(
-                    route = route.name,
-                    key = key_hash,
-                    "record purged by operator"
-                );
-                reply(StatusCode::NO_CONTENT, "text/plain", String::new())
-            }
-            Ok(false) => self.problem(AdminReason::RecordNotFound, "no record under this key"),
-            Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
-        }
     }
 }
 

@@ -363,6 +363,25 @@ impl Record {
         now_ms.saturating_sub(self.answered_at_ms) / 1000
     }
 
+    /// The state byte its encoding starts with (layout in the module
+    /// docs; an acknowledgement marker is a completed record).
+    pub fn state_byte(&self) -> u8 {
+        match &self.state {
+            RecordState::InFlight(_) => 1,
+            RecordState::Completed(StoredResponse {
+                body: StoredBody::Kept(_),
+                ..
+            })
+            | RecordState::Acknowledged(_) => 2,
+            RecordState::Unknown => 3,
+            RecordState::Completed(StoredResponse {
+                body: StoredBody::TooLarge,
+                ..
+            }) => 4,
+            RecordState::Inbox(_) => 5,
+        }
+    }
+
     /// Serialises the record (layout in the module docs). Fails only for
     /// an answer with more than 65,535 headers, a header name over 64 KiB,
     /// or a value or body over 4 GiB.
@@ -382,20 +401,7 @@ impl Record {
             .unwrap_or_default();
         let mut out = BytesMut::with_capacity(HEADER_LEN + 2 + key.len() + extra);
         out.put_u8(VERSION);
-        out.put_u8(match &self.state {
-            RecordState::InFlight(_) => 1,
-            RecordState::Completed(StoredResponse {
-                body: StoredBody::Kept(_),
-                ..
-            }) => 2,
-            RecordState::Unknown => 3,
-            RecordState::Completed(StoredResponse {
-                body: StoredBody::TooLarge,
-                ..
-            }) => 4,
-            RecordState::Inbox(_) => 5,
-            RecordState::Acknowledged(_) => unreachable!("written in layout version 4 above"),
-        });
+        out.put_u8(self.state_byte());
         out.put_slice(&self.owner.0);
         out.put_slice(&self.fingerprint.0);
         out.put_u64(self.created_at_ms);

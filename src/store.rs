@@ -144,6 +144,52 @@ pub enum ClaimOutcome {
     Decided(EntityVerdict),
 }
 
+/// The record an operator looked at before acting on it: its state byte
+/// and owner token. Every transition changes one of them (a completion,
+/// an unknown outcome, the inbox taking it, another owner's claim), so an
+/// action that carries it is refused when the record moved on meanwhile,
+/// in the same atomic step as the action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenRecord {
+    state: u8,
+    owner: OwnerToken,
+}
+
+impl SeenRecord {
+    /// What an operator sees of `record`.
+    pub fn of(record: &Record) -> Self {
+        Self {
+            state: record.state_byte(),
+            owner: record.owner,
+        }
+    }
+
+    /// Whether `record` is still the one seen.
+    pub fn matches(&self, record: &Record) -> bool {
+        *self == Self::of(record)
+    }
+
+    /// Bytes 2 to 18 of the record's encoding (state, owner), which the
+    /// scripts compare.
+    pub fn bytes(&self) -> [u8; 17] {
+        let mut bytes = [0; 17];
+        bytes[0] = self.state;
+        bytes[1..].copy_from_slice(&self.owner.0);
+        bytes
+    }
+}
+
+/// What a purge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purged {
+    /// The record was deleted, or its entity's pending change dropped.
+    Deleted,
+    /// Nothing under the key, and no pending change of it.
+    Absent,
+    /// The record is not the one seen ([`SeenRecord`]): nothing was done.
+    Changed,
+}
+
 /// What `complete` did with an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
@@ -254,11 +300,17 @@ pub trait Store: Send + Sync + 'static {
         key: &StoreKey,
     ) -> impl Future<Output = Result<Option<Existing>, StoreError>> + Send;
 
-    /// Deletes a record whoever owns it. Returns whether one existed.
-    /// If the key is its entity's pending change, the change is dropped
-    /// in the same step, even when the record itself is already gone (an
-    /// operator resolving an unresolved change: it never happened).
-    fn purge(&self, key: &StoreKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes a record whoever owns it, if it is still the record `seen`
+    /// (when given: else [`Purged::Changed`], nothing done). If the key is
+    /// its entity's pending change, the change is dropped in the same
+    /// step, even when the record itself is already gone and none was
+    /// seen (an operator resolving an unresolved change: it never
+    /// happened).
+    fn purge(
+        &self,
+        key: &StoreKey,
+        seen: Option<SeenRecord>,
+    ) -> impl Future<Output = Result<Purged, StoreError>> + Send;
 
     /// Reads an entity and its remaining TTL.
     fn entity(
@@ -314,7 +366,7 @@ boxed_store! {
     release(key: &'a StoreKey, owner: OwnerToken, what: Releasing) -> bool;
     renew(key: &'a StoreKey, owner: OwnerToken, ttl: Duration) -> bool;
     lookup(key: &'a StoreKey) -> Option<Existing>;
-    purge(key: &'a StoreKey) -> bool;
+    purge(key: &'a StoreKey, seen: Option<SeenRecord>) -> Purged;
     entity(key: &'a EntityKey) -> Option<(EntityState, Option<Duration>)>;
     correct_entity(key: &'a EntityKey, seen: &'a Seen, correction: &'a Correction, by: (&'a str, Duration)) -> bool;
     ping() -> ();
@@ -515,9 +567,14 @@ impl AnyStore {
         self.metered(StoreOp::Lookup, call).await
     }
 
-    /// Deletes a record whoever owns it. Returns whether one existed.
-    pub async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        let call = self.backend().purge(key);
+    /// Deletes a record whoever owns it, if it is still the one `seen`
+    /// (see [`Store::purge`]).
+    pub async fn purge(
+        &self,
+        key: &StoreKey,
+        seen: Option<SeenRecord>,
+    ) -> Result<Purged, StoreError> {
+        let call = self.backend().purge(key, seen);
         let purged = self.metered(StoreOp::Purge, call).await;
         self.forget(key);
         purged

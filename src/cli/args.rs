@@ -36,7 +36,7 @@ Examples:
   idemgate admin records list pay --state unknown --all
   idemgate admin records get pay --key evt_1Nx
   idemgate admin records get pay --hash 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
-  idemgate admin records purge pay --key evt_1Nx
+  idemgate admin records purge pay --key evt_1Nx --state unknown
   idemgate admin inbox list pay --state dead
   idemgate admin inbox show pay --key evt_1Nx
   idemgate admin inbox retry pay --key evt_1Nx
@@ -168,13 +168,19 @@ pub enum RecordsCommand {
     },
     /// Purge one record, so the next delivery of its key is forwarded
     /// (after checking the backend, to resolve an unknown outcome).
-    #[command(after_help = "Example:\n  idemgate admin records purge pay --key evt_1Nx")]
+    #[command(
+        after_help = "Example:\n  idemgate admin records purge pay --key evt_1Nx --state unknown"
+    )]
     Purge {
         /// The route's name.
         route: String,
         /// Which record.
         #[command(flatten)]
         target: Target,
+        /// The state `records get` showed: the purge is refused if the
+        /// record is in another state now.
+        #[arg(long, value_enum)]
+        state: SeenState,
     },
 }
 
@@ -257,6 +263,36 @@ pub enum RecordListing {
     /// as the API spells it; `in-flight` is taken too.
     #[value(name = "in_flight", alias = "in-flight")]
     InFlight,
+}
+
+/// The record states a purge may say it saw (the record API's words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeenState {
+    /// A live claim.
+    #[value(name = "in_flight", alias = "in-flight")]
+    InFlight,
+    /// A claim whose owner stopped renewing it.
+    #[value(name = "unknown_owner_lost", alias = "unknown-owner-lost")]
+    UnknownOwnerLost,
+    /// An outcome idemgate could not learn.
+    Unknown,
+    /// Answered: the handler did the work.
+    Completed,
+    /// An inbox delivery (only a delivered one may be purged).
+    Inbox,
+}
+
+impl SeenState {
+    /// The API's `expect_state=` word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::UnknownOwnerLost => "unknown_owner_lost",
+            Self::Unknown => "unknown",
+            Self::Completed => "completed",
+            Self::Inbox => "inbox",
+        }
+    }
 }
 
 /// The inbox listings `inbox list` takes.

@@ -6,7 +6,8 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 use super::args::{
-    AdminArgs, AdminCommand, EntityCorrection, InboxCommand, Page, RecordsCommand, Target,
+    AdminArgs, AdminCommand, EntityCorrection, InboxCommand, Page, RecordsCommand, SeenState,
+    Target,
 };
 use super::http::{AdminClient, Answer};
 use super::{CliError, render};
@@ -72,11 +73,20 @@ pub(crate) async fn execute(
             format!("/admin/records/{}?{}", encode(route), target_query(target)),
             Shape::Record,
         ),
-        AdminCommand::Records(RecordsCommand::Purge { route, target }) => {
-            let path = format!("/admin/records/{}?{}", encode(route), target_query(target));
+        AdminCommand::Records(RecordsCommand::Purge {
+            route,
+            target,
+            state,
+        }) => {
+            let path = format!(
+                "/admin/records/{}?{}&expect_state={}",
+                encode(route),
+                target_query(target),
+                state.as_str()
+            );
             let answer = accepted(client.call(Method::DELETE, &path).await?)?;
             if !args.json {
-                out(&purged(route, target));
+                out(&purged(route, target, *state));
             } else if !answer.body.is_empty() {
                 out(&with_newline(&answer.body));
             }
@@ -319,14 +329,24 @@ fn with_newline(body: &[u8]) -> String {
     text
 }
 
-/// What `records purge` tells people.
-fn purged(route: &str, target: &Target) -> String {
+/// What `records purge` tells people: what was purged, and what its next
+/// delivery does.
+fn purged(route: &str, target: &Target, state: SeenState) -> String {
     let named = match (&target.hash, &target.key) {
         (Some(hash), _) => format!("hash {hash}"),
         (None, Some(key)) => format!("key {}", super::table::single_line(key)),
         (None, None) => String::new(),
     };
-    format!("purged the record of {named} on route {route}: its next delivery is forwarded\n")
+    let next = match state {
+        SeenState::Completed | SeenState::Inbox => {
+            "its next delivery is forwarded and runs again: the handler had already done it"
+        }
+        _ => "its next delivery is forwarded",
+    };
+    format!(
+        "purged the {} record of {named} on route {route}: {next}\n",
+        state.as_str()
+    )
 }
 
 #[cfg(test)]

@@ -47,6 +47,9 @@ pub enum AdminReason {
     /// The entity is no longer in the state, or has another pending
     /// change than, the operator saw: the correction was not applied.
     EntityChanged,
+    /// The record is no longer in the state the operator saw (a purge's
+    /// `expect_state=`): nothing was done.
+    RecordChanged,
     /// A purge the entity route can not honour: the record's change is
     /// applied to its entity, so its next copy would be a repeat, not a
     /// first delivery.
@@ -57,7 +60,7 @@ pub enum AdminReason {
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::Unauthorized,
         Self::AdminApiDisabled,
         Self::NotFound,
@@ -73,6 +76,7 @@ impl AdminReason {
         Self::WrongStage,
         Self::DeliveryChanged,
         Self::EntityChanged,
+        Self::RecordChanged,
         Self::EntityApplied,
         Self::StoreUnavailable,
     ];
@@ -138,6 +142,11 @@ impl AdminReason {
                 StatusCode::CONFLICT,
                 "entity_changed",
                 "Entity changed meanwhile",
+            ),
+            Self::RecordChanged => (
+                StatusCode::CONFLICT,
+                "record_changed",
+                "Record changed meanwhile",
             ),
             Self::EntityApplied => (
                 StatusCode::CONFLICT,

@@ -92,7 +92,11 @@ impl Store for Scripted {
         unreachable!("not used")
     }
 
-    async fn purge(&self, _: &StoreKey) -> Result<bool, StoreError> {
+    async fn purge(
+        &self,
+        _: &StoreKey,
+        _: Option<crate::store::SeenRecord>,
+    ) -> Result<crate::store::Purged, StoreError> {
         unreachable!("not used")
     }
 

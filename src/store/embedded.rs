@@ -55,7 +55,8 @@ use self::writer::{Job, Pending, Shared};
 use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
 use super::probe::ProbePlan;
 use super::{
-    ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+    ClaimOutcome, Completion, EntityKey, Existing, Lease, Purged, Releasing, SeenRecord, Store,
+    StoreError, StoreKey,
 };
 use crate::record::{OwnerToken, Record, RecordState, now_ms};
 
@@ -501,14 +502,26 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        self.write_key(key, |slot| {
-            let live = slot.live()?.is_some();
+    async fn purge(&self, key: &StoreKey, seen: Option<SeenRecord>) -> Result<Purged, StoreError> {
+        self.write_key(key, move |slot| {
+            let live = slot.live()?;
+            if let Some(seen) = seen
+                && !live
+                    .as_ref()
+                    .is_some_and(|entry| seen.matches(&entry.record))
+            {
+                return Ok((Purged::Changed, false));
+            }
             let existed = slot.delete()?;
             // The operator says the change never happened (store::Store::purge).
             let settled = entities::settle(slot, EntityEffect::Drop)?;
             probes::settle(slot, false)?;
-            Ok((live || settled, existed || settled))
+            let purged = if live.is_some() || settled {
+                Purged::Deleted
+            } else {
+                Purged::Absent
+            };
+            Ok((purged, existed || settled))
         })
         .await
     }

@@ -68,7 +68,8 @@ use super::durability::Confirmation;
 use super::entity::{Correction, EntityEffect, EntityState, EntityStep, Seen};
 use super::probe::ProbePlan;
 use super::{
-    ClaimOutcome, Completion, EntityKey, Existing, Lease, Releasing, Store, StoreError, StoreKey,
+    ClaimOutcome, Completion, EntityKey, Existing, Lease, Purged, Releasing, SeenRecord, Store,
+    StoreError, StoreKey,
 };
 use crate::record::{OWNER_RANGE, OwnerToken, Record};
 use crate::replay_cache::ReplayCache;
@@ -508,9 +509,16 @@ impl Store for RedisStore {
         existing_from(reply)
     }
 
-    async fn purge(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        self.delete_dropping(&self.scripts.purge, key, Vec::new())
-            .await
+    async fn purge(&self, key: &StoreKey, seen: Option<SeenRecord>) -> Result<Purged, StoreError> {
+        let seen = seen.map_or_else(Vec::new, |seen| seen.bytes().to_vec());
+        let reply = self
+            .delete_dropping_reply(&self.scripts.purge, key, vec![Value::Bytes(seen.into())])
+            .await?;
+        Ok(match reply.as_i64() {
+            Some(1) => Purged::Deleted,
+            Some(-1) => Purged::Changed,
+            _ => Purged::Absent,
+        })
     }
 
     async fn entity(

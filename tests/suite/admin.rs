@@ -98,9 +98,30 @@ async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
         (&view["key_hash"], &view["fingerprint"])
     );
 
+    // A purge says which state it saw: without it, the answer names the
+    // state now and what a purge does to it; another state is refused.
+    let unsaid = admin(&gate, "DELETE", path, Some(TOKEN)).await;
+    let detail = String::from_utf8_lossy(&unsaid.body).into_owned();
+    assert_eq!(unsaid.status, 400, "{detail}");
+    assert!(detail.contains("the record is unknown now"), "{detail}");
+    let stale = format!("{path}?expect_state=in_flight");
+    let refused = admin(&gate, "DELETE", &stale, Some(TOKEN)).await;
+    assert_eq!(
+        (refused.status, refused.reason().as_deref()),
+        (409, Some("record_changed")),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
     // The operator checked the backend and purges: the next delivery is a first delivery.
-    assert_eq!(admin(&gate, "DELETE", path, Some(TOKEN)).await.status, 204);
-    assert_eq!(admin(&gate, "DELETE", path, Some(TOKEN)).await.status, 404);
+    let purge = format!("{path}?expect_state=unknown");
+    assert_eq!(
+        admin(&gate, "DELETE", &purge, Some(TOKEN)).await.status,
+        204
+    );
+    assert_eq!(
+        admin(&gate, "DELETE", &purge, Some(TOKEN)).await.status,
+        404
+    );
     let retry = deliver(&gate.url("/notify"), &body).await;
     assert_eq!((retry.status, retry.replayed()), (200, Some("false")));
     assert_eq!(upstream.calls(), 2);
@@ -202,12 +223,27 @@ async fn a_64_hex_key_value_is_found_by_value_and_by_hash() {
         );
     }
 
+    // A completed record's purge must say it saw "completed": without it,
+    // the answer says the handler already did this delivery.
+    let unsaid = admin(
+        &gate,
+        "DELETE",
+        &format!("/admin/records/pay?key={event_id}"),
+        Some(TOKEN),
+    )
+    .await;
+    let detail = String::from_utf8_lossy(&unsaid.body).into_owned();
+    assert_eq!(unsaid.status, 400, "{detail}");
+    assert!(
+        detail.contains("completed now") && detail.contains("runs again"),
+        "{detail}"
+    );
     // Purged by value, the next delivery is a first delivery again.
     assert_eq!(
         admin(
             &gate,
             "DELETE",
-            &format!("/admin/records/pay?key={event_id}"),
+            &format!("/admin/records/pay?key={event_id}&expect_state=completed"),
             Some(TOKEN)
         )
         .await

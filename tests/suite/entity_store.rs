@@ -15,7 +15,7 @@ use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::{Blocker, EntityEffect, EntityStep, EntityVerdict, TransitionKind};
 use idemgate::store::inbox::{InboxOps, Swapped};
 use idemgate::store::redis::RedisStore;
-use idemgate::store::{ClaimOutcome, EntityKey, Lease, Releasing, Store, StoreKey};
+use idemgate::store::{ClaimOutcome, EntityKey, Lease, Purged, Releasing, Store, StoreKey};
 
 use crate::support::RedisServer;
 
@@ -188,7 +188,10 @@ async fn entity_contract<S: Store>(store: &S) {
         Blocker::Unknown { .. }
     ));
     // The operator purges the unknown record: the change never happened.
-    assert!(store.purge(failed.key()).await.unwrap());
+    assert_eq!(
+        store.purge(failed.key(), None).await.unwrap(),
+        Purged::Deleted
+    );
     let lease = claimed(store, &mint, 2, &success).await;
     complete(store, &lease, answer()).await;
 
@@ -287,7 +290,10 @@ async fn an_unresolved_change_holds_the_entity<S: Store>(store: &S) {
         Some(lease.key().hash().to_owned())
     );
     // The operator, having checked the handler, says it never happened.
-    assert!(store.purge(lease.key()).await.unwrap());
+    assert_eq!(
+        store.purge(lease.key(), None).await.unwrap(),
+        Purged::Deleted
+    );
     let lease = claimed(store, &mint, 2, &paid).await;
     complete(store, &lease, answer()).await;
     assert_eq!(

@@ -39,9 +39,15 @@ async fn until_cached(url: &str, body: &str, redis: &RedisServer) {
     .await;
 }
 
-/// `DELETE /admin/records/pay/{id}` on the admin listener at `admin`.
+/// `DELETE /admin/records/pay/{id}` of a completed record on the admin
+/// listener at `admin`.
 async fn purge(admin: std::net::SocketAddr, id: &str) -> Answer {
-    admin_delete(admin, &format!("/admin/records/pay/{id}"), TOKEN).await
+    admin_delete(
+        admin,
+        &format!("/admin/records/pay/{id}?expect_state=completed"),
+        TOKEN,
+    )
+    .await
 }
 
 /// The test route on an embedded store at `path`; `extra` is added to the

@@ -10,7 +10,8 @@ use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{
-    ClaimOutcome, Completion, Lease, Observed, Releasing, Store, StoreError, StoreKey,
+    ClaimOutcome, Completion, Lease, Observed, Purged, Releasing, SeenRecord, Store, StoreError,
+    StoreKey,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -243,9 +244,23 @@ async fn contract<S: Store>(store: &S) {
         "a completed record is not renewed"
     );
 
-    // purge deletes whoever owns the key
-    assert!(store.purge(&k).await.unwrap());
-    assert!(!store.purge(&k).await.unwrap());
+    // A purge that carries what the operator saw leaves a record that
+    // moved on since (here: seen in flight, completed now) alone.
+    let seen_in_flight = SeenRecord::of(lapsed.record());
+    assert_eq!(
+        store.purge(&k, Some(seen_in_flight)).await.unwrap(),
+        Purged::Changed
+    );
+    assert_eq!(store.lookup(&k).await.unwrap().unwrap().record, late);
+    // What is there now is purged, whoever owns the key.
+    let seen = SeenRecord::of(&late);
+    assert_eq!(store.purge(&k, Some(seen)).await.unwrap(), Purged::Deleted);
+    assert_eq!(
+        store.purge(&k, Some(seen)).await.unwrap(),
+        Purged::Changed,
+        "gone"
+    );
+    assert_eq!(store.purge(&k, None).await.unwrap(), Purged::Absent);
     assert!(store.lookup(&k).await.unwrap().is_none());
 
     store.ping().await.unwrap();

@@ -123,36 +123,68 @@
 
   // ---- detail dialog and actions -------------------------------------
 
+  /**
+   * What a purge does to a record in each state the API shows, asked
+   * before it is sent; the request carries the state shown
+   * (`expect_state`), so the API refuses it if the record moved on.
+   */
+  const PURGE_ASK = {
+    completed: "This record is COMPLETED: the handler already did this delivery. Purging it makes the next copy of this key run AGAIN. Purge only to have the handler do it a second time.",
+    inbox: "This inbox delivery was DELIVERED: the handler already did it. Purging it makes the next copy of this key run AGAIN.",
+    in_flight: "This claim is IN FLIGHT: the delivery is being handled right now. Purging it lets a copy run beside it.",
+    unknown: "The outcome is UNKNOWN: the handler may or may not have acted. Check the backend first: if it did the work, a purge lets it happen twice. The next delivery of this key is forwarded.",
+    unknown_owner_lost: "The claim's owner stopped renewing it: the handler may or may not have acted. Check the backend first: if it did the work, a purge lets it happen twice. The next delivery of this key is forwarded.",
+  };
+
   const ACTIONS = {
     purge: {
       label: "Purge",
       method: "DELETE",
-      path: (route, hash) => `/admin/records/${enc(route)}?hash=${enc(hash)}`,
-      ask: "Purge the record: the next delivery of this key is forwarded to the upstream. Check the backend first: if it did the work, a purge lets it happen twice.",
+      path: (route, hash, state) => `/admin/records/${enc(route)}?hash=${enc(hash)}` +
+        (state ? `&expect_state=${enc(state)}` : ""),
+      ask: (state) => state
+        ? `${PURGE_ASK[state] || "Purge the record: the next delivery of this key is forwarded."}\n\nIt shows state ${state}.`
+        : "There is no record under this key any more: the purge resolves its entity's pending change (it never happened).",
       done: "Record purged: the next delivery of this key will be forwarded.",
     },
     retry: {
       label: "Retry",
       method: "POST",
       path: (route, hash) => `/admin/inbox/${enc(route)}/retry?hash=${enc(hash)}`,
-      ask: "Retry the delivery: it is queued for one more attempt now.",
+      ask: () => "Retry the delivery: it is queued for one more attempt now.",
       done: "Delivery queued for one more attempt.",
     },
     drop: {
       label: "Drop",
       method: "POST",
       path: (route, hash) => `/admin/inbox/${enc(route)}/drop?hash=${enc(hash)}`,
-      ask: "Drop the delivery: it is resolved without being sent; copies still get the acknowledgement.",
+      ask: () => "Drop the delivery: it is resolved without being sent; copies still get the acknowledgement.",
       done: "Delivery dropped.",
     },
   };
 
-  async function act(kind, route, hash) {
+  /** The state the record API shows for `hash` now, `null` when there is no record. */
+  async function recordState(route, hash) {
+    try {
+      return (await api("GET", `/admin/records/${enc(route)}?hash=${enc(hash)}`)).state;
+    } catch (error) {
+      if (error.status === 404) return null;
+      throw error;
+    }
+  }
+
+  /**
+   * Runs action `kind` on `hash`; a purge carries the record's state as
+   * shown (`state`), looked up first where the page did not show one (an
+   * entity's pending delivery).
+   */
+  async function act(kind, route, hash, state) {
     const action = ACTIONS[kind];
-    if (!window.confirm(`${action.ask}\n\nRoute ${route}\nKey hash ${hash}`)) return;
     let outcome;
     try {
-      await api(action.method, action.path(route, hash));
+      if (kind === "purge" && state === undefined) state = await recordState(route, hash);
+      if (!window.confirm(`${action.ask(state)}\n\nRoute ${route}\nKey hash ${hash}`)) return;
+      await api(action.method, action.path(route, hash, state));
       outcome = [`${action.done} (route ${route}, key hash ${hash})`, "info"];
     } catch (error) {
       if (error.status === 401) return fatal(error);
@@ -164,12 +196,13 @@
     message(...outcome);
   }
 
-  function actionButtons(kinds, route, hash) {
+  /** Buttons for `kinds` on `hash`; `state`: the record state the page shows. */
+  function actionButtons(kinds, route, hash, state) {
     return kinds.map((kind) => el("button", {
       type: "button",
       class: kind === "retry" ? null : "danger",
       data: { action: kind },
-      on: { click: () => act(kind, route, hash) },
+      on: { click: () => act(kind, route, hash, state) },
     }, ACTIONS[kind].label));
   }
 
@@ -207,7 +240,9 @@
       el("tr", { data: { field: name } }, el("th", { text: name }), el("td", { text: value }))));
     let kinds = ["purge"];
     if (kind === "delivery") kinds = view.state === "dead" || view.state === "unknown" ? ["retry", "drop"] : ["drop"];
-    $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash));
+    // An inbox delivery still owed is dropped, never purged (the API refuses it).
+    if (kind === "record" && view.state === "inbox" && view.inbox_stage !== "delivered") kinds = [];
+    $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash, kind === "record" ? view.state : undefined));
     $("detail-extra").replaceChildren();
     if (!$("detail").open) $("detail").showModal();
   }
@@ -392,7 +427,7 @@
       el("td", { class: "mono", text: item.trace_id || "–" }),
       el("td", { class: "actions" }, detailButton("record", route, item.key_hash),
         // A claim within its lease is being handled: no purge offered.
-        kind === "unknown" || item.past_lease === true ? actionButtons(["purge"], route, item.key_hash) : []));
+        kind === "unknown" || item.past_lease === true ? actionButtons(["purge"], route, item.key_hash, item.state) : []));
   }
 
   const RECORD_HEADINGS = ["key hash", "key", "state", "age", "expires in", "first trace", ""];

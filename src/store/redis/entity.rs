@@ -156,8 +156,19 @@ impl RedisStore {
         &self,
         script: &Named,
         key: &StoreKey,
-        mut args: Vec<Value>,
+        args: Vec<Value>,
     ) -> Result<bool, StoreError> {
+        let reply = self.delete_dropping_reply(script, key, args).await?;
+        Ok(reply.as_i64() == Some(1))
+    }
+
+    /// [`RedisStore::delete_dropping`] with the script's own reply.
+    pub(super) async fn delete_dropping_reply(
+        &self,
+        script: &Named,
+        key: &StoreKey,
+        mut args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
         let mut keys = vec![key.as_str().to_owned()];
         let entity = settle_part(key, EntityEffect::Drop);
         args.push(
@@ -174,8 +185,7 @@ impl RedisStore {
             keys.push(entity);
         }
         let client = &mut self.routed(key.as_str());
-        let reply = self.eval_keys(client, script, key, keys, args).await?;
-        Ok(reply.as_i64() == Some(1))
+        self.eval_keys(client, script, key, keys, args).await
     }
 
     /// `entity_set.lua` (see [`crate::store::Store::correct_entity`]).

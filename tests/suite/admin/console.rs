@@ -236,8 +236,12 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
         .await
         .expect("purge");
     // Dismissed, nothing happens.
+    // The question says what a purge does in the state shown.
     let asked = browser.answer_confirmation(false).await;
-    assert!(asked.contains("Purge"), "{asked}");
+    assert!(
+        asked.contains("UNKNOWN") && asked.contains("It shows state unknown"),
+        "{asked}"
+    );
     assert_eq!(
         admin(
             &gate,

@@ -58,12 +58,27 @@ async fn records_get_and_purge_by_key_and_by_hash_resolve_an_unknown_outcome() {
     .json();
     assert_eq!(by_hash["fingerprint"], view["fingerprint"]);
 
+    // A purge names the state it saw; another one is refused.
+    let purge = |state: &'static str| {
+        let hash = hash.clone();
+        async move {
+            let args = ["records", "purge", "pay", "--hash", &hash, "--state", state];
+            cli_at(gate.admin, &args).await
+        }
+    };
+    let stale = purge("completed").await;
+    assert_eq!(stale.code, Some(1), "{stale:?}");
+    assert!(
+        stale.stderr.contains("reason record_changed") && stale.stderr.contains("unknown now"),
+        "{stale:?}"
+    );
     // Purged by hash: the next delivery is forwarded.
-    let purged = cli_at(gate.admin, &["records", "purge", "pay", "--hash", &hash])
-        .await
-        .ok();
-    assert!(purged.stdout.contains("purged"), "{purged:?}");
-    let again = cli_at(gate.admin, &["records", "purge", "pay", "--hash", &hash]).await;
+    let purged = purge("unknown").await.ok();
+    assert!(
+        purged.stdout.contains("purged the unknown record"),
+        "{purged:?}"
+    );
+    let again = purge("unknown").await;
     assert_eq!(again.code, Some(1), "{again:?}");
     assert!(
         again.stderr.contains("reason record_not_found"),
@@ -86,9 +101,22 @@ async fn records_get_and_purge_by_key_and_by_hash_resolve_an_unknown_outcome() {
         (&completed["state"], &completed["status"]),
         (&"completed".into(), &200.into())
     );
-    cli_at(gate.admin, &["records", "purge", "pay", "--key", "p-cli"])
-        .await
-        .ok();
+    let args = [
+        "records",
+        "purge",
+        "pay",
+        "--key",
+        "p-cli",
+        "--state",
+        "completed",
+    ];
+    let purged = cli_at(gate.admin, &args).await.ok();
+    assert!(
+        purged
+            .stdout
+            .contains("runs again: the handler had already done it"),
+        "{purged:?}"
+    );
     let third = deliver(&gate.url("/notify"), &body).await;
     assert_eq!((third.status, third.replayed()), (200, Some("false")));
     assert_eq!(upstream.calls(), 3);

@@ -513,7 +513,8 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
         if self.notices[n].stage.is_some() {
             return; // an inbox delivery: the operator drops it instead
         }
-        assert!(self.store.purge(&self.key(n)).await.unwrap(), "{n}");
+        let purged = self.store.purge(&self.key(n), None).await.unwrap();
+        assert_eq!(purged, idemgate::store::Purged::Deleted, "{n}");
         self.notices[n].recorded = false;
         self.model.drop_change(n);
     }

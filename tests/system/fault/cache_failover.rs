@@ -85,7 +85,7 @@ async fn failover_with_cached_records(loss: Loss, name: &str) {
     let mut slowest_purge = Duration::ZERO;
     let mut slowest_seen = Duration::ZERO;
     for id in &ids {
-        let path = format!("/admin/records/pay/{id}");
+        let path = format!("/admin/records/pay/{id}?expect_state=completed");
         poll(
             "a purge once the slot has a primary",
             Duration::from_secs(10),

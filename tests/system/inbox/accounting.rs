@@ -179,7 +179,7 @@ async fn a_full_inbox_stops_acknowledging_and_drops_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
+async fn the_record_api_never_discards_an_acknowledged_delivery() {
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     // Live attempt 503; the redelivery takes 3 s.
@@ -204,7 +204,8 @@ async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
         .unwrap();
     assert_eq!(first.status, 200);
     until_state(gate.admin, "busy", "delivering").await;
-    let (status, refused) = admin(gate.admin, "DELETE", "/admin/records/pay/busy").await;
+    let purge = "/admin/records/pay/busy?expect_state=inbox";
+    let (status, refused) = admin(gate.admin, "DELETE", purge).await;
     assert_eq!(
         status, 409,
         "a delivery being sent is not purged: {refused}"
@@ -215,12 +216,13 @@ async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
         (200, &"delivering".into())
     );
     until_state(gate.admin, "busy", "delivered").await;
-    let (status, _) = admin(gate.admin, "DELETE", "/admin/records/pay/busy").await;
+    let (status, _) = admin(gate.admin, "DELETE", purge).await;
     assert_eq!(status, 204, "a delivered one is");
     assert_eq!(handler.calls(), 2);
     drop(gate);
 
-    // A queued delivery purged through the record API leaves the queue.
+    // A queued delivery was acknowledged: the record API does not discard
+    // it (its sender will not send it again); a drop, on purpose, does.
     let (port, url) = absent_handler();
     let text = inbox_config(&redis_store(&redis), &url, PATIENT);
     let gate = GateProcess::start(&text);
@@ -231,8 +233,18 @@ async fn the_record_api_purges_an_inbox_delivery_only_as_the_inbox_would() {
             .unwrap();
         assert_eq!(answer.status, 200);
     }
-    let (status, _) = admin(gate.admin, "DELETE", "/admin/records/pay/queued-a").await;
-    assert_eq!(status, 204);
+    let purge = "/admin/records/pay/queued-a?expect_state=inbox";
+    let (status, refused) = admin(gate.admin, "DELETE", purge).await;
+    assert_eq!((status, &refused["reason"]), (409, &"wrong_stage".into()));
+    let detail = refused["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("/admin/inbox/pay/drop"), "{detail}");
+    assert_eq!(
+        listed(gate.admin, "queued").await.len(),
+        2,
+        "nothing discarded"
+    );
+    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/drop?key=queued-a").await;
+    assert_eq!(status, 200);
     let queued = listed(gate.admin, "queued").await;
     assert_eq!(
         queued.len(),
