@@ -22,7 +22,13 @@ const MAX_LIMIT: usize = 500;
 
 /// Reads `state=held`, `limit=`, `cursor=` (each at most once); the error
 /// is the 400's detail.
-fn held_query(query: Option<&str>) -> Result<(usize, Cursor), String> {
+/// The walk a held-entity listing's cursor resumes.
+fn held_listing(scope: &str) -> String {
+    format!("entities/{scope}/held")
+}
+
+/// Reads a held-entity listing query of `scope`'s entities.
+fn held_query(query: Option<&str>, scope: &str) -> Result<(usize, Cursor), String> {
     let (mut state, mut limit, mut cursor) = (None, DEFAULT_LIMIT, Cursor::default());
     let mut seen: Vec<&str> = Vec::new();
     for (name, value) in query_pairs(query) {
@@ -39,7 +45,9 @@ fn held_query(query: Option<&str>) -> Result<(usize, Cursor), String> {
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or_else(|| format!("limit must be 1-{MAX_LIMIT}"))?;
             }
-            "cursor" => cursor = Cursor::decode(value).map_err(|e| e.to_string())?,
+            "cursor" => {
+                cursor = Cursor::decode(value, &held_listing(scope)).map_err(|e| e.to_string())?;
+            }
             other => {
                 return Err(format!(
                     "unknown query parameter {other:?}; a listing takes state=held, limit=, cursor="
@@ -61,7 +69,7 @@ impl Admin {
         route: &Route,
         query: Option<&str>,
     ) -> Response<ProxyBody> {
-        let (limit, cursor) = match held_query(query) {
+        let (limit, cursor) = match held_query(query, &route.idempotency.scope) {
             Ok(parsed) => parsed,
             Err(detail) => return self.problem(AdminReason::BadRequest, &detail),
         };
@@ -93,7 +101,9 @@ impl Admin {
                 "scope": route.idempotency.scope,
                 "state": "held",
                 "items": items,
-                "next_cursor": page.next.map(|cursor| cursor.encode()),
+                "next_cursor": page
+                    .next
+                    .map(|cursor| cursor.encode(&held_listing(&route.idempotency.scope))),
             }),
         )
     }
@@ -106,10 +116,15 @@ mod tests {
     #[test]
     fn held_listing_queries_are_checked() {
         assert_eq!(
-            held_query(Some("state=held")),
+            held_query(Some("state=held"), "pay"),
             Ok((DEFAULT_LIMIT, Cursor::default()))
         );
-        assert_eq!(held_query(Some("state=held&limit=2")).unwrap().0, 2);
+        assert_eq!(held_query(Some("state=held&limit=2"), "pay").unwrap().0, 2);
+        let records = Cursor::default().encode("records/pay/unknown");
+        assert!(
+            held_query(Some(&format!("state=held&cursor={records}")), "pay").is_err(),
+            "a record listing's cursor does not page the entities"
+        );
         for bad in [
             "state=dead",
             "limit=2",
@@ -118,7 +133,7 @@ mod tests {
             "state=held&id=x",
             "state=held&cursor=zz",
         ] {
-            assert!(held_query(Some(bad)).is_err(), "{bad}");
+            assert!(held_query(Some(bad), "pay").is_err(), "{bad}");
         }
     }
 }

@@ -65,6 +65,18 @@ pub(super) struct ListingQuery {
     cursor: Cursor,
 }
 
+/// The walk a record listing's cursor resumes: the scope and the state.
+fn records_listing(scope: &str, wanted: Wanted) -> String {
+    format!("records/{scope}/{}", wanted_word(wanted))
+}
+
+fn wanted_word(wanted: Wanted) -> &'static str {
+    match wanted {
+        Wanted::Unknown => "unknown",
+        Wanted::InFlight => "in_flight",
+    }
+}
+
 /// Whether `query` asks for a listing (names `state=`, `limit=` or
 /// `cursor=`): then the record API's other forms do not apply, and a
 /// listing parameter beside a record's name is refused as such.
@@ -72,8 +84,8 @@ pub(super) fn is_listing(query: Option<&str>) -> bool {
     query_pairs(query).any(|(name, _)| matches!(name, "state" | "limit" | "cursor"))
 }
 
-/// Reads a listing query (one that [`is_listing`]).
-fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
+/// Reads a listing query (one that [`is_listing`]) of `scope`'s records.
+fn listing_query(query: Option<&str>, scope: &str) -> Result<ListingQuery, ListingError> {
     let mut wanted = None;
     let mut parsed = ListingQuery {
         wanted: Wanted::Unknown,
@@ -81,6 +93,7 @@ fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
         cursor: Cursor::default(),
     };
     let mut seen: Vec<&str> = Vec::new();
+    let mut cursor = None;
     for (name, value) in query_pairs(query) {
         if seen.contains(&name) {
             return Err(ListingError::Repeated(name.to_owned()));
@@ -101,12 +114,15 @@ fn listing_query(query: Option<&str>) -> Result<ListingQuery, ListingError> {
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or(ListingError::BadLimit)?;
             }
-            "cursor" => parsed.cursor = Cursor::decode(value)?,
+            "cursor" => cursor = Some(value),
             "hash" | "key" => return Err(ListingError::Combined),
             other => return Err(ListingError::UnknownParameter(other.to_owned())),
         }
     }
     parsed.wanted = wanted.ok_or(ListingError::MissingState)?;
+    if let Some(text) = cursor {
+        parsed.cursor = Cursor::decode(text, &records_listing(scope, parsed.wanted))?;
+    }
     Ok(parsed)
 }
 
@@ -158,7 +174,7 @@ impl Admin {
     ) -> Response<ProxyBody> {
         let parsed = match path_key.filter(|key| !key.is_empty()) {
             Some(_) => Err(ListingError::Combined),
-            None => listing_query(query),
+            None => listing_query(query, &route.idempotency.scope),
         };
         let query = match parsed {
             Ok(query) => query,
@@ -202,12 +218,11 @@ impl Admin {
             &serde_json::json!({
                 "route": route.name,
                 "scope": route.idempotency.scope,
-                "state": match query.wanted {
-                    Wanted::Unknown => "unknown",
-                    Wanted::InFlight => "in_flight",
-                },
+                "state": wanted_word(query.wanted),
                 "items": items,
-                "next_cursor": page.next.map(|cursor| cursor.encode()),
+                "next_cursor": page.next.map(|cursor| {
+                    cursor.encode(&records_listing(&route.idempotency.scope, query.wanted))
+                }),
             }),
         )
     }
@@ -222,17 +237,29 @@ mod tests {
         assert!(is_listing(Some("limit=2&state=unknown")));
         assert!(!is_listing(Some("key=state")));
         assert!(is_listing(Some("limit=2")), "a page without its state");
-        let parsed = listing_query(Some("state=in_flight&limit=7")).unwrap();
+        let parsed = listing_query(Some("state=in_flight&limit=7"), "pay").unwrap();
         assert_eq!((parsed.wanted, parsed.limit), (Wanted::InFlight, 7));
         let cursor = Cursor {
             node: 1,
             scan: 9,
             after: "ab".into(),
         };
-        let parsed = listing_query(Some(&format!("state=unknown&cursor={}", cursor.encode())));
+        let text = cursor.encode("records/pay/unknown");
+        let parsed = listing_query(Some(&format!("state=unknown&cursor={text}")), "pay");
         assert_eq!(parsed.map(|q| q.cursor), Ok(cursor));
+        // Another scope's or another state's cursor would skip records.
+        let other_scope = listing_query(Some(&format!("state=unknown&cursor={text}")), "refunds");
         assert_eq!(
-            listing_query(Some("state=unknown")).map(|q| q.limit),
+            other_scope.map(|q| q.cursor),
+            Err(ListingError::BadCursor(BadCursor))
+        );
+        let other_state = listing_query(Some(&format!("state=in_flight&cursor={text}")), "pay");
+        assert_eq!(
+            other_state.map(|q| q.cursor),
+            Err(ListingError::BadCursor(BadCursor))
+        );
+        assert_eq!(
+            listing_query(Some("state=unknown"), "pay").map(|q| q.limit),
             Ok(DEFAULT_LIMIT)
         );
         for (bad, error) in [
@@ -257,7 +284,7 @@ mod tests {
                 ListingError::Repeated("state".into()),
             ),
         ] {
-            assert_eq!(listing_query(Some(bad)), Err(error), "{bad}");
+            assert_eq!(listing_query(Some(bad), "pay"), Err(error), "{bad}");
         }
     }
 }

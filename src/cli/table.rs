@@ -80,12 +80,16 @@ pub(crate) fn cell(value: Option<&Value>) -> String {
 }
 
 /// Text with its control characters escaped, so a value (an error, a
-/// stored body) cannot break a table or move the terminal's cursor.
+/// stored body, a key a sender chose) cannot break a table or move the
+/// terminal's cursor, and its invisible characters too ([`hidden`]), so
+/// it cannot pose as another value: a key shown is the key there is.
 pub(crate) fn single_line(text: &str) -> String {
     text.chars()
         .flat_map(|c| {
             if c.is_control() {
                 c.escape_default().collect::<Vec<_>>()
+            } else if hidden(c) {
+                c.escape_unicode().collect::<Vec<_>>()
             } else {
                 vec![c]
             }
@@ -93,9 +97,44 @@ pub(crate) fn single_line(text: &str) -> String {
         .collect()
 }
 
+/// Characters a terminal draws as nothing or that reorder the text around
+/// them: zero-width spaces and joiners, the byte-order mark, and the
+/// bidirectional marks, embeddings, overrides and isolates (the "Trojan
+/// Source" set), which can make `evt_1` and `evt_1` plus a hidden
+/// character, or a reversed value, look the same.
+fn hidden(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invisible_and_reordering_characters_are_shown_escaped() {
+        assert_eq!(single_line("evt_1\u{200B}"), "evt_1\\u{200b}");
+        assert_eq!(
+            single_line("pay\u{202E}1gpj.exe"),
+            "pay\\u{202e}1gpj.exe",
+            "a right-to-left override can not reverse what follows"
+        );
+        assert_eq!(single_line("\u{FEFF}a\u{2066}b"), "\\u{feff}a\\u{2066}b");
+        assert_eq!(
+            single_line("zoë 支付"),
+            "zoë 支付",
+            "other text is left alone"
+        );
+        assert_eq!(single_line("a\nb"), "a\\nb");
+    }
 
     #[test]
     fn columns_align_and_lines_do_not_end_in_spaces() {

@@ -14,7 +14,9 @@ use super::raw::{self, RawConfig, RawListen, RawRoute, RawUpstream};
 use super::read::{socket, upstream_url};
 use super::route::route;
 use super::store::store_config;
-use super::{Config, ConfigError, Listen, OnUnavailable, Route, Secret, Unmatched, Upstream};
+use super::{
+    Config, ConfigError, Listen, OnUnavailable, Route, Secret, Strength, Unmatched, Upstream,
+};
 use crate::error::ProblemTypes;
 
 impl TryFrom<RawConfig> for Config {
@@ -38,11 +40,14 @@ impl TryFrom<RawConfig> for Config {
             OnUnavailable::Reject,
         );
         let upstream = upstream(&mut problems, &raw.upstream);
-        let admin_token = raw
-            .admin
-            .token
-            .as_deref()
-            .and_then(|spec| problems.take("admin.token", Secret::resolve(spec)));
+        let admin_token = raw.admin.token.as_deref().and_then(|spec| {
+            let token = Secret::resolve(spec).and_then(|token| {
+                token
+                    .require(Strength::BEARER)
+                    .map_err(|why| format!("the token {why}"))
+            });
+            problems.take("admin.token", token)
+        });
         let secrets_watch = Some(problems.duration(
             "secrets.watch_interval",
             raw.secrets.watch_interval.as_deref(),

@@ -43,6 +43,10 @@ pub struct Strength {
     /// What the sender issues, quoted in the refusal so it says what to
     /// change (e.g. `"Adyen issues 64 hex characters (32 bytes)"`).
     pub issued: &'static str,
+    /// Only visible ASCII (`!` to `~`): a value a client presents in an
+    /// HTTP header (the admin token), where a space at either end is cut
+    /// and other bytes can not be typed or sent reliably.
+    pub header_safe: bool,
 }
 
 impl Strength {
@@ -52,8 +56,16 @@ impl Strength {
             min,
             max: usize::MAX,
             issued,
+            header_safe: false,
         }
     }
+
+    /// A bearer token a client sends in `Authorization`: at least one
+    /// byte, all visible ASCII.
+    pub const BEARER: Self = Self {
+        header_safe: true,
+        ..Self::at_least(1, "a token is sent in an Authorization header")
+    };
 
     /// Exactly `len` key bytes.
     pub const fn exactly(len: usize, issued: &'static str) -> Self {
@@ -61,6 +73,7 @@ impl Strength {
             min: len,
             max: len,
             issued,
+            header_safe: false,
         }
     }
 
@@ -84,6 +97,16 @@ impl Strength {
         if len < self.min || len > self.max {
             return Err(format!(
                 "is {len} {unit} long, {wanted} needed: {}",
+                self.issued
+            ));
+        }
+        if self.header_safe
+            && let Some(at) = key.iter().position(|b| !b.is_ascii_graphic())
+        {
+            return Err(format!(
+                "has a byte a client can not send as it is (byte {} of {len}: a space, a \
+                 control character or not ASCII); only visible ASCII, {}",
+                at + 1,
                 self.issued
             ));
         }

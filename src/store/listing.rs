@@ -80,29 +80,36 @@ pub struct Cursor {
     pub after: String,
 }
 
-/// A `cursor=` value that is not one a previous page gave.
+/// A `cursor=` value that is not one a previous page of this listing
+/// gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("cursor must be the next_cursor of a previous page")]
+#[error("cursor must be the next_cursor of a previous page of this listing")]
 pub struct BadCursor;
 
 /// The version tag of the cursor text, so a later layout can refuse an
 /// older cursor cleanly.
-const CURSOR_TAG: &str = "c1";
+const CURSOR_TAG: &str = "c2";
 
 impl Cursor {
     /// The cursor as clients see it: base64url (no padding) of
-    /// `c1:{node}:{scan}:{after}`.
-    pub fn encode(&self) -> String {
-        let text = format!("{CURSOR_TAG}:{}:{}:{}", self.node, self.scan, self.after);
+    /// `c2:{listing}:{node}:{scan}:{after}`, where `listing` names the walk
+    /// it resumes (what is listed, the scope, the state; no `:`): a cursor
+    /// of another listing positions the walk in a keyspace it does not
+    /// cover, and would skip records, so [`Cursor::decode`] refuses it.
+    pub fn encode(&self, listing: &str) -> String {
+        let text = format!(
+            "{CURSOR_TAG}:{listing}:{}:{}:{}",
+            self.node, self.scan, self.after
+        );
         URL_SAFE_NO_PAD.encode(text)
     }
 
-    /// Reads what [`Cursor::encode`] wrote.
-    pub fn decode(text: &str) -> Result<Self, BadCursor> {
+    /// Reads what [`Cursor::encode`] wrote for the same `listing`.
+    pub fn decode(text: &str, listing: &str) -> Result<Self, BadCursor> {
         let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| BadCursor)?;
         let raw = String::from_utf8(raw).map_err(|_| BadCursor)?;
-        let mut fields = raw.splitn(4, ':');
-        if fields.next() != Some(CURSOR_TAG) {
+        let mut fields = raw.splitn(5, ':');
+        if fields.next() != Some(CURSOR_TAG) || fields.next() != Some(listing) {
             return Err(BadCursor);
         }
         let node = fields
@@ -215,6 +222,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_refuse_forgeries() {
+        const LISTING: &str = "records/pay/unknown";
         for cursor in [
             Cursor::default(),
             Cursor {
@@ -223,30 +231,52 @@ mod tests {
                 after: "ab".repeat(32),
             },
         ] {
-            let text = cursor.encode();
+            let text = cursor.encode(LISTING);
             assert!(
                 text.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             );
-            assert_eq!(Cursor::decode(&text), Ok(cursor));
+            assert_eq!(Cursor::decode(&text, LISTING), Ok(cursor));
         }
         for bad in [
             "",
             "!!",
             "YWJj",
-            &URL_SAFE_NO_PAD.encode("c1:x:0:"),
+            &URL_SAFE_NO_PAD.encode("c2:records/pay/unknown:x:0:"),
+            &URL_SAFE_NO_PAD.encode("c1:0:0:"),
             &URL_SAFE_NO_PAD.encode("c2:0:0:"),
         ] {
-            assert_eq!(Cursor::decode(bad), Err(BadCursor), "{bad}");
+            assert_eq!(Cursor::decode(bad, LISTING), Err(BadCursor), "{bad}");
         }
         assert_eq!(
-            Cursor::decode(&URL_SAFE_NO_PAD.encode("c1:1:5:")),
+            Cursor::decode(
+                &URL_SAFE_NO_PAD.encode("c2:records/pay/unknown:1:5:"),
+                LISTING
+            ),
             Ok(Cursor {
                 node: 1,
                 scan: 5,
                 after: String::new()
             })
         );
+    }
+
+    /// A cursor resumes the walk it came from: another scope's, or the
+    /// same scope's in another state, would skip records, so it is refused.
+    #[test]
+    fn a_cursor_of_another_listing_is_refused() {
+        let cursor = Cursor {
+            node: 0,
+            scan: 42,
+            after: "c".repeat(64),
+        };
+        let text = cursor.encode("records/refunds/unknown");
+        assert_eq!(Cursor::decode(&text, "records/pay/unknown"), Err(BadCursor));
+        assert_eq!(
+            Cursor::decode(&text, "records/refunds/in_flight"),
+            Err(BadCursor)
+        );
+        assert_eq!(Cursor::decode(&text, "records/refunds/unknown"), Ok(cursor));
     }
 
     #[test]
