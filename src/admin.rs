@@ -58,6 +58,12 @@ mod purge;
 mod record_ref;
 
 use about::About;
+
+/// The header on every admin listener answer, by which the CLI knows it
+/// talks to an admin listener before it sends the token: pointed at the
+/// proxy port by mistake, it would otherwise hand the token to the proxy,
+/// which forwards it to the legacy handler.
+pub const LISTENER_HEADER: &str = "idemgate-listener";
 use allow::Allow;
 use console::Console;
 use record_ref::key_hash_of;

@@ -202,7 +202,17 @@ pub async fn start(
     ));
     let admin_server = tokio::spawn(server::serve(
         admin_listener,
-        move |request, _peer| Arc::clone(&admin).handle(request),
+        move |request, _peer| {
+            let admin = Arc::clone(&admin);
+            async move {
+                let mut response = admin.handle(request).await;
+                response.headers_mut().insert(
+                    crate::admin::LISTENER_HEADER,
+                    http::HeaderValue::from_static("admin"),
+                );
+                response
+            }
+        },
         over_share,
         limits.clone(),
         shutdown.clone(),

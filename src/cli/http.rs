@@ -38,6 +38,9 @@ pub(crate) struct Answer {
 pub(crate) struct AdminClient {
     client: Client<HttpConnector, Full<Bytes>>,
     endpoint: Endpoint,
+    /// Set once the endpoint answered as an admin listener
+    /// ([`AdminClient::confirm_listener`]).
+    confirmed: tokio::sync::OnceCell<()>,
 }
 
 impl AdminClient {
@@ -47,7 +50,32 @@ impl AdminClient {
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_nodelay(true);
         let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
-        Self { client, endpoint }
+        Self {
+            client,
+            endpoint,
+            confirmed: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Makes sure the endpoint is an idemgate admin listener before the
+    /// token goes to it: a `GET /healthz` without the token must come back
+    /// with the listener header (`crate::admin::LISTENER_HEADER`). The
+    /// proxy port, or anything else, would pass the token on.
+    async fn confirm_listener(&self) -> Result<(), CliError> {
+        let authority = &self.endpoint.authority;
+        let (parts, _) = self.exchange(Method::GET, "/healthz", false).await?;
+        let admin = parts
+            .headers
+            .get(crate::admin::LISTENER_HEADER)
+            .is_some_and(|value| value == "admin");
+        if admin {
+            return Ok(());
+        }
+        Err(CliError::Unreachable(format!(
+            "{authority} is not an idemgate admin listener (its /healthz answer ({}) does not \
+             say so: is it the proxy port?); the token was not sent",
+            parts.status
+        )))
     }
 
     /// Sends `method` to `path_and_query` with the bearer token. An answer
@@ -58,6 +86,25 @@ impl AdminClient {
         method: Method,
         path_and_query: &str,
     ) -> Result<Answer, CliError> {
+        if self.endpoint.token.is_some() {
+            self.confirmed
+                .get_or_try_init(|| self.confirm_listener())
+                .await?;
+        }
+        let (parts, body) = self.exchange(method, path_and_query, true).await?;
+        Ok(Answer {
+            status: parts.status,
+            body,
+        })
+    }
+
+    /// One exchange, with the bearer token when `with_token`.
+    async fn exchange(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        with_token: bool,
+    ) -> Result<(http::response::Parts, Bytes), CliError> {
         let authority = &self.endpoint.authority;
         let uri = format!("http://{authority}{path_and_query}");
         let mut request = Request::builder()
@@ -70,7 +117,7 @@ impl AdminClient {
             )
             .body(Full::new(Bytes::new()))
             .map_err(|e| CliError::Usage(format!("{uri}: {e}")))?;
-        if let Some(token) = &self.endpoint.token {
+        if let Some(token) = self.endpoint.token.as_ref().filter(|_| with_token) {
             let mut value = HeaderValue::from_bytes(&[b"Bearer ", &*token.expose()].concat())
                 .map_err(|_| {
                     CliError::Usage("the admin token holds bytes a header cannot carry".into())
@@ -92,10 +139,7 @@ impl AdminClient {
                     CliError::Unreachable(format!("{authority}: reading the answer: {e}"))
                 })?
                 .to_bytes();
-            Ok(Answer {
-                status: parts.status,
-                body,
-            })
+            Ok((parts, body))
         };
         tokio::time::timeout(EXCHANGE_TIMEOUT, exchange)
             .await

@@ -127,6 +127,39 @@ async fn info_and_config_print_tables_and_json_with_the_token_from_a_file() {
     gate.stop().await;
 }
 
+/// Pointed at the proxy port by mistake, the CLI does not send the token:
+/// the proxy would forward it to the legacy handler. It asks `/healthz`
+/// first, without the token, and goes on only if an admin listener
+/// answers (exit 2 otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_never_sent_to_a_listener_that_is_not_the_admin_one() {
+    let (_redis, upstream, gate) =
+        redis_gate_edited(Upstream::start().await, "", |text| with_admin(&text)).await;
+    let proxy = gate.addr.to_string();
+    let envs = [
+        ("IDEMGATE_ADMIN_ADDR", proxy.as_str()),
+        ("IDEMGATE_ADMIN_TOKEN", TOKEN),
+    ];
+    for args in [&["info"][..], &["records", "get", "pay", "--key", "x"][..]] {
+        let run = cli(args, &envs).await;
+        assert_eq!(run.code, Some(2), "{run:?}");
+        assert!(
+            run.stderr.contains("is not an idemgate admin listener")
+                && run.stderr.contains("the token was not sent"),
+            "{run:?}"
+        );
+    }
+    for headers in upstream.headers() {
+        assert!(
+            headers.get("authorization").is_none(),
+            "the proxy passed a token on: {headers:?}"
+        );
+    }
+    // The admin listener itself says what it is.
+    assert!(cli_at(gate.admin, &["info"]).await.code == Some(0));
+    gate.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_is_exit_1_with_the_reason_and_no_listener_is_exit_2() {
     let (_redis, _upstream, gate) =
