@@ -162,17 +162,37 @@ impl Admin {
         if !allow.admits(request.method()) {
             return self.method_not_allowed(allow);
         }
-        let (hash, key) = match self.record_key(route, None, query) {
+        // An action says which state it saw (as the delivery view shows
+        // it); the rest names the delivery.
+        let (seen, query) = if action == "delivery" {
+            (None, query.map(str::to_owned))
+        } else {
+            match super::purge::expected_state(query) {
+                Ok((Some(seen), rest)) => (Some(seen), rest),
+                Ok((None, _)) => {
+                    return self.problem(
+                        AdminReason::BadRequest,
+                        &format!(
+                            "say which state you saw with expect_state= (the delivery view's state: {}); the {action} is refused if it changed",
+                            if action == "retry" { "dead or unknown" } else { "queued, dead or unknown" }
+                        ),
+                    );
+                }
+                Err(problem) => return self.problem(AdminReason::BadRequest, problem),
+            }
+        };
+        let (hash, key) = match self.record_key(route, None, query.as_deref()) {
             Ok(named) => named,
             Err(problem) => return *problem,
         };
+        let seen = seen.unwrap_or_default();
         let result = match action {
             "delivery" => self.store.lookup(&key).await.map(|found| match found {
                 Some(existing) => Action::Done(existing.record),
                 None => Action::NotFound,
             }),
-            "retry" => self.inboxes.retry(inbox, &key).await,
-            _ => self.inboxes.drop_delivery(inbox, &key).await,
+            "retry" => self.inboxes.retry(inbox, &key, &seen).await,
+            _ => self.inboxes.drop_delivery(inbox, &key, &seen).await,
         };
         match result {
             Ok(Action::Done(record)) => match &record.state {
@@ -199,6 +219,13 @@ impl Admin {
             Ok(Action::Raced) => self.problem(
                 AdminReason::DeliveryChanged,
                 "a worker changed the delivery meanwhile; look again",
+            ),
+            Ok(Action::Changed(stage)) => self.problem(
+                AdminReason::DeliveryChanged,
+                &format!(
+                    "the delivery is {} now, not {seen}: nothing was done; look again",
+                    stage.as_str()
+                ),
             ),
             Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }

@@ -39,8 +39,8 @@ Examples:
   idemgate admin records purge pay --key evt_1Nx --state unknown
   idemgate admin inbox list pay --state dead
   idemgate admin inbox show pay --key evt_1Nx
-  idemgate admin inbox retry pay --key evt_1Nx
-  idemgate admin inbox drop pay --hash 9f86d0…
+  idemgate admin inbox retry pay --key evt_1Nx --state dead
+  idemgate admin inbox drop pay --hash 9f86d0… --state dead
   idemgate admin entity pay order-1
   idemgate admin hot-keys --route pay
   IDEMGATE_ADMIN_ADDR=127.0.0.1:8790 idemgate admin --token-file /run/secrets/admin --json info
@@ -209,22 +209,28 @@ pub enum InboxCommand {
         target: Target,
     },
     /// Queue a dead (or unknown) delivery for one attempt now.
-    #[command(after_help = "Example:\n  idemgate admin inbox retry pay --key evt_1Nx")]
+    #[command(after_help = "Example:\n  idemgate admin inbox retry pay --key evt_1Nx --state dead")]
     Retry {
         /// The route's name.
         route: String,
         /// Which delivery.
         #[command(flatten)]
         target: Target,
+        /// The state `inbox show` showed: refused if it changed since.
+        #[arg(long, value_enum)]
+        state: DeliveryState,
     },
     /// Resolve a delivery without sending it; copies still get the ack.
-    #[command(after_help = "Example:\n  idemgate admin inbox drop pay --key evt_1Nx")]
+    #[command(after_help = "Example:\n  idemgate admin inbox drop pay --hash 9f86d0… --state dead")]
     Drop {
         /// The route's name.
         route: String,
         /// Which delivery.
         #[command(flatten)]
         target: Target,
+        /// The state `inbox show` showed: refused if it changed since.
+        #[arg(long, value_enum)]
+        state: DeliveryState,
     },
 }
 
@@ -291,6 +297,29 @@ impl SeenState {
             Self::Unknown => "unknown",
             Self::Completed => "completed",
             Self::Inbox => "inbox",
+        }
+    }
+}
+
+/// The delivery states an inbox action may say it saw (the API's words;
+/// retry takes dead and unknown ones, drop those and queued ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeliveryState {
+    /// Waiting for its next attempt.
+    Queued,
+    /// Out of attempts.
+    Dead,
+    /// A redelivery whose outcome is unknown.
+    Unknown,
+}
+
+impl DeliveryState {
+    /// The API's `expect_state=` word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Dead => "dead",
+            Self::Unknown => "unknown",
         }
     }
 }

@@ -125,21 +125,31 @@ pub(crate) async fn execute(
             ),
             Shape::Delivery,
         ),
-        AdminCommand::Inbox(InboxCommand::Retry { route, target }) => (
+        AdminCommand::Inbox(InboxCommand::Retry {
+            route,
+            target,
+            state,
+        }) => (
             Method::POST,
             format!(
-                "/admin/inbox/{}/retry?{}",
+                "/admin/inbox/{}/retry?{}&expect_state={}",
                 encode(route),
-                target_query(target)
+                target_query(target),
+                state.as_str()
             ),
             Shape::Delivery,
         ),
-        AdminCommand::Inbox(InboxCommand::Drop { route, target }) => (
+        AdminCommand::Inbox(InboxCommand::Drop {
+            route,
+            target,
+            state,
+        }) => (
             Method::POST,
             format!(
-                "/admin/inbox/{}/drop?{}",
+                "/admin/inbox/{}/drop?{}&expect_state={}",
                 encode(route),
-                target_query(target)
+                target_query(target),
+                state.as_str()
             ),
             Shape::Delivery,
         ),

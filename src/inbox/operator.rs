@@ -29,6 +29,9 @@ pub(crate) enum Action {
     WrongStage(Stage),
     /// A worker changed it meanwhile: look again.
     Raced,
+    /// The delivery is not in the stage the operator saw (the stage now):
+    /// nothing was done.
+    Changed(Stage),
 }
 
 impl Inboxes {
@@ -56,9 +59,10 @@ impl Inboxes {
         &self,
         inbox: &RouteInbox,
         key: &StoreKey,
+        seen: &str,
     ) -> Result<Action, StoreError> {
         let action = self
-            .act(key, |entry| transition::retry_now(entry, now_ms()))
+            .act(key, seen, |entry| transition::retry_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
             let indexes = &inbox.indexes;
@@ -82,9 +86,10 @@ impl Inboxes {
         &self,
         inbox: &RouteInbox,
         key: &StoreKey,
+        seen: &str,
     ) -> Result<Action, StoreError> {
         let action = self
-            .act(key, |entry| transition::drop_now(entry, now_ms()))
+            .act(key, seen, |entry| transition::drop_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
             let indexes = &inbox.indexes;
@@ -105,11 +110,15 @@ impl Inboxes {
         Ok(action)
     }
 
-    /// Reads the delivery under `key`, asks `change` for its next entry
-    /// and swaps it in over the owner it was read with.
+    /// Reads the delivery under `key`, checks it is in the stage the
+    /// operator `seen` (its word), asks `change` for its next entry and
+    /// swaps it in over the owner it was read with: a delivery that moved
+    /// on since the operator looked is left alone, also between this read
+    /// and the swap.
     async fn act(
         &self,
         key: &StoreKey,
+        seen: &str,
         change: impl FnOnce(&InboxEntry) -> Option<InboxEntry>,
     ) -> Result<Action, StoreError> {
         let Some(existing) = self.store.lookup(key).await? else {
@@ -119,6 +128,9 @@ impl Inboxes {
         let RecordState::Inbox(entry) = &found.state else {
             return Ok(Action::NotFound);
         };
+        if entry.stage.as_str() != seen {
+            return Ok(Action::Changed(entry.stage));
+        }
         let Some(next) = change(entry) else {
             return Ok(Action::WrongStage(entry.stage));
         };

@@ -216,7 +216,7 @@ async fn a_dead_delivery_holds_its_entity_and_its_retry_applies(kind: Kind) {
     let retry = admin(
         &gate,
         "POST",
-        &format!("/admin/inbox/pay/retry?hash={hash}"),
+        &format!("/admin/inbox/pay/retry?hash={hash}&expect_state=dead"),
     )
     .await;
     assert_eq!(retry.status, 200, "{retry:?}");

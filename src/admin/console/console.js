@@ -150,14 +150,14 @@
     retry: {
       label: "Retry",
       method: "POST",
-      path: (route, hash) => `/admin/inbox/${enc(route)}/retry?hash=${enc(hash)}`,
+      path: (route, hash, state) => `/admin/inbox/${enc(route)}/retry?hash=${enc(hash)}&expect_state=${enc(state)}`,
       ask: () => "Retry the delivery: it is queued for one more attempt now.",
       done: "Delivery queued for one more attempt.",
     },
     drop: {
       label: "Drop",
       method: "POST",
-      path: (route, hash) => `/admin/inbox/${enc(route)}/drop?hash=${enc(hash)}`,
+      path: (route, hash, state) => `/admin/inbox/${enc(route)}/drop?hash=${enc(hash)}&expect_state=${enc(state)}`,
       ask: () => "Drop the delivery: it is resolved without being sent; copies still get the acknowledgement.",
       done: "Delivery dropped.",
     },
@@ -242,7 +242,7 @@
     if (kind === "delivery") kinds = view.state === "dead" || view.state === "unknown" ? ["retry", "drop"] : ["drop"];
     // An inbox delivery still owed is dropped, never purged (the API refuses it).
     if (kind === "record" && view.state === "inbox" && view.inbox_stage !== "delivered") kinds = [];
-    $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash, kind === "record" ? view.state : undefined));
+    $("detail-actions").replaceChildren(...actionButtons(kinds, route, hash, view.state));
     $("detail-extra").replaceChildren();
     if (!$("detail").open) $("detail").showModal();
   }
@@ -460,7 +460,7 @@
         el("td", { text: item.last_error || item.state || "–" }),
         el("td", { text: duration(item.age_ms) }),
         el("td", { class: "actions" }, detailButton("delivery", route, item.key_hash),
-          item.state === "dead" ? actionButtons(["retry", "drop"], route, item.key_hash) : [])),
+          item.state === "dead" ? actionButtons(["retry", "drop"], route, item.key_hash, item.state) : [])),
       "No dead deliveries.").catch((error) => failed(box, error));
     return box;
   }

@@ -93,7 +93,9 @@ async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
     // Retry: one attempt now (the handler still fails: dead again).
     let retried = cli_at(
         gate.admin,
-        &["--json", "inbox", "retry", "pay", "--key", "p-dead"],
+        &[
+            "--json", "inbox", "retry", "pay", "--key", "p-dead", "--state", "dead",
+        ],
     )
     .await
     .ok()
@@ -102,10 +104,19 @@ async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
     until_state(gate.admin, "p-dead", "dead").await;
     assert_eq!(handler.calls(), calls + 1, "the retry sent it once");
 
+    // A drop says the state it saw: another one changes nothing.
+    let stale = [
+        "inbox", "drop", "pay", "--key", "p-dead", "--state", "queued",
+    ];
+    let refused = cli_at(gate.admin, &stale).await;
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(
+        refused.stderr.contains("reason delivery_changed") && refused.stderr.contains("dead now"),
+        "{refused:?}"
+    );
     // Drop: resolved without sending; copies still get the ack.
-    let dropped = cli_at(gate.admin, &["inbox", "drop", "pay", "--key", "p-dead"])
-        .await
-        .ok();
+    let drop = ["inbox", "drop", "pay", "--key", "p-dead", "--state", "dead"];
+    let dropped = cli_at(gate.admin, &drop).await.ok();
     assert!(
         dropped
             .stdout

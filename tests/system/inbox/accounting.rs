@@ -243,7 +243,12 @@ async fn the_record_api_never_discards_an_acknowledged_delivery() {
         2,
         "nothing discarded"
     );
-    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/drop?key=queued-a").await;
+    let (status, _) = admin(
+        gate.admin,
+        "POST",
+        "/admin/inbox/pay/drop?key=queued-a&expect_state=queued",
+    )
+    .await;
     assert_eq!(status, 200);
     let queued = listed(gate.admin, "queued").await;
     assert_eq!(

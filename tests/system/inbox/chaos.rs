@@ -66,12 +66,22 @@ async fn chaos(
     // 2. An operator drops one; the record API refuses to purge another
     // (acknowledged: only a drop discards it), so the operator drops it.
     let operator = gates[gates.len() - 1].admin;
-    let (status, _) = admin(operator, "POST", "/admin/inbox/pay/drop?key=chaos-1").await;
+    let (status, _) = admin(
+        operator,
+        "POST",
+        "/admin/inbox/pay/drop?key=chaos-1&expect_state=queued",
+    )
+    .await;
     assert_eq!(status, 200);
     let purge = "/admin/records/pay/chaos-2?expect_state=inbox";
     let (status, refused) = admin(operator, "DELETE", purge).await;
     assert_eq!((status, &refused["reason"]), (409, &"wrong_stage".into()));
-    let (status, _) = admin(operator, "POST", "/admin/inbox/pay/drop?key=chaos-2").await;
+    let (status, _) = admin(
+        operator,
+        "POST",
+        "/admin/inbox/pay/drop?key=chaos-2&expect_state=queued",
+    )
+    .await;
     assert_eq!(status, 200);
     // 3. The store restarts.
     restart_store(&mut gates);

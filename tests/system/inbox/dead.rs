@@ -65,7 +65,19 @@ async fn dies_then_retries_once(store: &str) {
     assert!(listed(gate.admin, "queued").await.is_empty());
 
     // Retry-now: sent once, and delivered this time.
-    let (status, retried) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=doomed").await;
+    // An action says the state it saw: without it, or with another, nothing happens.
+    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=doomed").await;
+    assert_eq!(status, 400);
+    let stale = "/admin/inbox/pay/drop?key=doomed&expect_state=queued";
+    let (status, changed) = admin(gate.admin, "POST", stale).await;
+    assert_eq!(
+        (status, &changed["reason"]),
+        (409, &"delivery_changed".into()),
+        "{changed}"
+    );
+    assert_eq!(listed(gate.admin, "dead").await.len(), 1, "nothing dropped");
+    let retry = "/admin/inbox/pay/retry?key=doomed&expect_state=dead";
+    let (status, retried) = admin(gate.admin, "POST", retry).await;
     assert_eq!(status, 200, "{retried}");
     let view = until_state(gate.admin, "doomed", "delivered").await;
     assert_eq!(view["attempts"], 4, "{view}");
@@ -73,9 +85,10 @@ async fn dies_then_retries_once(store: &str) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(handler.calls(), 5, "the retry sent it exactly once");
     // A delivered delivery is not retried again, and drop refuses it too.
-    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=doomed").await;
+    let (status, _) = admin(gate.admin, "POST", retry).await;
     assert_eq!(status, 409);
-    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/drop?key=doomed").await;
+    let drop = "/admin/inbox/pay/drop?key=doomed&expect_state=dead";
+    let (status, _) = admin(gate.admin, "POST", drop).await;
     assert_eq!(status, 409);
     assert!(listed(gate.admin, "dead").await.is_empty());
 }
@@ -110,7 +123,12 @@ async fn a_dropped_delivery_is_never_sent_and_its_copies_still_get_the_ack() {
         .await
         .unwrap();
     assert_eq!(first.replayed(), Some("false"));
-    let (status, dropped) = admin(gate.admin, "POST", "/admin/inbox/pay/drop?key=unwanted").await;
+    let (status, dropped) = admin(
+        gate.admin,
+        "POST",
+        "/admin/inbox/pay/drop?key=unwanted&expect_state=queued",
+    )
+    .await;
     assert_eq!(
         (status, &dropped["state"]),
         (200, &serde_json::json!("dropped")),

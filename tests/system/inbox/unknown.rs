@@ -61,7 +61,12 @@ async fn a_timed_out_delivery_is_acknowledged_and_held_never_resent() {
     );
     dead_gauge(gate.admin, 1.0).await;
 
-    let (status, _) = admin(gate.admin, "POST", "/admin/inbox/pay/retry?key=slow").await;
+    let (status, _) = admin(
+        gate.admin,
+        "POST",
+        "/admin/inbox/pay/retry?key=slow&expect_state=unknown",
+    )
+    .await;
     assert_eq!(status, 200);
     let view = until_state(gate.admin, "slow", "delivered").await;
     assert_eq!(view["attempts"], 1, "{view}");
