@@ -584,3 +584,24 @@ async fn until_cached(gate: &GateProcess, id: &str) {
     )
     .await;
 }
+
+/// Delivers `id` through `gate` every `every` until a copy is forwarded
+/// rather than replayed (a purge reached the gate's replay cache): the
+/// time since `purged`; panics after 2 s.
+async fn until_forwarded(
+    gate: &GateProcess,
+    id: &str,
+    purged: Instant,
+    every: Duration,
+) -> Duration {
+    poll(
+        "the instance forwarding after the purge",
+        Duration::from_secs(2),
+        every,
+        async || {
+            let answer = deliver(&gate.url("/notify"), &payment(id)).await;
+            (answer.replayed() == Some("false")).then(|| purged.elapsed())
+        },
+    )
+    .await
+}

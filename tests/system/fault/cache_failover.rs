@@ -100,17 +100,7 @@ async fn failover_with_cached_records(loss: Loss, name: &str) {
         )
         .await;
         slowest_purge = slowest_purge.max(promoted.elapsed());
-        let purged = Instant::now();
-        let seen = poll(
-            "instance B forwarding after the purge",
-            Duration::from_secs(2),
-            Duration::from_millis(20),
-            async || {
-                let answer = deliver(&b.url("/notify"), &payment(id)).await;
-                (answer.replayed() == Some("false")).then(|| purged.elapsed())
-            },
-        )
-        .await;
+        let seen = until_forwarded(&b, id, Instant::now(), Duration::from_millis(20)).await;
         slowest_seen = slowest_seen.max(seen);
     }
     assert_executed_times(&upstream, &ids, 2);

@@ -177,17 +177,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
         let path = format!("/admin/records/pay/{id}?expect_state=completed");
         let purge = admin_delete(a.admin, &path, TOKEN).await;
         assert_eq!(purge.status, 204, "{purge:?}");
-        let purged = Instant::now();
-        let seen = poll(
-            "instance B forwarding after the purge on A",
-            Duration::from_secs(2),
-            Duration::from_millis(1),
-            async || {
-                let answer = deliver(&b.url("/notify"), &payment(id)).await;
-                (answer.replayed() == Some("false")).then(|| purged.elapsed())
-            },
-        )
-        .await;
+        let seen = until_forwarded(&b, id, Instant::now(), Duration::from_millis(1)).await;
         slowest = slowest.max(seen);
     }
     assert_executed_times(&upstream, &ids, 2);

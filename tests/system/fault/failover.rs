@@ -484,17 +484,9 @@ async fn cluster_failover_keeps_acknowledged_claims() {
         started.elapsed().as_secs_f64()
     );
     let (upstream, _gates, urls) = failover_gates(&cluster.url(), "memory").await;
-    let primaries = cluster.primaries();
-    let victim = primaries[1].clone();
-    let replica = Cluster::replica_of(&victim);
-    let survivor = primaries[0].port;
+    let mut ops = ClusterFailover::of_second_primary(&mut cluster);
+    let victim = ops.victim.clone();
     let in_victim = |id: &str| victim.owns(slot(id));
-    let mut ops = ClusterFailover {
-        cluster: &mut cluster,
-        victim: victim.clone(),
-        replica,
-        survivor,
-    };
 
     let report = run_failover(&mut ops, Lag::None, &urls, &upstream, "cfo", &in_victim).await;
 

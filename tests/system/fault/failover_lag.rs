@@ -35,17 +35,9 @@ async fn cluster_failover_with_lag_loses_no_answer_at_replicated() {
             })
         })
         .collect();
-    let primaries = cluster.primaries();
-    let victim = primaries[1].clone();
-    let replica = Cluster::replica_of(&victim);
-    let survivor = primaries[0].port;
+    let mut ops = ClusterFailover::of_second_primary(&mut cluster);
+    let victim = ops.victim.clone();
     let in_victim = |id: &str| victim.owns(slot(id));
-    let mut ops = ClusterFailover {
-        cluster: &mut cluster,
-        victim: victim.clone(),
-        replica,
-        survivor,
-    };
 
     let report = run_failover(
         &mut ops,

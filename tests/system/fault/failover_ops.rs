@@ -30,6 +30,21 @@ pub(super) struct ClusterFailover<'a> {
     pub(super) survivor: u16,
 }
 
+impl<'a> ClusterFailover<'a> {
+    /// The failover of `cluster`'s second primary (by first slot) to its
+    /// replica, the first primary surviving.
+    pub(super) fn of_second_primary(cluster: &'a mut Cluster) -> Self {
+        let primaries = cluster.primaries();
+        let victim = primaries[1].clone();
+        Self {
+            replica: Cluster::replica_of(&victim),
+            survivor: primaries[0].port,
+            victim,
+            cluster,
+        }
+    }
+}
+
 impl Failover for ClusterFailover<'_> {
     fn kill_primary(&mut self) {
         self.cluster.kill(self.victim.port);
