@@ -243,6 +243,7 @@ mod tests {
             node: 1,
             scan: 9,
             after: "ab".into(),
+            pending: vec!["cd".into()],
         };
         let text = cursor.encode("records/pay/unknown");
         let parsed = listing_query(Some(&format!("state=unknown&cursor={text}")), "pay");

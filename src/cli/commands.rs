@@ -228,6 +228,10 @@ fn correction_query(correction: &EntityCorrection, path: &mut String) -> Method 
     method
 }
 
+/// How many pages without a row a listing without `--all` follows before
+/// it says what it walked so far and where to go on.
+const EMPTY_PAGES_FOLLOWED: usize = 100;
+
 /// The listings the CLI pages through.
 #[derive(Debug, Clone, Copy)]
 enum Listing {
@@ -238,7 +242,10 @@ enum Listing {
 
 /// One page, or with `--all` every page from the first, following
 /// `next_cursor`. `--json` prints each page's document on its own line
-/// as it arrives; people get one table.
+/// as it arrives; people get one table, with a row the API repeated (a
+/// Redis keyspace shrinking during the walk) shown once, and without
+/// `--all` the pages that found nothing are followed (up to
+/// [`EMPTY_PAGES_FOLLOWED`]) so that "no …" is said only of a whole walk.
 async fn listing(
     client: &AdminClient,
     json: bool,
@@ -250,8 +257,11 @@ async fn listing(
 ) -> Result<(), CliError> {
     let mut cursor: Option<String> = page.cursor.clone();
     let mut rows = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let now = now_ms();
+    let mut pages = 0;
     loop {
+        pages += 1;
         let mut path = base.to_owned();
         if let Some(limit) = page.limit {
             path.push_str(&format!("&limit={limit}"));
@@ -264,19 +274,26 @@ async fn listing(
         if json {
             out(&with_newline(&answer.body));
         } else {
-            rows.extend(match kind {
+            let page_rows = match kind {
                 Listing::Records => render::record_rows(&document),
                 Listing::Inbox => render::delivery_rows(&document, now),
                 Listing::Entities => render::held_rows(&document),
-            });
+            };
+            // The first column names the item: key hash or entity.
+            rows.extend(
+                page_rows
+                    .into_iter()
+                    .filter(|row| seen.insert(row[0].clone())),
+            );
         }
         let next = match &document["next_cursor"] {
             Value::Null => None,
             Value::String(text) => Some(text.clone()),
             other => Some(other.to_string()),
         };
+        let follow = page.all || (!json && rows.is_empty() && pages < EMPTY_PAGES_FOLLOWED);
         match next {
-            Some(next) if page.all => {
+            Some(next) if follow => {
                 if cursor.as_deref() == Some(next.as_str()) {
                     return Err(CliError::Unreachable(format!(
                         "the API gave the same cursor twice ({next}); stopping"

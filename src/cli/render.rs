@@ -233,20 +233,24 @@ pub(crate) fn delivery_rows(page: &Value, now_ms: u64) -> Vec<Vec<String>> {
 pub(crate) const DELIVERY_HEADER: [&str; 6] =
     ["KEY HASH", "STATE", "ATTEMPTS", "AGE", "NEXT", "LAST ERROR"];
 
-/// A listing for people: the table, or a line saying it is empty, and
-/// how to get the next page when there is one.
+/// A listing for people: the table, or a line saying it is empty (or,
+/// while a cursor remains, that none was found yet), and how to get the
+/// next page when there is one.
 pub(crate) fn listing(
     header: &[&str],
     rows: &[Vec<String>],
     what: &str,
     next_cursor: Option<&Value>,
 ) -> String {
-    let mut out = if rows.is_empty() {
+    let more = next_cursor.filter(|c| !c.is_null());
+    let mut out = if rows.is_empty() && more.is_some() {
+        format!("no {what} in the part walked so far; the walk is not finished\n")
+    } else if rows.is_empty() {
         format!("no {what}\n")
     } else {
         columns(header, rows)
     };
-    if let Some(cursor) = next_cursor.filter(|c| !c.is_null()) {
+    if let Some(cursor) = more {
         out.push_str(&format!(
             "more: --cursor {} (or --all)\n",
             cell(Some(cursor))
@@ -440,6 +444,12 @@ mod tests {
         assert!(
             listing(&RECORD_HEADER, &rows, "x", Some(&next))
                 .ends_with("more: --cursor c2 (or --all)\n")
+        );
+        // Never "none" while a cursor remains.
+        assert_eq!(
+            listing(&RECORD_HEADER, &[], "unknown records", Some(&next)),
+            "no unknown records in the part walked so far; the walk is not finished\n\
+             more: --cursor c2 (or --all)\n"
         );
     }
 

@@ -7,19 +7,26 @@
 //! * **Redis** — `SCAN … MATCH {prefix}:{scope}:*` on every primary in
 //!   turn (the one primary of a standalone or Sentinel deployment; each
 //!   Cluster primary from fred's cached cluster state, in its sorted
-//!   order), each key read through the `lookup` script. A `SCAN` batch is
-//!   sorted by key, so a page that ends inside a batch resumes by
-//!   repeating that batch's `SCAN` and skipping the keys up to the last
-//!   one shown.
+//!   order), each key read through the `lookup` script. A page never cuts
+//!   a `SCAN` batch: the cursor moves past each batch when it is fetched,
+//!   and the batch's keys the page had no room for travel in the cursor
+//!   (`pending`) to be read first by the next page. Repeating a `SCAN`
+//!   call and skipping what was shown would, after the table grew or
+//!   shrank in between, repeat or skip keys of neighbouring buckets.
 //! * **Embedded** — a range read of the `records` table after the last
-//!   key examined, in one read transaction per page.
+//!   key examined, in one read transaction per page: a keyset walk.
 //!
-//! Either way a page examines at most [`Budget::examined`] keys, so a
-//! scope of a million completed records costs each request a bounded
-//! amount of work: a page may hold fewer than `limit` records (even none)
-//! while `next` says more follow. `SCAN` guarantees every key present for
-//! the whole walk is seen; a key created or deleted meanwhile may or may
-//! not be, and so does a Cluster resharded between pages.
+//! Either way a page examines at most [`Filter::examined`] keys — for
+//! Redis, the `COUNT` its `SCAN` calls ask the server to examine, whatever
+//! keys those are (another route's records, entity and inbox keys) — so a
+//! scope of a million completed records, or a Redis shared with others,
+//! costs each request a bounded amount of work: a page may hold fewer than
+//! `limit` records (even none) while `next` says more follow. Every key
+//! present for the whole walk is listed (`SCAN`'s guarantee, kept by never
+//! cutting a batch), once while the table only grows; when it shrinks
+//! during the walk Redis may return a key twice, which clients drop by key
+//! hash. A key created or deleted meanwhile may or may not be listed, and
+//! so may one moved by a Cluster resharded between pages.
 
 use std::time::Duration;
 
@@ -76,9 +83,17 @@ pub struct Cursor {
     /// unused by the embedded store).
     pub scan: u64,
     /// The last key suffix (after `{prefix}:{scope}:`) already examined in
-    /// that batch (Redis) or in the table (embedded); empty: none.
+    /// the table (embedded); empty: none.
     pub after: String,
+    /// Key suffixes of the last `SCAN` batch that the previous page had no
+    /// room for (Redis): read before the next batch. At most
+    /// [`MAX_PENDING`].
+    pub pending: Vec<String>,
 }
+
+/// The most pending keys a cursor carries: far more than the last bucket
+/// of a batch holds, few enough to keep a cursor a short URL parameter.
+pub const MAX_PENDING: usize = 64;
 
 /// A `cursor=` value that is not one a previous page of this listing
 /// gave.
@@ -88,18 +103,22 @@ pub struct BadCursor;
 
 /// The version tag of the cursor text, so a later layout can refuse an
 /// older cursor cleanly.
-const CURSOR_TAG: &str = "c2";
+const CURSOR_TAG: &str = "c3";
 
 impl Cursor {
     /// The cursor as clients see it: base64url (no padding) of
-    /// `c2:{listing}:{node}:{scan}:{after}`, where `listing` names the walk
+    /// `c3:{listing}:{node}:{scan}:{after}|{pending, comma-separated}`
+    /// (no key suffix holds `|` or `,`), where `listing` names the walk
     /// it resumes (what is listed, the scope, the state; no `:`): a cursor
     /// of another listing positions the walk in a keyspace it does not
     /// cover, and would skip records, so [`Cursor::decode`] refuses it.
     pub fn encode(&self, listing: &str) -> String {
         let text = format!(
-            "{CURSOR_TAG}:{listing}:{}:{}:{}",
-            self.node, self.scan, self.after
+            "{CURSOR_TAG}:{listing}:{}:{}:{}|{}",
+            self.node,
+            self.scan,
+            self.after,
+            self.pending.join(",")
         );
         URL_SAFE_NO_PAD.encode(text)
     }
@@ -120,8 +139,24 @@ impl Cursor {
             .next()
             .and_then(|n| n.parse().ok())
             .ok_or(BadCursor)?;
-        let after = fields.next().ok_or(BadCursor)?.to_owned();
-        Ok(Self { node, scan, after })
+        let (after, pending) = fields
+            .next()
+            .and_then(|rest| rest.rsplit_once('|'))
+            .ok_or(BadCursor)?;
+        let pending: Vec<String> = pending
+            .split(',')
+            .filter(|suffix| !suffix.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if pending.len() > MAX_PENDING {
+            return Err(BadCursor);
+        }
+        Ok(Self {
+            node,
+            scan,
+            after: after.to_owned(),
+            pending,
+        })
     }
 }
 
@@ -229,6 +264,13 @@ mod tests {
                 node: 2,
                 scan: 17_179_869_184,
                 after: "ab".repeat(32),
+                pending: Vec::new(),
+            },
+            Cursor {
+                node: 1,
+                scan: 7,
+                after: String::new(),
+                pending: vec!["cd".repeat(32), "entity:{ab}".into()],
             },
         ] {
             let text = cursor.encode(LISTING);
@@ -245,18 +287,24 @@ mod tests {
             &URL_SAFE_NO_PAD.encode("c2:records/pay/unknown:x:0:"),
             &URL_SAFE_NO_PAD.encode("c1:0:0:"),
             &URL_SAFE_NO_PAD.encode("c2:0:0:"),
+            &URL_SAFE_NO_PAD.encode("c2:records/pay/unknown:1:5:"),
+            &URL_SAFE_NO_PAD.encode("c3:records/pay/unknown:1:5:"),
+            &URL_SAFE_NO_PAD.encode(format!(
+                "c3:records/pay/unknown:1:5:|{}",
+                vec!["ab"; MAX_PENDING + 1].join(",")
+            )),
         ] {
             assert_eq!(Cursor::decode(bad, LISTING), Err(BadCursor), "{bad}");
         }
         assert_eq!(
             Cursor::decode(
-                &URL_SAFE_NO_PAD.encode("c2:records/pay/unknown:1:5:"),
+                &URL_SAFE_NO_PAD.encode("c3:records/pay/unknown:1:5:|"),
                 LISTING
             ),
             Ok(Cursor {
                 node: 1,
                 scan: 5,
-                after: String::new()
+                ..Cursor::default()
             })
         );
     }
@@ -269,6 +317,7 @@ mod tests {
             node: 0,
             scan: 42,
             after: "c".repeat(64),
+            pending: vec!["d".repeat(64)],
         };
         let text = cursor.encode("records/refunds/unknown");
         assert_eq!(Cursor::decode(&text, "records/pay/unknown"), Err(BadCursor));

@@ -7,8 +7,10 @@ use crate::support::*;
 
 mod about;
 mod console;
+mod console_walk;
 mod entities;
 mod listing;
+mod listing_churn;
 mod openapi;
 
 const TOKEN: &str = "admin-token-for-tests";

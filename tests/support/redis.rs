@@ -302,6 +302,62 @@ impl RedisServer {
         );
     }
 
+    /// `SET key value PX ttl_ms` for every key, binary values, pipelined
+    /// over one plain RESP connection (thousands of records in one go,
+    /// where one redis-cli per key would take seconds); `DEL` for every key
+    /// of `delete`. Panics unless every reply is a success.
+    pub fn write_many(&self, set: &[(String, Vec<u8>)], ttl_ms: u64, delete: &[String]) {
+        use std::io::{Read, Write};
+        let ttl = ttl_ms.to_string();
+        let mut pipeline = Vec::new();
+        let bulk = |out: &mut Vec<u8>, item: &[u8]| {
+            out.extend_from_slice(format!("${}\r\n", item.len()).as_bytes());
+            out.extend_from_slice(item);
+            out.extend_from_slice(b"\r\n");
+        };
+        for (key, value) in set {
+            pipeline.extend_from_slice(b"*5\r\n");
+            for item in [
+                b"SET".as_slice(),
+                key.as_bytes(),
+                value,
+                b"PX",
+                ttl.as_bytes(),
+            ] {
+                bulk(&mut pipeline, item);
+            }
+        }
+        for key in delete {
+            pipeline.extend_from_slice(b"*2\r\n");
+            bulk(&mut pipeline, b"DEL");
+            bulk(&mut pipeline, key.as_bytes());
+        }
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect redis");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(&pipeline).expect("send pipeline");
+        let expected = set.len() + delete.len();
+        let mut replies = Vec::new();
+        let mut chunk = [0u8; 65_536];
+        while replies.iter().filter(|b| **b == b'\n').count() < expected {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => replies.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let lines: Vec<&[u8]> = replies.split(|b| *b == b'\n').take(expected).collect();
+        assert_eq!(lines.len(), expected, "every reply read");
+        assert!(
+            lines
+                .iter()
+                .all(|line| line.starts_with(b"+OK") || line.starts_with(b":")),
+            "{}",
+            String::from_utf8_lossy(&replies)
+        );
+    }
+
     /// `GET key` as raw bytes (empty when absent).
     pub fn get_bytes(&self, key: &str) -> Vec<u8> {
         let command = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());

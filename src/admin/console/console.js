@@ -373,30 +373,42 @@
   /**
    * Fills `box` with the pages of a listing from `first`, one table, a
    * "More" button while a next_cursor is given. `row(item)` builds a row
-   * or null to leave the item out.
+   * or null to leave the item out. An item a page repeats (a Redis
+   * keyspace shrinking during the walk) is shown once. "Nothing" is said
+   * only of a finished walk: while a cursor remains and nothing was found,
+   * a note says the walk goes on.
    */
   async function listing(box, first, headings, row, empty) {
     const rows = [];
+    const shown = new Set();
     let cursor = null;
     const more = el("button", { type: "button", data: { action: "more" } }, "More");
+    const unfinished = el("p", { class: "note", data: { walk: "unfinished" } },
+      "None found in the part of the store walked so far; the walk is not finished (More goes on).");
     const tbody = el("tbody");
+    const found = el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody);
     const fetchPage = async () => {
       const page = await api("GET", cursor === null ? first : `${first}&cursor=${enc(String(cursor))}`);
       for (const item of page.items || []) {
+        const id = item.key_hash || item.entity;
+        if (id !== undefined && shown.has(id)) continue;
+        shown.add(id);
         const tr = row(item);
         if (tr) { rows.push(tr); tbody.append(tr); }
       }
       cursor = page.next_cursor === undefined ? null : page.next_cursor;
       more.hidden = cursor === null;
+      unfinished.hidden = !(rows.length === 0 && cursor !== null);
+      found.hidden = rows.length === 0;
       return page;
     };
     more.addEventListener("click", () => fetchPage().catch((error) => failed(box, error)));
     // A store walk may end a page early (fewer items, a next_cursor):
-    // follow a few pages before calling the list empty.
+    // follow a few pages before showing what was found.
     let page = await fetchPage();
     for (let i = 0; i < 10 && rows.length === 0 && cursor !== null; i += 1) page = await fetchPage();
     if (rows.length === 0 && cursor === null) box.append(el("p", { class: "note" }, empty));
-    else box.append(el("table", {}, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { text: h })))), tbody), more);
+    else box.append(unfinished, found, more);
     return page;
   }
 

@@ -8,13 +8,13 @@ use fred::types::config::Server;
 use super::{RedisStore, classify};
 use crate::store::entity::EntityState;
 use crate::store::listing::{
-    Cursor, EntityPage, Filter, Page, entity_hash, glob_escape, record_hash,
+    Cursor, EntityPage, Filter, MAX_PENDING, Page, entity_hash, glob_escape, record_hash,
 };
 use crate::store::{Call, EntityKey, Existing, Store, StoreError, StoreKey};
 
-/// The `COUNT` hint of one `SCAN` batch: small, so a page that fills up
-/// inside a batch repeats little of it when it resumes.
-const SCAN_COUNT: u32 = 100;
+/// The largest `COUNT` hint of one `SCAN` batch (a batch asks for no more
+/// than the page still has room for, and at most this).
+const SCAN_COUNT: usize = 100;
 
 impl RedisStore {
     /// One page of the records under `namespace` (`{prefix}:{scope}`) that
@@ -75,9 +75,15 @@ impl RedisStore {
 
     /// Walks the keys under `namespace` whose suffix `wanted` names (the
     /// name it returns), on every primary in turn, reading each with
-    /// `read` and keeping what it returns, until `limit` are kept or
-    /// `examined` keys were read: the items and where the next page
-    /// starts.
+    /// `read` and keeping what it returns, until `limit` are kept or the
+    /// `SCAN` calls asked the server to examine `examined` keys: the items
+    /// and where the next page starts.
+    ///
+    /// A page never cuts a `SCAN` batch: the cursor moves past a batch as
+    /// soon as it is fetched, and the keys of it the page had no room for
+    /// travel in the cursor (`pending`), read first by the next page. Each
+    /// batch asks for no more keys than the page still has room for, so
+    /// that remainder is at most the few keys of the batch's last bucket.
     async fn walk<'a, T>(
         &self,
         namespace: &str,
@@ -101,36 +107,42 @@ impl RedisStore {
         let mut items = Vec::new();
         let mut examined = 0;
         let mut at = cursor;
+        let mut unread: Vec<String> = std::mem::take(&mut at.pending)
+            .into_iter()
+            .filter(|suffix| wanted(suffix).is_some())
+            .collect();
         loop {
+            let mut batch = std::mem::take(&mut unread).into_iter();
+            // Past the limit only if the rest would not fit in a cursor.
+            while items.len() < limit || batch.len() > MAX_PENDING {
+                let Some(suffix) = batch.next() else { break };
+                if let Some(item) = read(suffix.clone()).await? {
+                    items.push((suffix, item));
+                }
+            }
+            at.pending = batch.collect();
+            let more = !at.pending.is_empty()
+                || usize::try_from(at.node).is_ok_and(|node| node < primaries.len());
+            if items.len() >= limit || examined >= examined_at_most || !more {
+                return Ok((items, more.then_some(at)));
+            }
             let Some(server) = usize::try_from(at.node)
                 .ok()
                 .and_then(|node| primaries.get(node))
             else {
                 return Ok((items, None));
             };
-            let (next_scan, batch) = self.scan(server.as_ref(), at.scan, &pattern).await?;
-            let mut suffixes: Vec<&str> = batch
+            let count = (limit - items.len()).clamp(1, SCAN_COUNT);
+            let (next_scan, keys) = self.scan(server.as_ref(), at.scan, &pattern, count).await?;
+            examined += count;
+            let mut suffixes: Vec<String> = keys
                 .iter()
                 .filter_map(|key| key.strip_prefix(&strip).and_then(wanted))
-                .filter(|suffix| *suffix > at.after.as_str())
+                .map(str::to_owned)
                 .collect();
             suffixes.sort_unstable();
             suffixes.dedup();
-            for (n, suffix) in suffixes.iter().enumerate() {
-                examined += 1;
-                if let Some(item) = read((*suffix).to_owned()).await? {
-                    items.push(((*suffix).to_owned(), item));
-                }
-                let full = items.len() >= limit || examined >= examined_at_most;
-                if full && n + 1 < suffixes.len() {
-                    // Resume inside this batch, after the key just read.
-                    let next = Cursor {
-                        after: (*suffix).to_owned(),
-                        ..at
-                    };
-                    return Ok((items, Some(next)));
-                }
-            }
+            unread = suffixes;
             at = if next_scan == 0 {
                 Cursor {
                     node: at.node + 1,
@@ -140,24 +152,22 @@ impl RedisStore {
                 Cursor {
                     node: at.node,
                     scan: next_scan,
-                    after: String::new(),
+                    ..Cursor::default()
                 }
             };
-            if items.len() >= limit || examined >= examined_at_most {
-                let more = usize::try_from(at.node).is_ok_and(|node| node < primaries.len());
-                return Ok((items, more.then_some(at)));
-            }
         }
     }
 
-    /// One `SCAN` batch on `server` (or the one node): the next cursor and
-    /// the keys.
+    /// One `SCAN` batch of about `count` keys examined on `server` (or the
+    /// one node): the next cursor and the keys that matched.
     async fn scan(
         &self,
         server: Option<&Server>,
         cursor: u64,
         pattern: &str,
+        count: usize,
     ) -> Result<(u64, Vec<String>), StoreError> {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
         let client = self.client();
         let cursor = cursor.to_string();
         let pattern = pattern.to_owned();
@@ -165,14 +175,10 @@ impl RedisStore {
             Some(server) => {
                 client
                     .with_cluster_node(server.clone())
-                    .scan_page(cursor, pattern, Some(SCAN_COUNT), None)
+                    .scan_page(cursor, pattern, Some(count), None)
                     .await
             }
-            None => {
-                client
-                    .scan_page(cursor, pattern, Some(SCAN_COUNT), None)
-                    .await
-            }
+            None => client.scan_page(cursor, pattern, Some(count), None).await,
         }
         .map_err(|e| classify(&e))?;
         let unexpected = || StoreError::Backend("unexpected SCAN reply".into());

@@ -80,7 +80,7 @@ async fn the_console_is_served_without_the_token_under_a_strict_policy() {
 }
 
 /// Types `token` into the prompt and submits it.
-async fn sign_in(browser: &Browser, token: &str) {
+pub(super) async fn sign_in(browser: &Browser, token: &str) {
     let field = browser.find("#login:not([hidden]) #token").await;
     field.send_keys(token).await.expect("type the token");
     browser

@@ -232,3 +232,51 @@ async fn records_list_pages_through_the_unknown_outcomes() {
     assert_eq!(none.stdout, "no in_flight records on route pay\n");
     gate.stop().await;
 }
+
+/// One unknown outcome among 2,000 healthy claims: a page examines only
+/// part of the keyspace, so the first pages hold no row; the listing
+/// follows them rather than saying "no unknown records", and finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_list_says_none_only_of_a_whole_walk() {
+    use idemgate::pipeline::identify::hash_key_parts;
+    use idemgate::record::{Fingerprint, OwnerToken, Record};
+
+    let redis = RedisServer::start();
+    let key = |name: &str| {
+        format!(
+            "idemgate:pay:{}",
+            hex::encode(hash_key_parts([name.as_bytes()]))
+        )
+    };
+    let claim = Record::in_flight(OwnerToken([5; 16]), Fingerprint([6; 32]), None);
+    // Claimed with a 1 ms hold: in flight for their whole minute of TTL.
+    let healthy = claim
+        .clone()
+        .with_hold(Duration::from_millis(1))
+        .encode()
+        .unwrap();
+    let healthy: Vec<(String, Vec<u8>)> = (0..2_000)
+        .map(|n| (key(&format!("healthy-{n}")), healthy.to_vec()))
+        .collect();
+    redis.write_many(&healthy, 60_000, &[]);
+    // Claimed under the route's ten-minute hold, a minute left: owner lost.
+    let lost = claim.with_key(Some(b"lost-one")).encode().unwrap();
+    redis.write_many(&[(key("lost-one"), lost.to_vec())], 60_000, &[]);
+    let upstream = Upstream::scripted(|_, _| Reply::ok()).await;
+    let gate = Gate::start(&times_out_to_unknown(&redis, &upstream)).await;
+
+    let listed = cli_at(
+        gate.admin,
+        &["records", "list", "pay", "--state", "unknown"],
+    )
+    .await
+    .ok();
+    let rows: Vec<&str> = listed.stdout.lines().skip(1).collect();
+    assert!(
+        rows.first().is_some_and(|row| row.contains("lost-one")),
+        "{}",
+        listed.stdout
+    );
+    assert!(!listed.stdout.contains("no unknown"), "{}", listed.stdout);
+    gate.stop().await;
+}
