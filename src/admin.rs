@@ -52,6 +52,7 @@ mod entities;
 mod held;
 mod hot_keys;
 mod inbox;
+mod inbox_cursor;
 mod listing;
 mod openapi;
 mod purge;

@@ -238,7 +238,7 @@ impl Inboxes {
     async fn prune_dead(&self, inbox: &RouteInbox) -> Result<(), StoreError> {
         let prefix = &self.config.store.key_prefix;
         let dead = &inbox.indexes.dead;
-        for (hash, _) in self.store.index_page(dead, 0, PRUNE_PAGE).await? {
+        for (hash, _) in self.store.index_page(dead, None, PRUNE_PAGE).await? {
             let key = StoreKey::new(prefix, inbox.scope(), &hash);
             let held = match self.store.lookup(&key).await? {
                 Some(existing) => matches!(

@@ -4,7 +4,7 @@
 //!
 //! | request | does |
 //! |---|---|
-//! | `GET /admin/inbox/{route}?state=queued\|dead&limit=&cursor=` | one page of the scope's queued (oldest first) or held deliveries; `next_cursor` is absent on the last page |
+//! | `GET /admin/inbox/{route}?state=queued\|dead&limit=&cursor=` | one page of the scope's queued (oldest first) or held deliveries; `next_cursor` (`inbox_cursor`: after the last shown, a keyset walk) is `null` on the last page |
 //! | `GET /admin/inbox/{route}/delivery?key=…` | stage, attempts, next due, last error, the handler's last answer |
 //! | `POST /admin/inbox/{route}/retry?key=…` | a dead or unknown delivery: queued for one attempt now |
 //! | `POST /admin/inbox/{route}/drop?key=…` | resolved without sending; the record stays, so copies still get the ack |
@@ -15,12 +15,13 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{Admin, Allow, json, query_pairs};
+use super::{Admin, Allow, inbox_cursor, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::inbox::{Action, Listing, RouteInbox};
 use crate::record::{InboxEntry, Record, RecordState, StoredBody, StoredResponse, now_ms};
 use crate::store::StoreKey;
+use crate::store::inbox::IndexPosition;
 
 /// Page size when `limit` is absent, and the largest allowed.
 const DEFAULT_LIMIT: usize = 50;
@@ -29,11 +30,15 @@ const MAX_LIMIT: usize = 500;
 /// The longest text body shown of a handler's answer.
 const ANSWER_PREVIEW: usize = 2_048;
 
-/// A listing's query: `state`, `limit`, `cursor` (an offset).
-fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String> {
+/// A listing's query: `state`, `limit`, `cursor` (after which delivery,
+/// checked against the listing of `scope` and that state).
+fn listing_query(
+    query: Option<&str>,
+    scope: &str,
+) -> Result<(Listing, usize, Option<IndexPosition>), String> {
     let mut listing = Listing::Queued;
     let mut limit = DEFAULT_LIMIT;
-    let mut cursor = 0;
+    let mut cursor = None;
     let mut seen: Vec<&str> = Vec::new();
     for (name, value) in query_pairs(query) {
         if seen.contains(&name) {
@@ -55,11 +60,7 @@ fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String>
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or_else(|| format!("limit must be 1-{MAX_LIMIT}"))?;
             }
-            "cursor" => {
-                cursor = value
-                    .parse()
-                    .map_err(|_| "cursor must be the next_cursor of a previous page".to_owned())?;
-            }
+            "cursor" => cursor = Some(value),
             other => {
                 return Err(format!(
                     "unknown query parameter {other:?}; expected state=, limit=, cursor="
@@ -67,7 +68,24 @@ fn listing_query(query: Option<&str>) -> Result<(Listing, usize, usize), String>
             }
         }
     }
+    // Read last: the cursor belongs to the state named anywhere in the query.
+    let cursor = cursor
+        .map(|text| inbox_cursor::decode(text, &walk_name(scope, listing)))
+        .transpose()
+        .map_err(|_| {
+            "cursor must be the next_cursor of a previous page of this listing (same scope and state)"
+                .to_owned()
+        })?;
     Ok((listing, limit, cursor))
+}
+
+/// The name a cursor of this listing carries.
+fn walk_name(scope: &str, listing: Listing) -> String {
+    let state = match listing {
+        Listing::Queued => "queued",
+        Listing::Dead => "dead",
+    };
+    format!("inbox/{scope}/{state}")
 }
 
 fn answer_view(answer: &StoredResponse) -> serde_json::Value {
@@ -232,13 +250,18 @@ impl Admin {
     }
 
     async fn inbox_page(&self, inbox: &RouteInbox, query: Option<&str>) -> Response<ProxyBody> {
-        let (listing, limit, cursor) = match listing_query(query) {
+        let route = &inbox.settings;
+        let scope = &route.idempotency.scope;
+        let (listing, limit, cursor) = match listing_query(query, scope) {
             Ok(parsed) => parsed,
             Err(problem) => return self.problem(AdminReason::BadRequest, &problem),
         };
-        let route = &inbox.settings;
         // One more than the page, to know whether another page follows.
-        let mut page = match self.inboxes.list(inbox, listing, cursor, limit + 1).await {
+        let listed = self
+            .inboxes
+            .list(inbox, listing, cursor.as_ref(), limit + 1)
+            .await;
+        let mut page = match listed {
             Ok(page) => page,
             Err(error) => {
                 return self.problem(AdminReason::StoreUnavailable, &error.to_string());
@@ -269,7 +292,13 @@ impl Admin {
             item["listed_at_ms"] = (*at_ms).into();
             items.push(item);
         }
-        let next_cursor = more.then_some(cursor + limit);
+        let next_cursor = page.last().filter(|_| more).map(|(hash, at_ms)| {
+            let at = IndexPosition {
+                score: *at_ms,
+                member: hash.clone(),
+            };
+            inbox_cursor::encode(&at, &walk_name(scope, listing))
+        });
         json(
             StatusCode::OK,
             &serde_json::json!({
@@ -289,20 +318,31 @@ mod tests {
 
     #[test]
     fn listing_queries_are_checked() {
-        assert_eq!(listing_query(None).map(|q| q.1), Ok(DEFAULT_LIMIT));
-        let (listing, limit, cursor) = listing_query(Some("state=dead&limit=7&cursor=14")).unwrap();
-        assert_eq!((listing, limit, cursor), (Listing::Dead, 7, 14));
-        for bad in [
-            "state=gone",
-            "limit=0",
-            "limit=501",
-            "cursor=x",
-            "page=2",
-            "state=dead&state=queued",
-            "limit=5&limit=6",
-            "cursor=0&cursor=0",
+        assert_eq!(listing_query(None, "pay").map(|q| q.1), Ok(DEFAULT_LIMIT));
+        let at = IndexPosition {
+            score: 14,
+            member: "ab".repeat(32),
+        };
+        let text = inbox_cursor::encode(&at, "inbox/pay/dead");
+        let query = format!("cursor={text}&limit=7&state=dead");
+        let (listing, limit, cursor) = listing_query(Some(&query), "pay").unwrap();
+        assert_eq!((listing, limit, cursor), (Listing::Dead, 7, Some(at)));
+        let other_state = format!("state=queued&cursor={text}");
+        let other_scope = format!("state=dead&cursor={text}");
+        for (bad, scope) in [
+            ("state=gone", "pay"),
+            ("limit=0", "pay"),
+            ("limit=501", "pay"),
+            ("cursor=x", "pay"),
+            ("cursor=14", "pay"),
+            ("page=2", "pay"),
+            ("state=dead&state=queued", "pay"),
+            ("limit=5&limit=6", "pay"),
+            ("cursor=0&cursor=0", "pay"),
+            (other_state.as_str(), "pay"),
+            (other_scope.as_str(), "refunds"),
         ] {
-            assert!(listing_query(Some(bad)).is_err(), "{bad}");
+            assert!(listing_query(Some(bad), scope).is_err(), "{bad}");
         }
     }
 }

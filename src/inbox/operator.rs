@@ -6,7 +6,7 @@
 
 use super::{Inboxes, RouteInbox, transition};
 use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
-use crate::store::inbox::Book;
+use crate::store::inbox::{Book, IndexPosition};
 use crate::store::{StoreError, StoreKey};
 
 /// Which deliveries a listing shows.
@@ -35,14 +35,14 @@ pub(crate) enum Action {
 }
 
 impl Inboxes {
-    /// One page of a route's scope index: `(hash, unix ms)` pairs, the
-    /// time being when the delivery was queued (`Queued`) or was held
-    /// (`Dead`).
+    /// One page of a route's scope index after `after` (a keyset walk):
+    /// `(hash, unix ms)` pairs, the time being when the delivery was
+    /// queued (`Queued`) or was held (`Dead`).
     pub(crate) async fn list(
         &self,
         inbox: &RouteInbox,
         listing: Listing,
-        offset: usize,
+        after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
         let indexes = &inbox.indexes;
@@ -50,7 +50,7 @@ impl Inboxes {
             Listing::Queued => &indexes.since,
             Listing::Dead => &indexes.dead,
         };
-        self.store.index_page(index, offset, limit).await
+        self.store.index_page(index, after, limit).await
     }
 
     /// Retries a dead or unknown delivery now, once: if that attempt fails

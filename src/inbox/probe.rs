@@ -88,7 +88,7 @@ impl Inboxes {
         let mut taken = Vec::new();
         let held = self
             .store
-            .index_page(&inbox.indexes.dead, 0, DEAD_PAGE)
+            .index_page(&inbox.indexes.dead, None, DEAD_PAGE)
             .await?;
         for (hash, _) in held {
             if taken.len() >= limit {

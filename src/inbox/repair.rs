@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Inboxes, Indexes};
 use crate::record::{RecordState, now_ms};
-use crate::store::inbox::{IndexKey, OwedKey};
+use crate::store::inbox::{IndexKey, IndexPosition, OwedKey};
 use crate::store::{StoreError, StoreKey};
 
 /// Index members read per page while a pass reads an index whole.
@@ -173,16 +173,23 @@ impl Repair {
         Ok(done)
     }
 
-    /// Every member of `index`, read a page at a time.
+    /// Every member of `index`, read a page at a time, each page after
+    /// the last member read (an offset would skip members when workers
+    /// take some meanwhile, and a skipped member would look missing).
     async fn members(&self, index: &IndexKey) -> Result<HashSet<String>, StoreError> {
         let mut found = HashSet::new();
+        let mut after: Option<IndexPosition> = None;
         loop {
             let page = self
                 .inboxes
                 .store
-                .index_page(index, found.len(), PAGE)
+                .index_page(index, after.as_ref(), PAGE)
                 .await?;
             let last = page.len() < PAGE;
+            after = page.last().map(|(member, score)| IndexPosition {
+                score: *score,
+                member: member.clone(),
+            });
             found.extend(page.into_iter().map(|(member, _)| member));
             if last {
                 return Ok(found);

@@ -54,6 +54,16 @@ use super::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use super::{AnyStore, Backend, Call, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record};
 
+/// Where a walk of an index stands: the (score, member) of the last member
+/// listed. Members order by score, then member bytes, in both stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexPosition {
+    /// The last listed member's score.
+    pub score: u64,
+    /// The last listed member.
+    pub member: String,
+}
+
 /// What a [`AnyStore::swap`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swapped {
@@ -243,7 +253,7 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
     fn index_page<'a>(
         &'a self,
         index: &'a IndexKey,
-        offset: usize,
+        after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>>;
     /// See [`AnyStore::index_stats`].
@@ -351,14 +361,17 @@ impl AnyStore {
         self.inbox()?.index_take(index, now, limit, push_to).await
     }
 
-    /// Members with their scores, lowest first, from `offset`.
+    /// Up to `limit` members with their scores in (score, member) order,
+    /// lowest first, after `after` (from the start without): a keyset
+    /// walk, so removing a member already listed, or adding one, never
+    /// moves the members still to come.
     pub async fn index_page(
         &self,
         index: &IndexKey,
-        offset: usize,
+        after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inbox()?.index_page(index, offset, limit).await
+        self.inbox()?.index_page(index, after, limit).await
     }
 
     /// How many members `index` has, and the lowest score.
@@ -474,10 +487,10 @@ impl InboxOps for super::embedded::EmbeddedStore {
     fn index_page<'a>(
         &'a self,
         index: &'a IndexKey,
-        offset: usize,
+        after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>> {
-        Box::pin(Self::index_page(self, index.as_str(), offset, limit))
+        Box::pin(Self::index_page(self, index.as_str(), after, limit))
     }
 
     fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {

@@ -12,7 +12,9 @@ use idemgate::record::{
 };
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
-use idemgate::store::inbox::{Book, Books, BooksKey, InboxOps, Index, IndexKey, OwedKey, Swapped};
+use idemgate::store::inbox::{
+    Book, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
+};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
@@ -77,12 +79,42 @@ async fn contract<S: Store + InboxOps>(store: &S) {
         store.index_add(&due, member, score).await.unwrap();
     }
     store.index_add(&dead, "a", 1).await.unwrap();
-    let page = store.index_page(&due, 0, 10).await.unwrap();
+    let page = store.index_page(&due, None, 10).await.unwrap();
     assert_eq!(page, [("b".into(), 5), ("a".into(), 10), ("c".into(), 20)]);
+    let after = |member: &str, score| IndexPosition {
+        score,
+        member: member.into(),
+    };
     assert_eq!(
-        store.index_page(&due, 1, 1).await.unwrap(),
+        store
+            .index_page(&due, Some(&after("b", 5)), 1)
+            .await
+            .unwrap(),
         [("a".into(), 10)]
     );
+    // Keyset: members sharing a score resume after the last one shown,
+    // and a position whose member is gone resumes where it stood.
+    for member in ["e", "d", "f"] {
+        store.index_add(&due, member, 10).await.unwrap();
+    }
+    assert_eq!(
+        store
+            .index_page(&due, Some(&after("d", 10)), 2)
+            .await
+            .unwrap(),
+        [("e".into(), 10), ("f".into(), 10)]
+    );
+    assert!(store.index_remove(&due, "d").await.unwrap());
+    assert_eq!(
+        store
+            .index_page(&due, Some(&after("d", 10)), 9)
+            .await
+            .unwrap(),
+        [("e".into(), 10), ("f".into(), 10), ("c".into(), 20)]
+    );
+    for member in ["e", "f"] {
+        assert!(store.index_remove(&due, member).await.unwrap());
+    }
     assert_eq!(store.index_stats(&due).await.unwrap(), (3, Some(5)));
     assert_eq!(
         store.index_take(&due, 15, 10, 100).await.unwrap(),
@@ -119,7 +151,7 @@ async fn contract<S: Store + InboxOps>(store: &S) {
         "c at 200 goes, a at 300 stays"
     );
     assert_eq!(
-        store.index_page(&due, 0, 10).await.unwrap(),
+        store.index_page(&due, None, 10).await.unwrap(),
         [("a".into(), 300)]
     );
 

@@ -12,10 +12,13 @@
 //! Each write goes through the store's writer like the record operations
 //! (committed durably, maybe with others, before the call returns).
 
+use std::ops::Bound;
+
 use redb::{ReadableTable, Table, TableDefinition};
 
 use super::{EmbeddedStore, backend};
 use crate::store::StoreError;
+use crate::store::inbox::IndexPosition;
 
 /// `(index, member) -> score`: membership and current score.
 pub(super) const SCORES: TableDefinition<'static, (&str, &str), u64> =
@@ -189,29 +192,37 @@ impl EmbeddedStore {
         .await
     }
 
-    /// Members ordered by (score, member) ascending, skipping `offset`, at
-    /// most `limit`, with scores.
+    /// Members ordered by (score, member) ascending, after `after` (a
+    /// range read from there, not a count from the start), at most
+    /// `limit`, with scores.
     pub(crate) async fn index_page(
         &self,
         index: &str,
-        offset: usize,
+        after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
         let index = index.to_owned();
+        let after = after.cloned();
         self.index_read(move |order| {
             let mut page = Vec::new();
             if limit == 0 {
                 return Ok(page);
             }
-            let mut skip = offset;
-            walk(order, &index, |score, member| {
-                if skip > 0 {
-                    skip -= 1;
-                    return true;
+            let start = match &after {
+                Some(at) => Bound::Excluded((index.as_str(), at.score, at.member.as_str())),
+                None => Bound::Included((index.as_str(), 0, "")),
+            };
+            let range = order
+                .range::<(&str, u64, &str)>((start, Bound::Unbounded))
+                .map_err(backend)?;
+            for item in range {
+                let (entry, _) = item.map_err(backend)?;
+                let (owner, score, member) = entry.value();
+                if owner != index || page.len() >= limit {
+                    break;
                 }
                 page.push((member.to_owned(), score));
-                page.len() < limit
-            })?;
+            }
             Ok(page)
         })
         .await
@@ -274,7 +285,7 @@ mod tests {
     }
 
     async fn members(store: &EmbeddedStore, index: &str) -> Vec<(String, u64)> {
-        store.index_page(index, 0, usize::MAX).await.unwrap()
+        store.index_page(index, None, usize::MAX).await.unwrap()
     }
 
     #[tokio::test]
@@ -325,10 +336,43 @@ mod tests {
                 (hash(1), 9)
             ]
         );
-        assert_eq!(store.index_page(DUE, 1, 2).await.unwrap(), all[1..3]);
-        assert_eq!(store.index_page(DUE, 4, 10).await.unwrap(), all[4..]);
-        assert!(store.index_page(DUE, 5, 10).await.unwrap().is_empty());
-        assert!(store.index_page(DUE, 0, 0).await.unwrap().is_empty());
+        let after = |n: usize| IndexPosition {
+            score: all[n].1,
+            member: all[n].0.clone(),
+        };
+        assert_eq!(
+            store.index_page(DUE, Some(&after(0)), 2).await.unwrap(),
+            all[1..3]
+        );
+        // Equal scores: after the first of them comes the second.
+        assert_eq!(
+            store.index_page(DUE, Some(&after(2)), 1).await.unwrap(),
+            all[3..4]
+        );
+        assert_eq!(
+            store.index_page(DUE, Some(&after(3)), 10).await.unwrap(),
+            all[4..]
+        );
+        assert!(
+            store
+                .index_page(DUE, Some(&after(4)), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(store.index_page(DUE, None, 0).await.unwrap().is_empty());
+        // A position whose member is gone still resumes in order.
+        store.index_remove(DUE, &hash(2)).await.unwrap();
+        assert_eq!(
+            store.index_page(DUE, Some(&after(2)), 10).await.unwrap(),
+            all[3..]
+        );
+        // Other indexes never leak in.
+        store.index_add(OTHER, &hash(9), 0).await.unwrap();
+        assert_eq!(
+            store.index_page(DUE, Some(&after(4)), 10).await.unwrap(),
+            []
+        );
     }
 
     #[tokio::test]

@@ -20,7 +20,9 @@ use super::{RedisStore, classify, millis, owner_arg, slots};
 use crate::record::inbox::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
-use crate::store::inbox::{Book, Books, BooksKey, InboxOps, IndexKey, OwedKey, Swapped};
+use crate::store::inbox::{
+    Book, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+};
 use crate::store::{Call, StoreError, StoreKey};
 
 /// Owed-set reads sent in one pipeline while a repair pass reads every
@@ -291,23 +293,51 @@ impl InboxOps for RedisStore {
     fn index_page<'a>(
         &'a self,
         index: &'a IndexKey,
-        offset: usize,
+        after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>> {
         Box::pin(async move {
             if limit == 0 {
                 return Ok(Vec::new());
             }
-            let last = offset.saturating_add(limit - 1);
-            let args = vec![count(offset), count(last), Value::from("WITHSCORES")];
-            scored(self.zcommand("ZRANGE", index, args).await?)
+            let Some(after) = after else {
+                let args = vec![count(0), count(limit - 1), Value::from("WITHSCORES")];
+                return scored(self.zcommand("ZRANGE", index, args).await?);
+            };
+            // From the last score listed on: the members sharing it up to
+            // the last member listed are skipped here (a sorted set
+            // orders equal scores by member bytes, as `str` compares).
+            let mut page = Vec::new();
+            let mut offset = 0;
+            let fetch = limit.saturating_add(16);
+            loop {
+                let args = vec![
+                    Value::from(after.score.to_string()),
+                    Value::from("+inf"),
+                    Value::from("BYSCORE"),
+                    Value::from("LIMIT"),
+                    count(offset),
+                    count(fetch),
+                    Value::from("WITHSCORES"),
+                ];
+                let batch = scored(self.zcommand("ZRANGE", index, args).await?)?;
+                let fetched = batch.len();
+                page.extend(batch.into_iter().filter(|(member, score)| {
+                    (*score, member.as_str()) > (after.score, after.member.as_str())
+                }));
+                if page.len() >= limit || fetched < fetch {
+                    page.truncate(limit);
+                    return Ok(page);
+                }
+                offset += fetched;
+            }
         })
     }
 
     fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {
         Box::pin(async move {
             let total = self.zcommand("ZCARD", index, Vec::new()).await?;
-            let first = self.index_page(index, 0, 1).await?;
+            let first = self.index_page(index, None, 1).await?;
             let total = u64::try_from(total.as_i64().unwrap_or(0)).unwrap_or(0);
             Ok((total, first.first().map(|(_, at)| *at)))
         })

@@ -140,3 +140,104 @@ async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
     );
     gate.stop().await;
 }
+
+/// 60 dead deliveries listed ten a page while the operator drops the first
+/// five of each page shown and new deliveries die meanwhile: following
+/// `next_cursor` shows every delivery that was dead when the walk began,
+/// each once (a keyset cursor: acting on shown items moves nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_paging_neither_hides_nor_repeats_while_the_operator_acts() {
+    let redis = RedisServer::start();
+    let handler = Upstream::scripted(|_, _| Reply::status(503)).await;
+    let gate = Gate::start(&dying_inbox(&redis, &handler)).await;
+    let ids: Vec<String> = (0..60).map(|n| format!("p-many-{n}")).collect();
+    for id in &ids {
+        let answer = deliver(&gate.url("/notify"), &payment(id)).await;
+        assert_eq!(answer.status, 200);
+    }
+    let api = |path: String| {
+        let url = format!("http://{}{path}", gate.admin);
+        async move {
+            let headers = vec![(
+                "authorization".to_owned(),
+                format!("Bearer {}", super::TOKEN),
+            )];
+            let method = if url.contains("/drop?") {
+                "POST"
+            } else {
+                "GET"
+            };
+            send(method, &url, &headers, "").await
+        }
+    };
+    poll(
+        "all 60 deliveries dead",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        async || {
+            let page = api("/admin/inbox/pay?state=dead&limit=500".into()).await;
+            let page: serde_json::Value = serde_json::from_slice(&page.body).unwrap();
+            (page["items"].as_array().unwrap().len() == 60).then_some(())
+        },
+    )
+    .await;
+
+    let mut shown: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page_number in 0.. {
+        assert!(page_number < 30, "no last page");
+        let path = match &cursor {
+            Some(c) => format!("/admin/inbox/pay?state=dead&limit=10&cursor={c}"),
+            None => "/admin/inbox/pay?state=dead&limit=10".into(),
+        };
+        let page: serde_json::Value = serde_json::from_slice(&api(path).await.body).unwrap();
+        let hashes: Vec<String> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["key_hash"].as_str().unwrap().to_owned())
+            .collect();
+        for hash in hashes.iter().take(5) {
+            let dropped = api(format!(
+                "/admin/inbox/pay/drop?hash={hash}&expect_state=dead"
+            ))
+            .await;
+            assert_eq!(
+                dropped.status,
+                200,
+                "{}",
+                String::from_utf8_lossy(&dropped.body)
+            );
+        }
+        // A new arrival dies meanwhile: listed after the others, if at all.
+        deliver(
+            &gate.url("/notify"),
+            &payment(&format!("p-late-{page_number}")),
+        )
+        .await;
+        shown.extend(hashes);
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => {
+                assert!(page.get("next_cursor").is_some(), "null, not absent");
+                break;
+            }
+        }
+    }
+    let unique: std::collections::BTreeSet<&String> = shown.iter().collect();
+    assert_eq!(unique.len(), shown.len(), "a delivery shown twice");
+    let original: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            hex::encode(idemgate::pipeline::identify::hash_key_parts(
+                [id.as_bytes()],
+            ))
+        })
+        .collect();
+    let hidden = original
+        .iter()
+        .filter(|hash| !unique.contains(hash))
+        .count();
+    assert_eq!(hidden, 0, "{hidden} of 60 dead deliveries never shown");
+    gate.stop().await;
+}
