@@ -368,7 +368,7 @@ impl Admin {
         path_key: Option<&str>,
         query: Option<&str>,
     ) -> Result<(String, StoreKey), Box<Response<ProxyBody>>> {
-        let hash = key_hash_of(path_key, query).map_err(|problem| {
+        let hash = key_hash_of(path_key, query, route.entity.is_some()).map_err(|problem| {
             Box::new(self.problem(AdminReason::BadRequest, &problem.to_string()))
         })?;
         let key = StoreKey::new(

@@ -6,8 +6,8 @@
 //! all of its deliveries duplicates. Each route owns one [`RouteHotKeys`]:
 //! a [`Summary`] (windowed space-saving, see [`summary`]) of
 //! [`CAPACITY_PER_K`] × `k` entries allocated at start-up, behind one
-//! short mutex. Observing a delivery copies its 32-byte digest and two
-//! `&'static str` words into that table: no allocation per request.
+//! short mutex. Observing a delivery copies its [`KeyId`] (32-byte digest,
+//! and a 16-byte entity tag on an entity route) and two `&'static str` words into that table: no allocation per request.
 //!
 //! Reading is done at scrape or API time: [`HotKeys::top`] takes each
 //! route's current top `k`, which [`export`] writes as Prometheus text
@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::config::HotKeysConfig;
 use crate::time::millis;
-pub use summary::{RedeliveryResult, Sighting, Summary};
+pub use summary::{KeyId, RedeliveryResult, Sighting, Summary};
 
 /// Table entries per reported key: the headroom space-saving needs so
 /// that the top `k` are found among keys that come and go (a key is kept
@@ -38,8 +38,8 @@ pub const CAPACITY_PER_K: usize = 4;
 pub struct HotKey {
     /// 1 for the key with the most deliveries.
     pub rank: usize,
-    /// SHA-256 of the key parts, the `key=` of the log lines.
-    pub digest: [u8; 32],
+    /// The key, as the `key=` of the log lines spells it ([`KeyId`]).
+    pub digest: KeyId,
     /// Deliveries in the window.
     pub deliveries: u64,
     /// Of those, duplicates (replays, and 409/422 answers for a key
@@ -83,15 +83,15 @@ impl RouteHotKeys {
         &self.name
     }
 
-    /// Counts one delivery of the key whose digest is `digest`, now.
-    pub fn observe(&self, digest: &[u8; 32], sighting: Sighting) {
-        self.observe_at(digest, sighting, Instant::now());
+    /// Counts one delivery of `key`, now.
+    pub fn observe(&self, key: impl Into<KeyId>, sighting: Sighting) {
+        self.observe_at(key, sighting, Instant::now());
     }
 
     /// Counts one delivery at `now`.
-    pub fn observe_at(&self, digest: &[u8; 32], sighting: Sighting, now: Instant) {
+    pub fn observe_at(&self, key: impl Into<KeyId>, sighting: Sighting, now: Instant) {
         let since = millis(now.saturating_duration_since(self.origin));
-        self.lock().observe(digest, sighting, since);
+        self.lock().observe(&key.into(), sighting, since);
     }
 
     /// The `k` keys with the most deliveries in the window at `now`, rank
@@ -248,7 +248,7 @@ mod tests {
                 top[0].deliveries,
                 top[0].duplicates
             ),
-            (1, [1; 32], 2, 1)
+            (1, KeyId::from(&[1; 32]), 2, 1)
         );
         assert_eq!(
             (top[0].last_outcome, top[0].last_reason),

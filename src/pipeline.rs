@@ -560,8 +560,8 @@ fn labels_of(
     first_trace: Option<TraceContext>,
 ) -> Labels {
     Labels {
+        key_digest: Some(identity.hot_key()),
         key_hash: Some(identity.key_hash),
-        key_digest: Some(identity.key_digest),
         secret_index,
         first_trace,
     }

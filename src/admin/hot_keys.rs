@@ -51,7 +51,7 @@ fn route_filter(query: Option<&str>) -> Result<Option<String>, QueryError> {
 fn key_view(key: &HotKey) -> serde_json::Value {
     serde_json::json!({
         "rank": key.rank,
-        "key": hex::encode(key.digest),
+        "key": key.digest.to_string(),
         "deliveries": key.deliveries,
         "duplicates": key.duplicates,
         "last_outcome": key.last_outcome,

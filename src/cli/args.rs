@@ -234,11 +234,26 @@ pub enum InboxCommand {
     },
 }
 
-/// One record or delivery, named exactly one way (as the API names it).
+/// One record or delivery, named exactly one way (as the API names it):
+/// `--hash`, or `--key` (with `--entity` on an entity route, whose
+/// records' keys carry their entity's tag).
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// The hash or the key value.
+    #[command(flatten)]
+    pub named: Named,
+    /// On an entity route, with `--key`: the entity id the delivery was
+    /// about (as `entity --id` takes it).
+    #[arg(long, value_name = "ID", conflicts_with = "hash")]
+    pub entity: Option<String>,
+}
+
+/// `--hash` or `--key`, exactly one.
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
-pub struct Target {
-    /// The key hash, as log lines print it (`key=<64 hex>`).
+pub struct Named {
+    /// The key hash, as log lines, listings and hot keys print it
+    /// (`key=<64 hex>`, with its `{entity tag}` on an entity route).
     #[arg(long, value_name = "HEX")]
     pub hash: Option<String>,
     /// The key value of a single-part key, as the sender sent it.

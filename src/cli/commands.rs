@@ -25,14 +25,19 @@ fn encode(text: &str) -> String {
     utf8_percent_encode(text, COMPONENT).to_string()
 }
 
-/// `?hash=…` or `?key=…`, as the record and inbox APIs take it.
+/// `?hash=…` or `?key=…` (and `&entity=…`), as the record and inbox APIs
+/// take it.
 fn target_query(target: &Target) -> String {
-    match (&target.hash, &target.key) {
+    let mut query = match (&target.named.hash, &target.named.key) {
         (Some(hash), _) => format!("hash={}", encode(hash)),
         (None, Some(key)) => format!("key={}", encode(key)),
-        // clap's group makes exactly one of them present.
+        // clap's rules make exactly one of them present.
         (None, None) => String::new(),
+    };
+    if let Some(entity) = &target.entity {
+        query.push_str(&format!("&entity={}", encode(entity)));
     }
+    query
 }
 
 /// What an answer becomes for people.
@@ -359,7 +364,7 @@ fn with_newline(body: &[u8]) -> String {
 /// What `records purge` tells people: what was purged, and what its next
 /// delivery does.
 fn purged(route: &str, target: &Target, state: SeenState) -> String {
-    let named = match (&target.hash, &target.key) {
+    let named = match (&target.named.hash, &target.named.key) {
         (Some(hash), _) => format!("hash {hash}"),
         (None, Some(key)) => format!("key {}", super::table::single_line(key)),
         (None, None) => String::new(),
@@ -379,19 +384,34 @@ fn purged(route: &str, target: &Target, state: SeenState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args::Named;
 
     #[test]
     fn keys_are_escaped_so_the_api_reads_them_back_unchanged() {
         let target = Target {
-            hash: None,
-            key: Some("a b+c/d&e=%".to_owned()),
+            named: Named {
+                hash: None,
+                key: Some("a b+c/d&e=%".to_owned()),
+            },
+            entity: None,
         };
         assert_eq!(target_query(&target), "key=a%20b%2Bc%2Fd%26e%3D%25");
         let target = Target {
-            hash: Some("AB".to_owned()),
-            key: None,
+            named: Named {
+                hash: Some("AB".to_owned()),
+                key: None,
+            },
+            entity: None,
         };
         assert_eq!(target_query(&target), "hash=AB");
+        let target = Target {
+            named: Named {
+                hash: None,
+                key: Some("n 1".to_owned()),
+            },
+            entity: Some("o/1".to_owned()),
+        };
+        assert_eq!(target_query(&target), "key=n%201&entity=o%2F1");
         assert_eq!(encode("évt_1-x.y~z"), "%C3%A9vt_1-x.y~z");
     }
 }

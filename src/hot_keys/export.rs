@@ -82,7 +82,7 @@ impl HotKeys {
                             out,
                             format_args!(
                                 "{name}{{route=\"{route}\",key=\"{}\"}} {}",
-                                hex::encode(key.digest),
+                                key.digest,
                                 count(key)
                             ),
                         );

@@ -46,11 +46,51 @@ pub struct Sighting {
     pub duplicate: bool,
 }
 
+/// What names a key in the table: the SHA-256 of its parts and, on an
+/// entity route, the entity tag its record key carries after it (two
+/// records of one key value under two entities are two keys). Shown as
+/// the admin API takes it: `{hex digest}` or `{hex digest}{{hex tag}}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct KeyId {
+    /// SHA-256 of the key parts.
+    pub digest: [u8; 32],
+    /// The entity tag's 128 bits, on an entity route.
+    pub entity: Option<[u8; 16]>,
+}
+
+impl KeyId {
+    /// `digest` under the entity whose tag is `entity_hex` (32 hex
+    /// digits, as `pipeline::entity::entity_hash` spells it), if any.
+    pub fn new(digest: [u8; 32], entity_hex: Option<&str>) -> Self {
+        let entity = entity_hex.and_then(|hex_tag| {
+            let mut tag = [0; 16];
+            hex::decode_to_slice(hex_tag, &mut tag).ok().map(|()| tag)
+        });
+        Self { digest, entity }
+    }
+}
+
+impl From<&[u8; 32]> for KeyId {
+    fn from(digest: &[u8; 32]) -> Self {
+        Self::new(*digest, None)
+    }
+}
+
+impl std::fmt::Display for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.digest))?;
+        if let Some(tag) = &self.entity {
+            write!(f, "{{{}}}", hex::encode(tag))?;
+        }
+        Ok(())
+    }
+}
+
 /// One tracked key, as a read reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedeliveryResult {
-    /// SHA-256 of the key parts (what logs print as `key=`).
-    pub digest: [u8; 32],
+    /// The key (what logs print as `key=`).
+    pub digest: KeyId,
     /// Deliveries seen in the window.
     pub deliveries: u64,
     /// Of those, duplicates.
@@ -65,7 +105,7 @@ pub struct RedeliveryResult {
 /// One slot of the table.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    digest: [u8; 32],
+    digest: KeyId,
     deliveries: [u32; SUB_WINDOWS],
     duplicates: [u32; SUB_WINDOWS],
     /// Estimate inherited from the entry this one replaced, per slice.
@@ -76,7 +116,10 @@ struct Entry {
 
 impl Entry {
     const EMPTY: Self = Self {
-        digest: [0; 32],
+        digest: KeyId {
+            digest: [0; 32],
+            entity: None,
+        },
         deliveries: [0; SUB_WINDOWS],
         duplicates: [0; SUB_WINDOWS],
         error: [0; SUB_WINDOWS],
@@ -114,9 +157,9 @@ fn column_of(epoch: u64) -> usize {
 }
 
 /// The first 8 bytes of a digest, the lookup tag.
-fn tag(digest: &[u8; 32]) -> u64 {
+fn tag(key: &KeyId) -> u64 {
     let mut head = [0; 8];
-    head.copy_from_slice(&digest[..8]);
+    head.copy_from_slice(&key.digest[..8]);
     u64::from_le_bytes(head)
 }
 
@@ -167,7 +210,7 @@ impl Summary {
 
     /// Counts one delivery of `digest` at `now_ms` (milliseconds since the
     /// origin; a time before the newest slice counts in the newest slice).
-    pub fn observe(&mut self, digest: &[u8; 32], sighting: Sighting, now_ms: u64) {
+    pub fn observe(&mut self, digest: &KeyId, sighting: Sighting, now_ms: u64) {
         self.advance(now_ms);
         let column = self.column();
         let wanted = tag(digest);
@@ -227,7 +270,7 @@ impl Summary {
 
     /// Puts `digest` in slot `index` with no delivery yet and `error`
     /// booked in the current slice.
-    fn admit(&mut self, index: usize, digest: &[u8; 32], tag: u64, error: u64) {
+    fn admit(&mut self, index: usize, digest: &KeyId, tag: u64, error: u64) {
         let column = self.column();
         let entry = &mut self.entries[index];
         *entry = Entry::EMPTY;
@@ -273,9 +316,9 @@ mod tests {
     use crate::hot_keys::sightings::{FIRST, REPLAY};
     const MINUTE_MS: u64 = 60_000;
 
-    fn digest(n: u32) -> [u8; 32] {
+    fn digest(n: u32) -> KeyId {
         use sha2::{Digest, Sha256};
-        Sha256::digest(n.to_le_bytes()).into()
+        KeyId::from(&Sha256::digest(n.to_le_bytes()).into())
     }
 
     #[test]

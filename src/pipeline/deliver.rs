@@ -82,7 +82,7 @@ impl Pipeline {
         let peer = origin.peer;
         let labels = Labels {
             key_hash: Some(identity.key_hash.clone()),
-            key_digest: Some(identity.key_digest),
+            key_digest: Some(identity.hot_key()),
             secret_index: verified.authenticity().secret_index,
             first_trace: None,
         };

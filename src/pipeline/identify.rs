@@ -36,6 +36,7 @@ use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
+use crate::hot_keys::KeyId;
 use crate::record::Fingerprint;
 use crate::signature::lower_hex;
 use crate::store::StoreKey;
@@ -68,6 +69,18 @@ pub struct Identity {
     /// why the delivery's values could not name the probe's resource
     /// (counted if it is forwarded); `None` on a route without a probe.
     pub(crate) probe: Option<Result<ProbePlan, Skip>>,
+}
+
+impl Identity {
+    /// The key as the route's hot keys count it: the digest, and the
+    /// entity tag on an entity route, so the hash they show names the
+    /// record as `key_hash` does.
+    pub(crate) fn hot_key(&self) -> KeyId {
+        KeyId::new(
+            self.key_digest,
+            self.entity.as_ref().map(|entity| entity.hash.as_str()),
+        )
+    }
 }
 
 /// Computes the identity of a verified delivery; `canonical` is stage 1's

@@ -21,7 +21,7 @@ use super::persist::Persisted;
 use super::{settle, trace};
 use crate::body::ProxyBody;
 use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
-use crate::hot_keys::{RouteHotKeys, Sighting};
+use crate::hot_keys::{KeyId, RouteHotKeys, Sighting};
 use crate::record::{Record, RecordState, TraceContext};
 use crate::upstream::{self, ForwardError};
 
@@ -110,8 +110,8 @@ impl Settled {
 pub(super) struct Labels {
     /// The key hash the admin API takes.
     pub(super) key_hash: Option<String>,
-    /// The digest `key_hash` spells, for the route's hot keys.
-    pub(super) key_digest: Option<[u8; 32]>,
+    /// The key `key_hash` spells, for the route's hot keys.
+    pub(super) key_digest: Option<KeyId>,
     /// Index of the secret that verified the delivery.
     pub(super) secret_index: Option<usize>,
     /// A duplicate's first delivery's trace context, from its record.
@@ -277,7 +277,7 @@ impl Finished {
         }
         if let (Some(table), Some(digest)) = (hot_keys, &self.labels.key_digest) {
             table.observe(
-                digest,
+                *digest,
                 Sighting {
                     outcome: self.outcome.as_str(),
                     reason: self.reason.map(LogReason::as_str),

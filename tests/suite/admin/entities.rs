@@ -182,3 +182,80 @@ async fn a_change_in_flight_is_pending_with_its_delivery_on_the_embedded_store()
     assert_eq!(settled["history"][0]["delivery"], delivery.as_str());
     gate.stop().await;
 }
+
+/// A record on an entity route carries its entity's tag in its store key,
+/// so a key value alone can not name it: `?key=` and the path form take
+/// `entity=` (the id, as the entities API does) and find it; without it
+/// they say so (400, never a 404 for a record that exists); the listing's
+/// and the hot keys' hashes carry the tag and find it; a purge by key and
+/// entity works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_way_names_a_record_on_an_entity_route() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE)
+        + "\n[hot_keys]\nk = 3\nwindow = \"1m\"\n";
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    for _ in 0..3 {
+        assert_eq!(
+            deliver(&url, &notice("n 1", "o 1", "pending")).await.status,
+            200
+        );
+    }
+    let get = |path: String| {
+        let gate = &gate;
+        async move { admin(gate, "GET", &path, Some(TOKEN)).await }
+    };
+    for path in [
+        "/admin/records/pay?key=n%201&entity=o%201",
+        "/admin/records/pay/n%201?entity=o%201",
+    ] {
+        let answer = get(path.into()).await;
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        assert_eq!(body(&answer)["state"], "completed", "{path}");
+    }
+    for path in ["/admin/records/pay?key=n%201", "/admin/records/pay/n%201"] {
+        let answer = get(path.into()).await;
+        assert_eq!(answer.status, 400, "{path}: {answer:?}");
+        let detail = body(&answer)["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains("entity="), "{path}: {detail}");
+    }
+    // entity= beside hash= (whose tag names the entity) is refused, not
+    // ignored; so is a hash without the tag.
+    let plain_entity =
+        get("/admin/records/pay?hash=".to_owned() + &"a".repeat(64) + "&entity=x").await;
+    assert_eq!(plain_entity.status, 400, "{plain_entity:?}");
+    let untagged = get("/admin/records/pay?hash=".to_owned() + &"a".repeat(64)).await;
+    assert_eq!(untagged.status, 400, "{untagged:?}");
+
+    // The hot keys' hash names the record.
+    let hot = body(&get("/admin/hot-keys".into()).await);
+    let hash = hot["routes"][0]["keys"][0]["key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{hot}"))
+        .to_owned();
+    assert!(hash.ends_with('}'), "the entity tag: {hash}");
+    let by_hash = get(format!(
+        "/admin/records/pay?hash={}",
+        hash.replace('{', "%7B").replace('}', "%7D")
+    ))
+    .await;
+    assert_eq!(by_hash.status, 200, "{by_hash:?}");
+
+    // A purge by key and entity finds the record, and the entity rules
+    // judge it: its change is applied, so the purge is refused.
+    let purged = admin(
+        &gate,
+        "DELETE",
+        "/admin/records/pay?key=n%201&entity=o%201&expect_state=completed",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (purged.status, purged.reason().as_deref()),
+        (409, Some("entity_applied")),
+        "{purged:?}"
+    );
+    gate.stop().await;
+}

@@ -172,3 +172,39 @@ async fn held_lists_the_entities_something_holds() {
     assert_eq!(json["items"][0]["pending"]["to"], "success");
     gate.stop().await;
 }
+
+/// `records get --key --entity` and `inbox show`-style naming on an entity
+/// route: the key value with the entity id finds the record; the key alone
+/// is refused with the reason, not answered "no record".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_get_names_an_entity_routes_record_by_key_and_entity() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
+    let gate = Gate::start(&with_admin(&text)).await;
+    let url = gate.url("/notify");
+    assert_eq!(
+        deliver(&url, &notice("n1", "o-7", "success")).await.status,
+        200
+    );
+
+    let found = cli_at(
+        gate.admin,
+        &[
+            "--json", "records", "get", "pay", "--key", "n1", "--entity", "o-7",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(found["state"], "completed", "{found}");
+    let alone = cli_at(gate.admin, &["records", "get", "pay", "--key", "n1"]).await;
+    assert_ne!(alone.code, Some(0));
+    assert!(alone.stderr.contains("entity="), "{}", alone.stderr);
+    assert!(
+        !alone.stderr.contains("record_not_found"),
+        "{}",
+        alone.stderr
+    );
+    gate.stop().await;
+}
