@@ -50,6 +50,7 @@ mod console;
 mod corrections;
 mod entities;
 mod held;
+mod host;
 mod hot_keys;
 mod inbox;
 mod inbox_cursor;
@@ -183,8 +184,19 @@ impl Admin {
         }
     }
 
-    /// Answers one admin request.
-    pub(crate) async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+    /// Answers one admin request that came to the listener's address
+    /// `local` (a `Host` naming another site is refused first: [`host`]).
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        local: Option<std::net::SocketAddr>,
+    ) -> Response<ProxyBody> {
+        if !host::allowed(&request, local, &self.config.admin_hosts) {
+            return self.problem(
+                AdminReason::UnknownHost,
+                "this Host is not a name of the admin listener: use its address, localhost, or a name in [admin] allowed_hosts",
+            );
+        }
         let path = request.uri().path().to_owned();
         if let Some(rest) = path.strip_prefix("/admin/records/") {
             return self.records(&request, rest).await;
@@ -434,9 +446,10 @@ pub async fn probe_health(addr: std::net::SocketAddr) -> Result<(), String> {
     }
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(target).await?;
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nhost: idemgate\r\nconnection: close\r\n\r\n")
-            .await?;
+        // The address itself as Host: the listener answers its own (`host`).
+        let request =
+            format!("GET /healthz HTTP/1.1\r\nhost: {target}\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
         let mut head = [0u8; 12];
         stream.read_exact(&mut head).await?;
         Ok::<_, std::io::Error>(head)

@@ -195,17 +195,19 @@ pub async fn start(
 
     let proxy = tokio::spawn(server::serve(
         proxy_listener,
-        move |request, peer| Arc::clone(&pipeline).handle(request, Some(peer)),
-        Arc::clone(&over_share),
+        move |request, addrs: server::Addrs| {
+            Arc::clone(&pipeline).handle(request, Some(addrs.peer))
+        },
+        server::Crowding::Share(over_share),
         limits.clone(),
         shutdown.clone(),
     ));
     let admin_server = tokio::spawn(server::serve(
         admin_listener,
-        move |request, _peer| {
+        move |request, addrs: server::Addrs| {
             let admin = Arc::clone(&admin);
             async move {
-                let mut response = admin.handle(request).await;
+                let mut response = admin.handle(request, addrs.local).await;
                 response.headers_mut().insert(
                     crate::admin::LISTENER_HEADER,
                     http::HeaderValue::from_static("admin"),
@@ -213,7 +215,7 @@ pub async fn start(
                 response
             }
         },
-        over_share,
+        server::Crowding::EvictSilent,
         limits.clone(),
         shutdown.clone(),
     ));

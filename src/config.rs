@@ -203,6 +203,10 @@ pub struct Config {
     pub on_unavailable: OnUnavailable,
     /// Bearer token of `/admin/records`; `None` disables it.
     pub admin_token: Option<Secret>,
+    /// `[admin] allowed_hosts`, lower-cased: the names besides the
+    /// listener's own address and the loopback names that a request's
+    /// `Host` may carry (`admin::host`).
+    pub admin_hosts: Vec<String>,
     /// The `type` URIs of problem documents (`problem_type_base`).
     pub problem_types: ProblemTypes,
     /// How often `file:` secrets and public keys are checked for a change

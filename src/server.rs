@@ -35,6 +35,7 @@
 
 mod progress;
 mod refusal;
+mod silent;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -60,6 +61,7 @@ use crate::peers::{PeerHold, PeerShares, Resource};
 use progress::{Bounds, Open, Progress};
 pub(crate) use refusal::Answer;
 use refusal::Refusals;
+use silent::{Silent, Waiting};
 
 /// How long a connection told to close for idleness may take to do so
 /// before it is dropped: long enough for a GOAWAY or a `Connection: close`
@@ -85,31 +87,65 @@ pub(crate) fn streams_per_connection(limits: &Limits) -> u32 {
     u32::try_from(bodies.clamp(1, MOST_STREAMS)).unwrap_or(1)
 }
 
+/// The two ends of the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Addrs {
+    /// The client's address.
+    pub(crate) peer: SocketAddr,
+    /// The address it connected to (a listener on `0.0.0.0` knows which
+    /// of its addresses only per connection): what the admin listener
+    /// accepts in `Host` without being told.
+    pub(crate) local: Option<SocketAddr>,
+}
+
+/// What a listener does when connections crowd it.
+#[derive(Clone)]
+pub(crate) enum Crowding {
+    /// The proxy: one peer holds at most its share of `max_connections`
+    /// (beyond it, a connection is answered with this 503); at the cap new
+    /// connections wait in the kernel's backlog.
+    Share(Answer),
+    /// The admin listener: no shares; when every slot is taken, a new
+    /// connection closes the oldest one that has not yet sent a request
+    /// head ([`silent`]), so a flood of idle sockets can not keep a
+    /// liveness probe or a scrape out.
+    EvictSilent,
+}
+
 /// Serves `handler` on `listener` under `limits` until `shutdown` fires,
-/// then drains open connections for at most `limits.shutdown_grace`; a
-/// connection beyond its peer's share gets `over_share` instead.
+/// then drains open connections for at most `limits.shutdown_grace`;
+/// `crowding` says how a crowd of connections is met.
 pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
-    over_share: Answer,
+    crowding: Crowding,
     limits: Limits,
     shutdown: CancellationToken,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>, Addrs) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let builder = Arc::new(builder(&limits));
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let shares = PeerShares::new(Resource::Connections, limits.max_connections);
-    let refusals = Refusals::new(
-        crate::peers::left_to_others(limits.max_connections),
-        over_share,
-    );
+    let refusals = match &crowding {
+        Crowding::Share(over_share) => Some(Refusals::new(
+            crate::peers::left_to_others(limits.max_connections),
+            Arc::clone(over_share),
+        )),
+        Crowding::EvictSilent => None,
+    };
+    let silent = Arc::new(Silent::default());
     loop {
-        let slot = tokio::select! {
-            () = shutdown.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+        // Sharing: a slot before accepting, so a full listener leaves new
+        // connections in the backlog. Evicting: after, making room.
+        let early = match crowding {
+            Crowding::Share(_) => tokio::select! {
+                () = shutdown.cancelled() => break,
+                slot = Arc::clone(&slots).acquire_owned() => Some(slot.expect("the semaphore is never closed")),
+            },
+            Crowding::EvictSilent => None,
         };
         let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -123,14 +159,27 @@ pub(crate) async fn serve<H, F>(
                 }
             },
         };
+        let slot = match early {
+            Some(slot) => slot,
+            None => match room(&slots, &silent, &shutdown).await {
+                Some(slot) => slot,
+                None => break,
+            },
+        };
         // No one peer may hold every connection (`crate::peers`).
         let mut share = shares.hold(peer.ip());
-        if !share.grow(1) {
-            tracing::debug!(%peer, "connection refused: its peer holds its share of max_connections");
-            drop(slot);
-            refusals.refuse(&builder, stream, &limits);
-            continue;
-        }
+        let waiting = match &refusals {
+            Some(refusals) => {
+                if !share.grow(1) {
+                    tracing::debug!(%peer, "connection refused: its peer holds its share of max_connections");
+                    drop(slot);
+                    refusals.refuse(&builder, stream, &limits);
+                    continue;
+                }
+                None
+            }
+            None => Some(silent.enter()),
+        };
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
         }
@@ -142,6 +191,7 @@ pub(crate) async fn serve<H, F>(
             Accepted {
                 slot,
                 share,
+                waiting,
                 limits: limits.clone(),
                 shutdown: shutdown.clone(),
             },
@@ -154,6 +204,27 @@ pub(crate) async fn serve<H, F>(
         .is_err()
     {
         tracing::warn!("connections still open after the shutdown grace period");
+    }
+}
+
+/// A slot for a connection just accepted by an evicting listener: a free
+/// one, or the one the oldest silent connection gives back when told to
+/// close (waited for, like any slot, when none is silent); `None` on
+/// shutdown.
+async fn room(
+    slots: &Arc<Semaphore>,
+    silent: &Silent,
+    shutdown: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
+        return Some(slot);
+    }
+    if silent.evict_oldest() {
+        tracing::debug!("listener full: the oldest silent connection is closed to make room");
+    }
+    tokio::select! {
+        () = shutdown.cancelled() => None,
+        slot = Arc::clone(slots).acquire_owned() => Some(slot.expect("the semaphore is never closed")),
     }
 }
 
@@ -182,6 +253,8 @@ struct Accepted {
     slot: OwnedSemaphorePermit,
     /// Its place in its peer's share of the connections.
     share: PeerHold,
+    /// On an evicting listener, its place among the silent connections.
+    waiting: Option<Waiting>,
     limits: Limits,
     shutdown: CancellationToken,
 }
@@ -193,6 +266,8 @@ enum Closing {
     Stalled,
     /// idemgate is shutting down.
     Shutdown,
+    /// Silent on a full evicting listener: closed to make room.
+    Evicted,
 }
 
 /// Serves one connection until it ends, it stalls, or shutdown, and frees
@@ -204,23 +279,33 @@ async fn connection<H, F>(
     handler: H,
     accepted: Accepted,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>, Addrs) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let Accepted {
         slot,
         share,
+        waiting,
         limits,
         shutdown,
     } = accepted;
+    let waiting = waiting.map(Arc::new);
+    let addrs = Addrs {
+        peer,
+        local: stream.local_addr().ok(),
+    };
     let progress = Progress::accepted();
     let service = {
         let progress = Arc::clone(&progress);
+        let waiting = waiting.clone();
         hyper::service::service_fn(move |request| {
+            if let Some(waiting) = &waiting {
+                waiting.spoke();
+            }
             let open = progress.open();
             // Boxed once: the request future is large (every stage's state),
             // and hyper moves the service future around while polling it.
-            let response = Box::pin(handler(request, peer));
+            let response = Box::pin(handler(request, addrs));
             async move {
                 let response = response.await;
                 Ok::<_, Infallible>(response.map(|body| Watched { body, _open: open }))
@@ -242,16 +327,30 @@ async fn connection<H, F>(
         }
         () = progress.stalled(bounds) => Closing::Stalled,
         () = shutdown.cancelled() => Closing::Shutdown,
+        () = evicted(waiting.as_deref()) => Closing::Evicted,
     };
+    if let Closing::Evicted = closing {
+        tracing::debug!(%peer, "silent connection closed to make room");
+        drop((slot, share));
+        return;
+    }
     connection.as_mut().graceful_shutdown();
     let grace = match closing {
-        Closing::Stalled => CLOSE_GRACE,
+        Closing::Stalled | Closing::Evicted => CLOSE_GRACE,
         Closing::Shutdown => limits.shutdown_grace,
     };
     if tokio::time::timeout(grace, connection).await.is_err() {
         tracing::debug!(%peer, ?closing, "connection dropped: it did not close in time");
     }
     drop((slot, share));
+}
+
+/// Resolves when `waiting` is evicted; never without one.
+async fn evicted(waiting: Option<&Waiting>) {
+    match waiting {
+        Some(waiting) => waiting.evicted().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// An answer's body that keeps its request open ([`Open`]) until hyper has

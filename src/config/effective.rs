@@ -40,6 +40,7 @@ impl Config {
             },
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
+                allowed_hosts: Some(self.admin_hosts.clone()),
             },
             secrets: RawSecrets {
                 watch_interval: Some(format_duration(

@@ -291,6 +291,9 @@ pub struct RawUpstream {
 pub struct RawAdmin {
     /// Bearer token source; omit to disable `/admin/records`.
     pub token: Option<String>,
+    /// Host names the admin listener answers besides its own address and
+    /// the loopback names (DNS rebinding).
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// `[hot_keys]`.

@@ -48,6 +48,7 @@ impl TryFrom<RawConfig> for Config {
             });
             problems.take("admin.token", token)
         });
+        let admin_hosts = admin_hosts(&mut problems, raw.admin.allowed_hosts.as_deref());
         let secrets_watch = Some(problems.duration(
             "secrets.watch_interval",
             raw.secrets.watch_interval.as_deref(),
@@ -68,6 +69,7 @@ impl TryFrom<RawConfig> for Config {
             upstream,
             on_unavailable,
             admin_token,
+            admin_hosts,
             problem_types,
             secrets_watch,
             hot_keys,
@@ -129,6 +131,28 @@ fn routes(
         routes.push(route);
     }
     routes
+}
+
+/// `[admin] allowed_hosts`: bare host names or IP addresses (no port,
+/// scheme or path; an IPv6 address with or without brackets), lower-cased.
+fn admin_hosts(problems: &mut Problems, hosts: Option<&[String]>) -> Vec<String> {
+    let mut kept = Vec::new();
+    for host in hosts.unwrap_or_default() {
+        let name = host.trim_start_matches('[').trim_end_matches(']');
+        let is_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
+        if is_name || name.parse::<std::net::IpAddr>().is_ok() {
+            kept.push(name.to_ascii_lowercase());
+        } else {
+            problems.push(
+                "admin.allowed_hosts",
+                format!("{host:?} is not a host name or address (no port, scheme or path)"),
+            );
+        }
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -220,6 +244,20 @@ mod tests {
             err.0[0].starts_with("route[0].signature.secrets[1]: environment variable"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn admin_host_names_are_bare_names_or_addresses() {
+        let with = |hosts: &str| format!("{MINIMAL}\n[admin]\nallowed_hosts = [{hosts}]\n");
+        let config = Config::parse(&with("\"Admin.Pay.svc\", \"10.0.0.7\", \"[::1]\"")).unwrap();
+        assert_eq!(config.admin_hosts, ["admin.pay.svc", "10.0.0.7", "::1"]);
+        for bad in ["\"a.b:8790\"", "\"http://a.b\"", "\"a.b/x\"", "\"\""] {
+            let err = Config::parse(&with(bad)).unwrap_err();
+            assert!(
+                err.0[0].starts_with("admin.allowed_hosts: "),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -103,7 +103,7 @@ async fn discrepancies(admin: SocketAddr, from: &str, to: &str) -> Result<Option
         .await
         .map_err(|error| format!("admin listener: {error}"))?;
     stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: demo\r\n\r\n")
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
         .await
         .map_err(|error| format!("admin listener: {error}"))?;
     let mut text = String::new();

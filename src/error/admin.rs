@@ -56,11 +56,15 @@ pub enum AdminReason {
     EntityApplied,
     /// The store did not answer.
     StoreUnavailable,
+    /// The request's `Host` is not a name the admin listener answers to
+    /// (`[admin] allowed_hosts`): a page of another site reaching it
+    /// through DNS rebinding gets nothing.
+    UnknownHost,
 }
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Unauthorized,
         Self::AdminApiDisabled,
         Self::NotFound,
@@ -79,6 +83,7 @@ impl AdminReason {
         Self::RecordChanged,
         Self::EntityApplied,
         Self::StoreUnavailable,
+        Self::UnknownHost,
     ];
 
     /// Status, reason word and title: the one row of each variant.
@@ -157,6 +162,11 @@ impl AdminReason {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
                 "Idempotency store unavailable",
+            ),
+            Self::UnknownHost => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "unknown_host",
+                "Host not served here",
             ),
         }
     }

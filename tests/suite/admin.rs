@@ -9,6 +9,7 @@ mod about;
 mod console;
 mod console_walk;
 mod entities;
+mod listener;
 mod listing;
 mod listing_churn;
 mod openapi;

@@ -1,0 +1,100 @@
+//! The admin listener under abuse: liveness answers under a flood of idle
+//! sockets, and only host names it knows are answered (DNS rebinding).
+
+use std::time::{Duration, Instant};
+
+use super::with_admin;
+use crate::support::*;
+
+/// `GET path` with `Host: host` on a fresh connection from 127.0.0.1:
+/// the status, or 0 when no answer came within `within`.
+async fn get_with_host(
+    admin: std::net::SocketAddr,
+    path: &str,
+    host: &str,
+    within: Duration,
+) -> u16 {
+    let headers = vec![("host".to_owned(), host.to_owned())];
+    let url = format!("http://{admin}{path}");
+    match tokio::time::timeout(within, send("GET", &url, &headers, "")).await {
+        Ok(answer) => answer.status,
+        Err(_) => 0,
+    }
+}
+
+/// 1,100 idle sockets from one address (more than `max_connections`):
+/// `/healthz` from that same address still answers 200 within a second,
+/// and so does one from another address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_answers_under_a_flood_of_idle_sockets() {
+    let (_dir, store) = temp_embedded_store();
+    let upstream = Upstream::start().await;
+    let gate = Gate::start(&with_admin(&config_text(&store, &upstream.url(), ""))).await;
+    let mut idle = Vec::new();
+    for _ in 0..1_100 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(gate.admin),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => idle.push(stream),
+            _ => break,
+        }
+    }
+    assert!(idle.len() >= 1_000, "{} idle sockets opened", idle.len());
+    let host = gate.admin.to_string();
+    let started = Instant::now();
+    let status = get_with_host(gate.admin, "/healthz", &host, Duration::from_secs(1)).await;
+    assert_eq!(
+        status,
+        200,
+        "after {:?} with {} idle sockets",
+        started.elapsed(),
+        idle.len()
+    );
+    drop(idle);
+    gate.stop().await;
+}
+
+/// A page that points a name it controls at 127.0.0.1 (DNS rebinding)
+/// sends that name as `Host`: `/metrics`, `/healthz` and the API refuse it
+/// (421 `unknown_host`), while the listener's address, `localhost` and a
+/// name of `[admin] allowed_hosts` are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_listeners_own_host_names_are_answered() {
+    let (_dir, store) = temp_embedded_store();
+    let upstream = Upstream::start().await;
+    let text = with_admin(&config_text(&store, &upstream.url(), "")).replace(
+        "[admin]\n",
+        "[admin]\nallowed_hosts = [\"idemgate-admin.pay.svc\"]\n",
+    );
+    let gate = Gate::start(&text).await;
+    let port = gate.admin.port();
+    let second = Duration::from_secs(2);
+    for path in ["/metrics", "/healthz", "/admin/info"] {
+        let refused =
+            get_with_host(gate.admin, path, &format!("rebound.example:{port}"), second).await;
+        assert_eq!(refused, 421, "{path}");
+    }
+    let answer = send(
+        "GET",
+        &format!("http://{}/metrics", gate.admin),
+        &[("host".to_owned(), "rebound.example".to_owned())],
+        "",
+    )
+    .await;
+    assert_eq!(answer.reason().as_deref(), Some("unknown_host"));
+    for host in [
+        gate.admin.to_string(),
+        format!("localhost:{port}"),
+        format!("idemgate-admin.pay.svc:{port}"),
+    ] {
+        assert_eq!(
+            get_with_host(gate.admin, "/healthz", &host, second).await,
+            200,
+            "{host}"
+        );
+    }
+    gate.stop().await;
+}
