@@ -80,7 +80,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
-use crate::config::{Config, Route};
+use crate::config::{Config, MAIN_TOKEN_NAME, Route, TokenScope};
 use crate::error::AdminReason;
 use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
@@ -277,34 +277,56 @@ impl Admin {
         }
     }
 
-    fn authorized(&self, request: &Request<Incoming>) -> Option<bool> {
-        let token = self.config.admin_token.as_ref()?;
+    /// Who presented the request's bearer token: `None` when no token is
+    /// configured (the API is off), `Some(None)` when it matches none.
+    fn authorized(&self, request: &Request<Incoming>) -> Option<Option<(&str, TokenScope)>> {
+        let main = self
+            .config
+            .admin_token
+            .as_ref()
+            .map(|secret| (MAIN_TOKEN_NAME, secret, TokenScope::Act));
+        let named = self
+            .config
+            .admin_tokens
+            .iter()
+            .map(|named| (named.name.as_str(), &named.secret, named.scope));
+        let tokens: Vec<_> = main.into_iter().chain(named).collect();
+        if tokens.is_empty() {
+            return None;
+        }
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| bearer_token(v.as_bytes()))
             .unwrap_or_default();
-        // Digests have one length whatever was presented, so the
-        // comparison time tells nothing about the configured token.
+        // Digests have one length whatever was presented, and every token
+        // is compared, so the time taken tells nothing about any of them.
         let presented = Sha256::digest(presented);
-        let configured = Sha256::digest(&*token.expose());
-        Some(bool::from(
-            presented.as_slice().ct_eq(configured.as_slice()),
-        ))
+        let mut caller = None;
+        for (name, secret, scope) in tokens {
+            let configured = Sha256::digest(&*secret.expose());
+            if bool::from(presented.as_slice().ct_eq(configured.as_slice())) {
+                caller.get_or_insert((name, scope));
+            }
+        }
+        Some(caller)
     }
 
     /// The answer to a record or inbox API request without the bearer
-    /// token (or with the API disabled); `None` lets it through.
+    /// token (or with the API disabled), or to an action (any method but
+    /// `GET` and `HEAD`) with a read-only token; `None` lets it through,
+    /// logging an action with the name of the token that asked for it.
     fn refuse_unauthorized(&self, request: &Request<Incoming>) -> Option<Response<ProxyBody>> {
+        let looks = matches!(*request.method(), Method::GET | Method::HEAD);
         match self.authorized(request) {
             None => Some(self.problem(
                 AdminReason::AdminApiDisabled,
                 "the record and inbox APIs are disabled: set [admin] token",
             )),
-            Some(false) => {
+            Some(None) => {
                 let mut denied = self.problem(
                     AdminReason::Unauthorized,
-                    "send Authorization: Bearer <[admin] token>",
+                    "send Authorization: Bearer <[admin] token, or a token of [[admin.tokens]]>",
                 );
                 denied.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
@@ -312,7 +334,31 @@ impl Admin {
                 );
                 Some(denied)
             }
-            Some(true) => None,
+            Some(Some((name, TokenScope::Read))) if !looks => {
+                tracing::warn!(
+                    target: "idemgate::admin",
+                    token = name,
+                    method = request.method().as_str(),
+                    path = request.uri().path(),
+                    "admin action refused: the token may only read"
+                );
+                Some(self.problem(
+                    AdminReason::ReadOnlyToken,
+                    &format!("token {name:?} may only read (GET); acting needs a token with scope = \"act\""),
+                ))
+            }
+            Some(Some((name, _))) => {
+                if !looks {
+                    tracing::info!(
+                        target: "idemgate::admin",
+                        token = name,
+                        method = request.method().as_str(),
+                        path = request.uri().path(),
+                        "admin action by token"
+                    );
+                }
+                None
+            }
         }
     }
 

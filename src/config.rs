@@ -33,6 +33,7 @@
 //!   (status class lists), `redact` (credentials out of URLs).
 
 mod access;
+mod admin_tokens;
 mod choice;
 mod coverage;
 mod cross;
@@ -74,6 +75,7 @@ pub use crate::signature::{
     TimestampUnit, decode_hex_key, decode_whsec, secret_strength,
 };
 pub use access::{AdminAccess, admin_address};
+pub use admin_tokens::{MAIN_TOKEN_NAME, NamedToken, TokenScope};
 pub use choice::Choice;
 pub use entity::{Entity, EntityMode, OnRefused, Sources, StateMachine};
 pub use guard::Guard;
@@ -203,6 +205,9 @@ pub struct Config {
     pub on_unavailable: OnUnavailable,
     /// Bearer token of `/admin/records`; `None` disables it.
     pub admin_token: Option<Secret>,
+    /// `[[admin.tokens]]`: named tokens besides `admin_token`, each with
+    /// its scope.
+    pub admin_tokens: Vec<NamedToken>,
     /// `[admin] allowed_hosts`, lower-cased: the names besides the
     /// listener's own address and the loopback names that a request's
     /// `Host` may carry (`admin::host`).
@@ -232,6 +237,7 @@ impl Config {
         });
         let secret_files = secrets
             .chain(self.admin_token.iter())
+            .chain(self.admin_tokens.iter().map(|named| &named.secret))
             .filter_map(Secret::file);
         let key_files = self.routes.iter().flat_map(|route| match &route.scheme {
             Scheme::Preset(preset) => preset.public_keys.files().collect(),
@@ -287,6 +293,10 @@ impl Config {
         }
         if let Some(token) = &self.admin_token {
             note(ADMIN_LABEL, "admin.token".to_owned(), token.reload());
+        }
+        for (index, named) in self.admin_tokens.iter().enumerate() {
+            let setting = format!("admin.tokens[{index}].token");
+            note(ADMIN_LABEL, setting, named.secret.reload());
         }
         if failures.is_empty() {
             Ok(changed)

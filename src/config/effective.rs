@@ -12,7 +12,9 @@
 use std::time::Duration;
 
 use super::choice::Choice;
-use super::raw::{RawAdmin, RawConfig, RawListen, RawSecrets, RawUpstream, format_duration};
+use super::raw::{
+    RawAdmin, RawAdminToken, RawConfig, RawListen, RawSecrets, RawUpstream, format_duration,
+};
 use super::redact::redact_url;
 use super::route;
 use super::{Config, Tracing};
@@ -41,6 +43,16 @@ impl Config {
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
                 allowed_hosts: Some(self.admin_hosts.clone()),
+                tokens: Some(
+                    self.admin_tokens
+                        .iter()
+                        .map(|named| RawAdminToken {
+                            name: named.name.clone(),
+                            token: named.secret.source().to_owned(),
+                            scope: Some(named.scope.name().to_owned()),
+                        })
+                        .collect(),
+                ),
             },
             secrets: RawSecrets {
                 watch_interval: Some(format_duration(

@@ -294,6 +294,20 @@ pub struct RawAdmin {
     /// Host names the admin listener answers besides its own address and
     /// the loopback names (DNS rebinding).
     pub allowed_hosts: Option<Vec<String>>,
+    /// `[[admin.tokens]]`: named tokens with a scope.
+    pub tokens: Option<Vec<RawAdminToken>>,
+}
+
+/// One `[[admin.tokens]]` entry.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdminToken {
+    /// What logs call its holder.
+    pub name: String,
+    /// Bearer token source (`env:`, `file:`, `literal:`).
+    pub token: String,
+    /// `read` (default) or `act`.
+    pub scope: Option<String>,
 }
 
 /// `[hot_keys]`.

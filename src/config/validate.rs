@@ -5,6 +5,7 @@
 //! `[listen]`, `[upstream]`, `[admin]`, `[secrets]`), runs the checks
 //! between routes (`cross.rs`) and returns every [`Problems`] entry at once.
 
+use super::admin_tokens::admin_tokens;
 use super::cross;
 use super::hot_keys::hot_keys;
 use super::limits::limits;
@@ -48,6 +49,7 @@ impl TryFrom<RawConfig> for Config {
             });
             problems.take("admin.token", token)
         });
+        let admin_tokens = admin_tokens(&mut problems, raw.admin.tokens, admin_token.as_ref());
         let admin_hosts = admin_hosts(&mut problems, raw.admin.allowed_hosts.as_deref());
         let secrets_watch = Some(problems.duration(
             "secrets.watch_interval",
@@ -69,6 +71,7 @@ impl TryFrom<RawConfig> for Config {
             upstream,
             on_unavailable,
             admin_token,
+            admin_tokens,
             admin_hosts,
             problem_types,
             secrets_watch,

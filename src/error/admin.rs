@@ -17,6 +17,9 @@ use crate::body::ProxyBody;
 pub enum AdminReason {
     /// The bearer token is missing or wrong (401, with `WWW-Authenticate`).
     Unauthorized,
+    /// A read-only token (`[[admin.tokens]] scope = "read"`) asked for an
+    /// action.
+    ReadOnlyToken,
     /// `[admin] token` is not set, so the record and inbox APIs do not exist.
     AdminApiDisabled,
     /// No admin endpoint at this path.
@@ -64,8 +67,9 @@ pub enum AdminReason {
 
 impl AdminReason {
     /// Every admin reason, in declaration order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Unauthorized,
+        Self::ReadOnlyToken,
         Self::AdminApiDisabled,
         Self::NotFound,
         Self::MethodNotAllowed,
@@ -93,6 +97,11 @@ impl AdminReason {
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "Bearer token required",
+            ),
+            Self::ReadOnlyToken => (
+                StatusCode::FORBIDDEN,
+                "read_only_token",
+                "Token may only read",
             ),
             Self::AdminApiDisabled => (
                 StatusCode::NOT_FOUND,

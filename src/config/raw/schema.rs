@@ -270,6 +270,9 @@ mod tests {
         url = "http://127.0.0.1:3000"
         [admin]
         token = "literal:token"
+        [[admin.tokens]]
+        name = "viewer"
+        token = "literal:viewer-token"
         [tracing]
         otlp_endpoint = "http://127.0.0.1:4318"
         service_name = "idemgate-a"

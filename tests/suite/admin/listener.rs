@@ -98,3 +98,77 @@ async fn only_the_listeners_own_host_names_are_answered() {
     }
     gate.stop().await;
 }
+
+/// A read-only named token looks (listings, records) but can not act: a
+/// purge, an inbox drop and an entity correction each answer 403
+/// `read_only_token` and change nothing; an `act` token purges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_token_looks_but_can_not_act() {
+    let (_dir, store) = temp_embedded_store();
+    let upstream = Upstream::start().await;
+    let text = with_admin(&config_text(&store, &upstream.url(), ""))
+        + "[[admin.tokens]]\nname = \"grafana\"\ntoken = \"literal:grafana-token-0001\"\n\
+           [[admin.tokens]]\nname = \"oncall\"\ntoken = \"literal:oncall-token-00001\"\nscope = \"act\"\n";
+    let gate = Gate::start(&text).await;
+    assert_eq!(
+        deliver(&gate.url("/notify"), &payment("p-ro")).await.status,
+        200
+    );
+    let call = |method: &'static str, path: &'static str, token: &'static str| {
+        let url = format!("http://{}{path}", gate.admin);
+        async move {
+            let headers = vec![("authorization".to_owned(), format!("Bearer {token}"))];
+            send(method, &url, &headers, "").await
+        }
+    };
+    let reader = "grafana-token-0001";
+    assert_eq!(
+        call("GET", "/admin/records/pay?key=p-ro", reader)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        call("GET", "/admin/records/pay?state=unknown", reader)
+            .await
+            .status,
+        200
+    );
+    for (method, path) in [
+        (
+            "DELETE",
+            "/admin/records/pay?key=p-ro&expect_state=completed",
+        ),
+        ("POST", "/admin/inbox/pay/drop?key=p-ro&expect_state=dead"),
+        ("PUT", "/admin/entities/pay?id=o-1&state=paid"),
+    ] {
+        let refused = call(method, path, reader).await;
+        assert_eq!(
+            (refused.status, refused.reason().as_deref()),
+            (403, Some("read_only_token")),
+            "{method} {path}"
+        );
+    }
+    let still = call("GET", "/admin/records/pay?key=p-ro", reader).await;
+    assert_eq!(still.status, 200, "the purge did nothing");
+    let purged = call(
+        "DELETE",
+        "/admin/records/pay?key=p-ro&expect_state=completed",
+        "oncall-token-00001",
+    )
+    .await;
+    assert_eq!(purged.status, 204, "{purged:?}");
+    assert_eq!(
+        call("GET", "/admin/records/pay?key=p-ro", reader)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        call("GET", "/admin/records/pay?key=p-ro", "nope-nope-nope")
+            .await
+            .status,
+        401
+    );
+    gate.stop().await;
+}
