@@ -7,7 +7,11 @@
 //!   accepting, so further connections wait in the kernel's listen backlog
 //!   (they are not refused) until one closes; one client address may hold
 //!   at most its share of them (`crate::peers`), beyond which a connection
-//!   is answered 503 `over_capacity` without taking a slot ([`refusal`]);
+//!   is answered 503 `over_capacity` without taking a slot ([`refusal`]).
+//!   The admin listener instead ([`Crowding::EvictSilent`]) has no shares
+//!   and, when full, closes the oldest connection that has not yet sent a
+//!   request head for each new one ([`silent`]): its clients speak at
+//!   once, so a flood of idle sockets can not keep a liveness probe out;
 //! * every connection must start its first request within
 //!   `header_read_timeout` of accept, and is closed after `idle_timeout`
 //!   with no request open ([`progress`]): a silent socket, an HTTP/2

@@ -174,7 +174,7 @@ async fn a_wrong_token_is_exit_1_with_the_reason_and_no_listener_is_exit_2() {
     assert!(
         refused
             .stderr
-            .contains("Bearer token required: send Authorization: Bearer <[admin] token> (reason unauthorized, HTTP 401)"),
+            .contains("Bearer token required: send Authorization: Bearer <[admin] token, or a token of [[admin.tokens]]> (reason unauthorized, HTTP 401)"),
         "{refused:?}"
     );
     assert!(refused.stdout.is_empty(), "{refused:?}");
