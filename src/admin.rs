@@ -46,6 +46,7 @@
 
 mod about;
 mod allow;
+mod auth;
 mod console;
 mod corrections;
 mod entities;
@@ -76,11 +77,9 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::body::{ProxyBody, full};
-use crate::config::{Config, MAIN_TOKEN_NAME, Route, TokenScope};
+use crate::config::{Config, Route};
 use crate::error::AdminReason;
 use crate::hot_keys::HotKeys;
 use crate::inbox::Inboxes;
@@ -277,91 +276,6 @@ impl Admin {
         }
     }
 
-    /// Who presented the request's bearer token: `None` when no token is
-    /// configured (the API is off), `Some(None)` when it matches none.
-    fn authorized(&self, request: &Request<Incoming>) -> Option<Option<(&str, TokenScope)>> {
-        let main = self
-            .config
-            .admin_token
-            .as_ref()
-            .map(|secret| (MAIN_TOKEN_NAME, secret, TokenScope::Act));
-        let named = self
-            .config
-            .admin_tokens
-            .iter()
-            .map(|named| (named.name.as_str(), &named.secret, named.scope));
-        let tokens: Vec<_> = main.into_iter().chain(named).collect();
-        if tokens.is_empty() {
-            return None;
-        }
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| bearer_token(v.as_bytes()))
-            .unwrap_or_default();
-        // Digests have one length whatever was presented, and every token
-        // is compared, so the time taken tells nothing about any of them.
-        let presented = Sha256::digest(presented);
-        let mut caller = None;
-        for (name, secret, scope) in tokens {
-            let configured = Sha256::digest(&*secret.expose());
-            if bool::from(presented.as_slice().ct_eq(configured.as_slice())) {
-                caller.get_or_insert((name, scope));
-            }
-        }
-        Some(caller)
-    }
-
-    /// The answer to a record or inbox API request without the bearer
-    /// token (or with the API disabled), or to an action (any method but
-    /// `GET` and `HEAD`) with a read-only token; `None` lets it through,
-    /// logging an action with the name of the token that asked for it.
-    fn refuse_unauthorized(&self, request: &Request<Incoming>) -> Option<Response<ProxyBody>> {
-        let looks = matches!(*request.method(), Method::GET | Method::HEAD);
-        match self.authorized(request) {
-            None => Some(self.problem(
-                AdminReason::AdminApiDisabled,
-                "the record and inbox APIs are disabled: set [admin] token",
-            )),
-            Some(None) => {
-                let mut denied = self.problem(
-                    AdminReason::Unauthorized,
-                    "send Authorization: Bearer <[admin] token, or a token of [[admin.tokens]]>",
-                );
-                denied.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Bearer realm=\"idemgate admin\""),
-                );
-                Some(denied)
-            }
-            Some(Some((name, TokenScope::Read))) if !looks => {
-                tracing::warn!(
-                    target: "idemgate::admin",
-                    token = name,
-                    method = request.method().as_str(),
-                    path = request.uri().path(),
-                    "admin action refused: the token may only read"
-                );
-                Some(self.problem(
-                    AdminReason::ReadOnlyToken,
-                    &format!("token {name:?} may only read (GET); acting needs a token with scope = \"act\""),
-                ))
-            }
-            Some(Some((name, _))) => {
-                if !looks {
-                    tracing::info!(
-                        target: "idemgate::admin",
-                        token = name,
-                        method = request.method().as_str(),
-                        path = request.uri().path(),
-                        "admin action by token"
-                    );
-                }
-                None
-            }
-        }
-    }
-
     async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
         if let Some(refused) = self.refuse_unauthorized(request) {
             return refused;
@@ -521,18 +435,6 @@ fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
         .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
 }
 
-/// The value of an `Authorization` header's `Bearer` credentials: the
-/// scheme is case-insensitive (RFC 9110 §11.1), one or more spaces follow.
-fn bearer_token(header: &[u8]) -> Option<&[u8]> {
-    let space = header.iter().position(|b| *b == b' ')?;
-    let (scheme, rest) = header.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return None;
-    }
-    let start = rest.iter().position(|b| *b != b' ')?;
-    Some(&rest[start..])
-}
-
 /// The state word the record API and the listing show for a record, as
 /// `route` observes it (contract §4 rule 4).
 fn state_word(route: &Route, existing: &Existing) -> &'static str {
@@ -582,23 +484,4 @@ fn record_view(route: &Route, key_hash: &str, existing: &Existing) -> serde_json
         view["acknowledgement"] = marker.digest_hex().into();
     }
     view
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive() {
-        for header in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR  t0k"] {
-            assert_eq!(
-                bearer_token(header.as_bytes()),
-                Some(&b"t0k"[..]),
-                "{header}"
-            );
-        }
-        for header in ["Basic t0k", "Bearert0k", "Bearer", "Bearer ", "t0k"] {
-            assert_eq!(bearer_token(header.as_bytes()), None, "{header}");
-        }
-    }
 }

@@ -120,9 +120,12 @@ async fn drained_once(admin: SocketAddr, handler: &Upstream, ids: &[String], lim
 /// Every key hash of a listing (`queued` or `dead`), all pages.
 async fn listed(gate: SocketAddr, state: &str) -> Vec<serde_json::Value> {
     let mut items = Vec::new();
-    let mut cursor = 0;
+    let mut cursor: Option<String> = None;
     loop {
-        let path = format!("/admin/inbox/pay?state={state}&limit=100&cursor={cursor}");
+        let path = match &cursor {
+            Some(cursor) => format!("/admin/inbox/pay?state={state}&limit=100&cursor={cursor}"),
+            None => format!("/admin/inbox/pay?state={state}&limit=100"),
+        };
         // A store call slowed past `command_timeout` by a loaded machine
         // answers 503 store_unavailable: asked again, as an operator would.
         let mut attempt = 0;
@@ -136,8 +139,8 @@ async fn listed(gate: SocketAddr, state: &str) -> Vec<serde_json::Value> {
         };
         assert_eq!(status, 200, "{path}: {page}");
         items.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["next_cursor"].as_u64() {
-            Some(next) => cursor = next,
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
             None => return items,
         }
     }

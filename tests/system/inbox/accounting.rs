@@ -153,7 +153,8 @@ async fn a_full_inbox_stops_acknowledging_and_drops_nothing() {
     assert_eq!(page["items"].as_array().map(Vec::len), Some(3));
     assert!(page["next_cursor"].is_null(), "no next page: {page}");
     let (status, page) = admin(gate.admin, "GET", "/admin/inbox/pay?state=queued&limit=2").await;
-    assert_eq!((status, page["next_cursor"].as_u64()), (200, Some(2)));
+    assert_eq!(status, 200, "{page}");
+    assert!(page["next_cursor"].is_string(), "a next page: {page}");
     let (status, _) = admin(
         gate.admin,
         "GET",
