@@ -241,7 +241,7 @@ impl Admin {
             if request.method() != Method::GET {
                 return self.method_not_allowed(Allow::Get);
             }
-            return self.about(about).await;
+            return self.about(about, self.caller(&request)).await;
         }
         // The console's files hold no data: served without the token
         // (`console`); the calls the page makes carry it.

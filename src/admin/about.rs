@@ -6,7 +6,7 @@
 //! as their source, URL passwords replaced), so two instances can be
 //! diffed without shell access. `/admin/info` names the build, when the
 //! process started, the store and its readiness (the same verdict as
-//! `/readyz`) and the routes. Both sit behind the admin token: a
+//! `/readyz`), the routes, and the name and scope of the token that asked. Both sit behind the admin token: a
 //! configuration is a map of the deployment even with its secrets out.
 
 use tokio::time::Instant;
@@ -15,6 +15,7 @@ use http::{Response, StatusCode};
 
 use super::{Admin, json, reply};
 use crate::body::ProxyBody;
+use crate::config::TokenScope;
 use crate::metrics::REVISION;
 
 /// The two read-only views this module serves.
@@ -56,15 +57,32 @@ impl Started {
 }
 
 impl Admin {
-    /// Answers `GET` on one of the [`About`] views.
-    pub(crate) async fn about(&self, view: About) -> Response<ProxyBody> {
+    /// Answers `GET` on one of the [`About`] views, for the holder of
+    /// `caller` (token name and scope).
+    pub(crate) async fn about(
+        &self,
+        view: About,
+        caller: Option<(&str, TokenScope)>,
+    ) -> Response<ProxyBody> {
         match view {
             About::Config => reply(
                 StatusCode::OK,
                 "application/toml; charset=utf-8",
                 self.config.to_toml(),
             ),
-            About::Info => json(StatusCode::OK, &self.info().await),
+            About::Info => {
+                let mut info = self.info().await;
+                // Which token asked, so the console offers a read-only
+                // token no action it would be refused.
+                info["token"] = match caller {
+                    Some((name, scope)) => serde_json::json!({
+                        "name": name,
+                        "scope": crate::config::Choice::name(scope),
+                    }),
+                    None => serde_json::Value::Null,
+                };
+                json(StatusCode::OK, &info)
+            }
         }
     }
 

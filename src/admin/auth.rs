@@ -50,6 +50,12 @@ impl Admin {
         Some(caller)
     }
 
+    /// The name and scope of the token `request` carries, if it matches
+    /// one (for `/admin/info`, which tells the console what it may offer).
+    pub(super) fn caller(&self, request: &Request<Incoming>) -> Option<(&str, TokenScope)> {
+        self.authorized(request).flatten()
+    }
+
     /// The answer to a record or inbox API request without the bearer
     /// token (or with the API disabled), or to an action (any method but
     /// `GET` and `HEAD`) with a read-only token; `None` lets it through,

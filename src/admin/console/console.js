@@ -196,8 +196,12 @@
     message(...outcome);
   }
 
-  /** Buttons for `kinds` on `hash`; `state`: the record state the page shows. */
+  /** Whether the signed-in token may only read (`/admin/info` says): no action is offered then. */
+  let readOnly = false;
+
+  /** Buttons for `kinds` on `hash`; `state`: the record state the page shows. None for a read-only token. */
   function actionButtons(kinds, route, hash, state) {
+    if (readOnly) return [];
     return kinds.map((kind) => el("button", {
       type: "button",
       class: kind === "retry" ? null : "danger",
@@ -277,7 +281,7 @@
         el("thead", {}, el("tr", {}, ["kind", "from", "to", "delivery", "at"].map((h) => el("th", { text: h })))),
         el("tbody", {}, rows))
         : el("p", { class: "note" }, "No transitions."));
-    const buttons = [
+    const buttons = readOnly ? [] : [
       el("button", { type: "button", class: "danger", data: { action: "entity-set" }, on: { click: () => correctEntity(route, view, false) } }, "Set state…"),
       el("button", { type: "button", class: "danger", data: { action: "entity-clear" }, on: { click: () => correctEntity(route, view, true) } }, "Clear state"),
     ];
@@ -556,7 +560,9 @@
     }
     $("login").hidden = true;
     for (const id of ["refresh", "sign-out"]) $(id).hidden = false;
-    $("instance").textContent = `idemgate ${info.version} · ${info.store.kind} store ${info.store.ready ? "ready" : "NOT READY"}`;
+    readOnly = Boolean(info.token && info.token.scope === "read");
+    const who = info.token ? ` · token ${info.token.name}${readOnly ? " (read only: no actions)" : ""}` : "";
+    $("instance").textContent = `idemgate ${info.version} · ${info.store.kind} store ${info.store.ready ? "ready" : "NOT READY"}${who}`;
     if (!info.store.ready) message(`The store is not ready: ${info.store.problem}`, "error");
     let hot;
     try {

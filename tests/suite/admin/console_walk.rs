@@ -61,3 +61,55 @@ async fn in_a_browser_an_unfinished_walk_is_not_called_empty() {
     browser.screenshot("console-unfinished-walk").await;
     gate.stop().await;
 }
+
+/// Signed in with a read-only token (`[[admin.tokens]] scope = "read"`),
+/// the console shows an unknown outcome but offers no action on it, and
+/// says why; the operator's token still gets the Purge button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_read_only_token_is_offered_no_action() {
+    let Some(browser) = Browser::start("console read-only token").await else {
+        return;
+    };
+    let redis = RedisServer::start();
+    let upstream = Upstream::slow_first(Duration::from_secs(2)).await;
+    let text = with_admin(&times_out_to_unknown(&redis, &upstream))
+        + "[[admin.tokens]]\nname = \"viewer\"\ntoken = \"literal:viewer-token-0001\"\n";
+    let gate = Gate::start(&text).await;
+    assert_eq!(
+        deliver(&gate.url("/notify"), &payment("p-view"))
+            .await
+            .status,
+        504
+    );
+    let row = "[data-route='pay'] [data-panel='unknown'] tr[data-kind='unknown']";
+    for (token, buttons, says) in [
+        (
+            "viewer-token-0001",
+            0,
+            "token viewer (read only: no actions)",
+        ),
+        (TOKEN, 1, "token admin"),
+    ] {
+        browser
+            .client
+            .goto(&format!("http://{}/admin/", gate.admin))
+            .await
+            .expect("open the console");
+        browser
+            .client
+            .execute("sessionStorage.clear(); location.reload();", vec![])
+            .await
+            .expect("sign out");
+        sign_in(&browser, token).await;
+        browser.until_text(row, "p-view").await;
+        browser.until_text("#instance", says).await;
+        assert_eq!(
+            browser
+                .count(&format!("{row} button[data-action='purge']"))
+                .await,
+            buttons,
+            "{token}"
+        );
+    }
+    gate.stop().await;
+}
