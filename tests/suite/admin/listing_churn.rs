@@ -137,24 +137,31 @@ async fn a_growing_keyspace_shows_each_record_exactly_once() {
     gate.stop().await;
 }
 
-/// 2,000 records kept and 2,000 deleted thirty after every page: each kept
-/// record exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shrinking_keyspace_shows_each_record_exactly_once() {
+/// `kept` records stay and `doomed` are deleted `per_page` after every
+/// page of a seven-a-page walk: each kept record shown (`at_least`: once
+/// or more, else exactly once).
+async fn shrinking_walk(kept: usize, doomed: usize, per_page: usize, at_least: bool) {
     let redis = RedisServer::start();
-    let kept = owner_lost("kept", 0..2_000);
-    let doomed = owner_lost("doomed", 0..2_000);
+    let kept = owner_lost("kept", 0..kept);
+    let doomed = owner_lost("doomed", 0..doomed);
     redis.write_many(&kept, TTL_MS, &[]);
     redis.write_many(&doomed, TTL_MS, &[]);
     let gate = gate_on(&redis).await;
     let mut doomed_keys = doomed.iter().map(|(key, _)| key.clone());
     let (shown, _) = walk(&gate, 7, |_| {
-        let batch: Vec<String> = doomed_keys.by_ref().take(30).collect();
+        let batch: Vec<String> = doomed_keys.by_ref().take(per_page).collect();
         redis.write_many(&[], TTL_MS, &batch);
     })
     .await;
-    assert_each_shown(&kept, &shown, false);
+    assert_each_shown(&kept, &shown, at_least);
     gate.stop().await;
+}
+
+/// 2,000 records kept and 2,000 deleted thirty after every page: each kept
+/// record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrinking_keyspace_shows_each_record_exactly_once() {
+    shrinking_walk(2_000, 2_000, 30, false).await;
 }
 
 /// 200 records kept among 3,800 deleted: the table shrinks to a tenth
@@ -162,20 +169,7 @@ async fn a_shrinking_keyspace_shows_each_record_exactly_once() {
 /// caveat), but never misses one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyspace_shrinking_to_a_tenth_misses_nothing() {
-    let redis = RedisServer::start();
-    let kept = owner_lost("kept", 0..200);
-    let doomed = owner_lost("doomed", 0..3_800);
-    redis.write_many(&kept, TTL_MS, &[]);
-    redis.write_many(&doomed, TTL_MS, &[]);
-    let gate = gate_on(&redis).await;
-    let mut doomed_keys = doomed.iter().map(|(key, _)| key.clone());
-    let (shown, _) = walk(&gate, 7, |_| {
-        let batch: Vec<String> = doomed_keys.by_ref().take(150).collect();
-        redis.write_many(&[], TTL_MS, &batch);
-    })
-    .await;
-    assert_each_shown(&kept, &shown, true);
-    gate.stop().await;
+    shrinking_walk(200, 3_800, 150, true).await;
 }
 
 /// One `limit=1` page of a route with no records among 3,000 keys of
