@@ -2,6 +2,7 @@
 //! the inbox API, `/admin/hot-keys`, `/admin/config` and `/admin/info`
 //! (see `about`), the operator console at `/admin/` (`console`), and
 //! `/admin/entities/{route}` (an entity's state, `entities`),
+//! `/admin/audit`, the trail of operator actions (`audit`), and
 //! `/admin/openapi.json`, the document describing all of them (see
 //! `openapi`). Every 405 names the path's methods in `Allow` (`allow`).
 //!
@@ -46,6 +47,7 @@
 
 mod about;
 mod allow;
+mod audit;
 mod auth;
 mod console;
 mod corrections;
@@ -67,6 +69,9 @@ use about::About;
 /// proxy port by mistake, it would otherwise hand the token to the proxy,
 /// which forwards it to the legacy handler.
 pub const LISTENER_HEADER: &str = "idemgate-listener";
+
+/// The metrics of the audit trail, described at start-up.
+pub(crate) const AUDIT_METRICS: &[crate::metrics::Description] = audit::DESCRIPTIONS;
 use allow::Allow;
 use console::Console;
 use record_ref::key_hash_of;
@@ -196,6 +201,22 @@ impl Admin {
                 "this Host is not a name of the admin listener: use its address, localhost, or a name in [admin] allowed_hosts",
             );
         }
+        let Some((action, route)) = audit::Action::of(request.method(), request.uri().path())
+        else {
+            return self.answer(request).await;
+        };
+        let route = route.to_owned();
+        let token = self.caller(&request).map(|(name, _)| name.to_owned());
+        let answer = self.answer(request).await;
+        // Only a known token's action is an operator's (`audit`).
+        if let Some(token) = token {
+            self.record_action((action, &route), &token, &answer).await;
+        }
+        answer
+    }
+
+    /// The answer to a request whose `Host` names this listener.
+    async fn answer(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         let path = request.uri().path().to_owned();
         if let Some(rest) = path.strip_prefix("/admin/records/") {
             return self.records(&request, rest).await;
@@ -227,6 +248,15 @@ impl Admin {
                 return self.method_not_allowed(Allow::Get);
             }
             return self.hot_keys(request.uri().query());
+        }
+        if path == audit::PATH {
+            if let Some(refused) = self.refuse_unauthorized(&request) {
+                return refused;
+            }
+            if request.method() != Method::GET {
+                return self.method_not_allowed(Allow::Get);
+            }
+            return self.audit_trail(request.uri().query()).await;
         }
         if path == openapi::PATH {
             if request.method() != Method::GET {

@@ -87,6 +87,7 @@ fn describe_metrics() {
         crate::pipeline::probe::DESCRIPTIONS,
         crate::inbox::metrics::DESCRIPTIONS,
         &[crate::peers::PEER_SHARE_REFUSALS],
+        crate::admin::AUDIT_METRICS,
     ] {
         crate::metrics::describe(table);
     }

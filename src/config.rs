@@ -212,6 +212,9 @@ pub struct Config {
     /// listener's own address and the loopback names that a request's
     /// `Host` may carry (`admin::host`).
     pub admin_hosts: Vec<String>,
+    /// `[admin] audit_retention`: how long the store keeps an operator
+    /// action in the audit trail (`store::audit`).
+    pub audit_retention: Duration,
     /// The `type` URIs of problem documents (`problem_type_base`).
     pub problem_types: ProblemTypes,
     /// How often `file:` secrets and public keys are checked for a change

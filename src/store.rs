@@ -38,6 +38,7 @@
 //! eviction watcher and the replay cache's invalidation listener. Its
 //! metrics live beside it (`metrics.rs`).
 
+pub mod audit;
 mod cached;
 mod connect;
 pub(crate) mod durability;

@@ -17,6 +17,7 @@
 
 use http::StatusCode;
 
+use super::audit::Acted;
 use super::entities::{entity_ref, entity_view};
 use super::{Admin, json, query_pairs};
 use crate::body::ProxyBody;
@@ -99,12 +100,29 @@ fn read(query: Option<&str>, set: bool) -> Result<Request, String> {
 
 impl Admin {
     /// `PUT` (`set`) or `DELETE /admin/entities/{route}?…` (token
-    /// checked by the caller).
+    /// checked by the caller); the answer carries what it found for the
+    /// audit trail.
     pub(super) async fn correct(
         &self,
         route_name: &str,
         query: Option<&str>,
         set: bool,
+    ) -> http::Response<ProxyBody> {
+        let mut acted = Acted::default();
+        let answer = self
+            .correct_judged(route_name, query, set, &mut acted)
+            .await;
+        acted.on(answer)
+    }
+
+    /// [`Admin::correct`]'s answer; `acted` learns the entity, what the
+    /// operator saw and what the correction found and left.
+    async fn correct_judged(
+        &self,
+        route_name: &str,
+        query: Option<&str>,
+        set: bool,
+        acted: &mut Acted,
     ) -> http::Response<ProxyBody> {
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
@@ -113,6 +131,8 @@ impl Admin {
             Ok(request) => request,
             Err(detail) => return self.problem(AdminReason::BadRequest, &detail),
         };
+        acted.target = Some(request.entity.0.clone());
+        acted.expected = Some(state_name(request.seen.state.as_deref()));
         let Some(entity) = route.entity.as_ref() else {
             return self.problem(
                 AdminReason::EntityNotConfigured,
@@ -151,9 +171,19 @@ impl Admin {
                     operator = request.operator,
                     "entity corrected by operator"
                 );
+                acted.before.clone_from(&acted.expected);
+                acted.after = Some(state_name(match &correction {
+                    Correction::Set(state) => Some(state.as_str()),
+                    Correction::Clear => None,
+                }));
                 self.entity_now(route, hash, id.as_deref(), &key).await
             }
-            Ok(false) => self.changed(route, hash, &key).await,
+            Ok(false) => {
+                let (answer, now) = self.changed(route, hash, &key).await;
+                acted.before.clone_from(&now);
+                acted.after = now;
+                answer
+            }
             Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
         }
     }
@@ -175,21 +205,25 @@ impl Admin {
         }
     }
 
-    /// 409 `entity_changed`, saying what the entity now is.
+    /// 409 `entity_changed`, saying what the entity now is, and its
+    /// state's name when it could be read.
     async fn changed(
         &self,
         route: &Route,
         hash: &str,
         key: &EntityKey,
-    ) -> http::Response<ProxyBody> {
-        let now = match self.store.entity(key).await {
-            Ok(Some((state, _))) => format!(
-                "state {}, pending {}",
-                state.state.as_deref().unwrap_or("(none)"),
-                state.pending.as_ref().map_or("(none)", |p| p.delivery())
+    ) -> (http::Response<ProxyBody>, Option<String>) {
+        let (now, state_now) = match self.store.entity(key).await {
+            Ok(Some((state, _))) => (
+                format!(
+                    "state {}, pending {}",
+                    state.state.as_deref().unwrap_or("(none)"),
+                    state.pending.as_ref().map_or("(none)", |p| p.delivery())
+                ),
+                Some(state_name(state.state.as_deref())),
             ),
-            Ok(None) => "no state kept".to_owned(),
-            Err(error) => format!("unreadable: {error}"),
+            Ok(None) => ("no state kept".to_owned(), Some(state_name(None))),
+            Err(error) => (format!("unreadable: {error}"), None),
         };
         tracing::info!(
             route = route.name,
@@ -197,11 +231,17 @@ impl Admin {
             now,
             "entity correction refused: it changed meanwhile"
         );
-        self.problem(
+        let answer = self.problem(
             AdminReason::EntityChanged,
             &format!("the entity is not as you saw it; it now has {now}: look again"),
-        )
+        );
+        (answer, state_now)
     }
+}
+
+/// An entity's state as the audit trail names it: `none` before its first.
+fn state_name(state: Option<&str>) -> String {
+    state.unwrap_or("none").to_owned()
 }
 
 #[cfg(test)]

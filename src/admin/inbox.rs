@@ -15,6 +15,7 @@
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use super::audit::Acted;
 use super::{Admin, Allow, inbox_cursor, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
@@ -212,40 +213,80 @@ impl Admin {
             "retry" => self.inboxes.retry(inbox, &key, &seen).await,
             _ => self.inboxes.drop_delivery(inbox, &key, &seen).await,
         };
-        match result {
-            Ok(Action::Done(record)) => match &record.state {
-                RecordState::Inbox(entry) => json(
-                    StatusCode::OK,
-                    &delivery_view(&route.name, &hash, &record, entry),
-                ),
-                _ => self.problem(
-                    AdminReason::DeliveryNotFound,
-                    "no inbox delivery under that key",
-                ),
-            },
-            Ok(Action::NotFound) => self.problem(
+        let (answer, before, after) = self.delivery_answer(&route.name, &hash, &seen, result);
+        if action == "delivery" {
+            return answer;
+        }
+        Acted {
+            target: Some(hash),
+            expected: Some(seen),
+            before,
+            after: after.map(str::to_owned),
+        }
+        .on(answer)
+    }
+
+    /// The answer to a look at, retry or drop of delivery `hash` on
+    /// `route` that found `result`, with the stage it found and the stage
+    /// it left (for the audit trail; `seen` is what the operator saw).
+    fn delivery_answer(
+        &self,
+        route: &str,
+        hash: &str,
+        seen: &str,
+        result: Result<Action, crate::store::StoreError>,
+    ) -> (Response<ProxyBody>, Option<String>, Option<&'static str>) {
+        let not_found = || {
+            self.problem(
                 AdminReason::DeliveryNotFound,
                 "no inbox delivery under that key",
-            ),
-            Ok(Action::WrongStage(stage)) => self.problem(
-                AdminReason::WrongStage,
-                &format!(
-                    "the delivery is {}: retry takes dead or unknown ones, drop any not delivering or delivered",
-                    stage.as_str()
+            )
+        };
+        match result {
+            Ok(Action::Done(record)) => match &record.state {
+                RecordState::Inbox(entry) => (
+                    json(StatusCode::OK, &delivery_view(route, hash, &record, entry)),
+                    Some(seen.to_owned()),
+                    Some(entry.stage.as_str()),
                 ),
-            ),
-            Ok(Action::Raced) => self.problem(
-                AdminReason::DeliveryChanged,
-                "a worker changed the delivery meanwhile; look again",
-            ),
-            Ok(Action::Changed(stage)) => self.problem(
-                AdminReason::DeliveryChanged,
-                &format!(
-                    "the delivery is {} now, not {seen}: nothing was done; look again",
-                    stage.as_str()
+                _ => (not_found(), None, None),
+            },
+            Ok(Action::NotFound) => (not_found(), Some("absent".into()), Some("absent")),
+            Ok(Action::WrongStage(stage)) => (
+                self.problem(
+                    AdminReason::WrongStage,
+                    &format!(
+                        "the delivery is {}: retry takes dead or unknown ones, drop any not delivering or delivered",
+                        stage.as_str()
+                    ),
                 ),
+                Some(stage.as_str().to_owned()),
+                Some(stage.as_str()),
             ),
-            Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
+            Ok(Action::Raced) => (
+                self.problem(
+                    AdminReason::DeliveryChanged,
+                    "a worker changed the delivery meanwhile; look again",
+                ),
+                None,
+                None,
+            ),
+            Ok(Action::Changed(stage)) => (
+                self.problem(
+                    AdminReason::DeliveryChanged,
+                    &format!(
+                        "the delivery is {} now, not {seen}: nothing was done; look again",
+                        stage.as_str()
+                    ),
+                ),
+                Some(stage.as_str().to_owned()),
+                Some(stage.as_str()),
+            ),
+            Err(error) => (
+                self.problem(AdminReason::StoreUnavailable, &error.to_string()),
+                None,
+                None,
+            ),
         }
     }
 

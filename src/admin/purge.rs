@@ -25,6 +25,7 @@
 
 use http::{Response, StatusCode};
 
+use super::audit::Acted;
 use super::{Admin, AdminReason, query_pairs, reply, state_word};
 use crate::body::ProxyBody;
 use crate::config::Route;
@@ -73,7 +74,7 @@ pub(crate) fn consequence(word: &str) -> &'static str {
 
 impl Admin {
     /// Purges the record under `key` if it is in the state `expect` says
-    /// (module docs).
+    /// (module docs); the answer carries what it found for the audit trail.
     pub(super) async fn purge(
         &self,
         route: &Route,
@@ -81,19 +82,48 @@ impl Admin {
         key_hash: &str,
         expect: Option<&str>,
     ) -> Response<ProxyBody> {
+        let (answer, before, after) = self.purge_judged(route, key, key_hash, expect).await;
+        Acted {
+            target: Some(key_hash.to_owned()),
+            expected: expect.map(str::to_owned),
+            before: before.map(str::to_owned),
+            after: after.map(str::to_owned),
+        }
+        .on(answer)
+    }
+
+    /// [`Admin::purge`]'s answer, the state it found and the state it left.
+    async fn purge_judged(
+        &self,
+        route: &Route,
+        key: &StoreKey,
+        key_hash: &str,
+        expect: Option<&str>,
+    ) -> (
+        Response<ProxyBody>,
+        Option<&'static str>,
+        Option<&'static str>,
+    ) {
         match self.applied_to_entity(route, key).await {
             Ok(false) => {}
             Ok(true) => {
-                return self.problem(
+                let refused = self.problem(
                     AdminReason::EntityApplied,
                     "this delivery's change is applied to its entity: its next copy would be a repeat, not a first delivery. To undo or redo the change, set the entity's state (PUT /admin/entities/{route})",
                 );
+                return (refused, None, None);
             }
-            Err(error) => return self.problem(AdminReason::StoreUnavailable, &error.to_string()),
+            Err(error) => {
+                let failed = self.problem(AdminReason::StoreUnavailable, &error.to_string());
+                return (failed, None, None);
+            }
         }
         let existing = match self.store.lookup(key).await {
             Ok(existing) => existing,
-            Err(error) => return self.problem(AdminReason::StoreUnavailable, &error.to_string()),
+            Err(error) => {
+                let failed = self.problem(AdminReason::StoreUnavailable, &error.to_string());
+                return (failed, None, None);
+            }
         };
         let mut seen = None;
         let mut word = "absent";
@@ -102,7 +132,7 @@ impl Admin {
             if let RecordState::Inbox(entry) = &existing.record.state
                 && entry.stage != Stage::Delivered
             {
-                return self.problem(
+                let refused = self.problem(
                     AdminReason::WrongStage,
                     &format!(
                         "this delivery was acknowledged to its sender, who will not send it again, and the inbox holds it ({}): a purge would discard it. Drop it on purpose (POST /admin/inbox/{}/drop?hash={key_hash}: resolved without being sent) or retry it",
@@ -110,24 +140,26 @@ impl Admin {
                         route.name
                     ),
                 );
+                return (refused, Some(word), Some(word));
             }
             match expect {
                 None => {
-                    return self.problem(
+                    let refused = self.problem(
                         AdminReason::BadRequest,
                         &format!(
                             "say which state you saw with expect_state=: the record is {word} now, and {}",
                             consequence(word)
                         ),
                     );
+                    return (refused, Some(word), Some(word));
                 }
                 Some(expected) if expected != word => {
-                    return self.record_changed(word, expected);
+                    return (self.record_changed(word, expected), Some(word), Some(word));
                 }
                 Some(_) => seen = Some(SeenRecord::of(&existing.record)),
             }
         }
-        match self.store.purge(key, seen).await {
+        let answer = match self.store.purge(key, seen).await {
             Ok(Purged::Deleted) => {
                 tracing::warn!(
                     route = route.name,
@@ -135,10 +167,12 @@ impl Admin {
                     state = word,
                     "record purged by operator"
                 );
-                reply(StatusCode::NO_CONTENT, "text/plain", String::new())
+                let done = reply(StatusCode::NO_CONTENT, "text/plain", String::new());
+                return (done, Some(word), Some("absent"));
             }
             Ok(Purged::Absent) => {
-                self.problem(AdminReason::RecordNotFound, "no record under this key")
+                let absent = self.problem(AdminReason::RecordNotFound, "no record under this key");
+                return (absent, Some(word), Some(word));
             }
             Ok(Purged::Changed) => self.problem(
                 AdminReason::RecordChanged,
@@ -148,7 +182,8 @@ impl Admin {
                 ),
             ),
             Err(error) => self.problem(AdminReason::StoreUnavailable, &error.to_string()),
-        }
+        };
+        (answer, Some(word), None)
     }
 
     fn record_changed(&self, now: &str, expected: &str) -> Response<ProxyBody> {

@@ -43,6 +43,7 @@ impl Config {
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
                 allowed_hosts: Some(self.admin_hosts.clone()),
+                audit_retention: Some(format_duration(self.audit_retention)),
                 tokens: Some(
                     self.admin_tokens
                         .iter()

@@ -72,6 +72,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
 /// refreshed about once a minute, so 10 s adds little to the rotation delay
 /// while costing one small read per `file:` source.
 pub const DEFAULT_WATCH_INTERVAL: &str = "10s";
+/// `[admin] audit_retention` when absent.
+pub const DEFAULT_AUDIT_RETENTION: &str = "30d";
 /// Default `[hot_keys] k`: ten keys per route fill a dashboard table and
 /// keep the exported series at ten per route.
 pub const DEFAULT_HOT_KEYS_K: u8 = 10;
@@ -296,6 +298,8 @@ pub struct RawAdmin {
     pub allowed_hosts: Option<Vec<String>>,
     /// `[[admin.tokens]]`: named tokens with a scope.
     pub tokens: Option<Vec<RawAdminToken>>,
+    /// How long the audit trail keeps an operator action.
+    pub audit_retention: Option<String>,
 }
 
 /// One `[[admin.tokens]]` entry.

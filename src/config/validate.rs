@@ -51,6 +51,14 @@ impl TryFrom<RawConfig> for Config {
         });
         let admin_tokens = admin_tokens(&mut problems, raw.admin.tokens, admin_token.as_ref());
         let admin_hosts = admin_hosts(&mut problems, raw.admin.allowed_hosts.as_deref());
+        let audit_retention = problems.duration(
+            "admin.audit_retention",
+            raw.admin.audit_retention.as_deref(),
+            raw::DEFAULT_AUDIT_RETENTION,
+        );
+        if audit_retention.is_zero() {
+            problems.push("admin.audit_retention", "must be greater than zero");
+        }
         let secrets_watch = Some(problems.duration(
             "secrets.watch_interval",
             raw.secrets.watch_interval.as_deref(),
@@ -73,6 +81,7 @@ impl TryFrom<RawConfig> for Config {
             admin_token,
             admin_tokens,
             admin_hosts,
+            audit_retention,
             problem_types,
             secrets_watch,
             hot_keys,

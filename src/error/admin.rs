@@ -196,8 +196,12 @@ impl AdminReason {
     }
 
     /// The problem document answering an admin request, `detail` saying
-    /// what went wrong in this case.
+    /// what went wrong in this case. The reason travels in the answer's
+    /// extensions too, so the audit trail (`admin::audit`) records the
+    /// outcome without reading the body.
     pub fn response(self, types: &ProblemTypes, detail: &str) -> Response<ProxyBody> {
-        types.response(self.status(), self.as_str(), self.title(), detail)
+        let mut answer = types.response(self.status(), self.as_str(), self.title(), detail);
+        answer.extensions_mut().insert(self);
+        answer
     }
 }

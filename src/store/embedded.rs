@@ -27,6 +27,7 @@
 //! tables in the same file); [`open`] refuses, at start-up, a file that
 //! was emptied, deleted, replaced or damaged.
 
+mod audit;
 mod books;
 mod entities;
 mod generation;

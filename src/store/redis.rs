@@ -27,6 +27,7 @@
 //! `store/`: the eviction watcher (`store::eviction`) and the store's
 //! upkeep reach them through `pub(super)` methods.
 
+mod audit;
 mod auth;
 mod connect;
 mod durable;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::support::*;
 
 mod about;
+mod audit;
 mod console;
 mod console_walk;
 mod entities;

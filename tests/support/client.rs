@@ -28,6 +28,11 @@ impl Answer {
             .and_then(|v| v.to_str().ok())
     }
 
+    /// The body as JSON (panics with the answer when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+    }
+
     /// The `reason` member of a problem+json answer.
     pub fn reason(&self) -> Option<String> {
         let doc: serde_json::Value = serde_json::from_slice(&self.body).ok()?;

@@ -270,6 +270,7 @@ mod tests {
         url = "http://127.0.0.1:3000"
         [admin]
         token = "literal:token"
+        audit_retention = "30d"
         [[admin.tokens]]
         name = "viewer"
         token = "literal:viewer-token"

@@ -491,6 +491,7 @@ fn prepare(
         txn.open_table(super::entities::ENTITY_EXPIRIES).map(drop),
         txn.open_table(super::probes::PLANS).map(drop),
         txn.open_table(super::probes::DUE).map(drop),
+        txn.open_table(super::audit::AUDIT).map(drop),
     ] {
         result.map_err(|e| damaged(&e))?;
     }
