@@ -201,7 +201,7 @@ impl Admin {
         let next = more
             .then(|| page.last().map(|(id, _)| format!("{CURSOR_TAG}{id}")))
             .flatten();
-        let entries: Vec<_> = page
+        let items: Vec<_> = page
             .iter()
             .map(|(id, entry)| {
                 let mut view = serde_json::to_value(entry).unwrap_or_default();
@@ -212,7 +212,7 @@ impl Admin {
             .collect();
         json(
             StatusCode::OK,
-            &serde_json::json!({ "entries": entries, "next_cursor": next }),
+            &serde_json::json!({ "items": items, "next_cursor": next }),
         )
     }
 }

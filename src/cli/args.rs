@@ -43,6 +43,7 @@ Examples:
   idemgate admin inbox drop pay --hash 9f86d0… --state dead
   idemgate admin entity pay order-1
   idemgate admin hot-keys --route pay
+  idemgate admin audit --all
   IDEMGATE_ADMIN_ADDR=127.0.0.1:8790 idemgate admin --token-file /run/secrets/admin --json info
 
 Reference: docs/cli.md.";
@@ -103,6 +104,15 @@ pub enum AdminCommand {
     Held {
         /// The route's name.
         route: String,
+        /// Paging.
+        #[command(flatten)]
+        page: Page,
+    },
+    /// The audit trail: operator actions (purge, retry, drop, entity
+    /// set/clear) asked for by an admin token, done or refused, newest
+    /// first, with the token, the target and the state found and left.
+    #[command(after_help = "Example:\n  idemgate admin audit --limit 20")]
+    Audit {
         /// Paging.
         #[command(flatten)]
         page: Page,

@@ -121,6 +121,11 @@ pub(crate) async fn execute(
             )
             .await;
         }
+        AdminCommand::Audit { page } => {
+            let what = "operator actions in the audit trail";
+            return listing(client, args.json, "/admin/audit", page, Listing::Audit, what, out)
+                .await;
+        }
         AdminCommand::Inbox(InboxCommand::Show { route, target }) => (
             Method::GET,
             format!(
@@ -243,6 +248,7 @@ enum Listing {
     Records,
     Inbox,
     Entities,
+    Audit,
 }
 
 /// One page, or with `--all` every page from the first, following
@@ -268,11 +274,15 @@ async fn listing(
     loop {
         pages += 1;
         let mut path = base.to_owned();
+        let mut add = |pair: String| {
+            path.push(if path.contains('?') { '&' } else { '?' });
+            path.push_str(&pair);
+        };
         if let Some(limit) = page.limit {
-            path.push_str(&format!("&limit={limit}"));
+            add(format!("limit={limit}"));
         }
         if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={}", encode(cursor)));
+            add(format!("cursor={}", encode(cursor)));
         }
         let answer = accepted(client.call(Method::GET, &path).await?)?;
         let document = json_of(&answer, "items")?;
@@ -283,8 +293,9 @@ async fn listing(
                 Listing::Records => render::record_rows(&document),
                 Listing::Inbox => render::delivery_rows(&document, now),
                 Listing::Entities => render::held_rows(&document),
+                Listing::Audit => render::audit_rows(&document, now),
             };
-            // The first column names the item: key hash or entity.
+            // The first column names the item: key hash, entity or entry id.
             rows.extend(
                 page_rows
                     .into_iter()
@@ -312,6 +323,7 @@ async fn listing(
                         Listing::Records => &render::RECORD_HEADER,
                         Listing::Inbox => &render::DELIVERY_HEADER,
                         Listing::Entities => &render::HELD_HEADER,
+                        Listing::Audit => &render::AUDIT_HEADER,
                     };
                     let next = next.map(Value::String);
                     out(&render::listing(header, &rows, what, next.as_ref()));

@@ -233,6 +233,34 @@ pub(crate) fn delivery_rows(page: &Value, now_ms: u64) -> Vec<Vec<String>> {
 pub(crate) const DELIVERY_HEADER: [&str; 6] =
     ["KEY HASH", "STATE", "ATTEMPTS", "AGE", "NEXT", "LAST ERROR"];
 
+/// `audit`: the rows of one page, the states as `found → left`.
+pub(crate) fn audit_rows(page: &Value, now_ms: u64) -> Vec<Vec<String>> {
+    items(page)
+        .iter()
+        .map(|item| {
+            let mut states = format!("{} → {}", cell(item.get("before")), cell(item.get("after")));
+            if item["expected"].is_string() && item["expected"] != item["before"] {
+                states.push_str(&format!(" (saw {})", cell(item.get("expected"))));
+            }
+            vec![
+                cell(item.get("id")),
+                item["at_ms"].as_u64().map_or_else(|| "-".into(), |at| relative(at, now_ms)),
+                cell(item.get("token")),
+                cell(item.get("action")),
+                cell(item.get("route")),
+                cell(item.get("target")),
+                states,
+                cell(item.get("outcome")),
+            ]
+        })
+        .collect()
+}
+
+/// The header of `audit`.
+pub(crate) const AUDIT_HEADER: [&str; 8] = [
+    "ID", "WHEN", "TOKEN", "ACTION", "ROUTE", "TARGET", "STATE", "OUTCOME",
+];
+
 /// A listing for people: the table, or a line saying it is empty (or,
 /// while a cursor remains, that none was found yet), and how to get the
 /// next page when there is one.

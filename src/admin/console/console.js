@@ -394,7 +394,7 @@
     const fetchPage = async () => {
       const page = await api("GET", cursor === null ? first : `${first}&cursor=${enc(String(cursor))}`);
       for (const item of page.items || []) {
-        const id = item.key_hash || item.entity;
+        const id = item.key_hash || item.entity || item.id;
         if (id !== undefined && shown.has(id)) continue;
         shown.add(id);
         const tr = row(item);
@@ -540,6 +540,24 @@
       boxes);
   }
 
+  /** The audit trail: the last operator actions, done or refused, newest first (GET /admin/audit). */
+  async function auditSection() {
+    const box = panel("audit", "Operator actions (audit trail)", false);
+    const states = (item) => `${item.before || "–"} → ${item.after || "–"}` +
+      (item.expected && item.expected !== item.before ? ` (saw ${item.expected})` : "");
+    await listing(box, `/admin/audit?limit=${PAGE_LIMIT}`, ["when", "token", "action", "route", "target", "state", "outcome"],
+      (item) => el("tr", { data: { kind: "audit", id: item.id, outcome: item.outcome } },
+        el("td", { text: new Date(item.at_ms).toLocaleString() }),
+        el("td", { text: item.token }),
+        el("td", { text: item.action }),
+        el("td", { text: item.route }),
+        el("td", { class: "mono", text: item.target || "–" }),
+        el("td", { text: states(item) }),
+        el("td", { class: item.outcome === "done" ? "" : "muted", text: item.outcome })),
+      "No operator actions recorded.").catch((error) => failed(box, error));
+    return el("section", { class: "audit", data: { section: "audit" } }, el("h2", { text: "Audit trail" }), box);
+  }
+
   // ---- the whole page -----------------------------------------------------
 
   async function load() {
@@ -571,7 +589,7 @@
     } catch (error) {
       hot = error instanceof ApiError ? error : new ApiError(0, null, String(error));
     }
-    const sections = await Promise.all((info.routes || []).map((route) => routeSection(route, hot)));
+    const sections = await Promise.all((info.routes || []).map((route) => routeSection(route, hot)).concat(auditSection()));
     $("routes").replaceChildren(...sections);
     $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
     // How many times the routes were drawn: tests wait for the next one.

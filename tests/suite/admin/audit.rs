@@ -41,7 +41,7 @@ async fn whole_trail(gate: SocketAddr, limit: usize) -> Vec<serde_json::Value> {
         let page = admin(gate, "GET", &path, Some(READER)).await;
         assert_eq!(page.status, 200, "{page:?}");
         let page = page.json();
-        let shown = page["entries"].as_array().unwrap();
+        let shown = page["items"].as_array().unwrap();
         assert!(shown.len() <= limit, "{page}");
         entries.extend(shown.iter().cloned());
         match page["next_cursor"].as_str() {
@@ -91,7 +91,7 @@ async fn every_action_is_kept(store: &str) {
         .to_owned();
     let empty = admin(gate.admin, "GET", "/admin/audit", Some(READER)).await;
     assert_eq!(empty.status, 200, "{empty:?}");
-    assert_eq!(empty.json()["entries"], serde_json::json!([]));
+    assert_eq!(empty.json()["items"], serde_json::json!([]));
     assert_eq!(empty.json()["next_cursor"], serde_json::Value::Null);
 
     let purge = |expect: &'static str| format!("/admin/records/pay?key=p-au&expect_state={expect}");

@@ -264,6 +264,15 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     assert!(asked.contains(&hash), "{asked}");
     browser.until_text("#message", "Record purged").await;
     browser.until_gone(&row).await;
+    // The purge is in the audit trail the page shows, with its token and
+    // the state it found and left; the dismissed one is not.
+    let audit = "[data-section='audit'] tr[data-kind='audit']";
+    let entry = browser.until_text(audit, "purge").await;
+    assert!(
+        entry.contains(&hash) && entry.contains("admin") && entry.contains("unknown → absent"),
+        "{entry}"
+    );
+    assert_eq!(browser.count(audit).await, 1, "one action was asked for");
 
     // The next delivery of that key is a first delivery.
     let next = deliver(&gate.url("/notify"), &body).await;

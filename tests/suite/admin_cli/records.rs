@@ -134,6 +134,33 @@ async fn records_get_and_purge_by_key_and_by_hash_resolve_an_unknown_outcome() {
     .ok()
     .json();
     assert_eq!(odd_view["state"], "completed");
+
+    // The audit trail: the four purges, newest first, two per page.
+    let page = cli_at(gate.admin, &["audit", "--limit", "2"]).await.ok();
+    let lines: Vec<&str> = page.stdout.lines().collect();
+    assert!(lines[0].starts_with("ID ") && lines[0].contains("OUTCOME"), "{page:?}");
+    let newest: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        (newest[3], newest[4], newest[5], newest[7..].join(" ")),
+        ("admin", "purge", "pay", "completed → absent done".to_owned()),
+        "{page:?}"
+    );
+    assert!(lines[3].starts_with("more: --cursor a1."), "{page:?}");
+    let all = cli_at(gate.admin, &["--json", "audit", "--all", "--limit", "2"]).await.ok();
+    let outcomes: Vec<String> = all
+        .stdout
+        .lines()
+        .flat_map(|line| {
+            let page: serde_json::Value = serde_json::from_str(line).unwrap();
+            page["items"].as_array().unwrap().clone()
+        })
+        .map(|entry| entry["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["done", "record_not_found", "done", "record_changed"],
+        "{all:?}"
+    );
     gate.stop().await;
 }
 
