@@ -136,7 +136,7 @@ impl Admin {
     }
 
     /// An admin handler over the shared config, store, metrics handle,
-    /// inboxes and hot-key tables.
+    /// inboxes and hot-key tables; the audit trail's series start at 0.
     pub(crate) fn new(
         config: Arc<Config>,
         store: Arc<AnyStore>,
@@ -144,6 +144,7 @@ impl Admin {
         inboxes: Arc<Inboxes>,
         hot_keys: Arc<HotKeys>,
     ) -> Self {
+        audit::metrics_at_zero();
         Self {
             config,
             store,

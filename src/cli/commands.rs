@@ -123,8 +123,16 @@ pub(crate) async fn execute(
         }
         AdminCommand::Audit { page } => {
             let what = "operator actions in the audit trail";
-            return listing(client, args.json, "/admin/audit", page, Listing::Audit, what, out)
-                .await;
+            return listing(
+                client,
+                args.json,
+                "/admin/audit",
+                page,
+                Listing::Audit,
+                what,
+                out,
+            )
+            .await;
         }
         AdminCommand::Inbox(InboxCommand::Show { route, target }) => (
             Method::GET,

@@ -244,7 +244,9 @@ pub(crate) fn audit_rows(page: &Value, now_ms: u64) -> Vec<Vec<String>> {
             }
             vec![
                 cell(item.get("id")),
-                item["at_ms"].as_u64().map_or_else(|| "-".into(), |at| relative(at, now_ms)),
+                item["at_ms"]
+                    .as_u64()
+                    .map_or_else(|| "-".into(), |at| relative(at, now_ms)),
                 cell(item.get("token")),
                 cell(item.get("action")),
                 cell(item.get("route")),

@@ -138,15 +138,25 @@ async fn records_get_and_purge_by_key_and_by_hash_resolve_an_unknown_outcome() {
     // The audit trail: the four purges, newest first, two per page.
     let page = cli_at(gate.admin, &["audit", "--limit", "2"]).await.ok();
     let lines: Vec<&str> = page.stdout.lines().collect();
-    assert!(lines[0].starts_with("ID ") && lines[0].contains("OUTCOME"), "{page:?}");
+    assert!(
+        lines[0].starts_with("ID ") && lines[0].contains("OUTCOME"),
+        "{page:?}"
+    );
     let newest: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
         (newest[3], newest[4], newest[5], newest[7..].join(" ")),
-        ("admin", "purge", "pay", "completed → absent done".to_owned()),
+        (
+            "admin",
+            "purge",
+            "pay",
+            "completed → absent done".to_owned()
+        ),
         "{page:?}"
     );
     assert!(lines[3].starts_with("more: --cursor a1."), "{page:?}");
-    let all = cli_at(gate.admin, &["--json", "audit", "--all", "--limit", "2"]).await.ok();
+    let all = cli_at(gate.admin, &["--json", "audit", "--all", "--limit", "2"])
+        .await
+        .ok();
     let outcomes: Vec<String> = all
         .stdout
         .lines()
