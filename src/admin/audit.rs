@@ -38,6 +38,12 @@ pub(super) const PATH: &str = "/admin/audit";
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
 
+/// The most characters an entry keeps of a value the request chose (the
+/// route named in the path, the state the operator said they saw): a
+/// read-only token's refusals are recorded too, and must not be a way to
+/// write large values into the store.
+const MAX_ECHOED: usize = 64;
+
 /// The version tag of a listing cursor (`a1.{ms}-{seq}`).
 const CURSOR_TAG: &str = "a1.";
 
@@ -163,9 +169,9 @@ impl Admin {
         let entry = AuditEntry {
             token: token.to_owned(),
             action: action.as_str().to_owned(),
-            route: route.to_owned(),
+            route: echoed(route),
             target: acted.target,
-            expected: acted.expected,
+            expected: acted.expected.as_deref().map(echoed),
             before: acted.before,
             after: acted.after,
             outcome: outcome.to_owned(),
@@ -233,6 +239,15 @@ impl Admin {
             StatusCode::OK,
             &serde_json::json!({ "items": items, "next_cursor": next }),
         )
+    }
+}
+
+/// A value the request chose, as an entry keeps it: at most
+/// [`MAX_ECHOED`] characters, `…` marking a cut.
+fn echoed(text: &str) -> String {
+    match text.char_indices().nth(MAX_ECHOED) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}…", &text[..end]),
     }
 }
 
@@ -313,6 +328,16 @@ mod tests {
         ] {
             assert_eq!(of(method.clone(), path), None, "{method} {path}");
         }
+    }
+
+    #[test]
+    fn values_the_request_chose_are_kept_short() {
+        assert_eq!(echoed("pay"), "pay");
+        let long = "é".repeat(MAX_ECHOED + 10);
+        let kept = echoed(&long);
+        assert_eq!(kept.chars().count(), MAX_ECHOED + 1);
+        assert!(kept.ends_with('…'));
+        assert_eq!(echoed(&"a".repeat(MAX_ECHOED)), "a".repeat(MAX_ECHOED));
     }
 
     #[test]

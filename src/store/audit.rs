@@ -143,6 +143,11 @@ impl AnyStore {
         limit: usize,
     ) -> Result<Vec<(AuditId, AuditEntry)>, StoreError> {
         let since = crate::time::now_ms().saturating_sub(crate::time::millis(retention));
+        // A cursor at or before the retention's start has nothing after
+        // it (and `(0-0` is no range end Redis accepts).
+        if before.is_some_and(|id| id <= AuditId { ms: since, seq: 0 }) {
+            return Ok(Vec::new());
+        }
         let page = self
             .audits()?
             .audit_page(prefix, before, since, limit)

@@ -182,6 +182,19 @@ async fn every_action_is_kept(store: &str) {
             "{action} {outcome}"
         );
     }
+    // A cursor before every entry (or before the retention) ends the walk.
+    for cursor in ["a1.0-0", "a1.1-0"] {
+        let before_all = admin(
+            gate.admin,
+            "GET",
+            &format!("/admin/audit?cursor={cursor}"),
+            Some(READER),
+        )
+        .await;
+        assert_eq!(before_all.status, 200, "{before_all:?}");
+        assert_eq!(before_all.json()["items"], serde_json::json!([]));
+        assert_eq!(before_all.json()["next_cursor"], serde_json::Value::Null);
+    }
     let forged = admin(
         gate.admin,
         "GET",
@@ -262,4 +275,53 @@ async fn entries_older_than_the_retention_are_forgotten() {
         assert_eq!(trail[0]["outcome"], "record_not_found");
         gate.stop().await;
     }
+}
+
+/// What the request chose is kept short (a read token's refusals are
+/// recorded too), and an action the store could not record still stands,
+/// counted in `idemgate_admin_audit_failures_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_route_is_cut_and_a_store_failure_is_counted() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let gate = GateProcess::start(&with_tokens(&redis_store(&redis), &upstream, ""));
+    let long = "r".repeat(5_000);
+    let refused = admin(
+        gate.admin,
+        "DELETE",
+        &format!("/admin/records/{long}?key=k&expect_state=unknown"),
+        Some(READER),
+    )
+    .await;
+    assert_eq!(refused.reason().as_deref(), Some("read_only_token"));
+    let trail = whole_trail(gate.admin, 10).await;
+    let route = trail[0]["route"].as_str().unwrap();
+    assert_eq!(route.chars().count(), 65, "{route}");
+    assert!(route.ends_with('…'), "{route}");
+
+    redis.stop();
+    let failed = admin(
+        gate.admin,
+        "DELETE",
+        "/admin/records/pay?key=k&expect_state=unknown",
+        Some(ONCALL),
+    )
+    .await;
+    assert_eq!(
+        failed.reason().as_deref(),
+        Some("store_unavailable"),
+        "{failed:?}"
+    );
+    let scraped = scrape(gate.admin).await;
+    assert_eq!(
+        scraped.value("idemgate_admin_audit_failures_total", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        scraped.value(
+            "idemgate_admin_actions_total",
+            &[("action", "purge"), ("outcome", "store_unavailable")]
+        ),
+        Some(1.0)
+    );
 }
