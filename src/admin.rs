@@ -69,9 +69,6 @@ use about::About;
 /// proxy port by mistake, it would otherwise hand the token to the proxy,
 /// which forwards it to the legacy handler.
 pub const LISTENER_HEADER: &str = "idemgate-listener";
-
-/// The metrics of the audit trail, described at start-up.
-pub(crate) const AUDIT_METRICS: &[crate::metrics::Description] = audit::DESCRIPTIONS;
 use allow::Allow;
 use console::Console;
 use record_ref::key_hash_of;
@@ -91,6 +88,9 @@ use crate::inbox::Inboxes;
 use crate::record::{RecordState, now_ms};
 use crate::store::entity::TransitionKind;
 use crate::store::{AnyStore, Existing, Observed, StoreError, StoreKey};
+
+/// The metrics of the audit trail, described at start-up.
+pub(crate) const AUDIT_METRICS: &[crate::metrics::Description] = audit::DESCRIPTIONS;
 
 /// How long `/readyz` waits for the store before calling it down.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);

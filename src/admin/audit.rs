@@ -125,6 +125,9 @@ pub(super) struct Acted {
     pub before: Option<String>,
     /// The state it left (`before` again when refused).
     pub after: Option<String>,
+    /// Whether the store applied the action: its outcome is `done` even
+    /// when what the handler read afterwards failed.
+    pub done: bool,
 }
 
 impl Acted {
@@ -154,18 +157,19 @@ impl Admin {
         token: &str,
         answer: &Response<ProxyBody>,
     ) {
+        let acted = answer
+            .extensions()
+            .get::<Acted>()
+            .cloned()
+            .unwrap_or_default();
         let outcome = match answer.extensions().get::<AdminReason>() {
+            _ if acted.done => "done",
             Some(reason) => reason.as_str(),
             None if answer.status().is_success() => "done",
             None => "error",
         };
         counter!(ACTIONS_TOTAL.name, "action" => action.as_str(), "outcome" => outcome)
             .increment(1);
-        let acted = answer
-            .extensions()
-            .get::<Acted>()
-            .cloned()
-            .unwrap_or_default();
         let entry = AuditEntry {
             token: token.to_owned(),
             action: action.as_str().to_owned(),

@@ -171,6 +171,7 @@ impl Admin {
                     operator = request.operator,
                     "entity corrected by operator"
                 );
+                acted.done = true;
                 acted.before.clone_from(&acted.expected);
                 acted.after = Some(state_name(match &correction {
                     Correction::Set(state) => Some(state.as_str()),

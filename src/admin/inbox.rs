@@ -213,6 +213,7 @@ impl Admin {
             "retry" => self.inboxes.retry(inbox, &key, &seen).await,
             _ => self.inboxes.drop_delivery(inbox, &key, &seen).await,
         };
+        let done = matches!(result, Ok(Action::Done(_)));
         let (answer, before, after) = self.delivery_answer(&route.name, &hash, &seen, result);
         if action == "delivery" {
             return answer;
@@ -222,6 +223,7 @@ impl Admin {
             expected: Some(seen),
             before,
             after: after.map(str::to_owned),
+            done,
         }
         .on(answer)
     }

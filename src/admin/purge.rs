@@ -88,6 +88,7 @@ impl Admin {
             expected: expect.map(str::to_owned),
             before: before.map(str::to_owned),
             after: after.map(str::to_owned),
+            done: answer.status() == StatusCode::NO_CONTENT,
         }
         .on(answer)
     }

@@ -130,6 +130,30 @@ async fn entity_set_and_clear_take_what_the_operator_saw() {
     // Saying what was seen is required.
     let blind = cli_at(gate.admin, &["entity", "pay", "o-8", "--clear"]).await;
     assert_eq!(blind.code, Some(2), "{blind:?}");
+
+    // The audit trail: the clear, the set and the stale set, newest first,
+    // each with the state it found and the state it left.
+    let trail = cli_at(gate.admin, &["--json", "audit"]).await.ok().json();
+    let rows: Vec<String> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {} {}",
+                e["action"], e["expected"], e["before"], e["after"], e["outcome"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            r#""entity_clear" "success" "success" "none" "done""#,
+            r#""entity_set" "pending" "pending" "success" "done""#,
+            r#""entity_set" "failed" "pending" "pending" "entity_changed""#,
+        ],
+        "{trail}"
+    );
     gate.stop().await;
 }
 

@@ -138,6 +138,41 @@ async fn inbox_list_show_retry_and_drop_a_dead_delivery() {
         nobody.stderr.contains("reason delivery_not_found"),
         "{nobody:?}"
     );
+
+    // The audit trail: the retry, the stale drop and the drop, newest first.
+    let trail = cli_at(gate.admin, &["--json", "audit"]).await.ok().json();
+    let rows: Vec<(String, String, String, String)> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let text = |name: &str| e[name].as_str().unwrap_or("-").to_owned();
+            (
+                text("action"),
+                text("before"),
+                text("after"),
+                text("outcome"),
+            )
+        })
+        .collect();
+    let row = |a: &str, b: &str, c: &str, d: &str| (a.into(), b.into(), c.into(), d.into());
+    assert_eq!(
+        rows,
+        [
+            row("drop", "dead", "dropped", "done"),
+            row("drop", "dead", "dead", "delivery_changed"),
+            row("retry", "dead", "queued", "done"),
+        ],
+        "{trail}"
+    );
+    assert!(
+        trail["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["target"] == hash.as_str()),
+        "{trail}"
+    );
     gate.stop().await;
 }
 

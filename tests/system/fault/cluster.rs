@@ -181,6 +181,22 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
         slowest = slowest.max(seen);
     }
     assert_executed_times(&upstream, &ids, 2);
+    // The purges A did are in the trail B lists: one stream on the Cluster.
+    let trail = send(
+        "GET",
+        &format!("http://{}/admin/audit?limit=100", b.admin),
+        &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
+        "",
+    )
+    .await;
+    assert_eq!(trail.status, 200, "{trail:?}");
+    let purges = trail.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "purge" && e["outcome"] == "done" && e["after"] == "absent")
+        .count();
+    assert_eq!(purges, ids.len(), "{trail:?}");
     println!(
         "[fault] redis_cluster_purges_reach_every_instances_replay_cache: {} keys on {} \
          primaries; slowest purge on A seen by B after {:.2} ms",
