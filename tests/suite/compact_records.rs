@@ -153,13 +153,7 @@ async fn an_ack_answer_is_a_compact_record_on_redis_and_replays_the_same_bytes()
     }
     assert_eq!(upstream.calls(), 1);
     // The record view names the acknowledgement instead of a body.
-    let view = send(
-        "GET",
-        &format!("http://{}/admin/records/pay/p-compact", gate.admin),
-        &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
-        "",
-    )
-    .await;
+    let view = admin_call("GET", gate.admin, "/admin/records/pay/p-compact", TOKEN).await;
     assert_eq!(view.status, 200);
     let view: serde_json::Value = serde_json::from_slice(&view.body).unwrap();
     assert_eq!(view["state"], "completed");

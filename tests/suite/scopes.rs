@@ -145,13 +145,8 @@ async fn callback_and_reconciliation_apply_each_trade_once() {
     assert_eq!(upstream.calls(), 101);
     // The admin API finds the record through either route of the scope.
     for route in ["callback", "poller"] {
-        let record = send(
-            "GET",
-            &format!("http://{}/admin/records/{route}/t-x", gate.admin),
-            &[("authorization".to_owned(), format!("Bearer {ADMIN_TOKEN}"))],
-            "",
-        )
-        .await;
+        let path = format!("/admin/records/{route}/t-x");
+        let record = admin_call("GET", gate.admin, &path, ADMIN_TOKEN).await;
         let text = String::from_utf8_lossy(&record.body).into_owned();
         assert_eq!(record.status, 200, "{route}: {text}");
         assert!(text.contains("\"completed\""), "{route}: {text}");

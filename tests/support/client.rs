@@ -157,8 +157,13 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
 /// DELETEs `path` on an admin listener with `token` as its bearer token
 /// (a record purge: `/admin/records/{route}/{key}`).
 pub async fn admin_delete(admin: SocketAddr, path: &str, token: &str) -> Answer {
+    admin_call("DELETE", admin, path, token).await
+}
+
+/// `method path` on the admin listener at `admin` with the bearer `token`.
+pub async fn admin_call(method: &str, admin: SocketAddr, path: &str, token: &str) -> Answer {
     send(
-        "DELETE",
+        method,
         &format!("http://{admin}{path}"),
         &[("authorization".to_owned(), format!("Bearer {token}"))],
         "",

@@ -182,13 +182,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     }
     assert_executed_times(&upstream, &ids, 2);
     // The purges A did are in the trail B lists: one stream on the Cluster.
-    let trail = send(
-        "GET",
-        &format!("http://{}/admin/audit?limit=100", b.admin),
-        &[("authorization".to_owned(), format!("Bearer {TOKEN}"))],
-        "",
-    )
-    .await;
+    let trail = admin_call("GET", b.admin, "/admin/audit?limit=100", TOKEN).await;
     assert_eq!(trail.status, 200, "{trail:?}");
     let purges = trail.json()["items"]
         .as_array()
