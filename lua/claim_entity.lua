@@ -4,6 +4,9 @@
 --
 -- KEYS[1]  the record key: {key_prefix}:{scope}:{sha256 hex}{entity}
 -- KEYS[2]  the entity key: {key_prefix}:{scope}:entity:{entity}
+-- KEYS[3]  the record key of the entity's pending change as the caller
+--          read it just before (HGET KEYS[2] pk), or KEYS[2] when it read
+--          none (entity_declared)
 -- ARGV[1]  the encoded in-flight record
 -- ARGV[2]  claim TTL in milliseconds (lease + unknown_hold)
 -- ARGV[3]  the announced state
@@ -11,7 +14,7 @@
 -- ARGV[5]  '1': an entity with no state may take ARGV[3]
 -- ARGV[6]  the event it announces, hashed ('' : none)
 -- ARGV[7]  on a route with [route.probe], the delivery's probe plan ('' :
---          none), kept with the claim (probe.lua); KEYS[3] and KEYS[4] are
+--          none), kept with the claim (probe.lua); KEYS[4] and KEYS[5] are
 --          then the scope's probe due set and plans hash
 -- ARGV[8]  with a plan: ms until a lost owner's record could first be
 --          probed (lease + start_after)
@@ -28,6 +31,8 @@
 --                                  entity stays held; pttl -2) or 'queue'
 --                                  (no change pending, but held notices
 --                                  wait their turn: a new one goes behind)
+--          { 0, 'moved' }          the pending change is not KEYS[3] any
+--                                  more: nothing done; read it, retry
 --          { 0, 'repeat' }         the entity is in ARGV[3] already
 --          { 0, 'refused', from }  the machine forbids from -> ARGV[3]
 --                                  (from '' : no state yet)
@@ -40,7 +45,7 @@ if existing then
   return { existing, redis.call('PTTL', KEYS[1]) }
 end
 local entity = KEYS[2]
-local busy = entity_blocker(entity)
+local busy = entity_blocker(entity, KEYS[3])
 if busy then
   return busy
 end
@@ -55,6 +60,6 @@ if verdict then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if ARGV[7] ~= '' then
-  probe_arm(KEYS[3], KEYS[4], KEYS[1], ARGV[7], ARGV[8])
+  probe_arm(KEYS[4], KEYS[5], KEYS[1], ARGV[7], ARGV[8])
 end
 return nil

@@ -208,27 +208,46 @@ local function claim_hold(record)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
 end
 
--- What holds ekey for a new notice: nil (free), or the busy reply
--- { 0, 'busy', pttl, kind, hold } of claim_entity.lua (hold: the pending
--- claim's own, claim_hold, for kind 'flight'). The pending change's
--- record shares the entity's slot (same tag); a completed one is folded in.
-local function entity_blocker(ekey)
-  local pk = redis.call('HGET', ekey, 'pk')
-  if pk then
-    local pending = redis.call('GET', pk)
+-- The pending change's record key as the script's caller declared it:
+-- the caller reads the entity's 'pk' first and passes that key among the
+-- KEYS, or the entity key itself (ekey) when it saw none, so a script only
+-- ever touches keys it was given (the Redis rule; servers such as
+-- Dragonfly refuse anything else, and a slot migration moves only the
+-- keys a command names). false for none.
+local function entity_declared(ekey, declared)
+  if declared == ekey then
+    return false
+  end
+  return declared
+end
+
+-- What holds ekey for a new notice: nil (free), { 0, 'moved' } when the
+-- pending change is no longer the one declared (the caller reads it again
+-- and retries), or the busy reply { 0, 'busy', pttl, kind, hold } of
+-- claim_entity.lua (hold: the pending claim's own, claim_hold, for kind
+-- 'flight'). The pending change's record shares the entity's slot (same
+-- tag); a completed one is folded in. `declared` is the KEYS entry
+-- entity_declared reads.
+local function entity_blocker(ekey, declared)
+  local pending_key = entity_declared(ekey, declared)
+  if (redis.call('HGET', ekey, 'pk') or false) ~= pending_key then
+    return { 0, 'moved' }
+  end
+  if pending_key then
+    local pending = redis.call('GET', pending_key)
     local state = pending and string.sub(pending, 2, 2)
     if state == '\2' or state == '\4' then
-      entity_settle(ekey, pk, 'apply')
+      entity_settle(ekey, pending_key, 'apply')
     elseif not pending then
       return { 0, 'busy', -2, 'unresolved' }
     else
       local kind = 'inbox'
       if state == '\1' then
-        return { 0, 'busy', redis.call('PTTL', pk), 'flight', claim_hold(pending) }
+        return { 0, 'busy', redis.call('PTTL', pending_key), 'flight', claim_hold(pending) }
       elseif state == '\3' then
         kind = 'unknown'
       end
-      return { 0, 'busy', redis.call('PTTL', pk), kind }
+      return { 0, 'busy', redis.call('PTTL', pending_key), kind }
     end
   end
   if redis.call('HEXISTS', ekey, 'q') == 1 then

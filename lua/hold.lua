@@ -6,6 +6,8 @@
 -- KEYS[1]  the record key (free: the claim just found it so)
 -- KEYS[2]  the entity key
 -- KEYS[3]  the scope's owed set for KEYS[1]'s hash slot
+-- KEYS[4]  the entity's pending change as the caller read it (as
+--          claim_entity.lua's KEYS[3])
 -- ARGV[1]  the encoded inbox record (stage queued)
 -- ARGV[2]  its TTL in milliseconds (kept until resolved)
 -- ARGV[3]  the key hash (the owed set's member)
@@ -18,6 +20,8 @@
 --
 -- Reply:   'held'    written and queued
 --          'free'    nothing to wait for any more: claim it instead
+--          'moved'   the pending change is not KEYS[4] any more: nothing
+--                    done; read it again and retry
 --          'full'    max_held_per_entity notices wait already
 --          'exists'  the key holds a record (a copy raced this one)
 --          'itself'  the notice is the entity's pending change (a copy of a
@@ -26,8 +30,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 'exists'
 end
 local entity = KEYS[2]
-if not entity_blocker(entity) then
+local busy = entity_blocker(entity, KEYS[4])
+if not busy then
   return 'free'
+end
+if busy[2] == 'moved' then
+  return 'moved'
 end
 if redis.call('HGET', entity, 'pk') == KEYS[1] then
   return 'itself'

@@ -367,11 +367,7 @@ impl Store for RedisStore {
                 self.eval_keys(client, claim, key, keys, args).await?
             }
             Some(step) => {
-                let (keys, more) = entity::claim_keys_and_args(key, step, probe);
-                args.extend(more);
-                let reply = self
-                    .eval_keys(client, &self.scripts.claim_entity, key, keys, args)
-                    .await?;
+                let reply = self.claim_entity(client, key, step, args, probe).await?;
                 match entity::verdict_from(reply)? {
                     Ok(verdict) => {
                         // A decided notice may be acknowledged (a late or a

@@ -418,3 +418,52 @@ on_both_stores! {
     on_both_stores_an_unresolved_change_holds_the_entity: an_unresolved_change_holds_the_entity;
     on_both_stores_a_dead_delivery_holds_its_change: a_dead_delivery_holds_its_change;
 }
+
+/// `claim_entity.lua` and `hold.lua` as compiled in: the shared rules in
+/// front of the script.
+fn script_text(name: &str) -> String {
+    let read = |file: &str| {
+        std::fs::read_to_string(crate::support::repo_path(&format!("lua/{file}.lua"))).unwrap()
+    };
+    read("entity") + &read("probe") + &read(name)
+}
+
+/// The scripts touch the entity's pending change only as their caller
+/// declared it: told there is none while the entity has one pending (a
+/// change that started between the caller's read and the script), each
+/// answers `moved` and writes nothing; told the right key, each judges
+/// it (its record gone: unresolved, busy).
+#[test]
+fn a_stale_declaration_of_the_pending_change_moves_nothing() {
+    let redis = RedisServer::start();
+    let (entity, record, pending) = (
+        format!("idemgate:pay:entity:{ENTITY}"),
+        format!("idemgate:pay:{}{{{ENTITY}}}", "a".repeat(64)),
+        format!("idemgate:pay:{}{{{ENTITY}}}", "b".repeat(64)),
+    );
+    let owed = "idemgate:pay:inbox:owed".to_owned();
+    redis.cli(&["HSET", &entity, "pk", &pending, "pf", "", "pt", "PAID"]);
+    let claim = script_text("claim_entity");
+    let hold = script_text("hold");
+    let claim_with = |declared: &str| {
+        redis.cli(&[
+            "EVAL", &claim, "3", &record, &entity, declared, "rec", "60000", "PAID", "60000", "1",
+            "", "", "",
+        ])
+    };
+    let hold_with = |declared: &str| {
+        redis.cli(&[
+            "EVAL", &hold, "4", &record, &entity, &owed, declared, "rec", "60000", "ab", "32",
+            "60000", "PAID", "1", "",
+        ])
+    };
+    assert_eq!(claim_with(&entity).trim(), "0\nmoved");
+    assert_eq!(hold_with(&entity).trim(), "moved");
+    assert_eq!(
+        redis.cli(&["EXISTS", &record]).trim(),
+        "0",
+        "nothing claimed or held"
+    );
+    assert_eq!(claim_with(&pending).trim(), "0\nbusy\n-2\nunresolved");
+    assert_eq!(hold_with(&pending).trim(), "held");
+}

@@ -223,11 +223,6 @@ impl InboxOps for RedisStore {
         max: usize,
     ) -> Call<'a, HoldVerdict> {
         Box::pin(async move {
-            let keys = vec![
-                key.as_str().to_owned(),
-                step.key.as_str().to_owned(),
-                self.owed_set(key),
-            ];
             let mut args = vec![
                 Value::Bytes(record.encode()?),
                 Value::Integer(millis(UNRESOLVED_KEPT)),
@@ -236,10 +231,26 @@ impl InboxOps for RedisStore {
             ];
             args.extend(super::entity::step_args(step));
             let client = &mut self.routed(key.as_str());
-            let reply = self
-                .eval_keys(client, &self.scripts.hold, key, keys, args)
-                .await?;
+            // The pending change is declared as it was read; read again
+            // while the script finds it moved (`entity::claim_entity`).
+            let mut reply = Value::Null;
+            for _ in 0..super::entity::PENDING_READS {
+                let pending = self.pending_change(client, key, step).await?;
+                let keys = vec![
+                    key.as_str().to_owned(),
+                    step.key.as_str().to_owned(),
+                    self.owed_set(key),
+                    super::entity::declared(step, pending.as_deref()),
+                ];
+                reply = self
+                    .eval_keys(client, &self.scripts.hold, key, keys, args.clone())
+                    .await?;
+                if reply.as_str().as_deref() != Some("moved") {
+                    break;
+                }
+            }
             match reply.as_string().as_deref() {
+                Some("moved") => Err(super::entity::moving()),
                 Some("held") => Ok(HoldVerdict::Held),
                 Some("free") => Ok(HoldVerdict::Free),
                 Some("full") => Ok(HoldVerdict::Full),

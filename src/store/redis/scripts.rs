@@ -15,11 +15,11 @@ pub(super) struct Named {
 impl Named {
     /// Whether running the script a second time, after a first call whose
     /// fate is unknown (its primary died under it), can do no harm: a read
-    /// (`lookup`) or a delete (`purge`). Only these are sent again to a
+    /// (`lookup`, `pending`) or a delete (`purge`). Only these are sent again to a
     /// promoted primary at once; a claim or a completion is left to the
     /// sender's retry and to `pipeline::persist`, which know its owner.
     pub(super) fn repeatable(&self) -> bool {
-        matches!(self.name, "lookup" | "purge")
+        matches!(self.name, "lookup" | "purge" | "pending")
     }
 }
 
@@ -74,6 +74,7 @@ pub(super) struct Scripts {
     pub(super) entity_set: Named,
     pub(super) renew: Named,
     pub(super) lookup: Named,
+    pub(super) pending: Named,
     pub(super) swap: Named,
     pub(super) take: Named,
     pub(super) prune: Named,
@@ -94,6 +95,7 @@ impl Scripts {
             entity_set: named!("entity_set" with entity),
             renew: named!("renew"),
             lookup: named!("lookup"),
+            pending: named!("pending"),
             swap: named!("swap" with entity),
             take: named!("take"),
             prune: named!("prune"),
@@ -103,7 +105,7 @@ impl Scripts {
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 14] {
+    pub(super) fn all(&self) -> [&Script; 15] {
         [
             &self.claim.script,
             &self.claim_entity.script,
@@ -114,11 +116,92 @@ impl Scripts {
             &self.entity_set.script,
             &self.renew.script,
             &self.lookup.script,
+            &self.pending.script,
             &self.swap.script,
             &self.take.script,
             &self.prune.script,
             &self.probe_take.script,
             &self.probe_note.script,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every script file, by name, as compiled in.
+    const FILES: [(&str, &str); 17] = [
+        ("entity", include_str!("../../../lua/entity.lua")),
+        ("probe", include_str!("../../../lua/probe.lua")),
+        ("claim", include_str!("../../../lua/claim.lua")),
+        (
+            "claim_entity",
+            include_str!("../../../lua/claim_entity.lua"),
+        ),
+        ("complete", include_str!("../../../lua/complete.lua")),
+        ("release", include_str!("../../../lua/release.lua")),
+        ("purge", include_str!("../../../lua/purge.lua")),
+        ("hold", include_str!("../../../lua/hold.lua")),
+        ("entity_set", include_str!("../../../lua/entity_set.lua")),
+        ("renew", include_str!("../../../lua/renew.lua")),
+        ("lookup", include_str!("../../../lua/lookup.lua")),
+        ("pending", include_str!("../../../lua/pending.lua")),
+        ("swap", include_str!("../../../lua/swap.lua")),
+        ("take", include_str!("../../../lua/take.lua")),
+        ("prune", include_str!("../../../lua/prune.lua")),
+        ("probe_take", include_str!("../../../lua/probe_take.lua")),
+        ("probe_note", include_str!("../../../lua/probe_note.lua")),
+    ];
+
+    /// The names a script gives to values it read from the store
+    /// (`local x = redis.call(…)`, `x = redis.call(…)`).
+    fn read_from_store(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|line| line.split_once("= redis.call("))
+            .map(|(left, _)| left.trim().trim_start_matches("local ").trim())
+            .filter(|name| name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .collect()
+    }
+
+    /// The first argument after the command name of every `redis.call`
+    /// (for the commands here, the key), with its line.
+    fn key_arguments(text: &str) -> Vec<(&str, &str)> {
+        let mut found = Vec::new();
+        for line in text.lines() {
+            for (_, rest) in line
+                .match_indices("redis.call(")
+                .map(|(at, _)| line.split_at(at + 11))
+            {
+                let Some((_, after_command)) = rest.split_once(',') else {
+                    continue;
+                };
+                let argument = after_command
+                    .trim_start()
+                    .split([',', ')'])
+                    .next()
+                    .unwrap_or_default()
+                    .trim();
+                found.push((argument, line));
+            }
+        }
+        found
+    }
+
+    /// A script touches only the keys its caller names (Redis' rule for
+    /// scripts; a server such as Dragonfly refuses anything else, and a
+    /// slot migration moves only the keys a command declares): no key
+    /// argument is a value the script read from the store. The pending
+    /// change's record key is read by the caller first and declared
+    /// (`entity.lua`, `entity_declared`).
+    #[test]
+    fn no_script_touches_a_key_it_read_from_the_store() {
+        for (name, text) in FILES {
+            let read = read_from_store(text);
+            for (argument, line) in key_arguments(text) {
+                assert!(
+                    !read.contains(&argument),
+                    "{name}.lua uses {argument:?}, read from the store, as a key: {line}"
+                );
+            }
+        }
     }
 }
