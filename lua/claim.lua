@@ -34,8 +34,7 @@ if not existing then
   end
   return nil
 end
-local state = string.sub(existing, 2, 2)
-if state == '\2' or state == '\4' or state == '\5' then
+if record_answers(existing) then
   return { existing }
 end
 return { existing, redis.call('PTTL', KEYS[1]) }

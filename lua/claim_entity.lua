@@ -38,8 +38,7 @@
 --                                  (from '' : no state yet)
 local existing = redis.call('GET', KEYS[1])
 if existing then
-  local state = string.sub(existing, 2, 2)
-  if state == '\2' or state == '\4' or state == '\5' then
+  if record_answers(existing) then
     return { existing }
   end
   return { existing, redis.call('PTTL', KEYS[1]) }

@@ -24,10 +24,8 @@
 --            restarted, evicted or purged store) while the answer was in
 --            hand; the upstream did act, so its outcome must hold the key
 --          0 another owner holds the key (nothing written)
---
--- The owner token sits at bytes 3..18 (1-based) of every record version 1.
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) ~= ARGV[1] then
+if current and record_owner(current) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -37,7 +35,7 @@ if ARGV[4] ~= '' then
   next_key = next_key + 1
 end
 if ARGV[6] and ARGV[6] ~= '' then
-  probe_settle(KEYS[next_key], KEYS[next_key + 1], KEYS[1], string.sub(ARGV[2], 2, 2), ARGV[6])
+  probe_settle(KEYS[next_key], KEYS[next_key + 1], KEYS[1], record_state(ARGV[2]), ARGV[6])
   next_key = next_key + 2
 end
 if ARGV[5] and ARGV[5] ~= '' then

@@ -193,21 +193,6 @@ local function entity_settle(ekey, record_key, effect)
   redis.call('HDEL', ekey, 'pk', 'pf', 'pt', 'pe')
 end
 
--- The unknown_hold an in-flight record (layout version 3) was claimed
--- with, in ms, kept after its key value (src/record.rs); -1 when it has
--- none (an older record).
-local function claim_hold(record)
-  if string.byte(record, 1) ~= 3 or string.len(record) < 93 then
-    return -1
-  end
-  local at = 94 + string.byte(record, 92) * 256 + string.byte(record, 93)
-  if string.len(record) ~= at + 3 then
-    return -1
-  end
-  local b1, b2, b3, b4 = string.byte(record, at, at + 3)
-  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-end
-
 -- The pending change's record key as the script's caller declared it:
 -- the caller reads the entity's 'pk' first and passes that key among the
 -- KEYS, or the entity key itself (ekey) when it saw none, so a script only
@@ -235,16 +220,16 @@ local function entity_blocker(ekey, declared)
   end
   if pending_key then
     local pending = redis.call('GET', pending_key)
-    local state = pending and string.sub(pending, 2, 2)
-    if state == '\2' or state == '\4' then
+    local state = pending and record_state(pending)
+    if state == COMPLETED or state == COMPLETED_UNSTORED then
       entity_settle(ekey, pending_key, 'apply')
     elseif not pending then
       return { 0, 'busy', -2, 'unresolved' }
     else
       local kind = 'inbox'
-      if state == '\1' then
+      if state == IN_FLIGHT then
         return { 0, 'busy', redis.call('PTTL', pending_key), 'flight', claim_hold(pending) }
-      elseif state == '\3' then
+      elseif state == UNKNOWN then
         kind = 'unknown'
       end
       return { 0, 'busy', redis.call('PTTL', pending_key), kind }

@@ -55,7 +55,7 @@ end
 
 -- What a write of a record in `state` (its state byte) means for its plan.
 local function probe_settle(due, plans, member, state, jitter)
-  if state == '\3' then
+  if state == UNKNOWN then
     probe_schedule(due, plans, member, jitter)
   else
     probe_forget(due, plans, member)

@@ -11,7 +11,7 @@
 --
 -- Reply:   1 noted; 0 the record is no longer the taker's
 local current = redis.call('GET', KEYS[1])
-if not current or string.sub(current, 3, 18) ~= ARGV[1] then
+if not current or record_owner(current) ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[3], KEYS[1], ARGV[2])

@@ -26,12 +26,12 @@ if not plan then
 end
 local start_after, hold, attempts, done, rest = probe_parse(plan)
 local record = redis.call('GET', KEYS[1])
-if not start_after or not record or string.byte(record, 1) == 4 then
+if not start_after or not record or record_version(record) == 4 then
   probe_forget(KEYS[2], KEYS[3], member)
   return { 0 }
 end
-local state = string.sub(record, 2, 2)
-if state ~= '\1' and state ~= '\3' then
+local state = record_state(record)
+if state ~= IN_FLIGHT and state ~= UNKNOWN then
   probe_forget(KEYS[2], KEYS[3], member)
   return { 0 }
 end
@@ -45,7 +45,7 @@ if done == '1' then
   return { 1 }
 end
 local due
-if state == '\1' then
+if state == IN_FLIGHT then
   -- In flight: its owner renews the claim to lease + hold; once the TTL
   -- is down to the hold, it stopped at (now - (hold - pttl)), and its
   -- call ended no later than that.
@@ -58,14 +58,13 @@ if due > now then
   return { 1 }
 end
 -- An in-flight record of layout version 3 may end with its claim's hold
--- (4 bytes after the key value, src/record.rs); an unknown record carries
--- none, so the hold is left out.
-local after_owner = string.sub(record, 19)
-if state == '\1' and string.byte(record, 1) == 3 and string.len(record) >= 93 then
-  local key_end = 93 + string.byte(record, 92) * 256 + string.byte(record, 93)
-  after_owner = string.sub(record, 19, key_end)
+-- (after the key value, record.lua); an unknown record carries none, so
+-- the hold is left out.
+local last = nil
+if state == IN_FLIGHT then
+  last = record_key_end(record)
 end
-local taken = string.sub(record, 1, 1) .. '\3' .. ARGV[1] .. after_owner
+local taken = record_rewritten(record, UNKNOWN, ARGV[1], last)
 redis.call('SET', KEYS[1], taken, 'KEEPTTL')
 plan = start_after .. '\t' .. hold .. '\t' .. (attempts + 1) .. '\t' .. done .. '\t' .. rest
 redis.call('HSET', KEYS[3], member, plan)

@@ -14,7 +14,7 @@
 -- Every write of a record puts a fresh owner token at bytes 3..18
 -- (1-based), so an unchanged owner means an unchanged record.
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) ~= ARGV[2] then
+if current and record_owner(current) ~= ARGV[2] then
   return 0
 end
 return redis.call('SREM', KEYS[2], ARGV[1])

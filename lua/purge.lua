@@ -22,7 +22,7 @@
 --          -1 not the record seen (nothing done)
 if ARGV[1] ~= '' then
   local current = redis.call('GET', KEYS[1])
-  if not current or string.sub(current, 2, 18) ~= ARGV[1] then
+  if not current or record_seen(current) ~= ARGV[1] then
     return -1
   end
 end

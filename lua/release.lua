@@ -17,8 +17,8 @@
 -- Reply:   1 deleted; 0 the key expired, another owner holds it, or (with
 --          ARGV[2] = '1') it no longer holds a claim (nothing deleted)
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) == ARGV[1]
-    and (ARGV[2] ~= '1' or string.sub(current, 2, 2) == '\1') then
+if current and record_owner(current) == ARGV[1]
+    and (ARGV[2] ~= '1' or record_state(current) == IN_FLIGHT) then
   redis.call('DEL', KEYS[1])
   if ARGV[4] == '1' then
     probe_forget(KEYS[2], KEYS[3], KEYS[1])

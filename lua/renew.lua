@@ -9,7 +9,7 @@
 --
 -- Byte 2 of the record is its state; "\1" is in-flight.
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 3, 18) == ARGV[1] and string.sub(current, 2, 2) == '\1' then
+if current and record_owner(current) == ARGV[1] and record_state(current) == IN_FLIGHT then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

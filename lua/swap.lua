@@ -25,15 +25,14 @@
 --          { 0, 'repeat', to } / { 0, 'refused', from, to } (its turn
 --          came and the entity decided: nothing written)
 --
--- How redelivery workers claim a queued delivery and settle it: the owner
--- token sits at bytes 3..18 (1-based) of every record version 1, and every
--- write puts a fresh owner there, so two workers that read the same record
--- can not both win.
+-- How redelivery workers claim a queued delivery and settle it: every
+-- write puts a fresh owner token in the record (record.lua, record_owner),
+-- so two workers that read the same record can not both win.
 local current = redis.call('GET', KEYS[1])
 if not current then
   return 0
 end
-if string.sub(current, 3, 18) == ARGV[1] then
+if record_owner(current) == ARGV[1] then
   if ARGV[7] == 'take' then
     local verdict = entity_take(KEYS[3], KEYS[1])
     if verdict then

@@ -419,13 +419,13 @@ on_both_stores! {
     on_both_stores_a_dead_delivery_holds_its_change: a_dead_delivery_holds_its_change;
 }
 
-/// `claim_entity.lua` and `hold.lua` as compiled in: the shared rules in
-/// front of the script.
+/// `claim_entity.lua` and `hold.lua` as compiled in: the record layout and
+/// the shared rules in front of the script.
 fn script_text(name: &str) -> String {
     let read = |file: &str| {
         std::fs::read_to_string(crate::support::repo_path(&format!("lua/{file}.lua"))).unwrap()
     };
-    read("entity") + &read("probe") + &read(name)
+    read("record") + &read("entity") + &read("probe") + &read(name)
 }
 
 /// The scripts touch the entity's pending change only as their caller

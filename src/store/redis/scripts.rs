@@ -31,20 +31,25 @@ impl std::ops::Deref for Named {
     }
 }
 
-/// Names a script after its file in `lua/`; `with entity` puts the
-/// shared entity rules (`lua/entity.lua`) and probe rules
-/// (`lua/probe.lua`) in front of it; `with probe` the probe rules alone.
+/// Names a script after its file in `lua/`, the record layout
+/// (`lua/record.lua`) in front of it; `with entity` puts the shared entity
+/// rules (`lua/entity.lua`) and probe rules (`lua/probe.lua`) there too;
+/// `with probe` the probe rules alone.
 macro_rules! named {
     ($name:literal) => {
         Named {
             name: $name,
-            script: Script::from_lua(include_str!(concat!("../../../lua/", $name, ".lua"))),
+            script: Script::from_lua(concat!(
+                include_str!("../../../lua/record.lua"),
+                include_str!(concat!("../../../lua/", $name, ".lua"))
+            )),
         }
     };
     ($name:literal with entity) => {
         Named {
             name: $name,
             script: Script::from_lua(concat!(
+                include_str!("../../../lua/record.lua"),
                 include_str!("../../../lua/entity.lua"),
                 include_str!("../../../lua/probe.lua"),
                 include_str!(concat!("../../../lua/", $name, ".lua"))
@@ -55,6 +60,7 @@ macro_rules! named {
         Named {
             name: $name,
             script: Script::from_lua(concat!(
+                include_str!("../../../lua/record.lua"),
                 include_str!("../../../lua/probe.lua"),
                 include_str!(concat!("../../../lua/", $name, ".lua"))
             )),
