@@ -5,8 +5,7 @@
 -- KEYS[1]  the record key: {key_prefix}:{scope}:{sha256 hex}{entity}
 -- KEYS[2]  the entity key: {key_prefix}:{scope}:entity:{entity}
 -- KEYS[3]  the record key of the entity's pending change as the caller
---          read it just before (HGET KEYS[2] pk), or KEYS[2] when it read
---          none (entity_declared)
+--          believes it, or KEYS[2] for none (entity_declared)
 -- ARGV[1]  the encoded in-flight record
 -- ARGV[2]  claim TTL in milliseconds (lease + unknown_hold)
 -- ARGV[3]  the announced state
@@ -31,8 +30,9 @@
 --                                  entity stays held; pttl -2) or 'queue'
 --                                  (no change pending, but held notices
 --                                  wait their turn: a new one goes behind)
---          { 0, 'moved' }          the pending change is not KEYS[3] any
---                                  more: nothing done; read it, retry
+--          { 0, 'moved', pk }      the pending change is not KEYS[3]:
+--                                  nothing done; retry declaring pk (''
+--                                  : none)
 --          { 0, 'repeat' }         the entity is in ARGV[3] already
 --          { 0, 'refused', from }  the machine forbids from -> ARGV[3]
 --                                  (from '' : no state yet)

@@ -193,12 +193,13 @@ local function entity_settle(ekey, record_key, effect)
   redis.call('HDEL', ekey, 'pk', 'pf', 'pt', 'pe')
 end
 
--- The pending change's record key as the script's caller declared it:
--- the caller reads the entity's 'pk' first and passes that key among the
--- KEYS, or the entity key itself (ekey) when it saw none, so a script only
--- ever touches keys it was given (the Redis rule; servers such as
+-- The pending change's record key as the script's caller declared it
+-- among the KEYS, or the entity key itself (ekey) for none, so a script
+-- only ever touches keys it was given (the Redis rule; servers such as
 -- Dragonfly refuse anything else, and a slot migration moves only the
--- keys a command names). false for none.
+-- keys a command names). false for none. The caller declares none first
+-- (most entities have no change pending) and, told 'moved', the key the
+-- reply names.
 local function entity_declared(ekey, declared)
   if declared == ekey then
     return false
@@ -206,17 +207,18 @@ local function entity_declared(ekey, declared)
   return declared
 end
 
--- What holds ekey for a new notice: nil (free), { 0, 'moved' } when the
--- pending change is no longer the one declared (the caller reads it again
--- and retries), or the busy reply { 0, 'busy', pttl, kind, hold } of
+-- What holds ekey for a new notice: nil (free), { 0, 'moved', pk } when
+-- the pending change is not the one declared (pk: its record key, '' for
+-- none; the caller declares it and retries), or the busy reply { 0, 'busy', pttl, kind, hold } of
 -- claim_entity.lua (hold: the pending claim's own, claim_hold, for kind
 -- 'flight'). The pending change's record shares the entity's slot (same
 -- tag); a completed one is folded in. `declared` is the KEYS entry
 -- entity_declared reads.
 local function entity_blocker(ekey, declared)
   local pending_key = entity_declared(ekey, declared)
-  if (redis.call('HGET', ekey, 'pk') or false) ~= pending_key then
-    return { 0, 'moved' }
+  local current = redis.call('HGET', ekey, 'pk') or false
+  if current ~= pending_key then
+    return { 0, 'moved', current or '' }
   end
   if pending_key then
     local pending = redis.call('GET', pending_key)

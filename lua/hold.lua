@@ -6,7 +6,7 @@
 -- KEYS[1]  the record key (free: the claim just found it so)
 -- KEYS[2]  the entity key
 -- KEYS[3]  the scope's owed set for KEYS[1]'s hash slot
--- KEYS[4]  the entity's pending change as the caller read it (as
+-- KEYS[4]  the entity's pending change as the caller believes it (as
 --          claim_entity.lua's KEYS[3])
 -- ARGV[1]  the encoded inbox record (stage queued)
 -- ARGV[2]  its TTL in milliseconds (kept until resolved)
@@ -20,8 +20,8 @@
 --
 -- Reply:   'held'    written and queued
 --          'free'    nothing to wait for any more: claim it instead
---          'moved'   the pending change is not KEYS[4] any more: nothing
---                    done; read it again and retry
+--          { 'moved', pk }  the pending change is not KEYS[4]: nothing
+--                    done; retry declaring pk ('' : none)
 --          'full'    max_held_per_entity notices wait already
 --          'exists'  the key holds a record (a copy raced this one)
 --          'itself'  the notice is the entity's pending change (a copy of a
@@ -35,7 +35,7 @@ if not busy then
   return 'free'
 end
 if busy[2] == 'moved' then
-  return 'moved'
+  return { 'moved', busy[3] }
 end
 if redis.call('HGET', entity, 'pk') == KEYS[1] then
   return 'itself'

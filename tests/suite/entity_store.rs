@@ -429,10 +429,10 @@ fn script_text(name: &str) -> String {
 }
 
 /// The scripts touch the entity's pending change only as their caller
-/// declared it: told there is none while the entity has one pending (a
-/// change that started between the caller's read and the script), each
-/// answers `moved` and writes nothing; told the right key, each judges
-/// it (its record gone: unresolved, busy).
+/// declared it: told there is none while the entity has one pending (the
+/// caller's first try), each answers `moved` with the key to declare and
+/// writes nothing; told that key, each judges it (its record gone:
+/// unresolved, busy).
 #[test]
 fn a_stale_declaration_of_the_pending_change_moves_nothing() {
     let redis = RedisServer::start();
@@ -457,8 +457,8 @@ fn a_stale_declaration_of_the_pending_change_moves_nothing() {
             "60000", "PAID", "1", "",
         ])
     };
-    assert_eq!(claim_with(&entity).trim(), "0\nmoved");
-    assert_eq!(hold_with(&entity).trim(), "moved");
+    assert_eq!(claim_with(&entity).trim(), format!("0\nmoved\n{pending}"));
+    assert_eq!(hold_with(&entity).trim(), format!("moved\n{pending}"));
     assert_eq!(
         redis.cli(&["EXISTS", &record]).trim(),
         "0",

@@ -21,17 +21,17 @@ use crate::store::{EntityKey, StoreError, StoreKey};
 /// can not be read (no expiry, or gone meanwhile).
 const UNKNOWN_REMAINING: Duration = Duration::from_secs(1);
 
-/// How many times a claim or a hold reads the entity's pending change
-/// again when the script finds it moved before giving up (each move is
-/// another delivery's change settling or starting in between: a few in a
-/// row means a storm of notices for one entity, and the sender retries).
-pub(super) const PENDING_READS: usize = 8;
+/// How many times a claim or a hold is retried when the script finds the
+/// entity's pending change is not the one declared, before giving up:
+/// the first try declares none, the second the one the first was told of;
+/// more means the change moved each time (a storm of notices for one
+/// entity), and the sender retries.
+pub(super) const DECLARATIONS: usize = 8;
 
 /// `claim_entity.lua`'s keys and its arguments after the record and TTL;
-/// `pending`, the entity's pending change as just read
-/// ([`RedisStore::pending_change`]); `probe`, on a probe route: the
-/// scope's probe keys, the plan and when a lost owner's record is first
-/// due.
+/// `pending`, the entity's pending change as the caller believes it
+/// ([`declared`]); `probe`, on a probe route: the scope's probe keys, the
+/// plan and when a lost owner's record is first due.
 pub(super) fn claim_keys_and_args(
     key: &StoreKey,
     step: &EntityStep,
@@ -65,35 +65,27 @@ pub(super) fn declared(step: &EntityStep, pending: Option<&str>) -> String {
     pending.unwrap_or(step.key.as_str()).to_owned()
 }
 
-/// Whether a `claim_entity.lua` reply says the pending change moved since
-/// it was read (`{ 0, 'moved' }`): nothing was done.
-pub(super) fn moved(reply: &Value) -> bool {
+/// The pending change a `claim_entity.lua` (`{ 0, 'moved', pk }`) or
+/// `hold.lua` (`{ 'moved', pk }`) reply says to declare instead (`Some(None)`:
+/// none), or `None` for any other reply: the script did its work.
+pub(super) fn moved(reply: &Value) -> Option<Option<String>> {
     let Value::Array(parts) = reply else {
-        return false;
+        return None;
     };
-    parts.len() == 2 && parts[1].as_str().as_deref() == Some("moved")
+    let at = parts
+        .iter()
+        .position(|part| part.as_str().as_deref() == Some("moved"))?;
+    if at + 2 != parts.len() {
+        return None;
+    }
+    let pending = parts[at + 1].as_string().unwrap_or_default();
+    Some((!pending.is_empty()).then_some(pending))
 }
 
 impl RedisStore {
-    /// The record key of the entity's pending change, read by
-    /// `pending.lua` on the node of `key` (a record of that entity: same
-    /// slot), so that the script after it can declare it.
-    pub(super) async fn pending_change(
-        &self,
-        client: &mut fred::prelude::Client,
-        key: &StoreKey,
-        step: &EntityStep,
-    ) -> Result<Option<String>, StoreError> {
-        let keys = vec![step.key.as_str().to_owned()];
-        let reply = self
-            .eval_keys(client, &self.scripts.pending, key, keys, Vec::new())
-            .await?;
-        Ok(reply.as_string())
-    }
-
-    /// Runs `claim_entity.lua` for `key` with the record and TTL `args`:
-    /// reads the entity's pending change, declares it, and reads again
-    /// while the script finds it moved (up to [`PENDING_READS`] times).
+    /// Runs `claim_entity.lua` for `key` with the record and TTL `args`,
+    /// declaring no pending change first and, told it moved, the one the
+    /// reply names (up to [`DECLARATIONS`] times).
     pub(super) async fn claim_entity(
         &self,
         client: &mut fred::prelude::Client,
@@ -102,16 +94,17 @@ impl RedisStore {
         args: Vec<Value>,
         probe: Option<([String; 2], Value, Value)>,
     ) -> Result<Value, StoreError> {
-        for _ in 0..PENDING_READS {
-            let pending = self.pending_change(client, key, step).await?;
+        let mut pending = None;
+        for _ in 0..DECLARATIONS {
             let (keys, more) = claim_keys_and_args(key, step, pending.as_deref(), probe.clone());
             let mut args = args.clone();
             args.extend(more);
             let reply = self
                 .eval_keys(client, &self.scripts.claim_entity, key, keys, args)
                 .await?;
-            if !moved(&reply) {
-                return Ok(reply);
+            match moved(&reply) {
+                Some(now) => pending = now,
+                None => return Ok(reply),
             }
         }
         Err(moving())
@@ -119,10 +112,10 @@ impl RedisStore {
 }
 
 /// The error of a claim or hold whose entity's pending change moved at
-/// every one of its [`PENDING_READS`] reads: transient, the sender retries.
+/// each of its [`DECLARATIONS`]: transient, the sender retries.
 pub(super) fn moving() -> StoreError {
     StoreError::Unavailable(format!(
-        "the entity's pending change moved at each of {PENDING_READS} reads"
+        "the entity's pending change moved at each of {DECLARATIONS} tries"
     ))
 }
 

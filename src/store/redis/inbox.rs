@@ -231,11 +231,11 @@ impl InboxOps for RedisStore {
             ];
             args.extend(super::entity::step_args(step));
             let client = &mut self.routed(key.as_str());
-            // The pending change is declared as it was read; read again
-            // while the script finds it moved (`entity::claim_entity`).
+            // No pending change declared first, then the one the script
+            // names while it finds another (`entity::claim_entity`).
+            let mut pending = None;
             let mut reply = Value::Null;
-            for _ in 0..super::entity::PENDING_READS {
-                let pending = self.pending_change(client, key, step).await?;
+            for _ in 0..super::entity::DECLARATIONS {
                 let keys = vec![
                     key.as_str().to_owned(),
                     step.key.as_str().to_owned(),
@@ -245,12 +245,15 @@ impl InboxOps for RedisStore {
                 reply = self
                     .eval_keys(client, &self.scripts.hold, key, keys, args.clone())
                     .await?;
-                if reply.as_str().as_deref() != Some("moved") {
-                    break;
+                match super::entity::moved(&reply) {
+                    Some(now) => pending = now,
+                    None => break,
                 }
             }
+            if super::entity::moved(&reply).is_some() {
+                return Err(super::entity::moving());
+            }
             match reply.as_string().as_deref() {
-                Some("moved") => Err(super::entity::moving()),
                 Some("held") => Ok(HoldVerdict::Held),
                 Some("free") => Ok(HoldVerdict::Free),
                 Some("full") => Ok(HoldVerdict::Full),

@@ -15,11 +15,11 @@ pub(super) struct Named {
 impl Named {
     /// Whether running the script a second time, after a first call whose
     /// fate is unknown (its primary died under it), can do no harm: a read
-    /// (`lookup`, `pending`) or a delete (`purge`). Only these are sent again to a
+    /// (`lookup`) or a delete (`purge`). Only these are sent again to a
     /// promoted primary at once; a claim or a completion is left to the
     /// sender's retry and to `pipeline::persist`, which know its owner.
     pub(super) fn repeatable(&self) -> bool {
-        matches!(self.name, "lookup" | "purge" | "pending")
+        matches!(self.name, "lookup" | "purge")
     }
 }
 
@@ -80,7 +80,6 @@ pub(super) struct Scripts {
     pub(super) entity_set: Named,
     pub(super) renew: Named,
     pub(super) lookup: Named,
-    pub(super) pending: Named,
     pub(super) swap: Named,
     pub(super) take: Named,
     pub(super) prune: Named,
@@ -101,7 +100,6 @@ impl Scripts {
             entity_set: named!("entity_set" with entity),
             renew: named!("renew"),
             lookup: named!("lookup"),
-            pending: named!("pending"),
             swap: named!("swap" with entity),
             take: named!("take"),
             prune: named!("prune"),
@@ -111,7 +109,7 @@ impl Scripts {
     }
 
     /// Every script, for loading them all on a server.
-    pub(super) fn all(&self) -> [&Script; 15] {
+    pub(super) fn all(&self) -> [&Script; 14] {
         [
             &self.claim.script,
             &self.claim_entity.script,
@@ -122,7 +120,6 @@ impl Scripts {
             &self.entity_set.script,
             &self.renew.script,
             &self.lookup.script,
-            &self.pending.script,
             &self.swap.script,
             &self.take.script,
             &self.prune.script,
