@@ -209,11 +209,11 @@ end
 
 -- What holds ekey for a new notice: nil (free), { 0, 'moved', pk } when
 -- the pending change is not the one declared (pk: its record key, '' for
--- none; the caller declares it and retries), or the busy reply { 0, 'busy', pttl, kind, hold } of
--- claim_entity.lua (hold: the pending claim's own, claim_hold, for kind
--- 'flight'). The pending change's record shares the entity's slot (same
--- tag); a completed one is folded in. `declared` is the KEYS entry
--- entity_declared reads.
+-- none; the caller declares it and retries), or the busy reply
+-- { 0, 'busy', pttl, kind, hold } of claim_entity.lua (hold: the pending
+-- claim's own, claim_hold, for kind 'flight'). The pending change's
+-- record shares the entity's slot (same tag); a completed one is folded
+-- in. `declared` is the KEYS entry entity_declared reads.
 local function entity_blocker(ekey, declared)
   local pending_key = entity_declared(ekey, declared)
   local current = redis.call('HGET', ekey, 'pk') or false

@@ -11,8 +11,8 @@
 -- Reply:   1 taken out; 0 left (not a member, or the record changed since
 --          it was read: a new claim may be queueing it right now)
 --
--- Every write of a record puts a fresh owner token at bytes 3..18
--- (1-based), so an unchanged owner means an unchanged record.
+-- Every write of a record puts a fresh owner token in it (record.lua,
+-- record_owner), so an unchanged owner means an unchanged record.
 local current = redis.call('GET', KEYS[1])
 if current and record_owner(current) ~= ARGV[2] then
   return 0
