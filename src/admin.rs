@@ -6,6 +6,11 @@
 //! `/admin/openapi.json`, the document describing all of them (see
 //! `openapi`). Every 405 names the path's methods in `Allow` (`allow`).
 //!
+//! Every path, its methods and whether it needs the token are one table
+//! (`routes`); [`Admin::handle`] reads each request against it in one
+//! order (host, path, token, method), so a new endpoint is a row there
+//! and an arm in `Admin::serve`, and no handler checks the token itself.
+//!
 //! Kept on its own address so probes and scrapes never compete with
 //! deliveries, and so it can stay private while the proxy port faces
 //! senders.
@@ -61,17 +66,16 @@ mod listing;
 mod openapi;
 mod purge;
 mod record_ref;
-
-use about::About;
+mod routes;
 
 /// The header on every admin listener answer, by which the CLI knows it
 /// talks to an admin listener before it sends the token: pointed at the
 /// proxy port by mistake, it would otherwise hand the token to the proxy,
 /// which forwards it to the legacy handler.
 pub const LISTENER_HEADER: &str = "idemgate-listener";
-use allow::Allow;
-use console::Console;
+use auth::{Caller, Refusal};
 use record_ref::key_hash_of;
+use routes::{Access, AdminPath, Endpoint, Found};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,6 +109,8 @@ pub(crate) struct Admin {
     hot_keys: Arc<HotKeys>,
     /// When this process started serving, for `/admin/info`.
     started: about::Started,
+    /// Every path this listener serves (`routes`).
+    routes: routes::Table,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
@@ -120,9 +126,6 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
 fn text(status: StatusCode, body: &str) -> Response<ProxyBody> {
     reply(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
-
-/// The probe and scrape paths: plain text whatever they answer.
-const PLAIN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     reply(status, "application/json", body.to_string())
@@ -152,6 +155,7 @@ impl Admin {
             inboxes,
             hot_keys,
             started: about::Started::now(),
+            routes: routes::Table::new(),
         }
     }
 
@@ -190,7 +194,11 @@ impl Admin {
     }
 
     /// Answers one admin request that came to the listener's address
-    /// `local` (a `Host` naming another site is refused first: [`host`]).
+    /// `local`, in one order for every path (`routes`): a `Host` naming
+    /// another site is refused first ([`host`]), then a path not in the
+    /// table, then a missing or insufficient token where the path needs
+    /// one (compared once, `auth`), then a method the path does not
+    /// serve; an operator's action is recorded once answered (`audit`).
     pub(crate) async fn handle(
         self: Arc<Self>,
         request: Request<Incoming>,
@@ -202,147 +210,122 @@ impl Admin {
                 "this Host is not a name of the admin listener: use its address, localhost, or a name in [admin] allowed_hosts",
             );
         }
-        let Some((action, route)) = audit::Action::of(request.method(), request.uri().path())
-        else {
-            return self.answer(request).await;
+        let Some(found) = self.routes.at(request.uri().path()) else {
+            return self.problem(AdminReason::NotFound, "no admin endpoint at this path");
         };
-        let route = route.to_owned();
-        let token = self.caller(&request).map(|(name, _)| name.to_owned());
-        let answer = self.answer(request).await;
-        // Only a known token's action is an operator's (`audit`).
-        if let Some(token) = token {
-            self.record_action((action, &route), &token, &answer).await;
+        let action = found.path.endpoint.action(request.method());
+        let caller = match found.path.access {
+            Access::Probe | Access::Open => None,
+            Access::Token => match self.authenticate(&request) {
+                Ok(caller) => Some(caller),
+                Err(refusal) => {
+                    let answer = self.refused(refusal);
+                    // A known token's refused action is still an
+                    // operator's: recorded (`audit`).
+                    if let (Refusal::ReadOnly(caller), Some(action)) = (refusal, action) {
+                        self.record_action((action, found.route), caller.name, &answer)
+                            .await;
+                    }
+                    return answer;
+                }
+            },
+        };
+        if !found.path.allow.admits(request.method()) {
+            return self.wrong_method(found.path);
+        }
+        let answer = self.serve(&request, found, caller).await;
+        if let (Some(action), Some(caller)) = (action, caller) {
+            self.record_action((action, found.route), caller.name, &answer)
+                .await;
         }
         answer
     }
 
-    /// The answer to a request whose `Host` names this listener.
-    async fn answer(&self, request: Request<Incoming>) -> Response<ProxyBody> {
-        let path = request.uri().path().to_owned();
-        if let Some(rest) = path.strip_prefix("/admin/records/") {
-            return self.records(&request, rest).await;
+    /// The 405 for a path `path` names that does not serve the method:
+    /// plain text for probes and scrapers, a problem document otherwise.
+    fn wrong_method(&self, path: AdminPath) -> Response<ProxyBody> {
+        if path.access != Access::Probe {
+            return self.method_not_allowed(path.allow);
         }
-        if let Some(rest) = path.strip_prefix("/admin/inbox/") {
-            if let Some(refused) = self.refuse_unauthorized(&request) {
-                return refused;
+        let mut refused = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+        path.allow.stamp(&mut refused);
+        refused
+    }
+
+    /// The answer of the endpoint `found` names, the token and method
+    /// already checked.
+    async fn serve(
+        &self,
+        request: &Request<Incoming>,
+        found: Found<'_>,
+        caller: Option<Caller<'_>>,
+    ) -> Response<ProxyBody> {
+        let (method, query) = (request.method(), request.uri().query());
+        match found.path.endpoint {
+            Endpoint::Health => text(StatusCode::OK, "ok"),
+            Endpoint::Ready => self.ready().await,
+            Endpoint::Metrics => self.exposition(),
+            // The console's files hold no data (`console`); the calls the
+            // page makes carry the token.
+            Endpoint::Console(file) => file.serve(),
+            Endpoint::OpenApi => openapi::document(),
+            Endpoint::About(view) => self.about(view, caller).await,
+            Endpoint::HotKeys => self.hot_keys(query),
+            Endpoint::Audit => self.audit_trail(query).await,
+            Endpoint::Record => {
+                let purge = method == Method::DELETE;
+                self.records(purge, found.route, found.key, query).await
             }
-            return self.inbox(&request, rest).await;
-        }
-        if let Some(route) = path.strip_prefix(entities::PREFIX) {
-            if let Some(refused) = self.refuse_unauthorized(&request) {
-                return refused;
+            Endpoint::Inbox(part) => self.inbox(part, found.route, query).await,
+            Endpoint::Entity if method == Method::GET => self.entity(found.route, query).await,
+            Endpoint::Entity => {
+                let set = method == Method::PUT;
+                self.correct(found.route, query, set).await
             }
-            return match *request.method() {
-                Method::GET => self.entity(route, request.uri().query()).await,
-                Method::PUT | Method::DELETE => {
-                    let set = request.method() == Method::PUT;
-                    self.correct(route, request.uri().query(), set).await
-                }
-                _ => self.method_not_allowed(Allow::GetPutDelete),
-            };
-        }
-        if path == "/admin/hot-keys" {
-            if let Some(refused) = self.refuse_unauthorized(&request) {
-                return refused;
-            }
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return self.hot_keys(request.uri().query());
-        }
-        if path == audit::PATH {
-            if let Some(refused) = self.refuse_unauthorized(&request) {
-                return refused;
-            }
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return self.audit_trail(request.uri().query()).await;
-        }
-        if path == openapi::PATH {
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return openapi::document();
-        }
-        if let Some(about) = About::at(&path) {
-            if let Some(refused) = self.refuse_unauthorized(&request) {
-                return refused;
-            }
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return self.about(about, self.caller(&request)).await;
-        }
-        // The console's files hold no data: served without the token
-        // (`console`); the calls the page makes carry it.
-        if let Some(file) = Console::at(&path) {
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return file.serve();
-        }
-        if request.method() != Method::GET {
-            if PLAIN_PATHS.contains(&path.as_str()) {
-                let mut refused = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-                Allow::Get.stamp(&mut refused);
-                return refused;
-            }
-            // RFC 9110 §15.5.6: 405 only where the path exists.
-            return self.problem(AdminReason::NotFound, "no admin endpoint at this path");
-        }
-        match path.as_str() {
-            "/healthz" => text(StatusCode::OK, "ok"),
-            "/readyz" => self.ready().await,
-            "/metrics" => match &self.metrics {
-                Some(handle) => {
-                    crate::metrics::process::collect();
-                    let mut body = handle.render();
-                    self.hot_keys.render_prometheus(&mut body);
-                    reply(StatusCode::OK, "text/plain; version=0.0.4", body)
-                }
-                None => text(StatusCode::NOT_FOUND, "metrics recorder not installed"),
-            },
-            _ => self.problem(AdminReason::NotFound, "no admin endpoint at this path"),
         }
     }
 
-    async fn records(&self, request: &Request<Incoming>, rest: &str) -> Response<ProxyBody> {
-        if let Some(refused) = self.refuse_unauthorized(request) {
-            return refused;
-        }
-        // The method set belongs to the path: decided before its target.
-        let purge = match *request.method() {
-            Method::GET => false,
-            Method::DELETE => true,
-            _ => return self.method_not_allowed(Allow::GetDelete),
+    /// `/metrics`: the recorder's exposition with the process metrics and
+    /// the hot-key tables.
+    fn exposition(&self) -> Response<ProxyBody> {
+        let Some(handle) = &self.metrics else {
+            return text(StatusCode::NOT_FOUND, "metrics recorder not installed");
         };
-        let (route_name, path_key) = match rest.split_once('/') {
-            Some((route, key)) => (route, Some(key)),
-            None => (rest, None),
-        };
+        crate::metrics::process::collect();
+        let mut body = handle.render();
+        self.hot_keys.render_prometheus(&mut body);
+        reply(StatusCode::OK, "text/plain; version=0.0.4", body)
+    }
+
+    /// One record (`GET` shows it, `DELETE` purges it) or a listing of
+    /// records, on the route named `route_name`.
+    async fn records(
+        &self,
+        purge: bool,
+        route_name: &str,
+        path_key: Option<&str>,
+        query: Option<&str>,
+    ) -> Response<ProxyBody> {
         let Some(route) = self.config.routes.iter().find(|r| r.name == route_name) else {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         };
-        if listing::is_listing(request.uri().query()) {
+        if listing::is_listing(query) {
             if purge {
                 return self.problem(
                     AdminReason::BadRequest,
                     "state= lists; DELETE needs hash= or key=",
                 );
             }
-            return self
-                .record_listing(route, path_key, request.uri().query())
-                .await;
+            return self.record_listing(route, path_key, query).await;
         }
         // A purge says which state it saw (`purge`); the rest names the record.
         let (expect, query) = if purge {
-            match purge::expected_state(request.uri().query()) {
+            match purge::expected_state(query) {
                 Ok(split) => split,
                 Err(problem) => return self.problem(AdminReason::BadRequest, problem),
             }
         } else {
-            (None, request.uri().query().map(str::to_owned))
+            (None, query.map(str::to_owned))
         };
         let (key_hash, key) = match self.record_key(route, path_key, query.as_deref()) {
             Ok(named) => named,

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use http::{Response, StatusCode};
 
+use super::auth::Caller;
 use super::{Admin, json, reply};
 use crate::body::ProxyBody;
-use crate::config::TokenScope;
 use crate::metrics::REVISION;
 
 /// The two read-only views this module serves.
@@ -25,17 +25,6 @@ pub(crate) enum About {
     Config,
     /// `GET /admin/info`.
     Info,
-}
-
-impl About {
-    /// The view `path` names, if any.
-    pub(crate) fn at(path: &str) -> Option<Self> {
-        match path {
-            "/admin/config" => Some(Self::Config),
-            "/admin/info" => Some(Self::Info),
-            _ => None,
-        }
-    }
 }
 
 /// The start of this process, on both clocks: the wall clock to report
@@ -59,10 +48,10 @@ impl Started {
 impl Admin {
     /// Answers `GET` on one of the [`About`] views, for the holder of
     /// `caller` (token name and scope).
-    pub(crate) async fn about(
+    pub(super) async fn about(
         &self,
         view: About,
-        caller: Option<(&str, TokenScope)>,
+        caller: Option<Caller<'_>>,
     ) -> Response<ProxyBody> {
         match view {
             About::Config => reply(
@@ -75,9 +64,9 @@ impl Admin {
                 // Which token asked, so the console offers a read-only
                 // token no action it would be refused.
                 info["token"] = match caller {
-                    Some((name, scope)) => serde_json::json!({
-                        "name": name,
-                        "scope": crate::config::Choice::name(scope),
+                    Some(caller) => serde_json::json!({
+                        "name": caller.name,
+                        "scope": crate::config::Choice::name(caller.scope),
                     }),
                     None => serde_json::Value::Null,
                 };

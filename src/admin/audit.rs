@@ -16,13 +16,13 @@
 //! found and the state left); the outcome is the refusal's
 //! [`AdminReason`], which every problem answer carries, or `done`. So no
 //! handler records anything itself, and an action added later is recorded
-//! by naming it in [`Action::of`].
+//! by naming it in `routes::Endpoint::action`.
 //!
 //! The entry is written after the action: if the store fails then, the
 //! action stands, an ERROR log line says what was not recorded, and
 //! `idemgate_admin_audit_failures_total` counts it.
 
-use http::{Method, Response, StatusCode};
+use http::{Response, StatusCode};
 use metrics::counter;
 
 use super::{Admin, json, query_pairs};
@@ -30,9 +30,6 @@ use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::metrics::Description;
 use crate::store::audit::{AuditEntry, AuditId};
-
-/// The path of the listing.
-pub(super) const PATH: &str = "/admin/audit";
 
 /// Entries per page when `limit` is absent, and the most allowed.
 const DEFAULT_LIMIT: usize = 50;
@@ -79,28 +76,6 @@ impl Action {
         Self::EntitySet,
         Self::EntityClear,
     ];
-
-    /// The action a request asks for and the route it names, or `None`
-    /// for a request that only looks (or names no action path).
-    pub(super) fn of<'p>(method: &Method, path: &'p str) -> Option<(Self, &'p str)> {
-        let route_of = |rest: &'p str| rest.split('/').next().unwrap_or(rest);
-        if let Some(rest) = path.strip_prefix("/admin/records/") {
-            return (method == Method::DELETE).then(|| (Self::Purge, route_of(rest)));
-        }
-        if let Some(rest) = path.strip_prefix(super::entities::PREFIX) {
-            return match *method {
-                Method::PUT => Some((Self::EntitySet, rest)),
-                Method::DELETE => Some((Self::EntityClear, rest)),
-                _ => None,
-            };
-        }
-        let (route, action) = path.strip_prefix("/admin/inbox/")?.split_once('/')?;
-        match (method, action) {
-            (&Method::POST, "retry") => Some((Self::Retry, route)),
-            (&Method::POST, "drop") => Some((Self::Drop, route)),
-            _ => None,
-        }
-    }
 
     fn as_str(self) -> &'static str {
         match self {
@@ -294,45 +269,6 @@ fn page_query(query: Option<&str>) -> Result<(usize, Option<AuditId>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_actions_are_audited() {
-        let of = |method: Method, path: &'static str| Action::of(&method, path);
-        assert_eq!(
-            of(Method::DELETE, "/admin/records/pay/k1"),
-            Some((Action::Purge, "pay"))
-        );
-        assert_eq!(
-            of(Method::DELETE, "/admin/records/pay"),
-            Some((Action::Purge, "pay"))
-        );
-        assert_eq!(
-            of(Method::POST, "/admin/inbox/pay/retry"),
-            Some((Action::Retry, "pay"))
-        );
-        assert_eq!(
-            of(Method::POST, "/admin/inbox/pay/drop"),
-            Some((Action::Drop, "pay"))
-        );
-        assert_eq!(
-            of(Method::PUT, "/admin/entities/pay"),
-            Some((Action::EntitySet, "pay"))
-        );
-        assert_eq!(
-            of(Method::DELETE, "/admin/entities/pay"),
-            Some((Action::EntityClear, "pay"))
-        );
-        for (method, path) in [
-            (Method::GET, "/admin/records/pay/k1"),
-            (Method::GET, "/admin/entities/pay"),
-            (Method::GET, "/admin/inbox/pay/delivery"),
-            (Method::POST, "/admin/inbox/pay/delivery"),
-            (Method::POST, "/admin/inbox/pay"),
-            (Method::DELETE, "/admin/audit"),
-        ] {
-            assert_eq!(of(method.clone(), path), None, "{method} {path}");
-        }
-    }
 
     #[test]
     fn values_the_request_chose_are_kept_short() {

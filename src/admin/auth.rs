@@ -1,8 +1,10 @@
 //! Who may use the admin API: the bearer token of a request, compared in
 //! constant time with `[admin] token` (named `admin`, may act) and every
 //! `[[admin.tokens]]` entry, and the scope it carries: a `read` token's
-//! action (any method but `GET` and `HEAD`) is refused. Every endpoint
-//! behind the token calls [`Admin::refuse_unauthorized`] first.
+//! action (any method but `GET` and `HEAD`) is refused. The routing table
+//! (`routes`) says which paths need a token; [`Admin::handle`] calls
+//! [`Admin::authenticate`] once for those, before the method or anything
+//! else is looked at, and hands the [`Caller`] to the endpoint.
 
 use http::{Method, Request, Response, header};
 use hyper::body::Incoming;
@@ -14,10 +16,36 @@ use crate::body::ProxyBody;
 use crate::config::{MAIN_TOKEN_NAME, TokenScope};
 use crate::error::AdminReason;
 
+/// The holder of a configured token: its name (recorded in the audit
+/// trail and the log) and what it may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Caller<'a> {
+    /// `admin` for `[admin] token`, else the `[[admin.tokens]]` name.
+    pub name: &'a str,
+    /// Whether it may act or only read.
+    pub scope: TokenScope,
+}
+
+/// Why a request gets no further than the token check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal<'a> {
+    /// No token is configured: the token-guarded API is off.
+    Disabled,
+    /// The request's token matches none configured (or there is none).
+    Unknown,
+    /// A read-only token asked for an action: an operator's request,
+    /// refused, so the audit trail records it.
+    ReadOnly(Caller<'a>),
+}
+
 impl Admin {
-    /// Who presented the request's bearer token: `None` when no token is
-    /// configured (the API is off), `Some(None)` when it matches none.
-    fn authorized(&self, request: &Request<Incoming>) -> Option<Option<(&str, TokenScope)>> {
+    /// Who presented the request's bearer token, and whether they may use
+    /// `method`: every configured token is compared once, here, for the
+    /// whole request (module docs).
+    pub(super) fn authenticate(
+        &self,
+        request: &Request<Incoming>,
+    ) -> Result<Caller<'_>, Refusal<'_>> {
         let main = self
             .config
             .admin_token
@@ -30,7 +58,7 @@ impl Admin {
             .map(|named| (named.name.as_str(), &named.secret, named.scope));
         let tokens: Vec<_> = main.into_iter().chain(named).collect();
         if tokens.is_empty() {
-            return None;
+            return Err(Refusal::Disabled);
         }
         let presented = request
             .headers()
@@ -44,33 +72,43 @@ impl Admin {
         for (name, secret, scope) in tokens {
             let configured = Sha256::digest(&*secret.expose());
             if bool::from(presented.as_slice().ct_eq(configured.as_slice())) {
-                caller.get_or_insert((name, scope));
+                caller.get_or_insert(Caller { name, scope });
             }
         }
-        Some(caller)
-    }
-
-    /// The name and scope of the token `request` carries, if it matches
-    /// one (for `/admin/info`, which tells the console what it may offer).
-    pub(super) fn caller(&self, request: &Request<Incoming>) -> Option<(&str, TokenScope)> {
-        self.authorized(request).flatten()
-    }
-
-    /// The answer to a record or inbox API request without the bearer
-    /// token (or with the API disabled), or to an action (any method but
-    /// `GET` and `HEAD`) with a read-only token; `None` lets it through,
-    /// logging an action with the name of the token that asked for it.
-    pub(super) fn refuse_unauthorized(
-        &self,
-        request: &Request<Incoming>,
-    ) -> Option<Response<ProxyBody>> {
+        let caller = caller.ok_or(Refusal::Unknown)?;
         let looks = matches!(*request.method(), Method::GET | Method::HEAD);
-        match self.authorized(request) {
-            None => Some(self.problem(
+        if looks {
+            return Ok(caller);
+        }
+        let (method, path) = (request.method().as_str(), request.uri().path());
+        if caller.scope == TokenScope::Read {
+            tracing::warn!(
+                target: "idemgate::admin",
+                token = caller.name,
+                method,
+                path,
+                "admin action refused: the token may only read"
+            );
+            return Err(Refusal::ReadOnly(caller));
+        }
+        tracing::info!(
+            target: "idemgate::admin",
+            token = caller.name,
+            method,
+            path,
+            "admin action by token"
+        );
+        Ok(caller)
+    }
+
+    /// The answer to a request [`Admin::authenticate`] refused.
+    pub(super) fn refused(&self, refusal: Refusal<'_>) -> Response<ProxyBody> {
+        match refusal {
+            Refusal::Disabled => self.problem(
                 AdminReason::AdminApiDisabled,
                 "the record and inbox APIs are disabled: set [admin] token",
-            )),
-            Some(None) => {
+            ),
+            Refusal::Unknown => {
                 let mut denied = self.problem(
                     AdminReason::Unauthorized,
                     "send Authorization: Bearer <[admin] token, or a token of [[admin.tokens]]>",
@@ -79,33 +117,15 @@ impl Admin {
                     header::WWW_AUTHENTICATE,
                     header::HeaderValue::from_static("Bearer realm=\"idemgate admin\""),
                 );
-                Some(denied)
+                denied
             }
-            Some(Some((name, TokenScope::Read))) if !looks => {
-                tracing::warn!(
-                    target: "idemgate::admin",
-                    token = name,
-                    method = request.method().as_str(),
-                    path = request.uri().path(),
-                    "admin action refused: the token may only read"
-                );
-                Some(self.problem(
-                    AdminReason::ReadOnlyToken,
-                    &format!("token {name:?} may only read (GET); acting needs a token with scope = \"act\""),
-                ))
-            }
-            Some(Some((name, _))) => {
-                if !looks {
-                    tracing::info!(
-                        target: "idemgate::admin",
-                        token = name,
-                        method = request.method().as_str(),
-                        path = request.uri().path(),
-                        "admin action by token"
-                    );
-                }
-                None
-            }
+            Refusal::ReadOnly(caller) => self.problem(
+                AdminReason::ReadOnlyToken,
+                &format!(
+                    "token {:?} may only read (GET); acting needs a token with scope = \"act\"",
+                    caller.name
+                ),
+            ),
         }
     }
 }

@@ -43,17 +43,6 @@ pub(crate) enum Console {
 }
 
 impl Console {
-    /// The console file `path` names, if any.
-    pub(crate) fn at(path: &str) -> Option<Self> {
-        match path {
-            "/admin" => Some(Self::Redirect),
-            "/admin/" => Some(Self::Page),
-            "/admin/console.js" => Some(Self::Script),
-            "/admin/console.css" => Some(Self::Style),
-            _ => None,
-        }
-    }
-
     /// The file's media type and content.
     fn file(self) -> Option<(&'static str, &'static str)> {
         match self {
@@ -108,17 +97,6 @@ impl Console {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_name_their_files() {
-        assert_eq!(Console::at("/admin"), Some(Console::Redirect));
-        assert_eq!(Console::at("/admin/"), Some(Console::Page));
-        assert_eq!(Console::at("/admin/console.js"), Some(Console::Script));
-        assert_eq!(Console::at("/admin/console.css"), Some(Console::Style));
-        for other in ["/admin/index.html", "/admin//", "/admin/console", "/"] {
-            assert_eq!(Console::at(other), None, "{other}");
-        }
-    }
 
     /// The policy forbids inline script and style, so the page must hold
     /// none: a `<script>` without `src`, an `on…=` handler attribute or a

@@ -18,9 +18,6 @@ use crate::pipeline::entity::entity_hash;
 use crate::store::entity::{EntityState, Transition};
 use crate::store::{ENTITY_HASH_LEN, EntityKey};
 
-/// The path prefix of the entity API.
-pub(super) const PREFIX: &str = "/admin/entities/";
-
 /// Why an entity URL names no entity.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum EntityRefError {

@@ -12,11 +12,11 @@
 //! A route without an inbox is a 404; an action on a delivery in the wrong
 //! stage, or one a worker changed meanwhile, is a 409 that says which.
 
-use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::{Response, StatusCode};
 
 use super::audit::Acted;
-use super::{Admin, Allow, inbox_cursor, json, query_pairs};
+use super::routes::InboxPath;
+use super::{Admin, inbox_cursor, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::error::AdminReason;
 use crate::inbox::{Action, Listing, RouteInbox};
@@ -138,22 +138,14 @@ fn delivery_view(
 }
 
 impl Admin {
-    /// Answers one `/admin/inbox/…` request (already authorized).
+    /// Answers one `/admin/inbox/{route_name}…` request naming `part` of
+    /// the route's inbox (token and method already checked: `routes`).
     pub(super) async fn inbox(
         &self,
-        request: &Request<Incoming>,
-        rest: &str,
+        part: InboxPath,
+        route_name: &str,
+        query: Option<&str>,
     ) -> Response<ProxyBody> {
-        let (route_name, action) = match rest.split_once('/') {
-            Some((_, "")) => {
-                return self.problem(
-                    AdminReason::NotFound,
-                    "no trailing slash: the listing is /admin/inbox/{route}",
-                );
-            }
-            Some((route, action)) => (route, action),
-            None => (rest, ""),
-        };
         if !self.config.routes.iter().any(|r| r.name == route_name) {
             return self.problem(AdminReason::UnknownRoute, "no route has this name");
         }
@@ -164,23 +156,12 @@ impl Admin {
             );
         };
         let route = &inbox.settings;
-        let query = request.uri().query();
-        if action.is_empty() {
-            if request.method() != Method::GET {
-                return self.method_not_allowed(Allow::Get);
-            }
-            return self.inbox_page(inbox, query).await;
-        }
-        let allow = match action {
-            "delivery" => Allow::Get,
-            "retry" | "drop" => Allow::Post,
-            _ => {
-                return self.problem(AdminReason::NotFound, "expected delivery, retry or drop");
-            }
+        let action = match part {
+            InboxPath::Listing => return self.inbox_page(inbox, query).await,
+            InboxPath::Delivery => "delivery",
+            InboxPath::Retry => "retry",
+            InboxPath::Drop => "drop",
         };
-        if !allow.admits(request.method()) {
-            return self.method_not_allowed(allow);
-        }
         // An action says which state it saw (as the delivery view shows
         // it); the rest names the delivery.
         let (seen, query) = if action == "delivery" {

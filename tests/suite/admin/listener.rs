@@ -172,3 +172,74 @@ async fn a_read_only_token_looks_but_can_not_act() {
     );
     gate.stop().await;
 }
+
+/// Every admin request is read in one order, whatever the path: a path no
+/// endpoint serves is a 404 before any token is asked for; then a missing
+/// or unknown token (401), a read-only token's action (403), a method the
+/// path does not serve (405, even naming a route that does not exist),
+/// and only then the route the path names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_path_is_read_in_one_order() {
+    let (_dir, store) = temp_embedded_store();
+    let upstream = Upstream::start().await;
+    let text = with_admin(&config_text(&store, &upstream.url(), ""))
+        + "[[admin.tokens]]\nname = \"grafana\"\ntoken = \"literal:grafana-token-0001\"\n";
+    let gate = Gate::start(&text).await;
+    let reader = "grafana-token-0001";
+    let call = |method: &'static str, path: &'static str, token: Option<&'static str>| {
+        let url = format!("http://{}{path}", gate.admin);
+        async move {
+            let headers = token
+                .map(|t| vec![("authorization".to_owned(), format!("Bearer {t}"))])
+                .unwrap_or_default();
+            let answer = send(method, &url, &headers, "").await;
+            (answer.status, answer.reason())
+        }
+    };
+    let reason = |word: &str| Some(word.to_owned());
+    for path in [
+        "/admin/inbox/pay/",
+        "/admin/inbox/pay/other",
+        "/admin/records/",
+        "/admin/entities/pay/more",
+        "/admin/audit/1",
+    ] {
+        for token in [None, Some(super::TOKEN)] {
+            assert_eq!(
+                call("GET", path, token).await,
+                (404, reason("not_found")),
+                "GET {path} {token:?}"
+            );
+        }
+    }
+    for (method, path) in [
+        ("PATCH", "/admin/records/pay/k1"),
+        ("PATCH", "/admin/inbox/nowhere"),
+        ("GET", "/admin/inbox/nowhere/retry"),
+        ("POST", "/admin/entities/nowhere"),
+        ("POST", "/admin/info"),
+    ] {
+        assert_eq!(
+            call(method, path, None).await,
+            (401, reason("unauthorized")),
+            "{method} {path} without a token"
+        );
+        let by_reader = call(method, path, Some(reader)).await;
+        let expected = if method == "GET" {
+            (405, reason("method_not_allowed"))
+        } else {
+            (403, reason("read_only_token"))
+        };
+        assert_eq!(by_reader, expected, "{method} {path} by a reader");
+        assert_eq!(
+            call(method, path, Some(super::TOKEN)).await,
+            (405, reason("method_not_allowed")),
+            "{method} {path}: the method before the route"
+        );
+    }
+    assert_eq!(
+        call("GET", "/admin/inbox/nowhere", Some(reader)).await,
+        (404, reason("unknown_route"))
+    );
+    gate.stop().await;
+}
