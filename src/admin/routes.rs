@@ -86,107 +86,28 @@ pub(super) struct AdminPath {
 }
 
 /// The table's rows: pattern (matchit syntax), endpoint, methods, access.
+#[rustfmt::skip]
 const ROWS: &[(&str, Endpoint, Allow, Access)] = &[
-    ("/healthz", Endpoint::Health, Allow::Get, Access::Probe),
-    ("/readyz", Endpoint::Ready, Allow::Get, Access::Probe),
-    ("/metrics", Endpoint::Metrics, Allow::Get, Access::Probe),
-    (
-        "/admin",
-        Endpoint::Console(Console::Redirect),
-        Allow::Get,
-        Access::Open,
-    ),
-    (
-        "/admin/",
-        Endpoint::Console(Console::Page),
-        Allow::Get,
-        Access::Open,
-    ),
-    (
-        "/admin/console.js",
-        Endpoint::Console(Console::Script),
-        Allow::Get,
-        Access::Open,
-    ),
-    (
-        "/admin/console.css",
-        Endpoint::Console(Console::Style),
-        Allow::Get,
-        Access::Open,
-    ),
-    (
-        "/admin/openapi.json",
-        Endpoint::OpenApi,
-        Allow::Get,
-        Access::Open,
-    ),
-    (
-        "/admin/config",
-        Endpoint::About(About::Config),
-        Allow::Get,
-        Access::Token,
-    ),
-    (
-        "/admin/info",
-        Endpoint::About(About::Info),
-        Allow::Get,
-        Access::Token,
-    ),
-    (
-        "/admin/hot-keys",
-        Endpoint::HotKeys,
-        Allow::Get,
-        Access::Token,
-    ),
-    ("/admin/audit", Endpoint::Audit, Allow::Get, Access::Token),
-    (
-        "/admin/records/{route}",
-        Endpoint::Record,
-        Allow::GetDelete,
-        Access::Token,
-    ),
-    (
-        "/admin/records/{route}/",
-        Endpoint::Record,
-        Allow::GetDelete,
-        Access::Token,
-    ),
-    (
-        "/admin/records/{route}/{*key}",
-        Endpoint::Record,
-        Allow::GetDelete,
-        Access::Token,
-    ),
-    (
-        "/admin/inbox/{route}",
-        Endpoint::Inbox(InboxPath::Listing),
-        Allow::Get,
-        Access::Token,
-    ),
-    (
-        "/admin/inbox/{route}/delivery",
-        Endpoint::Inbox(InboxPath::Delivery),
-        Allow::Get,
-        Access::Token,
-    ),
-    (
-        "/admin/inbox/{route}/retry",
-        Endpoint::Inbox(InboxPath::Retry),
-        Allow::Post,
-        Access::Token,
-    ),
-    (
-        "/admin/inbox/{route}/drop",
-        Endpoint::Inbox(InboxPath::Drop),
-        Allow::Post,
-        Access::Token,
-    ),
-    (
-        "/admin/entities/{route}",
-        Endpoint::Entity,
-        Allow::GetPutDelete,
-        Access::Token,
-    ),
+    ("/healthz",                      Endpoint::Health,                     Allow::Get,          Access::Probe),
+    ("/readyz",                       Endpoint::Ready,                      Allow::Get,          Access::Probe),
+    ("/metrics",                      Endpoint::Metrics,                    Allow::Get,          Access::Probe),
+    ("/admin",                        Endpoint::Console(Console::Redirect), Allow::Get,          Access::Open),
+    ("/admin/",                       Endpoint::Console(Console::Page),     Allow::Get,          Access::Open),
+    ("/admin/console.js",             Endpoint::Console(Console::Script),   Allow::Get,          Access::Open),
+    ("/admin/console.css",            Endpoint::Console(Console::Style),    Allow::Get,          Access::Open),
+    ("/admin/openapi.json",           Endpoint::OpenApi,                    Allow::Get,          Access::Open),
+    ("/admin/config",                 Endpoint::About(About::Config),       Allow::Get,          Access::Token),
+    ("/admin/info",                   Endpoint::About(About::Info),         Allow::Get,          Access::Token),
+    ("/admin/hot-keys",               Endpoint::HotKeys,                    Allow::Get,          Access::Token),
+    ("/admin/audit",                  Endpoint::Audit,                      Allow::Get,          Access::Token),
+    ("/admin/records/{route}",        Endpoint::Record,                     Allow::GetDelete,    Access::Token),
+    ("/admin/records/{route}/",       Endpoint::Record,                     Allow::GetDelete,    Access::Token),
+    ("/admin/records/{route}/{*key}", Endpoint::Record,                     Allow::GetDelete,    Access::Token),
+    ("/admin/inbox/{route}",          Endpoint::Inbox(InboxPath::Listing),  Allow::Get,          Access::Token),
+    ("/admin/inbox/{route}/delivery", Endpoint::Inbox(InboxPath::Delivery), Allow::Get,          Access::Token),
+    ("/admin/inbox/{route}/retry",    Endpoint::Inbox(InboxPath::Retry),    Allow::Post,         Access::Token),
+    ("/admin/inbox/{route}/drop",     Endpoint::Inbox(InboxPath::Drop),     Allow::Post,         Access::Token),
+    ("/admin/entities/{route}",       Endpoint::Entity,                     Allow::GetPutDelete, Access::Token),
 ];
 
 /// A request path found in the table, with its parameters.

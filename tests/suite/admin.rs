@@ -7,11 +7,15 @@ use crate::support::*;
 
 mod about;
 mod audit;
+#[cfg(feature = "system-tests")]
 mod console;
+#[cfg(feature = "system-tests")]
 mod console_walk;
 mod entities;
 mod listener;
+#[cfg(feature = "system-tests")]
 mod listing;
+#[cfg(feature = "system-tests")]
 mod listing_churn;
 mod openapi;
 

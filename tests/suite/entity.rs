@@ -178,7 +178,7 @@ async fn an_undeclared_state_is_field_invalid_and_leaves_nothing() {
     let (gate, redis, _dir) = gate_on(Kind::Redis, &upstream, MACHINE).await;
     let redis = redis.unwrap();
     let url = gate.url("/notify");
-    let before = redis.data_commands();
+    let store = redis.watch_data();
     for status in ["SUCCESS", "success ", "paid", ""] {
         let refused = deliver(&url, &notice("u1", "o6", status)).await;
         assert_eq!(
@@ -189,7 +189,7 @@ async fn an_undeclared_state_is_field_invalid_and_leaves_nothing() {
     }
     let no_order = deliver(&url, r#"{"id":"u2","status":"success"}"#).await;
     assert_eq!(no_order.reason().as_deref(), Some("key_missing"));
-    assert_eq!(redis.data_commands(), before, "no store access");
+    assert_eq!(store.commands(), Vec::<String>::new(), "no store access");
     assert_eq!(upstream.calls(), 0);
     gate.stop().await;
 }

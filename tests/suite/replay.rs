@@ -115,7 +115,7 @@ async fn same_key_different_body_is_422_even_while_in_flight() {
 #[tokio::test]
 async fn key_and_body_errors_are_400_without_store_access() {
     let (redis, upstream, gate) = redis_gate("").await;
-    redis.reset_stats();
+    let store = redis.watch_data();
     let missing = deliver(&gate.url("/notify"), r#"{"amount":"1"}"#).await;
     assert_eq!(
         (missing.status, missing.reason().as_deref()),
@@ -131,7 +131,7 @@ async fn key_and_body_errors_are_400_without_store_access() {
         (garbage.status, garbage.reason().as_deref()),
         (400, Some("bad_request_body"))
     );
-    assert_eq!(redis.data_commands(), 0);
+    assert_eq!(store.commands(), Vec::<String>::new(), "no store access");
     assert_eq!(upstream.calls(), 0);
     gate.stop().await;
 }

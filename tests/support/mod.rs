@@ -9,6 +9,8 @@
 //! * [`wait`] — every poll loop: async and blocking, boolean and valued.
 //! * [`redis`] — [`RedisServer`] (plain or TLS only) and the per-port
 //!   `redis-cli` helpers.
+//! * [`monitor`] — [`DataWatch`], the commands a server ran on data (its
+//!   `MONITOR`), for the tests that assert a request never reached it.
 //! * [`tls`] — [`TestPki`], a CA and certificates made at test time, and
 //!   [`RedisTls`], how a TLS `redis-server` runs with them.
 //! * [`upstream`] — [`Upstream`], a real HTTP server that counts executions
@@ -39,6 +41,7 @@ mod entity;
 mod entity_model;
 mod exposition;
 mod gate;
+mod monitor;
 mod otlp;
 mod payments;
 mod presets;
@@ -55,6 +58,7 @@ pub use entity::*;
 pub use entity_model::{explore, model_runner};
 pub use exposition::*;
 pub use gate::*;
+pub use monitor::*;
 pub use otlp::*;
 pub use payments::*;
 pub use presets::*;

@@ -113,6 +113,23 @@ impl Proc {
         }
     }
 
+    /// Spawns `command` with stdin and stderr null and its standard output
+    /// handed back to read.
+    pub fn spawn_reading(name: &str, command: &mut Command) -> (Self, std::process::ChildStdout) {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let proc = Self {
+            name: name.to_owned(),
+            child: Some(child),
+        };
+        (proc, stdout)
+    }
+
     /// Whether the process ended on its own (e.g. it could not bind its port).
     pub fn has_exited(&mut self) -> bool {
         self.child

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Proc, RedisTls, free_port, listens, run_bounded, wait_until};
+use super::{DataWatch, Proc, RedisTls, free_port, listens, run_bounded, wait_until};
 
 /// Upper bound of one redis-cli call.
 pub const CLI_LIMIT: Duration = Duration::from_secs(10);
@@ -253,34 +253,10 @@ impl RedisServer {
         parse_command_counts(&self.cli(&["INFO", "commandstats"]))
     }
 
-    /// Calls of every command except the ones the harness itself sends and
-    /// the settings watchers' `CONFIG GET` / `INFO` reads and generation marker (`GETEX`, `SETNX`).
-    pub fn data_commands(&self) -> u64 {
-        self.command_counts()
-            .iter()
-            .filter(|(name, _)| {
-                !matches!(
-                    name.as_str(),
-                    "ping"
-                        | "info"
-                        | "config|resetstat"
-                        | "config|get"
-                        | "config"
-                        | "client|setinfo"
-                        | "client|tracking"
-                        | "client"
-                        | "hello"
-                        | "select"
-                        | "command|docs"
-                        | "command"
-                        // The generation marker, which no record script
-                        // reads or writes this way.
-                        | "getex"
-                        | "setnx"
-                )
-            })
-            .map(|(_, n)| *n)
-            .sum()
+    /// A [`DataWatch`] of this server from now on: the commands run on
+    /// data, told apart from the gate's own timed reads by their keys.
+    pub fn watch_data(&self) -> DataWatch {
+        DataWatch::attach(self.port, self.tls.as_ref())
     }
 
     /// `SET key value` with a binary value (redis-cli takes text

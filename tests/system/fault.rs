@@ -8,7 +8,7 @@
 //! time. The tests take turns (one lock for the file) so that throughput
 //! and failover timings do not compete for the machine's cores.
 //!
-//! Run: `cargo test --test system fault:: -- --include-ignored --nocapture` (figures from a run are in
+//! Run: `cargo test --features system-tests --test system fault:: -- --include-ignored --nocapture` (figures from a run are in
 //! `tests/fault/RESULTS.md`).
 
 use std::collections::{HashMap, HashSet};
