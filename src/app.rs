@@ -150,6 +150,26 @@ fn warn_about(config: &Config) {
     }
 }
 
+/// Every route's runtime, with the series its probe and entity stages
+/// count in created at zero: the stages own those series, and the
+/// runtime, which every stage names, can not call them without an import
+/// circle.
+fn route_runtimes(
+    config: &Config,
+    inboxes: &Inboxes,
+    hot_keys: &HotKeys,
+) -> Vec<Arc<crate::pipeline::runtime::RouteRuntime>> {
+    for route in &config.routes {
+        if route.probe.is_some() {
+            crate::pipeline::probe::register(&route.name);
+        }
+        if let Some(entity) = &route.entity {
+            crate::pipeline::entity::register(&route.name, entity);
+        }
+    }
+    crate::pipeline::runtime::build(config, inboxes, hot_keys)
+}
+
 /// Starts the proxy and admin listeners and the background tasks.
 pub async fn start(
     config: Config,
@@ -171,7 +191,7 @@ pub async fn start(
         &config.hot_keys,
         config.routes.iter().map(|route| route.name.as_str()),
     ));
-    let routes = crate::pipeline::runtime::build(&config, &inboxes, &hot_keys);
+    let routes = route_runtimes(&config, &inboxes, &hot_keys);
     let pipeline = Arc::new(Pipeline::new(
         Arc::clone(&config),
         Arc::clone(&store),

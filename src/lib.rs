@@ -36,8 +36,8 @@
 //! ```
 //!
 //! Each module depends only on modules below it; `.ci/module-cycles`
-//! checks that no two top-level modules (and no two of `config/`'s)
-//! import each other.
+//! checks that no two top-level modules, and no two children of
+//! `config/`, `pipeline/` or `store/`, import each other.
 //!
 //! # Runtime
 //!

@@ -60,6 +60,7 @@ pub mod entity;
 pub(crate) mod guard;
 mod hold;
 pub mod identify;
+mod key_join;
 pub(crate) mod lease_timing;
 mod local;
 pub(crate) mod metrics;
@@ -455,7 +456,7 @@ impl Pipeline {
                 }
             }
             Ok(Decision::Judged(verdict)) => Enforced::Stopped {
-                verdict: entity::judged(runtime, &identity, &verdict),
+                verdict: entity::judged(runtime, identity.who(), &verdict),
                 held: Withheld::Duplicate(verified.into_inbound()),
             },
             Ok(Decision::Behind(_)) => unreachable!("claim_or_hold settles a busy entity"),

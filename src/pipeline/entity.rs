@@ -22,7 +22,7 @@ use metrics::counter;
 use sha2::{Digest, Sha256};
 
 use super::guard::occurs_more_than_once;
-use super::identify::{Identity, MAX_KEY_PART, hash_key_parts};
+use super::key_join::{MAX_KEY_PART, hash_key_parts};
 use super::runtime::RouteRuntime;
 use super::shadow::Verdict;
 use crate::config::{Choice as _, Entity, OnRefused, Selector};
@@ -215,12 +215,12 @@ pub(super) fn count_hold(route: &RouteRuntime, result: &'static str) {
 /// logged, and answered as the route says (module docs).
 pub(super) fn judged(
     route: &RouteRuntime,
-    identity: &Identity,
+    (about, key_hash): (Option<&EntityIdentity>, &str),
     verdict: &EntityVerdict,
 ) -> Verdict {
     let (Some(entity), Some(about), Some(ack)) = (
         route.settings.entity.as_ref(),
-        identity.entity.as_ref(),
+        about,
         route.entity_ack.as_ref(),
     ) else {
         unreachable!("only an entity route's claim is judged by its entity");
@@ -237,7 +237,7 @@ pub(super) fn judged(
                 id = id.as_deref(),
                 from = from_label,
                 to = about.to,
-                key = identity.key_hash,
+                key = key_hash,
                 on_refused = entity.on_refused.name(),
                 "entity state change refused (discrepancy): the delivery was not forwarded"
             );
@@ -256,7 +256,7 @@ pub(super) fn judged(
                 entity = about.hash,
                 id = id.as_deref(),
                 state = about.to,
-                key = identity.key_hash,
+                key = key_hash,
                 "entity already in the announced state: acknowledged without the handler"
             );
             Verdict::Replay {
@@ -274,8 +274,12 @@ pub(super) fn judged(
 /// have done with a delivery that is forwarded anyway, counted as in
 /// enforce mode (a repeat, a discrepancy) and logged, so the machine can be
 /// adopted beside a live handler. A busy entity is only logged.
-pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Option<&EntityVerdict>) {
-    let Some(about) = identity.entity.as_ref() else {
+pub(super) fn shadowed(
+    route: &RouteRuntime,
+    (about, key_hash): (Option<&EntityIdentity>, &str),
+    verdict: Option<&EntityVerdict>,
+) {
+    let Some(about) = about else {
         return;
     };
     let name = route.name().to_owned();
@@ -288,7 +292,7 @@ pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Optio
                 entity = about.hash,
                 from,
                 to = about.to,
-                key = identity.key_hash,
+                key = key_hash,
                 "shadow: the entity machine would refuse this change (discrepancy); forwarded"
             );
         }
@@ -298,7 +302,7 @@ pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Optio
                 route = route.name(),
                 entity = about.hash,
                 state = about.to,
-                key = identity.key_hash,
+                key = key_hash,
                 "shadow: the entity already is in the announced state (a repeat); forwarded"
             );
         }
@@ -306,7 +310,7 @@ pub(super) fn shadowed(route: &RouteRuntime, identity: &Identity, verdict: Optio
             route = route.name(),
             entity = about.hash,
             state = about.to,
-            key = identity.key_hash,
+            key = key_hash,
             "shadow: the entity is busy with another change; forwarded without waiting"
         ),
     }

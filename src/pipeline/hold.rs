@@ -77,7 +77,7 @@ impl Pipeline {
                 _ => None,
             };
             if let Some(verdict) = verdict {
-                super::entity::shadowed(runtime, identity, verdict.as_ref());
+                super::entity::shadowed(runtime, identity.who(), verdict.as_ref());
                 decision = claim(None).await;
             }
             return Claimed::Decided(decision);

@@ -42,8 +42,8 @@ use crate::signature::lower_hex;
 use crate::store::StoreKey;
 use crate::store::probe::ProbePlan;
 
-/// Longest accepted key part, in bytes.
-pub const MAX_KEY_PART: usize = 255;
+use super::key_join::length_prefix;
+pub use super::key_join::{MAX_KEY_PART, hash_key_parts};
 
 /// Who a delivery is, for the store.
 #[derive(Debug, Clone)]
@@ -72,6 +72,12 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The entity this delivery is about (on an entity route) and its key
+    /// hash: what the entity stage logs a decision with.
+    pub(crate) fn who(&self) -> (Option<&EntityIdentity>, &str) {
+        (self.entity.as_ref(), &self.key_hash)
+    }
+
     /// The key as the route's hot keys count it: the digest, and the
     /// entity tag on an entity route, so the hash they show names the
     /// record as `key_hash` does.
@@ -166,26 +172,6 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<KeyDigest>, R
         _ => None,
     };
     Ok(Some((digest, single)))
-}
-
-/// The 4-byte length contract §2 puts before each joined part. Parts come out
-/// of a request bounded by `max_body_bytes` and the header limits, far
-/// below 4 GiB; a longer one would saturate, never wrap to a small length
-/// that could make two joins read alike.
-fn length_prefix(part: &[u8]) -> u32 {
-    u32::try_from(part.len()).unwrap_or(u32::MAX)
-}
-
-/// SHA-256 over key parts, each preceded by its length as 4 bytes
-/// big-endian: the unambiguous join of contract §2. The admin API uses it to
-/// find a record from the key an operator knows.
-pub fn hash_key_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    for part in parts {
-        hasher.update(length_prefix(part).to_be_bytes());
-        hasher.update(part);
-    }
-    hasher.finalize().into()
 }
 
 fn key_part<'a>(part: &KeyPart, raw: Cow<'a, [u8]>) -> Result<Cow<'a, [u8]>, Rejection> {

@@ -285,7 +285,15 @@ impl Finished {
                 },
             );
         }
-        let trace_id = trace::finish(&tracing::Span::current(), route, &self);
+        let span_end = trace::SpanEnd {
+            route,
+            outcome: self.outcome.as_str(),
+            reason: self.reason.map(LogReason::as_str),
+            key_hash: self.labels.key_hash.as_deref(),
+            secret_index: self.labels.secret_index,
+            status: self.response.status().as_u16(),
+        };
+        let trace_id = trace::finish(&tracing::Span::current(), &span_end);
         tracing::info!(
             target: LOG_TARGET,
             route,

@@ -50,12 +50,6 @@ pub(crate) fn build(
         .routes
         .iter()
         .map(|route| {
-            if route.probe.is_some() {
-                super::probe::register(&route.name);
-            }
-            if let Some(entity) = &route.entity {
-                super::entity::register(&route.name, entity);
-            }
             Arc::new(RouteRuntime {
                 meters: RouteMetrics::new(&route.name, route.scheme.secret_count()),
                 hot_keys: hot_keys.named(&route.name).cloned(),

@@ -53,7 +53,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::report::{Finished, LogReason};
 use crate::record::TraceContext;
 use crate::telemetry::TARGET;
 use crate::upstream::{ForwardError, UpstreamAnswer};
@@ -334,24 +333,41 @@ pub(crate) fn link_first(span: &Span, first: &TraceContext) {
     span.set_attribute("idemgate.first_trace_id", hex::encode(first.trace_id));
 }
 
-/// Sets how the request `finished` on its `delivery` span (a 5xx marks
-/// it an error) and returns the trace id for the log line; `None` when
-/// tracing is off.
-pub(super) fn finish(span: &Span, route: &str, finished: &Finished) -> Option<String> {
+/// How a request ended, as its `delivery` span records it: filled in by
+/// `report`, which knows the request's outcome.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpanEnd<'a> {
+    /// The route's name.
+    pub(super) route: &'a str,
+    /// The outcome word of the log line.
+    pub(super) outcome: &'static str,
+    /// The reason word of a refusal, if any.
+    pub(super) reason: Option<&'static str>,
+    /// The key hash, once the key is known.
+    pub(super) key_hash: Option<&'a str>,
+    /// Index of the secret that verified the delivery.
+    pub(super) secret_index: Option<usize>,
+    /// The status of the answer sent.
+    pub(super) status: u16,
+}
+
+/// Records how the request ended (`end`) on its `delivery` span (a 5xx
+/// marks it an error) and returns the trace id for the log line; `None`
+/// when tracing is off.
+pub(super) fn finish(span: &Span, end: &SpanEnd<'_>) -> Option<String> {
     if span.is_disabled() {
         return None;
     }
-    let reason = finished.reason.map(LogReason::as_str);
-    let status = finished.response.status().as_u16();
-    span.set_attribute("idemgate.route", route.to_owned());
-    span.set_attribute("idemgate.outcome", finished.outcome.as_str());
+    let (reason, status) = (end.reason, end.status);
+    span.set_attribute("idemgate.route", end.route.to_owned());
+    span.set_attribute("idemgate.outcome", end.outcome);
     if let Some(reason) = reason {
         span.set_attribute("idemgate.reason", reason);
     }
-    if let Some(key) = &finished.labels.key_hash {
-        span.set_attribute("idemgate.key_hash", key.clone());
+    if let Some(key) = end.key_hash {
+        span.set_attribute("idemgate.key_hash", key.to_owned());
     }
-    let secret = finished.labels.secret_index.map(i64::try_from);
+    let secret = end.secret_index.map(i64::try_from);
     if let Some(Ok(index)) = secret {
         span.set_attribute("idemgate.secret_index", index);
     }

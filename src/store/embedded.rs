@@ -32,6 +32,7 @@ mod books;
 mod entities;
 mod generation;
 mod held;
+mod inbox;
 mod index;
 mod listing;
 mod open;
