@@ -12,6 +12,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,7 +77,9 @@ impl DataWatch {
     /// monitor line: every command sent before this call is in (a marker
     /// `ECHO` is sent and waited for).
     pub fn commands(&self) -> Vec<String> {
-        let nonce = format!("idemgate-test-watch-{}", super::free_port());
+        static MARKS: AtomicU64 = AtomicU64::new(0);
+        let mark = MARKS.fetch_add(1, Ordering::Relaxed);
+        let nonce = format!("idemgate-test-watch-{}-{mark}", std::process::id());
         super::tls_cli(self.port, self.tls.as_ref(), &["ECHO", &nonce]);
         let quoted = format!("\"{nonce}\"");
         wait_until(Duration::from_secs(10), "MONITOR saw the marker", || {
