@@ -27,10 +27,8 @@
 //! number of histories per store (default 48: the fast tier);
 //! `IDEMGATE_MODEL_SEED` replays one seed.
 
-use std::time::Duration;
 
 use idemgate::store::embedded::EmbeddedStore;
-use idemgate::store::redis::RedisStore;
 
 use crate::support::{RedisServer, explore};
 
@@ -41,14 +39,7 @@ const CASES: u32 = 48;
 fn redis_store_keeps_the_entity_promise_over_random_histories() {
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = runtime
-        .block_on(RedisStore::connect(
-            &redis.url(),
-            Duration::from_secs(2),
-            None,
-            1,
-        ))
-        .unwrap();
+    let store = runtime.block_on(redis.store());
     explore((&store, None), runtime.handle(), 0, CASES);
 }
 

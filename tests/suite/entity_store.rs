@@ -377,9 +377,7 @@ async fn a_dead_delivery_holds_its_change<S: Store + InboxOps>(store: &S) {
 
 async fn redis_store() -> (RedisServer, RedisStore) {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
-        .await
-        .unwrap();
+    let store = redis.store().await;
     (redis, store)
 }
 

@@ -15,7 +15,6 @@ use idemgate::store::entity::EntityEffect;
 use idemgate::store::inbox::{
     Book, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
 };
-use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -300,9 +299,7 @@ async fn owed_contract<S: Store + InboxOps>(store: &S) {
 #[tokio::test]
 async fn redis_store_meets_the_inbox_contract() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_secs(2), None, 1)
-        .await
-        .unwrap();
+    let store = redis.store().await;
     contract(&store).await;
     owed_contract(&store).await;
 }

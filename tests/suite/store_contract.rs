@@ -8,7 +8,6 @@ use bytes::Bytes;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
-use idemgate::store::redis::RedisStore;
 use idemgate::store::{
     ClaimOutcome, Completion, Lease, Observed, Purged, Releasing, SeenRecord, Store, StoreError,
     StoreKey,
@@ -269,9 +268,7 @@ async fn contract<S: Store>(store: &S) {
 #[tokio::test]
 async fn redis_store_meets_the_contract() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
-        .await
-        .unwrap();
+    let store = redis.store().await;
     contract(&store).await;
 }
 
@@ -290,9 +287,7 @@ async fn embedded_store_meets_the_contract() {
 #[tokio::test]
 async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
-        .await
-        .unwrap();
+    let store = redis.store().await;
     let k = key("corrupt");
     redis.cli(&["SET", k.as_str(), "garbage"]);
     let outcome = store
@@ -315,9 +310,7 @@ async fn a_corrupt_redis_record_is_an_error_not_a_free_key() {
 #[tokio::test]
 async fn a_full_redis_still_answers_for_the_keys_it_holds() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), Duration::from_millis(500), None, 1)
-        .await
-        .unwrap();
+    let store = redis.store().await;
     let mint = OwnerMint::new();
     let k = key("held");
     let lease = claimed(&store, &mint, &k, LONG).await;

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use super::{DataWatch, Proc, RedisTls, free_port, listens, run_bounded, wait_until};
 
+/// The command timeout of [`RedisServer::store`].
+const DIRECT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Upper bound of one redis-cli call.
 pub const CLI_LIMIT: Duration = Duration::from_secs(10);
 
@@ -241,6 +244,17 @@ impl RedisServer {
             "redis"
         };
         format!("{scheme}://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A store client of this server for the tests that call the store
+    /// directly: one connection, and a command timeout long enough that a
+    /// loaded CI machine (two cores, the system tier beside the suite)
+    /// never turns a slow reply into a failed `unwrap`. What a timeout
+    /// does is tested through the proxy, with its own short setting.
+    pub async fn store(&self) -> idemgate::store::redis::RedisStore {
+        idemgate::store::redis::RedisStore::connect(&self.url(), DIRECT_STORE_TIMEOUT, None, 1)
+            .await
+            .expect("a store client of the test's redis-server")
     }
 
     /// Runs a redis-cli command (bounded) and returns its raw output.

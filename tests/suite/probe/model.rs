@@ -28,7 +28,6 @@ use idemgate::record::{
 use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::probe::{ProbeOps, ProbePlan};
-use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, Releasing, Store, StoreKey};
 use proptest::prelude::*;
 
@@ -359,14 +358,7 @@ fn explore<S: Store + ProbeOps>(store: &S, runtime: &tokio::runtime::Runtime, of
 fn redis_store_never_lets_a_probe_apply_a_key_twice() {
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = runtime
-        .block_on(RedisStore::connect(
-            &redis.url(),
-            Duration::from_secs(2),
-            None,
-            1,
-        ))
-        .unwrap();
+    let store = runtime.block_on(redis.store());
     explore(&store, &runtime, 0);
 }
 
