@@ -47,7 +47,7 @@ async fn frozen_primary_failover_leaves_no_replay_cache_behind() {
 }
 
 async fn failover_with_cached_records(loss: Loss, name: &str) {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start();
     let upstream = Upstream::start().await;

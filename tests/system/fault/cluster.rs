@@ -6,7 +6,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_spreads_keys_and_deduplicates() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let cluster = Cluster::start();
     let setup = started.elapsed();
@@ -77,7 +77,7 @@ async fn redis_cluster_spreads_keys_and_deduplicates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_eviction_is_checked_on_every_primary() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let cluster = Cluster::start();
     let evicting = cluster.primaries()[2].port;
@@ -145,7 +145,7 @@ async fn redis_cluster_eviction_is_checked_on_every_primary() {
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     const TOKEN: &str = "cluster-cache-token";
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
@@ -211,7 +211,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;

@@ -157,7 +157,7 @@ fn assert_none_twice(upstream: &Upstream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_store_keeps_every_answer_through_sigkills_under_load() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -8,7 +8,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_keeps_each_entitys_machine_in_one_slot() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;

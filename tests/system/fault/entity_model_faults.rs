@@ -14,7 +14,7 @@ const CASES: u32 = 64;
 #[test]
 #[ignore = "needs redis cluster"]
 fn the_entity_promise_holds_on_a_redis_cluster() {
-    let serial = SERIAL.blocking_lock();
+    let lane = CLUSTER_LANE.blocking_lock();
     let cluster = Cluster::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = runtime
@@ -27,12 +27,12 @@ fn the_entity_promise_holds_on_a_redis_cluster() {
         .unwrap();
     let ran = explore((&store, None), runtime.handle(), 1 << 40, CASES);
     assert_eq!(ran, u64::from(CASES));
-    drop(serial);
+    drop(lane);
 }
 
 #[test]
 fn the_entity_promise_holds_across_redis_restarts_with_aof() {
-    let serial = SERIAL.blocking_lock();
+    let lane = SINGLE_LANE.blocking_lock();
     let redis = Mutex::new(RedisServer::start_persistent());
     let url = redis.lock().unwrap().url();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -42,5 +42,5 @@ fn the_entity_promise_holds_across_redis_restarts_with_aof() {
     let restart = || redis.lock().unwrap().restart();
     let ran = explore((&store, Some(&restart)), runtime.handle(), 1 << 44, 24);
     assert!(ran > 0);
-    drop(serial);
+    drop(lane);
 }

@@ -476,7 +476,7 @@ pub(super) async fn failover_gates(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn cluster_failover_keeps_acknowledged_claims() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start();
     println!(
@@ -497,7 +497,7 @@ async fn cluster_failover_keeps_acknowledged_claims() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis sentinel"]
 async fn sentinel_failover() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let mut setup = SentinelSetup::start();
     println!(

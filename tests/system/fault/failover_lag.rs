@@ -15,7 +15,7 @@ use super::*;
 #[ignore = "needs redis cluster"]
 async fn cluster_failover_with_lag_loses_no_answer_at_replicated() {
     const NAME: &str = "cluster_failover_with_lag_loses_no_answer_at_replicated";
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start_with_aof();
     let (upstream, gates, urls) = failover_gates(&cluster.url(), "replicated").await;

@@ -71,7 +71,7 @@ fn fill_leaving(path: &Path, leave: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: mounts a tmpfs"]
 async fn a_full_disk_never_runs_an_answered_delivery_again() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let Some(fs) = Tmpfs::mount("16m") else {
         return;
@@ -162,7 +162,7 @@ async fn a_full_disk_never_runs_an_answered_delivery_again() {
 #[ignore = "needs root: mounts a tmpfs"]
 async fn an_almost_full_disk_is_not_ready_until_the_largest_answer_fits() {
     const NAME: &str = "an_almost_full_disk_is_not_ready_until_the_largest_answer_fits";
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let Some(fs) = Tmpfs::mount("16m") else {
         return;

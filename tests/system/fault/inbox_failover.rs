@@ -262,7 +262,7 @@ async fn run(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn cluster_failover_with_lag_loses_no_inbox_delivery() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start();
     let url = cluster.url();
@@ -300,7 +300,7 @@ async fn cluster_failover_with_lag_loses_no_inbox_delivery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis sentinel"]
 async fn sentinel_failover_with_lag_loses_no_inbox_delivery() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let mut setup = SentinelSetup::start();
     let url = setup.url();

@@ -4,7 +4,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_instances_one_redis() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let redis = RedisServer::start();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(20))).await;

@@ -4,7 +4,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_instance_with_50_calls_in_flight() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let redis = RedisServer::start();
     // The first call of each "crash-" key hangs 5 s; everything else is quick.

@@ -12,7 +12,7 @@ fn node_id(port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn an_answer_follows_its_record_to_the_slots_new_node() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let cluster = Cluster::start();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(1500))).await;
     let store = format!(

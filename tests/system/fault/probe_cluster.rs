@@ -77,7 +77,7 @@ async fn all_resolved(url: &str, ids: &[String]) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis cluster"]
 async fn redis_cluster_probes_survive_a_killed_owner_and_a_replaced_fleet() {
-    let _serial = SERIAL.lock().await;
+    let _lane = CLUSTER_LANE.lock().await;
     let cluster = Cluster::start();
     let upstream = applying_handler().await;
     let store = format!(

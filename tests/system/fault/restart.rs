@@ -4,7 +4,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_without_persistence_forgets() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     let (mut redis, upstream, gate) = redis_gate("").await;
     let url = gate.url("/notify");

@@ -160,7 +160,7 @@ async fn five_hundred_storm_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_faults() {
-    let _serial = SERIAL.lock().await;
+    let _lane = SINGLE_LANE.lock().await;
     let started = Instant::now();
     refused_connection_releases().await;
     reset_mid_response_is_unknown().await;
