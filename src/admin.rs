@@ -60,7 +60,7 @@ mod entities;
 mod held;
 mod host;
 mod hot_keys;
-mod inbox;
+mod inbox_api;
 mod inbox_cursor;
 mod listing;
 mod openapi;

@@ -38,11 +38,11 @@ mod choice;
 mod coverage;
 mod cross;
 mod effective;
-mod entity;
+mod entity_machine;
 mod guard;
 mod hot_keys;
 mod idempotency;
-mod inbox;
+mod inbox_rules;
 mod limits;
 mod otel;
 mod probe;
@@ -77,13 +77,13 @@ pub use crate::signature::{
 pub use access::{AdminAccess, admin_address};
 pub use admin_tokens::{MAIN_TOKEN_NAME, NamedToken, TokenScope};
 pub use choice::Choice;
-pub use entity::{Entity, EntityMode, OnRefused, Sources, StateMachine};
+pub use entity_machine::{Entity, EntityMode, OnRefused, Sources, StateMachine};
 pub use guard::Guard;
 pub use hot_keys::{HotKeysConfig, TopK};
 pub use idempotency::{
     FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, UnsignedKey,
 };
-pub use inbox::{Ack, Inbox, InboxTriggers};
+pub use inbox_rules::{Ack, Inbox, InboxTriggers};
 pub use limits::Limits;
 pub use otel::Tracing;
 pub use probe::{Probe, ProbeAnswer};

@@ -23,7 +23,7 @@
 //!                            │ 5 claim    pipeline/claim.rs   503/409/422 (+ entity verdict:
 //!                            │            repeat → ack, refused → ack | 409, busy → wait | 409)
 //!                            │ 6 forward  pipeline/deliver.rs → upstream/  502/504
-//!                            │ 7 settle   pipeline/settle.rs + outcome.rs (complete | release | unknown)
+//!                            │ 7 settle   pipeline/settle.rs + settle_once.rs (complete | release | unknown)
 //!                            │            or inbox/ (queued; the sender gets the ack)
 //!                            │   mode     pipeline/shadow.rs (enforce | shadow)
 //!                            ▼

@@ -14,11 +14,11 @@
 //!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
 //! 6 forward  pipeline/deliver.rs        a detached task, through crate::upstream: 502 | 504
 //! 7 settle   pipeline/settle.rs         complete | release | unknown
-//!            pipeline/outcome.rs        one store attempt, then pipeline/persist.rs
+//!            pipeline/settle_once.rs    one store attempt, then pipeline/persist.rs
 //!                                       retries until stored (the answer is in hand)
 //!            pipeline/deliver.rs        or, for a failure `[route.inbox] on` lists:
 //!                                       queued in crate::inbox, the sender gets the ack
-//!   mode     pipeline/shadow.rs         enforce answers the verdict; shadow sends on
+//!   mode     pipeline/shadow.rs         enforce answers the ruling; shadow sends on
 //! ```
 //!
 //! Words, one per thing a request carries on its way:
@@ -28,15 +28,19 @@
 //!   *fingerprint* ([`identify::Identity`]).
 //! * *claim* and *lease*: stage 5 takes the key ([`crate::store::Lease`]);
 //!   a [`claim::Decision`] says forward, replay or refuse.
-//! * *verdict* (`shadow::Verdict`): how enforce mode answers a request a
-//!   rule stopped; the request itself is *withheld* (`shadow::Withheld`),
+//! * *ruling* (`shadow::Ruling`): how enforce mode answers a request a
+//!   rule stopped; the request itself is kept (`shadow::StoppedRequest`),
 //!   so shadow mode can still send it on.
 //! * *claim action* ([`settle::ClaimAction`]): what the store is told to do
 //!   with a claim once the handler answered (keep a record, or release);
 //!   *settled* (`report::Settled`): what the log line says came of it.
 //! * *finished* (`report::Finished`): a request's end, counted and logged
-//!   exactly once; an *ending* (`report::Ending`) is either one still to be
-//!   recorded or the answer of one a detached first delivery recorded.
+//!   exactly once; a *request end* (`report::RequestEnd`) is either one
+//!   still unrecorded or the answer of one a detached first delivery
+//!   recorded.
+//! * *judgement* (`store::entity::Judgement`): what an entity machine
+//!   decided about a delivery it does not let through (a repeat, a refused
+//!   change); a busy entity is no judgement, only a wait.
 //! * *log reason* (`report::LogReason`): the `reason=` of the log line.
 //!
 //! Each stage takes its input and returns the next type or a
@@ -64,7 +68,6 @@ mod key_join;
 pub(crate) mod lease_timing;
 mod local;
 pub(crate) mod metrics;
-mod outcome;
 pub mod parameters;
 pub(crate) mod persist;
 pub(crate) mod probe;
@@ -74,6 +77,7 @@ pub(crate) mod runtime;
 #[cfg(test)]
 mod scripted;
 pub(crate) mod settle;
+mod settle_once;
 mod shadow;
 pub(crate) mod single_flight;
 pub(crate) mod trace;
@@ -102,10 +106,10 @@ use crate::store::AnyStore;
 use crate::upstream::{self, UpstreamClient};
 use claim::{Claimer, Decision};
 use identify::Identity;
-use report::{Ending, Finished, Labels, Origin, Settled};
+use report::{Finished, Labels, Origin, RequestEnd, Settled};
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;
-use shadow::{Enforced, Verdict, Withheld};
+use shadow::{Enforcement, Ruling, StoppedRequest};
 use verify::{Unverified, Verified};
 
 /// What became of a request no route selected.
@@ -252,7 +256,7 @@ impl Pipeline {
             peer,
             started,
         };
-        let (route, ending) = match selection {
+        let (route, end) = match selection {
             Selection::Unmatched => match self.unmatched(request, peer).await {
                 Unmatched::Finished(finished) => (None, finished.into()),
                 Unmatched::Ambiguous { route, inbound } => {
@@ -263,36 +267,36 @@ impl Pipeline {
                     );
                     // A `_method` field of its form body reaches a route:
                     // refused as stage 1 refuses an override header.
-                    let enforced = Enforced::Stopped {
-                        verdict: Verdict::Refuse(Rejection::PathAmbiguous),
-                        held: Withheld::Unclaimed(inbound),
+                    let enforcement = Enforcement::Stopped {
+                        ruling: Ruling::Refuse(Rejection::PathAmbiguous),
+                        request: StoppedRequest::Unclaimed(inbound),
                     };
-                    let ending = self.apply_mode(&route, enforced, peer).await;
-                    (Some(route), ending)
+                    let end = self.apply_mode(&route, enforcement, peer).await;
+                    (Some(route), end)
                 }
             },
             Selection::Ambiguous { route } => {
                 // Stage 1 can not tell which request this is: enforce mode
                 // refuses it, shadow mode streams it on unread.
-                let enforced = Enforced::Stopped {
-                    verdict: Verdict::Refuse(Rejection::PathAmbiguous),
-                    held: Withheld::Unread(request),
+                let enforcement = Enforcement::Stopped {
+                    ruling: Ruling::Refuse(Rejection::PathAmbiguous),
+                    request: StoppedRequest::Unread(request),
                 };
-                let ending = self.apply_mode(&route, enforced, peer).await;
-                (Some(route), ending)
+                let end = self.apply_mode(&route, enforcement, peer).await;
+                (Some(route), end)
             }
             Selection::Route(target) => {
                 let route = Arc::clone(&target.route);
-                let ending = Arc::clone(&self).protected(target, request, &origin).await;
-                (Some(route), ending)
+                let end = Arc::clone(&self).protected(target, request, &origin).await;
+                (Some(route), end)
             }
         };
-        match ending {
-            Ending::Pending(finished) => match &route {
+        match end {
+            RequestEnd::Unrecorded(finished) => match &route {
                 Some(route) => finished.record(&route.meters, route.hot_keys.as_deref(), &origin),
                 None => finished.record(&self.unmatched, None, &origin),
             },
-            Ending::Recorded(response) => response,
+            RequestEnd::Recorded(response) => response,
         }
     }
 
@@ -372,23 +376,23 @@ impl Pipeline {
         target: Target<Arc<RouteRuntime>>,
         request: Request<Incoming>,
         origin: &Origin,
-    ) -> Ending {
+    ) -> RequestEnd {
         let route = Arc::clone(&target.route);
-        let (enforced, labels) = Arc::clone(&self).enforce(target, request, origin).await;
-        self.apply_mode(&route, enforced, origin.peer)
+        let (enforcement, labels) = Arc::clone(&self).enforce(target, request, origin).await;
+        self.apply_mode(&route, enforcement, origin.peer)
             .await
             .labelled(labels)
     }
 
     /// Stages 2–7 as enforce mode runs them. A request a rule stops is
-    /// handed back with the verdict, for the mode to decide on; the labels
+    /// handed back with the ruling, for the mode to decide on; the labels
     /// are what the log line says about the delivery.
     async fn enforce(
         self: Arc<Self>,
         target: Target<Arc<RouteRuntime>>,
         request: Request<Incoming>,
         origin: &Origin,
-    ) -> (Enforced, Labels) {
+    ) -> (Enforcement, Labels) {
         let peer = origin.peer;
         let runtime = &target.route;
         let route = &runtime.settings;
@@ -401,21 +405,24 @@ impl Pipeline {
         let mut first_trace = None;
         let span = tracing::Span::current();
         let context = trace::claiming(&span, &self.deliveries, &identity.key_hash);
-        let entity_step = route
-            .entity
-            .as_ref()
-            .zip(identity.entity.as_ref())
-            .map(|(entity, about)| entity::step(about, entity));
+        let entity = entity::EntityClaim::of(runtime, identity.entity.as_ref());
         let claimed = self
             .claim_or_hold(
                 runtime,
                 &verified,
                 &identity,
-                (entity_step.as_ref(), context, peer),
+                (entity.as_ref(), context, peer),
             )
             .await;
         let decision = match claimed {
             hold::Claimed::Decided(decision) => decision,
+            hold::Claimed::Judged(ruling) => {
+                let judged = Enforcement::Stopped {
+                    ruling,
+                    request: StoppedRequest::Duplicate(verified.into_inbound()),
+                };
+                return (judged, labels_of(identity, secret_index, None));
+            }
             hold::Claimed::Held(ack) => {
                 let held = Finished::new(
                     Outcome::Forwarded,
@@ -423,13 +430,13 @@ impl Pipeline {
                 )
                 .settled(Settled::Held);
                 return (
-                    Enforced::Ended(held.into()),
+                    Enforcement::Ended(held.into()),
                     labels_of(identity, secret_index, None),
                 );
             }
         };
-        let enforced = match decision {
-            Ok(Decision::Forward(lease)) => Enforced::Ended(
+        let enforcement = match decision {
+            Ok(Decision::Forward(lease)) => Enforcement::Ended(
                 Arc::clone(&self)
                     .first_delivery(runtime, verified, &identity, lease, origin)
                     .await,
@@ -440,26 +447,21 @@ impl Pipeline {
                 first,
             }) => {
                 first_trace = first;
-                Enforced::Stopped {
-                    verdict: Verdict::Replay {
+                Enforcement::Stopped {
+                    ruling: Ruling::Replay {
                         answer,
                         answered_at_ms,
                     },
-                    held: Withheld::Duplicate(verified.into_inbound()),
+                    request: StoppedRequest::Duplicate(verified.into_inbound()),
                 }
             }
             Ok(Decision::Refuse(rejection, first)) => {
                 first_trace = first;
-                Enforced::Stopped {
-                    verdict: Verdict::Refuse(rejection),
-                    held: Withheld::Duplicate(verified.into_inbound()),
+                Enforcement::Stopped {
+                    ruling: Ruling::Refuse(rejection),
+                    request: StoppedRequest::Duplicate(verified.into_inbound()),
                 }
             }
-            Ok(Decision::Judged(verdict)) => Enforced::Stopped {
-                verdict: entity::judged(runtime, identity.who(), &verdict),
-                held: Withheld::Duplicate(verified.into_inbound()),
-            },
-            Ok(Decision::Behind(_)) => unreachable!("claim_or_hold settles a busy entity"),
             Err(error) => {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
@@ -481,23 +483,23 @@ impl Pipeline {
             trace::link_first(&span, first);
         }
         let labels = labels_of(identity, secret_index, first_trace);
-        (enforced, labels)
+        (enforcement, labels)
     }
 
     /// Stages 2 to 4 for a routed request: its body, a second look at the
     /// route once the body is read, the signature, the guards and the
     /// key. A request a stage refuses is handed back unclaimed, with the
-    /// verdict, for the mode to decide on.
+    /// ruling, for the mode to decide on.
     async fn admit(
         &self,
         target: &Target<Arc<RouteRuntime>>,
         request: Request<Incoming>,
-    ) -> Result<(Verified, Identity), Enforced> {
+    ) -> Result<(Verified, Identity), Enforcement> {
         let runtime = &target.route;
         let route = &runtime.settings;
-        let refused = |rejection, inbound| Enforced::Stopped {
-            verdict: Verdict::Refuse(rejection),
-            held: Withheld::Unclaimed(inbound),
+        let refused = |rejection, inbound| Enforcement::Stopped {
+            ruling: Ruling::Refuse(rejection),
+            request: StoppedRequest::Unclaimed(inbound),
         };
         let inbound = body::read(request, &self.body_limits)
             .await

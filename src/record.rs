@@ -40,7 +40,7 @@
 //!
 //! An inbox record (state 5) carries the acknowledgement its sender got in
 //! the completed layout, then the queued request and its redelivery
-//! progress ([`inbox::InboxEntry`]); claim.lua replays its ack like a
+//! progress ([`inbox_entry::InboxEntry`]); claim.lua replays its ack like a
 //! completed answer.
 //!
 //! Older records are still read, so a rolling upgrade replays what the old
@@ -56,7 +56,7 @@
 
 mod compact;
 mod cursor;
-pub mod inbox;
+pub mod inbox_entry;
 mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +66,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 pub use compact::{AckMarker, ack_digest};
 use cursor::Cursor;
-pub use inbox::{InboxEntry, Stage, StoredRequest};
+pub use inbox_entry::{InboxEntry, Stage, StoredRequest};
 pub use trace::TraceContext;
 
 /// The encoding version written by this build.

@@ -2,17 +2,17 @@
 //! prefix, methods, upstream) and the assembly of its tables.
 //!
 //! Each table is read by the module that owns it (`scheme.rs`,
-//! `idempotency.rs`, `guard.rs`, `inbox.rs`); the checks that compare
+//! `idempotency.rs`, `guard.rs`, `inbox_rules.rs`); the checks that compare
 //! them are `cross.rs`'s, run here as soon as the tables they compare
 //! are read, so a route's problems are listed in file order.
 
 use http::Method;
 
 use super::cross;
-use super::entity::entity;
+use super::entity_machine::entity;
 use super::guard::guards;
 use super::idempotency::idempotency;
-use super::inbox::{Inbox, inbox};
+use super::inbox_rules::{Inbox, inbox};
 use super::probe::probe;
 use super::problems::Problems;
 use super::raw::{RawGuard, RawRoute};

@@ -35,15 +35,15 @@ pub(crate) struct TakenDelivery {
     pub(crate) key: StoreKey,
     /// The record as the take wrote it (its owner is the taker).
     pub(crate) record: Record,
+    /// The entry the take wrote into it, kept apart so no reader has to
+    /// take it out of the record again.
+    entry: InboxEntry,
 }
 
 impl TakenDelivery {
     /// The delivery's entry.
     pub(crate) fn entry(&self) -> &InboxEntry {
-        match &self.record.state {
-            RecordState::Inbox(entry) => entry,
-            _ => unreachable!("a taken delivery is an inbox record"),
-        }
+        &self.entry
     }
 }
 
@@ -109,8 +109,9 @@ impl Inboxes {
             let mut next = (**entry).clone();
             next.probes += 1;
             next.due_ms = now.saturating_add(millis(lease));
+            let entry = next.clone();
             if let Some(record) = self.swap_entry(inbox, &key, &found, next).await? {
-                taken.push(TakenDelivery { key, record });
+                taken.push(TakenDelivery { key, record, entry });
             }
         }
         Ok(taken)
@@ -211,7 +212,7 @@ mod tests {
         let config = Config::parse(&text).unwrap_or_else(|e| panic!("{}", e.0.join("\n")));
         let probe = config.routes[0].probe.clone().unwrap();
         let start_after = millis(probe.start_after);
-        let mut entry = crate::record::inbox::tests::entry(Stage::Unknown);
+        let mut entry = crate::record::inbox_entry::tests::entry(Stage::Unknown);
         entry.due_ms = 1_000;
         assert!(!due(&entry, &probe, 1_000 + start_after - 1));
         assert!(due(&entry, &probe, 1_000 + start_after));

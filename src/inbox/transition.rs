@@ -200,7 +200,7 @@ pub(crate) fn drop_now(entry: &InboxEntry, now: u64) -> Option<InboxEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::inbox::tests::entry;
+    use crate::record::inbox_entry::tests::entry;
 
     fn rules() -> Inbox {
         let route = crate::config::test_route(

@@ -31,7 +31,7 @@ use super::transition::{self, Attempt, WorkerStep};
 use super::{Inboxes, Indexes, RouteInbox};
 use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
-use crate::store::entity::{EntityVerdict, KeptBack, decisions};
+use crate::store::entity::{Judgement, KeptBack, decisions};
 use crate::store::inbox::{Book, Swapped};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
@@ -211,7 +211,9 @@ impl Workers {
     ) {
         let deadline = sending.due_ms;
         let token = self.inboxes.mint.next();
-        let mut claimed = found.with_state(RecordState::Inbox(sending));
+        // The entry is kept beside the record it is written in, so what is
+        // sent is read from it, not fished back out of the record.
+        let mut claimed = found.with_state(RecordState::Inbox(sending.clone()));
         claimed.owner = token;
         let kept = inbox.kept_for(&claimed);
         let taken = self
@@ -233,8 +235,8 @@ impl Workers {
                     .await;
                 return;
             }
-            Ok(Err(KeptBack::Decided(verdict, to))) => {
-                self.decided(inbox, key, found, &verdict, &to).await;
+            Ok(Err(KeptBack::Decided(judgement, to))) => {
+                self.decided(inbox, key, found, &judgement, &to).await;
                 return;
             }
             Err(error) => {
@@ -242,9 +244,7 @@ impl Workers {
                 return;
             }
         }
-        let RecordState::Inbox(entry) = &claimed.state else {
-            unreachable!("built as an inbox record above")
-        };
+        let entry = &*sending;
         let fits = now_ms().saturating_add(millis(inbox.settings.upstream.timeout)) < deadline;
         let request = entry
             .request
@@ -386,19 +386,19 @@ impl Workers {
         inbox: &RouteInbox,
         key: &StoreKey,
         found: &Record,
-        verdict: &EntityVerdict,
+        judgement: &Judgement,
         to: &str,
     ) {
         let RecordState::Inbox(entry) = &found.state else {
             return;
         };
         let hash = key.hash();
-        let why = match verdict {
-            EntityVerdict::Refused { from } => format!(
+        let why = match judgement {
+            Judgement::Refused { from } => format!(
                 "not sent: its entity may not change from {} to {to} (a discrepancy)",
                 from.as_deref().unwrap_or("none")
             ),
-            _ => format!("not sent: its entity is already {to} (a repeat)"),
+            Judgement::Repeat => format!("not sent: its entity is already {to} (a repeat)"),
         };
         let Some(mut next) = transition::drop_now(entry, now_ms()) else {
             return;
@@ -426,7 +426,7 @@ impl Workers {
             .enter(&self.indexes.books, Book::Dropped, hash)
             .await;
         self.unindex(hash, false).await;
-        decisions::count(inbox.name(), verdict, to);
+        decisions::count(inbox.name(), judgement, to);
         tracing::warn!(
             route = inbox.name(),
             key = hash,

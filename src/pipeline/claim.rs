@@ -53,7 +53,7 @@ use crate::error::Rejection;
 use crate::record::{
     ClaimHold, OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext,
 };
-use crate::store::entity::{Blocker, EntityStep, EntityVerdict};
+use crate::store::entity::{Blocker, EntityStep, EntityVerdict, Judgement};
 use crate::store::{AnyStore, ClaimOutcome, Existing, Lease, Observed, StoreError, StoreKey};
 
 /// What a claim saw, as duplicates sharing one store read receive it.
@@ -90,12 +90,29 @@ pub(crate) enum Decision {
     /// Answer with this rejection; the trace is the first delivery's, when
     /// the key has a readable record.
     Refuse(Rejection, Option<TraceContext>),
+}
+
+/// What a claim on an entity route comes to ([`Claimer::claim_entity`]):
+/// a decision by key, or one its entity took first.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "built once per claim and matched at once; boxing the common case would allocate for every delivery"
+)]
+pub(crate) enum EntityDecision {
+    /// Decided by the key, as on any route.
+    Decided(Decision),
     /// The delivery's entity decided against forwarding it: a repeat of
     /// its state, or a refused change (`super::entity`).
-    Judged(EntityVerdict),
+    Judged(Judgement),
     /// The delivery's entity is busy, and the route holds notices behind
-    /// a busy entity (it has an inbox): hold this one (`super::hold`).
+    /// a busy entity: hold this one (`super::hold`).
     Behind(Blocker),
+}
+
+/// A decision by key, as [`Claimer::claim_with`] returns it.
+fn decided(decision: Decision) -> Result<EntityDecision, StoreError> {
+    Ok(EntityDecision::Decided(decision))
 }
 
 /// Claims keys for the pipeline. Holds what every claim needs — the
@@ -209,20 +226,59 @@ impl Claimer {
     /// docs). A live in-flight record is waited for at most `patience`
     /// (and not at all with `on_in_flight = "conflict"`). `ack` is the
     /// route's acknowledgement, which a compact record's replay is
-    /// ([`AckMarker::replay`]). On an entity route, `entity` is judged with
-    /// the claim; a busy entity (another delivery's change pending) is
-    /// handed back to be held if the route `holds` notices, else waited for
-    /// like a live in-flight record or refused ([`busy`]).
+    /// ([`AckMarker::replay`]).
     ///
     /// [`AckMarker::replay`]: crate::record::AckMarker::replay
     pub(crate) async fn claim(
         &self,
         identity: &Identity,
         rules: &Idempotency,
-        (ack, entity, holds): (Option<&StoredResponse>, Option<&EntityStep>, bool),
+        ack: Option<&StoredResponse>,
         patience: Duration,
         trace: Option<TraceContext>,
     ) -> Result<Decision, StoreError> {
+        match self
+            .claim_with(identity, rules, (ack, None), patience, trace)
+            .await?
+        {
+            EntityDecision::Decided(decision) => Ok(decision),
+            // Only a store that misbehaves judges a claim that named no
+            // entity: an error, as any reply that makes no sense.
+            EntityDecision::Judged(_) | EntityDecision::Behind(_) => Err(StoreError::Backend(
+                "the store answered with an entity's verdict a claim that named none".into(),
+            )),
+        }
+    }
+
+    /// [`Claimer::claim`] on an entity route: `step` is judged with the
+    /// claim; a busy entity (another delivery's change pending) is handed
+    /// back to be held if the route `holds` notices, else waited for like
+    /// a live in-flight record or refused ([`busy`]).
+    pub(crate) async fn claim_entity(
+        &self,
+        identity: &Identity,
+        rules: &Idempotency,
+        (ack, step, holds): (Option<&StoredResponse>, &EntityStep, bool),
+        patience: Duration,
+        trace: Option<TraceContext>,
+    ) -> Result<EntityDecision, StoreError> {
+        self.claim_with(identity, rules, (ack, Some((step, holds))), patience, trace)
+            .await
+    }
+
+    /// The claim loop of [`Claimer::claim`] and [`Claimer::claim_entity`].
+    async fn claim_with(
+        &self,
+        identity: &Identity,
+        rules: &Idempotency,
+        (ack, entity): (Option<&StoredResponse>, Option<(&EntityStep, bool)>),
+        patience: Duration,
+        trace: Option<TraceContext>,
+    ) -> Result<EntityDecision, StoreError> {
+        let (entity, holds) = match entity {
+            Some((step, holds)) => (Some(step), holds),
+            None => (None, false),
+        };
         let owner = self.owners.next();
         let timing = LeaseTiming::of(rules);
         let claim_ttl = timing.claim_ttl();
@@ -290,13 +346,13 @@ impl Claimer {
                 },
             };
             let existing = match result {
-                Ok(ClaimOutcome::Claimed(lease)) => return Ok(Decision::Forward(lease)),
+                Ok(ClaimOutcome::Claimed(lease)) => return decided(Decision::Forward(lease)),
                 Ok(ClaimOutcome::Existing(existing)) => existing,
                 // Another delivery's change to the entity is pending: wait
                 // for a live one like a live in-flight record, and answer
                 // the truth about any other (`busy`).
                 Ok(ClaimOutcome::Decided(EntityVerdict::Busy { blocker })) if holds => {
-                    return Ok(Decision::Behind(blocker));
+                    return Ok(EntityDecision::Behind(blocker));
                 }
                 Ok(ClaimOutcome::Decided(EntityVerdict::Busy { blocker })) => {
                     match busy(blocker, timing) {
@@ -304,10 +360,12 @@ impl Claimer {
                             record: Record::in_flight(owner, identity.fingerprint, None),
                             ttl: Some(remaining),
                         },
-                        Err(rejection) => return Ok(Decision::Refuse(rejection, None)),
+                        Err(rejection) => return decided(Decision::Refuse(rejection, None)),
                     }
                 }
-                Ok(ClaimOutcome::Decided(verdict)) => return Ok(Decision::Judged(verdict)),
+                Ok(ClaimOutcome::Decided(EntityVerdict::Judged(judgement))) => {
+                    return Ok(EntityDecision::Judged(judgement));
+                }
                 Err(StoreError::Corrupt(error)) => {
                     // Unreadable (a newer encoding mid-upgrade, or damage): the
                     // first delivery may have run, so treat it as an unknown
@@ -317,7 +375,7 @@ impl Claimer {
                         %error,
                         "unreadable record: answering outcome_unknown until it expires or is purged"
                     );
-                    return Ok(Decision::Refuse(
+                    return decided(Decision::Refuse(
                         Rejection::OutcomeUnknown {
                             retry_after: rules.unknown_hold,
                         },
@@ -328,11 +386,11 @@ impl Claimer {
             };
             let first = existing.record.trace;
             if existing.record.fingerprint != identity.fingerprint {
-                return Ok(Decision::Refuse(Rejection::FingerprintMismatch, first));
+                return decided(Decision::Refuse(Rejection::FingerprintMismatch, first));
             }
             match existing.observe(rules.unknown_hold) {
                 Observed::Completed(answer) => {
-                    return Ok(Decision::Replay {
+                    return decided(Decision::Replay {
                         answer: answer.clone(),
                         answered_at_ms: existing.record.answered_at_ms,
                         first,
@@ -340,14 +398,14 @@ impl Claimer {
                 }
                 Observed::Acknowledged(marker) => {
                     let answered_at_ms = existing.record.answered_at_ms;
-                    return Ok(Decision::Replay {
+                    return decided(Decision::Replay {
                         answer: marker.replay(ack, answered_at_ms),
                         answered_at_ms,
                         first,
                     });
                 }
                 Observed::Unknown { remaining } => {
-                    return Ok(Decision::Refuse(
+                    return decided(Decision::Refuse(
                         Rejection::OutcomeUnknown {
                             retry_after: remaining,
                         },
@@ -364,7 +422,7 @@ impl Claimer {
             );
             let now = Instant::now();
             if rules.on_in_flight == OnInFlight::Conflict || now >= deadline {
-                return Ok(in_flight);
+                return decided(in_flight);
             }
             // Subscribing only now keeps the first-delivery path free of the
             // waiter map; a settle that slipped in between is caught by the
@@ -372,7 +430,7 @@ impl Claimer {
             let key = identity.key.as_str();
             let Some(notify) = self.waiters.subscribe(key, self.max_waiting) else {
                 // Enough copies wait already; this one would only hold memory.
-                return Ok(in_flight);
+                return decided(in_flight);
             };
             let pause = backoff.next_pause().min(deadline - now);
             // Woken by the settle, or the pause is over: look again either way.
@@ -392,7 +450,7 @@ impl Claimer {
 /// inbox, or notices held before this one, may wait there for hours; one
 /// whose record is gone waits for an operator: the sender is asked back
 /// within the hold, never told "a hundred years"). A route with an inbox
-/// holds the notice instead ([`Decision::Behind`]). Also the answer when
+/// holds the notice instead ([`EntityDecision::Behind`]). Also the answer when
 /// the notice can not be held (its entity's queue is full).
 pub(crate) fn busy_answer(blocker: Blocker, rules: &Idempotency) -> Rejection {
     let timing = LeaseTiming::of(rules);
@@ -429,151 +487,4 @@ fn busy(blocker: Blocker, timing: LeaseTiming) -> Result<Duration, Rejection> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-    use crate::record::Fingerprint;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// A claimer on an embedded store in `dir`, and the rules of a route
-    /// that waits up to 1 s for an in-flight first delivery.
-    async fn setup(dir: &tempfile::TempDir) -> (Claimer, Idempotency) {
-        let text = format!(
-            "[store]\nkind = \"embedded\"\npath = {:?}\n\
-             [upstream]\nurl = \"http://127.0.0.1:1\"\n\
-             [[route]]\nname = \"r\"\npath_prefix = \"/\"\n\
-             [route.signature]\nscheme = \"none\"\n\
-             [route.idempotency]\non_in_flight = \"wait\"\nwait_timeout = \"1s\"\n",
-            dir.path().join("claims.redb").display().to_string()
-        );
-        let mut config = Config::parse(&text).expect("test config");
-        let store = AnyStore::connect(&config.store).await.expect("store");
-        let claimer = Claimer::new(
-            Arc::new(store),
-            TaskTracker::new(),
-            CancellationToken::new(),
-            8,
-        );
-        (claimer, config.routes.remove(0).idempotency)
-    }
-
-    fn identity() -> Identity {
-        let hash = "b".repeat(64);
-        Identity {
-            key: StoreKey::new("idemgate", "r", &hash),
-            key_hash: hash,
-            key_digest: [0xbb; 32],
-            fingerprint: Fingerprint([3; 32]),
-            key_value: None,
-            entity: None,
-            probe: None,
-        }
-    }
-
-    /// Claims the key as a first delivery would.
-    async fn first(claimer: &Claimer, rules: &Idempotency) -> Lease {
-        match claimer
-            .claim(
-                &identity(),
-                rules,
-                (None, None, false),
-                rules.wait_timeout,
-                None,
-            )
-            .await
-        {
-            Ok(Decision::Forward(lease)) => lease,
-            other => panic!("expected a first delivery, got {other:?}"),
-        }
-    }
-
-    fn in_flight(decision: &Result<Decision, StoreError>) -> bool {
-        matches!(
-            decision,
-            Ok(Decision::Refuse(Rejection::InFlight { .. }, _))
-        )
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_duplicate_gives_up_exactly_at_its_patience() {
-        let dir = tempfile::tempdir().unwrap();
-        let (claimer, rules) = setup(&dir).await;
-        let _lease = first(&claimer, &rules).await;
-        let started = Instant::now();
-        let decision = claimer
-            .claim(
-                &identity(),
-                &rules,
-                (None, None, false),
-                rules.wait_timeout,
-                None,
-            )
-            .await;
-        assert!(in_flight(&decision), "{decision:?}");
-        assert_eq!(started.elapsed(), rules.wait_timeout);
-
-        let started = Instant::now();
-        let decision = claimer
-            .claim(
-                &identity(),
-                &rules,
-                (None, None, false),
-                Duration::ZERO,
-                None,
-            )
-            .await;
-        assert!(in_flight(&decision), "{decision:?}");
-        assert_eq!(started.elapsed(), Duration::ZERO, "no patience, no wait");
-    }
-
-    /// How long a waiting duplicate takes to be forwarded when its first
-    /// delivery's claim is released at 333 ms, by this instance (which
-    /// wakes local waiters) or by another one (which can not).
-    async fn forwarded_after_release(wake_locally: bool) -> Duration {
-        let dir = tempfile::tempdir().unwrap();
-        let (claimer, rules) = setup(&dir).await;
-        let lease = first(&claimer, &rules).await;
-        let started = Instant::now();
-        let settle = async {
-            tokio::time::sleep(ms(333)).await;
-            assert!(claimer.store.release(&lease).await.unwrap());
-            if wake_locally {
-                claimer.settled(lease.key());
-            }
-        };
-        let duplicate = identity();
-        let (decision, ()) = tokio::join!(
-            claimer.claim(
-                &duplicate,
-                &rules,
-                (None, None, false),
-                rules.wait_timeout,
-                None
-            ),
-            settle
-        );
-        assert!(matches!(decision, Ok(Decision::Forward(_))), "{decision:?}");
-        started.elapsed()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_local_settle_wakes_the_waiter_at_once() {
-        assert_eq!(forwarded_after_release(true).await, ms(333));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_remote_settle_is_seen_at_the_next_re_check() {
-        // Re-checks come after jittered pauses of 10 to 100 ms, so the
-        // release at 333 ms is seen after it and within one longest pause.
-        for _ in 0..20 {
-            let waited = forwarded_after_release(false).await;
-            assert!(
-                waited > ms(333) && waited <= ms(333) + POLL_MAX,
-                "{waited:?}"
-            );
-        }
-    }
-}
+mod tests;

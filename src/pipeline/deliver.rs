@@ -2,7 +2,7 @@
 //! in a task of its own, detached from the sender's connection (contract
 //! rule 3: the sender hanging up cancels nothing), its answer queued in
 //! the route's inbox when `[route.inbox] on` lists the failure, or settled
-//! with the store (`outcome.rs`); the task counts and logs the request and
+//! with the store (`settle_once.rs`); the task counts and logs the request and
 //! hands the answer to the sender's connection if it is still there.
 
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use tracing::Instrument as _;
 use super::identify::Identity;
 use super::lease_timing::{self, LeaseTiming};
 use super::metrics::Outcome;
-use super::report::{Ending, Finished, Labels, Origin, Settled};
+use super::report::{Finished, Labels, Origin, RequestEnd, Settled};
 use super::runtime::RouteRuntime;
 use super::settle::{self, ClaimAction};
 use super::verify::Verified;
@@ -75,7 +75,7 @@ impl Pipeline {
         identity: &Identity,
         lease: Lease,
         origin: &Origin,
-    ) -> Ending {
+    ) -> RequestEnd {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(&self);
         let origin = origin.clone();
@@ -125,7 +125,7 @@ impl Pipeline {
                 &result,
                 lease.record(),
                 &route.settings.idempotency,
-                route.ack.as_ref(),
+                route.inbox_ack(),
             );
             let (settled, still_failing) = this
                 .settle_once(&route, &lease, &settlement)
@@ -158,7 +158,7 @@ impl Pipeline {
                 );
                 Finished::rejected(Rejection::UpstreamError, &self.config.problem_types).into()
             },
-            Ending::Recorded,
+            RequestEnd::Recorded,
         )
     }
 
@@ -173,7 +173,11 @@ impl Pipeline {
         kept: Option<StoredRequest>,
         result: &Result<UpstreamAnswer, ForwardError>,
     ) -> Option<StoredResponse> {
-        let inbox = route.inbox.as_ref().filter(|inbox| inbox.wants(result))?;
+        let inbox = route
+            .inbox
+            .as_ref()
+            .map(|inbox| &inbox.queue)
+            .filter(|queue| queue.wants(result))?;
         let request = kept?;
         match self.inboxes.enqueue(inbox, lease, request, result).await {
             Ok(queued) => {

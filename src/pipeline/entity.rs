@@ -23,15 +23,15 @@ use sha2::{Digest, Sha256};
 
 use super::guard::occurs_more_than_once;
 use super::key_join::{MAX_KEY_PART, hash_key_parts};
-use super::runtime::RouteRuntime;
-use super::shadow::Verdict;
+use super::runtime::{EntityRuntime, RouteRuntime};
+use super::shadow::Ruling;
 use crate::config::{Choice as _, Entity, OnRefused, Selector};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
 use crate::record::{StoredResponse, now_ms};
 use crate::signature::lower_hex;
-use crate::store::entity::{EntityStep, EntityVerdict, decisions};
+use crate::store::entity::{EntityStep, Judgement, decisions};
 use crate::store::{ENTITY_HASH_LEN, EntityKey};
 
 /// The entity a delivery is about, as stage 4 read it.
@@ -133,8 +133,36 @@ pub fn entity_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
     lower_hex(&tag)[..ENTITY_HASH_LEN].to_owned()
 }
 
+/// A delivery to an entity route, as its claim is judged: the route's
+/// machine, the entity the delivery is about, and what the claim asks of
+/// it. Built only when both are there, so nothing after the claim has to
+/// ask again whether they are.
+#[derive(Debug)]
+pub(super) struct EntityClaim<'a> {
+    /// The route's `[route.entity]` and its acknowledgement.
+    pub(super) runtime: &'a EntityRuntime,
+    /// The entity the delivery is about.
+    pub(super) about: &'a EntityIdentity,
+    /// What the claim asks of the entity.
+    pub(super) step: EntityStep,
+}
+
+impl<'a> EntityClaim<'a> {
+    /// The entity claim of a delivery to `route` about the entity stage
+    /// 4 read (`Identity::entity`); `None` off entity routes.
+    pub(super) fn of(route: &'a RouteRuntime, about: Option<&'a EntityIdentity>) -> Option<Self> {
+        let runtime = route.entity.as_ref()?;
+        let about = about?;
+        Some(Self {
+            runtime,
+            about,
+            step: step(about, &runtime.rules),
+        })
+    }
+}
+
 /// What the claim asks of the entity for `identity`.
-pub(crate) fn step(identity: &EntityIdentity, entity: &Entity) -> EntityStep {
+fn step(identity: &EntityIdentity, entity: &Entity) -> EntityStep {
     EntityStep {
         key: identity.key.clone(),
         to: identity.to.clone(),
@@ -211,61 +239,52 @@ pub(super) fn count_hold(route: &RouteRuntime, result: &'static str) {
     counter!(HELD_TOTAL.name, "route" => route.name().to_owned(), "result" => result).increment(1);
 }
 
-/// The verdict for a delivery its entity decided at the claim: counted,
+/// The ruling for a delivery its entity judged at the claim: counted,
 /// logged, and answered as the route says (module docs).
 pub(super) fn judged(
     route: &RouteRuntime,
-    (about, key_hash): (Option<&EntityIdentity>, &str),
-    verdict: &EntityVerdict,
-) -> Verdict {
-    let (Some(entity), Some(about), Some(ack)) = (
-        route.settings.entity.as_ref(),
-        about,
-        route.entity_ack.as_ref(),
-    ) else {
-        unreachable!("only an entity route's claim is judged by its entity");
-    };
-    let name = route.name().to_owned();
+    (entity, key_hash): (&EntityClaim<'_>, &str),
+    judgement: &Judgement,
+) -> Ruling {
+    let about = entity.about;
+    let name = route.name();
     let id = about.id.as_deref().map(String::from_utf8_lossy);
-    match verdict {
-        EntityVerdict::Refused { from } => {
-            let from_label = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
-            decisions::count(&name, verdict, &about.to);
+    decisions::count(name, judgement, &about.to);
+    match judgement {
+        Judgement::Refused { from } => {
+            let from_label = from.as_deref().unwrap_or(NO_STATE);
             tracing::warn!(
-                route = route.name(),
+                route = name,
                 entity = about.hash,
                 id = id.as_deref(),
                 from = from_label,
                 to = about.to,
                 key = key_hash,
-                on_refused = entity.on_refused.name(),
+                on_refused = entity.runtime.rules.on_refused.name(),
                 "entity state change refused (discrepancy): the delivery was not forwarded"
             );
-            match refusal(entity, ack, from.as_deref(), &about.to) {
-                Ok(answer) => Verdict::Acknowledge {
+            let rules = &entity.runtime.rules;
+            match refusal(rules, &entity.runtime.ack, from.as_deref(), &about.to) {
+                Ok(answer) => Ruling::Acknowledge {
                     answer,
                     noted: Reason::TransitionRefused,
                 },
-                Err(rejection) => Verdict::Refuse(rejection),
+                Err(rejection) => Ruling::Refuse(rejection),
             }
         }
-        EntityVerdict::Repeat => {
-            decisions::count(&name, verdict, &about.to);
+        Judgement::Repeat => {
             tracing::info!(
-                route = route.name(),
+                route = name,
                 entity = about.hash,
                 id = id.as_deref(),
                 state = about.to,
                 key = key_hash,
                 "entity already in the announced state: acknowledged without the handler"
             );
-            Verdict::Replay {
-                answer: ack.clone(),
+            Ruling::Replay {
+                answer: entity.runtime.ack.clone(),
                 answered_at_ms: now_ms(),
             }
-        }
-        EntityVerdict::Busy { .. } => {
-            unreachable!("a busy entity is waited for or refused by the claim")
         }
     }
 }
@@ -273,41 +292,40 @@ pub(super) fn judged(
 /// Shadow mode (`[route.entity] mode = "shadow"`): what the machine would
 /// have done with a delivery that is forwarded anyway, counted as in
 /// enforce mode (a repeat, a discrepancy) and logged, so the machine can be
-/// adopted beside a live handler. A busy entity is only logged.
+/// adopted beside a live handler. `None`: the entity is busy, which is
+/// only logged.
 pub(super) fn shadowed(
     route: &RouteRuntime,
-    (about, key_hash): (Option<&EntityIdentity>, &str),
-    verdict: Option<&EntityVerdict>,
+    (entity, key_hash): (&EntityClaim<'_>, &str),
+    judgement: Option<&Judgement>,
 ) {
-    let Some(about) = about else {
-        return;
-    };
-    let name = route.name().to_owned();
-    match verdict {
-        Some(verdict @ EntityVerdict::Refused { from }) => {
-            decisions::count(&name, verdict, &about.to);
-            let from = from.clone().unwrap_or_else(|| NO_STATE.to_owned());
+    let about = entity.about;
+    let name = route.name();
+    if let Some(judgement) = judgement {
+        decisions::count(name, judgement, &about.to);
+    }
+    match judgement {
+        Some(Judgement::Refused { from }) => {
             tracing::warn!(
-                route = route.name(),
+                route = name,
                 entity = about.hash,
-                from,
+                from = from.as_deref().unwrap_or(NO_STATE),
                 to = about.to,
                 key = key_hash,
                 "shadow: the entity machine would refuse this change (discrepancy); forwarded"
             );
         }
-        Some(verdict @ EntityVerdict::Repeat) => {
-            decisions::count(&name, verdict, &about.to);
+        Some(Judgement::Repeat) => {
             tracing::info!(
-                route = route.name(),
+                route = name,
                 entity = about.hash,
                 state = about.to,
                 key = key_hash,
                 "shadow: the entity already is in the announced state (a repeat); forwarded"
             );
         }
-        _ => tracing::info!(
-            route = route.name(),
+        None => tracing::info!(
+            route = name,
             entity = about.hash,
             state = about.to,
             key = key_hash,

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 
 use tracing::Instrument as _;
 
-use super::claim::{Decision, busy_answer};
+use super::claim::{Decision, EntityDecision, busy_answer};
 use super::deliver::kept_request;
+use super::entity::EntityClaim;
 use super::identify::Identity;
 use super::runtime::RouteRuntime;
 use super::verify::Verified;
@@ -19,7 +20,7 @@ use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
 use crate::record::{StoredResponse, TraceContext};
 use crate::store::StoreError;
-use crate::store::entity::{EntityStep, HoldVerdict};
+use crate::store::entity::{HoldVerdict, Judgement};
 
 /// Claims a hold may be followed by, when the entity turned free or a
 /// copy took the key meanwhile: each such turn needs a change to settle
@@ -28,63 +29,76 @@ const HOLD_TRIES: usize = 3;
 
 /// What the claim stage ended with.
 pub(super) enum Claimed {
-    /// The claim's decision (never [`Decision::Behind`]).
+    /// The claim's decision by key.
     Decided(Result<Decision, StoreError>),
+    /// The delivery's entity decided against forwarding it: answered so.
+    Judged(shadow::Ruling),
     /// Held behind the entity: the sender gets this acknowledgement.
     Held(StoredResponse),
 }
 
 impl Pipeline {
-    /// Claims `identity`, holding it behind its busy entity on a route
-    /// whose inbox holds notices (module docs).
+    /// Claims `identity`, judged by its entity on an entity route, and
+    /// held behind its busy entity on a route whose inbox holds notices
+    /// (module docs).
     pub(super) async fn claim_or_hold(
         &self,
         runtime: &RouteRuntime,
         verified: &Verified,
         identity: &Identity,
         (entity, context, peer): (
-            Option<&EntityStep>,
+            Option<&EntityClaim<'_>>,
             Option<TraceContext>,
             Option<SocketAddr>,
         ),
     ) -> Claimed {
         let rules = &runtime.settings.idempotency;
-        let watching = runtime
-            .settings
-            .entity
-            .as_ref()
-            .is_some_and(|e| e.mode == EntityMode::Shadow);
-        let holds = watching || (runtime.inbox.is_some() && rules.mode == Mode::Enforce);
-        let claim = async |entity: Option<&EntityStep>| {
+        let ack = runtime.inbox_ack();
+        let patience = shadow::patience(rules);
+        let by_key = async || {
             self.claimer
-                .claim(
+                .claim(identity, rules, ack, patience, context)
+                .instrument(trace::claim(self.tracing))
+                .await
+        };
+        let Some(entity) = entity else {
+            return Claimed::Decided(by_key().await);
+        };
+        let watching = entity.runtime.rules.mode == EntityMode::Shadow;
+        let holds = watching || (runtime.inbox.is_some() && rules.mode == Mode::Enforce);
+        let claim = async || {
+            self.claimer
+                .claim_entity(
                     identity,
                     rules,
-                    (runtime.ack.as_ref(), entity, holds && entity.is_some()),
-                    shadow::patience(rules),
+                    (ack, &entity.step, holds),
+                    patience,
                     context,
                 )
                 .instrument(trace::claim(self.tracing))
                 .await
         };
-        let mut decision = claim(entity).await;
+        let who = (entity, identity.key_hash.as_str());
+        let mut decision = claim().await;
         if watching {
             // The machine only watches: whatever it decided, the delivery
             // is claimed by its key alone and forwarded.
-            let verdict = match &decision {
-                Ok(Decision::Judged(verdict)) => Some(Some(verdict.clone())),
-                Ok(Decision::Behind(_)) => Some(None),
+            let judged: Option<Option<&Judgement>> = match &decision {
+                Ok(EntityDecision::Judged(judgement)) => Some(Some(judgement)),
+                Ok(EntityDecision::Behind(_)) => Some(None),
                 _ => None,
             };
-            if let Some(verdict) = verdict {
-                super::entity::shadowed(runtime, identity.who(), verdict.as_ref());
-                decision = claim(None).await;
-            }
-            return Claimed::Decided(decision);
+            return match judged {
+                Some(judgement) => {
+                    super::entity::shadowed(runtime, who, judgement);
+                    Claimed::Decided(by_key().await)
+                }
+                None => decided(runtime, who, rules, decision),
+            };
         }
         for _ in 0..HOLD_TRIES {
-            let (Ok(Decision::Behind(blocker)), Some(step), Some(inbox)) =
-                (&decision, entity, runtime.inbox.as_ref())
+            let (Ok(EntityDecision::Behind(blocker)), Some(inbox)) =
+                (&decision, runtime.inbox.as_ref())
             else {
                 break;
             };
@@ -94,8 +108,14 @@ impl Pipeline {
             let about = (identity.fingerprint, identity.key_value.as_deref());
             let held = self
                 .inboxes
-                .hold(inbox, &identity.key, about, request, step)
+                .hold(&inbox.queue, &identity.key, about, request, &entity.step)
                 .await;
+            let refused = || {
+                Ok(EntityDecision::Decided(Decision::Refuse(
+                    busy_answer(blocker, rules),
+                    None,
+                )))
+            };
             decision = match held {
                 Ok(Holding::Held(ack)) => {
                     super::entity::count_hold(runtime, "held");
@@ -106,25 +126,38 @@ impl Pipeline {
                     tracing::warn!(
                         route = runtime.name(),
                         key = identity.key_hash,
-                        entity = step.key.hash(),
+                        entity = entity.step.key.hash(),
                         "entity busy and max_held_per_entity notices wait already: not acknowledged; the sender keeps its own retries"
                     );
-                    Ok(Decision::Refuse(busy_answer(blocker, rules), None))
+                    refused()
                 }
                 // A copy of the unresolved change itself: told the truth.
-                Ok(Holding::Not(HoldVerdict::Itself)) => {
-                    Ok(Decision::Refuse(busy_answer(blocker, rules), None))
-                }
-                Ok(Holding::Not(_)) => claim(entity).await,
+                Ok(Holding::Not(HoldVerdict::Itself)) => refused(),
+                Ok(Holding::Not(_)) => claim().await,
                 Err(error) => Err(error),
             };
         }
-        Claimed::Decided(match decision {
-            // Still busy after every try: the answer without an inbox.
-            Ok(Decision::Behind(blocker)) => {
-                Ok(Decision::Refuse(busy_answer(blocker, rules), None))
-            }
-            other => other,
-        })
+        decided(runtime, who, rules, decision)
+    }
+}
+
+/// The end of an entity route's claim: a judgement answered as the route
+/// says, a busy entity still busy after every hold refused with the answer
+/// a route without an inbox gives, a decision by key as it is.
+fn decided(
+    runtime: &RouteRuntime,
+    who: (&EntityClaim<'_>, &str),
+    rules: &crate::config::Idempotency,
+    decision: Result<EntityDecision, StoreError>,
+) -> Claimed {
+    match decision {
+        Ok(EntityDecision::Decided(decision)) => Claimed::Decided(Ok(decision)),
+        Ok(EntityDecision::Judged(judgement)) => {
+            Claimed::Judged(super::entity::judged(runtime, who, &judgement))
+        }
+        Ok(EntityDecision::Behind(blocker)) => {
+            Claimed::Decided(Ok(Decision::Refuse(busy_answer(blocker, rules), None)))
+        }
+        Err(error) => Claimed::Decided(Err(error)),
     }
 }

@@ -72,12 +72,6 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The entity this delivery is about (on an entity route) and its key
-    /// hash: what the entity stage logs a decision with.
-    pub(crate) fn who(&self) -> (Option<&EntityIdentity>, &str) {
-        (self.entity.as_ref(), &self.key_hash)
-    }
-
     /// The key as the route's hot keys count it: the digest, and the
     /// entity tag on an entity route, so the hash they show names the
     /// record as `key_hash` does.

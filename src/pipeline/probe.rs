@@ -194,9 +194,10 @@ pub(crate) fn render(probe: &Probe, request: &Inbound) -> Result<String, Skip> {
     Ok(target)
 }
 
-/// What the handler said.
+/// What a probe read from the handler's answer: whether it applied the
+/// delivery (the word "verdict" is the entity machine's, `store::entity`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum Reading {
     /// It applied the delivery; its answer.
     Applied(StoredResponse),
     /// It never applied it.
@@ -206,18 +207,18 @@ pub(crate) enum Verdict {
 }
 
 /// Reads a probe's answer as `probe` says.
-pub(crate) fn classify(probe: &Probe, answer: StoredResponse) -> Verdict {
+pub(crate) fn classify(probe: &Probe, answer: StoredResponse) -> Reading {
     let applied_status = probe.applied_status.contains(&answer.status);
     let not_applied_status = probe.not_applied_status.contains(&answer.status);
     let Some(field) = &probe.field else {
         return match (applied_status, not_applied_status) {
-            (true, _) => Verdict::Applied(answer),
-            (false, true) => Verdict::NotApplied,
-            _ => Verdict::Undecided,
+            (true, _) => Reading::Applied(answer),
+            (false, true) => Reading::NotApplied,
+            _ => Reading::Undecided,
         };
     };
     if !(applied_status || not_applied_status) {
-        return Verdict::Undecided;
+        return Reading::Undecided;
     }
     let (mut parts, ()) = Request::new(()).into_parts();
     parts
@@ -240,11 +241,11 @@ pub(crate) fn classify(probe: &Probe, answer: StoredResponse) -> Verdict {
             .is_some_and(|v| list.iter().any(|s| s.as_bytes() == v))
     };
     if applied_status && is(&probe.applied) {
-        Verdict::Applied(answer)
+        Reading::Applied(answer)
     } else if not_applied_status && is(&probe.not_applied) {
-        Verdict::NotApplied
+        Reading::NotApplied
     } else {
-        Verdict::Undecided
+        Reading::Undecided
     }
 }
 

@@ -146,28 +146,28 @@ pub(super) struct Finished {
 }
 
 /// A request's end as `handle` receives it.
-pub(super) enum Ending {
+pub(super) enum RequestEnd {
     /// Still to be counted and logged.
-    Pending(Finished),
+    Unrecorded(Finished),
     /// Counted and logged already, by a detached first delivery (so a
     /// sender's hang-up can not lose the count): only the answer is left.
     Recorded(Response<ProxyBody>),
 }
 
-impl Ending {
-    /// Labels a pending end with what is known about the delivery; a
+impl RequestEnd {
+    /// Labels an unrecorded end with what is known about the delivery; a
     /// recorded one was logged with the same labels already.
     pub(super) fn labelled(self, labels: Labels) -> Self {
         match self {
-            Self::Pending(finished) => Self::Pending(finished.labelled(labels)),
+            Self::Unrecorded(finished) => Self::Unrecorded(finished.labelled(labels)),
             recorded @ Self::Recorded(_) => recorded,
         }
     }
 }
 
-impl From<Finished> for Ending {
+impl From<Finished> for RequestEnd {
     fn from(finished: Finished) -> Self {
-        Self::Pending(finished)
+        Self::Unrecorded(finished)
     }
 }
 

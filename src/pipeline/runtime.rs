@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::metrics::RouteMetrics;
-use crate::config::{Config, Route};
+use crate::config::{self, Config, Route};
 use crate::hot_keys::{HotKeys, RouteHotKeys};
 use crate::inbox::{Inboxes, RouteInbox};
 use crate::record::StoredResponse;
@@ -20,22 +20,46 @@ pub(crate) struct RouteRuntime {
     pub(crate) meters: RouteMetrics,
     /// Its hot-key table, when `[hot_keys]` is enabled.
     pub(crate) hot_keys: Option<Arc<RouteHotKeys>>,
-    /// Its inbox, when it has `[route.inbox]`: the same one the workers
-    /// and the admin API use.
-    pub(crate) inbox: Option<Arc<RouteInbox>>,
-    /// Its known acknowledgement (the `[route.inbox]` ack): a completed
-    /// answer equal to it is stored as a compact marker, and a marker is
-    /// replayed as it (`crate::record::AckMarker`).
-    pub(crate) ack: Option<StoredResponse>,
-    /// Its `[route.entity]` acknowledgement: what a repeated state (and,
-    /// with `on_refused = "acknowledge"`, a refused change) is answered.
-    pub(crate) entity_ack: Option<StoredResponse>,
+    /// Its inbox, when it has `[route.inbox]`.
+    pub(crate) inbox: Option<InboxRuntime>,
+    /// Its entity machine, when it has `[route.entity]`.
+    pub(crate) entity: Option<EntityRuntime>,
+}
+
+/// A route's `[route.inbox]` at request time: everything a delivery to it
+/// needs from the inbox, together, so no stage holds one part without the
+/// other.
+#[derive(Debug)]
+pub(crate) struct InboxRuntime {
+    /// The inbox itself: the same one the workers and the admin API use.
+    pub(crate) queue: Arc<RouteInbox>,
+    /// Its known acknowledgement: a completed answer equal to it is
+    /// stored as a compact marker, and a marker is replayed as it
+    /// (`crate::record::AckMarker`).
+    pub(crate) ack: StoredResponse,
+}
+
+/// A route's `[route.entity]` at request time, its settings beside the
+/// answer they make.
+#[derive(Debug)]
+pub(crate) struct EntityRuntime {
+    /// `[route.entity]`.
+    pub(crate) rules: config::Entity,
+    /// Its acknowledgement: what a repeated state (and, with
+    /// `on_refused = "acknowledge"`, a refused change) is answered.
+    pub(crate) ack: StoredResponse,
 }
 
 impl RouteRuntime {
     /// The route's name (its `route` label and store key component).
     pub(crate) fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    /// The inbox's acknowledgement, on a route with an inbox: what a
+    /// compact record is replayed as.
+    pub(crate) fn inbox_ack(&self) -> Option<&StoredResponse> {
+        self.inbox.as_ref().map(|inbox| &inbox.ack)
     }
 }
 
@@ -53,12 +77,14 @@ pub(crate) fn build(
             Arc::new(RouteRuntime {
                 meters: RouteMetrics::new(&route.name, route.scheme.secret_count()),
                 hot_keys: hot_keys.named(&route.name).cloned(),
-                inbox: inboxes.route(&route.name).cloned(),
-                ack: route.inbox.as_ref().map(crate::inbox::ack),
-                entity_ack: route
-                    .entity
-                    .as_ref()
-                    .map(|entity| crate::inbox::ack_response(&entity.ack)),
+                inbox: inboxes.route(&route.name).map(|queue| InboxRuntime {
+                    ack: crate::inbox::ack(&queue.rules),
+                    queue: Arc::clone(queue),
+                }),
+                entity: route.entity.as_ref().map(|rules| EntityRuntime {
+                    ack: crate::inbox::ack_response(&rules.ack),
+                    rules: rules.clone(),
+                }),
                 settings: route.clone(),
             })
         })

@@ -3,9 +3,9 @@
 //! The stages run as enforce mode would (`Pipeline::enforce`) and end in
 //! either an answer that is the same in both modes — a first delivery, a
 //! store outage, a body too large — or a request stopped by a rule, with
-//! the verdict enforce mode answers it with. Only then does the route's
+//! the ruling enforce mode answers it with. Only then does the route's
 //! mode decide ([`Pipeline::apply_mode`]): enforce mode answers with the
-//! verdict; shadow mode sends the request on as it is and notes what
+//! ruling; shadow mode sends the request on as it is and notes what
 //! enforce mode would have done, so an operator can watch idemgate's
 //! decisions on real traffic before letting it make them. The one thing
 //! shadow mode changes earlier is that a duplicate never waits for its
@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 
 use super::metrics::Outcome;
 use super::runtime::RouteRuntime;
-use super::{Ending, Finished, Pipeline, settle};
+use super::{Finished, Pipeline, RequestEnd, settle};
 use crate::config::{Idempotency, Mode};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
@@ -32,22 +32,25 @@ use crate::record::{StoredBody, StoredResponse};
     clippy::large_enum_variant,
     reason = "built and moved once per request; boxing would allocate for every duplicate"
 )]
-pub(super) enum Enforced {
+pub(super) enum Enforcement {
     /// The same end in either mode.
-    Ended(Ending),
-    /// Stopped by a rule: enforce mode answers with the verdict, shadow
-    /// mode sends the held request on.
-    Stopped { verdict: Verdict, held: Withheld },
+    Ended(RequestEnd),
+    /// Stopped by a rule: enforce mode answers with the ruling, shadow
+    /// mode sends the request on.
+    Stopped {
+        ruling: Ruling,
+        request: StoppedRequest,
+    },
 }
 
-impl From<Finished> for Enforced {
+impl From<Finished> for Enforcement {
     fn from(finished: Finished) -> Self {
         Self::Ended(finished.into())
     }
 }
 
 /// What enforce mode answers a stopped request with.
-pub(super) enum Verdict {
+pub(super) enum Ruling {
     /// This rejection.
     Refuse(Rejection),
     /// An answer idemgate gives in the handler's place although the
@@ -68,7 +71,7 @@ pub(super) enum Verdict {
     },
 }
 
-impl Verdict {
+impl Ruling {
     /// The reason shadow mode notes for it: a replay is no rejection (its
     /// outcome says what it would have been).
     fn noted(&self) -> Option<Reason> {
@@ -81,7 +84,7 @@ impl Verdict {
 }
 
 /// A stopped request, as shadow mode sends it on.
-pub(super) enum Withheld {
+pub(super) enum StoppedRequest {
     /// Stage 1 could not settle its path: the body is still unread and is
     /// streamed on as it is.
     Unread(Request<Incoming>),
@@ -106,30 +109,30 @@ impl Pipeline {
     pub(super) async fn apply_mode(
         &self,
         route: &RouteRuntime,
-        enforced: Enforced,
+        enforcement: Enforcement,
         peer: Option<SocketAddr>,
-    ) -> Ending {
-        let (verdict, held) = match enforced {
-            Enforced::Ended(ending) => return ending,
-            Enforced::Stopped { verdict, held } => (verdict, held),
+    ) -> RequestEnd {
+        let (ruling, request) = match enforcement {
+            Enforcement::Ended(end) => return end,
+            Enforcement::Stopped { ruling, request } => (ruling, request),
         };
         let finished = match route.settings.idempotency.mode {
-            Mode::Enforce => self.answer(route, verdict),
-            Mode::Shadow => self.send_on(route, held, verdict.noted(), peer).await,
+            Mode::Enforce => self.answer(route, ruling),
+            Mode::Shadow => self.send_on(route, request, ruling.noted(), peer).await,
         };
         finished.into()
     }
 
-    /// Enforce mode: the verdict is the answer.
-    fn answer(&self, route: &RouteRuntime, verdict: Verdict) -> Finished {
-        match verdict {
-            Verdict::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
-            Verdict::Acknowledge { answer, noted } => Finished::new(
+    /// Enforce mode: the ruling is the answer.
+    fn answer(&self, route: &RouteRuntime, ruling: Ruling) -> Finished {
+        match ruling {
+            Ruling::Refuse(rejection) => Finished::rejected(rejection, &self.config.problem_types),
+            Ruling::Acknowledge { answer, noted } => Finished::new(
                 Outcome::Rejected,
                 settle::replay(&answer, &self.config.problem_types, None),
             )
             .with_reason(noted),
-            Verdict::Replay {
+            Ruling::Replay {
                 answer,
                 answered_at_ms,
             } => {
@@ -154,12 +157,12 @@ impl Pipeline {
     async fn send_on(
         &self,
         route: &RouteRuntime,
-        held: Withheld,
+        request: StoppedRequest,
         noted: Option<Reason>,
         peer: Option<SocketAddr>,
     ) -> Finished {
-        let sent = match held {
-            Withheld::Unread(request) => {
+        let sent = match request {
+            StoppedRequest::Unread(request) => {
                 let upstream = &route.settings.upstream;
                 let request = request.map(BodyExt::boxed);
                 let sent = self
@@ -170,11 +173,11 @@ impl Pipeline {
                 }
                 sent
             }
-            Withheld::Unclaimed(inbound) => {
+            StoppedRequest::Unclaimed(inbound) => {
                 self.unprotected(route, &inbound, peer, Outcome::Passthrough)
                     .await
             }
-            Withheld::Duplicate(inbound) => {
+            StoppedRequest::Duplicate(inbound) => {
                 self.unprotected(route, &inbound, peer, Outcome::ShadowDuplicate)
                     .await
             }

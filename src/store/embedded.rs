@@ -29,18 +29,18 @@
 
 mod audit;
 mod books;
+mod disk_room;
 mod entities;
 mod generation;
 mod held;
-mod inbox;
+mod inbox_ops;
 mod index;
 mod listing;
 mod open;
 mod owed;
 mod probes;
-mod room;
-pub(crate) use room::needed_for as room_for_answers;
-mod slot;
+pub(crate) use disk_room::needed_for as room_for_answers;
+mod key_write;
 mod start;
 mod writer;
 
@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use self::slot::{Expiries, Records, Slot, expiry_of, read_entry};
+use self::key_write::{Expiries, KeyWrite, Records, expiry_of, read_entry};
 pub use self::writer::GroupCommit;
 use self::writer::{Job, Pending, Shared};
 
@@ -255,17 +255,17 @@ impl EmbeddedStore {
         .await
     }
 
-    /// Runs `op` on `key`'s [`Slot`] in one write transaction (see
+    /// Runs `op` on `key`'s [`KeyWrite`] in one write transaction (see
     /// [`EmbeddedStore::write`]): how every record operation writes.
     async fn write_key<T, F>(&self, key: &StoreKey, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnMut(&mut Slot<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
+        F: FnMut(&mut KeyWrite<'_, '_>) -> Result<(T, bool), StoreError> + Send + 'static,
     {
         let key = key.clone();
         let mut op = op;
         self.write(move |txn, records, expiries, now| {
-            op(&mut Slot {
+            op(&mut KeyWrite {
                 txn,
                 records,
                 expiries,
@@ -284,8 +284,8 @@ impl EmbeddedStore {
         owner: OwnerToken,
         change: Change,
     ) -> Result<Owned, StoreError> {
-        self.write_key(key, move |slot| {
-            let entry = slot.live()?;
+        self.write_key(key, move |target| {
+            let entry = target.live()?;
             let owned = match (&entry, &change) {
                 (None, Change::Complete(..)) => Owned::Free,
                 (None, _) => return Ok((Owned::No, false)),
@@ -312,23 +312,23 @@ impl EmbeddedStore {
             match &change {
                 // A released change never happened: its entity drops it.
                 Change::Release(_) => {
-                    slot.delete()?;
-                    entities::settle(slot, EntityEffect::Drop)?;
-                    probes::settle(slot, false)?;
+                    target.delete()?;
+                    entities::settle(target, EntityEffect::Drop)?;
+                    probes::settle(target, false)?;
                 }
                 Change::Complete(bytes, ttl, (owes, unknown), effect) => {
                     if *owes {
-                        slot.mark_owed(true)?;
+                        target.mark_owed(true)?;
                     }
-                    slot.put(*ttl, bytes)?;
-                    entities::settle(slot, *effect)?;
-                    probes::settle(slot, *unknown)?;
+                    target.put(*ttl, bytes)?;
+                    entities::settle(target, *effect)?;
+                    probes::settle(target, *unknown)?;
                 }
                 // The owner check just read this live entry: its record
                 // bytes stay as they are, only the expiry moves.
                 Change::Renew(ttl) => {
-                    let bytes = slot.stored_record()?.unwrap_or_default();
-                    slot.put(*ttl, &bytes)?;
+                    let bytes = target.stored_record()?.unwrap_or_default();
+                    target.put(*ttl, &bytes)?;
                 }
             }
             Ok((owned, true))
@@ -352,17 +352,17 @@ impl EmbeddedStore {
         ttl: Duration,
         (owed, effect): (bool, EntityEffect),
     ) -> Result<bool, StoreError> {
-        self.write_key(key, move |slot| {
-            let Some(entry) = slot.live()? else {
+        self.write_key(key, move |target| {
+            let Some(entry) = target.live()? else {
                 return Ok((false, false));
             };
             if entry.record.owner != expected {
-                let landed = slot.stored_record()?.as_deref() == Some(record.as_slice());
+                let landed = target.stored_record()?.as_deref() == Some(record.as_slice());
                 return Ok((landed, false));
             }
-            slot.put(ttl, &record)?;
-            slot.mark_owed(owed)?;
-            entities::settle(slot, effect)?;
+            target.put(ttl, &record)?;
+            target.mark_owed(owed)?;
+            entities::settle(target, effect)?;
             Ok((true, true))
         })
         .await
@@ -418,19 +418,19 @@ impl Store for EmbeddedStore {
             return Ok(ClaimOutcome::Existing(existing));
         }
         let found = self
-            .write_key(key, move |slot| {
-                if let Some(entry) = slot.live()? {
-                    let ttl = Duration::from_millis(entry.expires_at_ms - slot.now);
+            .write_key(key, move |target| {
+                if let Some(entry) = target.live()? {
+                    let ttl = Duration::from_millis(entry.expires_at_ms - target.now);
                     return Ok((Found::Existing(entry.record, ttl), false));
                 }
                 if let Some(step) = &step {
-                    if let Err(verdict) = entities::claim(slot, step)? {
+                    if let Err(verdict) = entities::claim(target, step)? {
                         return Ok((Found::Decided(verdict), true));
                     }
                 }
-                slot.put(ttl, &encoded)?;
+                target.put(ttl, &encoded)?;
                 if let Some((plan, first)) = &probe {
-                    probes::arm(slot, plan, *first)?;
+                    probes::arm(target, plan, *first)?;
                 }
                 Ok((Found::Free, true))
             })
@@ -505,8 +505,8 @@ impl Store for EmbeddedStore {
     }
 
     async fn purge(&self, key: &StoreKey, seen: Option<SeenRecord>) -> Result<Purged, StoreError> {
-        self.write_key(key, move |slot| {
-            let live = slot.live()?;
+        self.write_key(key, move |target| {
+            let live = target.live()?;
             if let Some(seen) = seen
                 && !live
                     .as_ref()
@@ -514,10 +514,10 @@ impl Store for EmbeddedStore {
             {
                 return Ok((Purged::Changed, false));
             }
-            let existed = slot.delete()?;
+            let existed = target.delete()?;
             // The operator says the change never happened (store::Store::purge).
-            let settled = entities::settle(slot, EntityEffect::Drop)?;
-            probes::settle(slot, false)?;
+            let settled = entities::settle(target, EntityEffect::Drop)?;
+            probes::settle(target, false)?;
             let purged = if live.is_some() || settled {
                 Purged::Deleted
             } else {

@@ -25,7 +25,7 @@
 //! against the current one: the same state is a *repeat* (acknowledged,
 //! never forwarded), a change the machine allows is claimed and becomes
 //! the pending change, anything else is *refused* (a discrepancy). Only
-//! declared states reach the store (`config::entity`), so every value here
+//! declared states reach the store (`config::entity_machine`), so every value here
 //! is a bounded label.
 //!
 //! **Settle**: every write of a record that is an entity's pending change
@@ -107,11 +107,22 @@ pub enum Blocker {
 /// A claim the entity decided instead of the record key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntityVerdict {
-    /// Another delivery's change is still pending (or unresolved).
+    /// Another delivery's change is still pending (or unresolved): the
+    /// delivery waits, is held or is refused, but nothing is decided
+    /// about it yet.
     Busy {
         /// What holds it.
         blocker: Blocker,
     },
+    /// The machine decided the delivery itself.
+    Judged(Judgement),
+}
+
+/// What the machine decided about a delivery it will not forward: the
+/// one part of a verdict that is counted (`decisions`) and answered at
+/// once, apart from [`EntityVerdict::Busy`] so no one has to ignore it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
     /// The entity already is in the announced state.
     Repeat,
     /// The machine does not allow the change from `from` (`None`: the
@@ -346,6 +357,7 @@ impl EntityState {
         }
         let announced = (step.to.as_str(), step.event.as_deref());
         self.judge(record_key, announced, &step.sources, now_ms)
+            .map_err(EntityVerdict::Judged)
     }
 
     /// What holds the entity, given what its pending change's record says
@@ -374,7 +386,7 @@ impl EntityState {
         (to, event): (&str, Option<&str>),
         sources: &Sources,
         now_ms: u64,
-    ) -> Result<(), EntityVerdict> {
+    ) -> Result<(), Judgement> {
         let delivery = hash_of(record_key).to_owned();
         let from = self.state.clone();
         let entry = |kind| Transition {
@@ -391,7 +403,7 @@ impl EntityState {
         if same && !new_event {
             self.repeats += 1;
             self.remember(entry(TransitionKind::Repeat));
-            return Err(EntityVerdict::Repeat);
+            return Err(Judgement::Repeat);
         }
         let allowed = match &from {
             _ if same => true,
@@ -401,7 +413,7 @@ impl EntityState {
         if !allowed {
             self.refused += 1;
             self.remember(entry(TransitionKind::Refused));
-            return Err(EntityVerdict::Refused { from });
+            return Err(Judgement::Refused { from });
         }
         self.pending = Some(Pending {
             record: record_key.to_owned(),

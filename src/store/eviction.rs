@@ -247,20 +247,20 @@ pub(crate) async fn read_primaries(redis: &RedisStore) -> Result<Vec<NodeReport>
             .active_connections()
             .first()
             .map_or_else(|| "redis".to_owned(), ToString::to_string);
-        return Ok(vec![probe(client, node, false).await?]);
+        return Ok(vec![read_node(client, node, false).await?]);
     }
     let primaries = cluster_primaries(client)?;
     let mut reports = Vec::with_capacity(primaries.len());
     for server in primaries {
         let node = server.to_string();
-        reports.push(probe(&client.with_cluster_node(server), node, true).await?);
+        reports.push(read_node(&client.with_cluster_node(server), node, true).await?);
     }
     Ok(reports)
 }
 
 /// One node's report. Only "unreachable" is an error; a node that refuses
 /// the commands is reported as [`Memory::Unreadable`].
-async fn probe<C: ClientLike + ServerInterface>(
+async fn read_node<C: ClientLike + ServerInterface>(
     client: &C,
     node: String,
     clustered: bool,

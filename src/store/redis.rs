@@ -31,9 +31,9 @@ mod audit;
 mod auth;
 mod connect;
 mod durable;
-mod entity;
+mod entity_ops;
 mod generation;
-mod inbox;
+mod inbox_ops;
 mod last_error;
 mod listing;
 mod migrating;
@@ -368,7 +368,7 @@ impl Store for RedisStore {
             }
             Some(step) => {
                 let reply = self.claim_entity(client, key, step, args, probe).await?;
-                match entity::verdict_from(reply)? {
+                match entity_ops::verdict_from(reply)? {
                     Ok(verdict) => {
                         // A decided notice may be acknowledged (a late or a
                         // held one, stored for its copies): that answer
@@ -429,7 +429,7 @@ impl Store for RedisStore {
         }
         args.push(Value::from(if owes { key.hash() } else { "" }));
         // An entity route's record: its entity settles in the same step.
-        let entity = entity::settle_part(key, effect);
+        let entity = entity_ops::settle_part(key, effect);
         args.push(
             entity
                 .as_ref()

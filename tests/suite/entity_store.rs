@@ -12,7 +12,9 @@ use idemgate::record::{
     StoredResponse,
 };
 use idemgate::store::embedded::EmbeddedStore;
-use idemgate::store::entity::{Blocker, EntityEffect, EntityStep, EntityVerdict, TransitionKind};
+use idemgate::store::entity::{
+    Blocker, EntityEffect, EntityStep, EntityVerdict, Judgement, TransitionKind,
+};
 use idemgate::store::inbox::{InboxOps, Swapped};
 use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, EntityKey, Lease, Purged, Releasing, Store, StoreKey};
@@ -201,13 +203,13 @@ async fn entity_contract<S: Store>(store: &S) {
             ClaimOutcome::Decided(verdict) => verdict,
             other => panic!("{other:?}"),
         },
-        EntityVerdict::Refused {
+        EntityVerdict::Judged(Judgement::Refused {
             from: Some("success".into())
-        }
+        })
     );
     assert!(matches!(
         claim(store, &mint, 5, &success).await,
-        ClaimOutcome::Decided(EntityVerdict::Repeat)
+        ClaimOutcome::Decided(EntityVerdict::Judged(Judgement::Repeat))
     ));
     // A copy of delivery 2 is its record's business, not the entity's.
     assert!(matches!(

@@ -162,7 +162,20 @@ async fn deliver_copies(
             let (sender, limit, id) = (sender.clone(), Arc::clone(&limit), id.clone());
             tasks.push(tokio::spawn(async move {
                 let _permit = limit.acquire_owned().await.expect("semaphore");
-                let answer = sender.deliver(&url, &payment(&id)).await;
+                // A store reply slowed past `command_timeout` by a loaded
+                // machine is a 503 store_unavailable: nothing was taken,
+                // and the sender sends again, as a real one does.
+                let mut attempt = 0;
+                let answer = loop {
+                    let answer = sender.deliver(&url, &payment(&id)).await;
+                    attempt += 1;
+                    match &answer {
+                        Ok(a) if a.status == 503 && attempt < 5 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        _ => break answer,
+                    }
+                };
                 (id, answer)
             }));
         }

@@ -25,7 +25,7 @@ use super::strict::{KeyPath, Step, UnknownField};
 
 /// A key no raw struct has: asking for it makes serde list the ones the
 /// table at its place does have.
-const PROBE: &str = "zz_no_such_key";
+const NO_SUCH_KEY: &str = "zz_no_such_key";
 
 /// Every key `T` takes, as a dotted path (`store.kind`, `route.guard.field`:
 /// an array of tables is named without its index), tables included.
@@ -61,7 +61,7 @@ fn walk<T: DeserializeOwned>(at: &mut Vec<Step>, paths: &mut BTreeSet<String>) {
 /// there (the value at `at` is a string, a list of strings, …).
 fn table_keys<T: DeserializeOwned>(at: &[Step]) -> Option<Vec<String>> {
     let mut value = Value::Table(
-        [(PROBE.to_owned(), Value::Integer(0))]
+        [(NO_SUCH_KEY.to_owned(), Value::Integer(0))]
             .into_iter()
             .collect(),
     );
@@ -74,9 +74,9 @@ fn table_keys<T: DeserializeOwned>(at: &[Step]) -> Option<Vec<String>> {
     let error = serde_path_to_error::deserialize::<_, T>(value).err()?;
     let field = UnknownField::parse(error.inner().message())?;
     let mut probed = at.to_vec();
-    probed.push(Step::Key(PROBE.to_owned()));
+    probed.push(Step::Key(NO_SUCH_KEY.to_owned()));
     let answered = KeyPath::from_serde(error.path(), Some(&field.key));
-    if field.key != PROBE || answered.0 != probed {
+    if field.key != NO_SUCH_KEY || answered.0 != probed {
         return None;
     }
     // serde lists two keys as "`a` or `b`", which the strict parser's

@@ -10,7 +10,7 @@ use metrics::counter;
 use tracing::Instrument as _;
 
 use super::runner::{ask, jitter};
-use super::{RESOLUTIONS_TOTAL, Verdict, classify, render};
+use super::{RESOLUTIONS_TOTAL, Reading, classify, render};
 use crate::config::Upstream;
 use crate::extract::Inbound;
 use crate::inbox::RouteInbox;
@@ -64,9 +64,9 @@ impl Pipeline {
             () = self.grace_over.cancelled() => return,
         };
         let (end, result) = match answer.map(|answer| (answer.status, classify(probe, answer))) {
-            Ok((_, Verdict::Applied(answer))) => (ProbeEnd::Applied(answer), Some("applied")),
-            Ok((_, Verdict::NotApplied)) => (ProbeEnd::NotApplied, Some("not_applied")),
-            Ok((status, Verdict::Undecided)) => (
+            Ok((_, Reading::Applied(answer))) => (ProbeEnd::Applied(answer), Some("applied")),
+            Ok((_, Reading::NotApplied)) => (ProbeEnd::NotApplied, Some("not_applied")),
+            Ok((status, Reading::Undecided)) => (
                 ProbeEnd::Undecided {
                     last: format!("status {status}: can not tell"),
                     next: (!spent).then(|| probe.retry_every + jitter(probe.retry_every)),

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::{IN_FLIGHT, WAITING};
-use super::{RESOLUTIONS_TOTAL, Verdict, classify};
+use super::{RESOLUTIONS_TOTAL, Reading, classify};
 use crate::config::{CacheStatus, Probe, ProbeAnswer, Upstream};
 use crate::inbox::RouteInbox;
 use crate::pipeline::Pipeline;
@@ -119,7 +119,7 @@ pub(crate) fn spawn(
         .flat_map(|scope| scope.routes.iter().map(move |route| (scope, route)))
         .filter_map(|(scope, route)| {
             Some(Arc::new(Redeliveries {
-                inbox: Arc::clone(route.inbox.as_ref()?),
+                inbox: Arc::clone(&route.inbox.as_ref()?.queue),
                 route: Arc::clone(route),
                 scope: Arc::clone(scope),
             }))
@@ -349,13 +349,13 @@ impl Pipeline {
             Ok(answer) => {
                 let status = answer.status;
                 match classify(probe, answer) {
-                    Verdict::Applied(answer) => {
+                    Reading::Applied(answer) => {
                         return Some(self.applied(route, &lease, probe, answer, status).await);
                     }
-                    Verdict::NotApplied => {
+                    Reading::NotApplied => {
                         return Some(self.not_applied(route, &lease, status).await);
                     }
-                    Verdict::Undecided => {
+                    Reading::Undecided => {
                         tracing::info!(
                             route = name,
                             key,
@@ -387,7 +387,8 @@ impl Pipeline {
         answer: StoredResponse,
         status: u16,
     ) -> &'static str {
-        let ack = route.ack.as_ref().or(route.entity_ack.as_ref());
+        let entity_ack = route.entity.as_ref().map(|entity| &entity.ack);
+        let ack = route.inbox_ack().or(entity_ack);
         let mut stored = match (probe.answer, ack) {
             (ProbeAnswer::Ack, Some(ack)) => ack.clone(),
             _ => answer,

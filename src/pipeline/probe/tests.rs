@@ -50,11 +50,11 @@ fn statuses_decide_without_a_field() {
     let probe = probe("path = \"/p\"");
     assert!(matches!(
         classify(&probe, answer(200, "{}")),
-        Verdict::Applied(_)
+        Reading::Applied(_)
     ));
-    assert_eq!(classify(&probe, answer(404, "")), Verdict::NotApplied);
-    assert_eq!(classify(&probe, answer(500, "")), Verdict::Undecided);
-    assert_eq!(classify(&probe, answer(202, "")), Verdict::Undecided);
+    assert_eq!(classify(&probe, answer(404, "")), Reading::NotApplied);
+    assert_eq!(classify(&probe, answer(500, "")), Reading::Undecided);
+    assert_eq!(classify(&probe, answer(202, "")), Reading::Undecided);
 }
 
 #[test]
@@ -64,23 +64,23 @@ fn a_field_decides_within_its_statuses() {
     );
     assert!(matches!(
         classify(&probe, answer(200, r#"{"state":"PAID"}"#)),
-        Verdict::Applied(_)
+        Reading::Applied(_)
     ));
     assert_eq!(
         classify(&probe, answer(200, r#"{"state":"NONE"}"#)),
-        Verdict::NotApplied
+        Reading::NotApplied
     );
     assert_eq!(
         classify(&probe, answer(200, r#"{"state":"PENDING"}"#)),
-        Verdict::Undecided
+        Reading::Undecided
     );
     assert_eq!(
         classify(&probe, answer(200, "not json")),
-        Verdict::Undecided
+        Reading::Undecided
     );
     assert_eq!(
         classify(&probe, answer(500, r#"{"state":"PAID"}"#)),
-        Verdict::Undecided
+        Reading::Undecided
     );
 }
 

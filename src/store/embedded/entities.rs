@@ -11,7 +11,7 @@ use std::time::Duration;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use super::backend;
-use super::slot::{Slot, deadline, expiry_of, read_entry};
+use super::key_write::{KeyWrite, deadline, expiry_of, read_entry};
 use crate::record::RecordState;
 use crate::store::entity::{
     Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, HoldVerdict,
@@ -81,16 +81,16 @@ fn write(
     Ok(())
 }
 
-/// What the entity's pending change's record says, read in `slot`'s
+/// What the entity's pending change's record says, read in `target`'s
 /// transaction (the same look `claim_entity.lua` takes).
-fn pending_of(slot: &Slot<'_, '_>, state: &EntityState) -> Result<PendingRecord, StoreError> {
+fn pending_of(target: &KeyWrite<'_, '_>, state: &EntityState) -> Result<PendingRecord, StoreError> {
     let Some(pending) = &state.pending else {
         return Ok(PendingRecord::Absent);
     };
-    let Some(entry) = read_entry(&*slot.records, &pending.record, slot.now)? else {
+    let Some(entry) = read_entry(&*target.records, &pending.record, target.now)? else {
         return Ok(PendingRecord::Absent);
     };
-    let remaining = Duration::from_millis(entry.expires_at_ms - slot.now);
+    let remaining = Duration::from_millis(entry.expires_at_ms - target.now);
     Ok(match entry.record.state {
         RecordState::Completed(_) | RecordState::Acknowledged(_) => PendingRecord::Completed,
         RecordState::InFlight(hold) => PendingRecord::Open(Blocker::InFlight { remaining, hold }),
@@ -99,80 +99,90 @@ fn pending_of(slot: &Slot<'_, '_>, state: &EntityState) -> Result<PendingRecord,
     })
 }
 
-/// The entity `key` names as `slot`'s transaction reads it (a default one
+/// The entity `key` names as `target`'s transaction reads it (a default one
 /// when none is kept).
-fn current(slot: &Slot<'_, '_>, key: &str) -> Result<EntityState, StoreError> {
-    Ok(read(slot.txn, key, slot.now)?
+fn current(target: &KeyWrite<'_, '_>, key: &str) -> Result<EntityState, StoreError> {
+    Ok(read(target.txn, key, target.now)?
         .map(|(state, _)| state)
         .unwrap_or_default())
 }
 
-/// Judges the claim of `slot`'s (free) key under `step`, writing the
+/// Judges the claim of `target`'s (free) key under `step`, writing the
 /// entity either way. `Ok(())`: the caller writes the claim.
 pub(super) fn claim(
-    slot: &Slot<'_, '_>,
+    target: &KeyWrite<'_, '_>,
     step: &EntityStep,
 ) -> Result<Result<(), EntityVerdict>, StoreError> {
     let key = step.key.as_str();
-    let mut state = current(slot, key)?;
-    let pending = pending_of(slot, &state)?;
-    let verdict = state.claim(step, slot.key.as_str(), pending, slot.now);
+    let mut state = current(target, key)?;
+    let pending = pending_of(target, &state)?;
+    let verdict = state.claim(step, target.key.as_str(), pending, target.now);
     if !matches!(verdict, Err(EntityVerdict::Busy { .. })) {
-        write(slot.txn, key, &state, deadline(slot.now, step.retention))?;
+        write(
+            target.txn,
+            key,
+            &state,
+            deadline(target.now, step.retention),
+        )?;
     }
     Ok(verdict)
 }
 
-/// Holds `slot`'s (free) key behind its busy entity (`hold.lua`):
+/// Holds `target`'s (free) key behind its busy entity (`hold.lua`):
 /// `Held` when the caller is to write the record, owed.
 pub(super) fn hold(
-    slot: &Slot<'_, '_>,
+    target: &KeyWrite<'_, '_>,
     step: &EntityStep,
     max: usize,
 ) -> Result<HoldVerdict, StoreError> {
     let key = step.key.as_str();
-    let mut state = current(slot, key)?;
-    let pending = pending_of(slot, &state)?;
-    let verdict = state.hold(step, slot.key.as_str(), pending, max, slot.now);
+    let mut state = current(target, key)?;
+    let pending = pending_of(target, &state)?;
+    let verdict = state.hold(step, target.key.as_str(), pending, max, target.now);
     if verdict == HoldVerdict::Held {
-        write(slot.txn, key, &state, deadline(slot.now, step.retention))?;
+        write(
+            target.txn,
+            key,
+            &state,
+            deadline(target.now, step.retention),
+        )?;
     }
     Ok(verdict)
 }
 
-/// Whether a worker may send `slot`'s queued delivery now
+/// Whether a worker may send `target`'s queued delivery now
 /// ([`EntityState::take`]); the entity keeps its expiry.
-pub(super) fn take(slot: &Slot<'_, '_>) -> Result<Result<(), KeptBack>, StoreError> {
-    let Some(entity) = slot.key.entity() else {
+pub(super) fn take(target: &KeyWrite<'_, '_>) -> Result<Result<(), KeptBack>, StoreError> {
+    let Some(entity) = target.key.entity() else {
         return Ok(Ok(()));
     };
-    let Some((mut state, expires_at_ms)) = read(slot.txn, entity.as_str(), slot.now)? else {
+    let Some((mut state, expires_at_ms)) = read(target.txn, entity.as_str(), target.now)? else {
         return Ok(Ok(()));
     };
     let before = state.clone();
-    let taking = state.take(slot.key.as_str(), slot.now);
+    let taking = state.take(target.key.as_str(), target.now);
     if state != before {
-        write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+        write(target.txn, entity.as_str(), &state, expires_at_ms)?;
     }
     Ok(taking)
 }
 
-/// Settles `slot`'s entity (if its key has one) after a write of a record
+/// Settles `target`'s entity (if its key has one) after a write of a record
 /// with `effect`; the entity keeps its expiry. Returns whether the entity
 /// changed (the transaction must then commit).
-pub(super) fn settle(slot: &Slot<'_, '_>, effect: EntityEffect) -> Result<bool, StoreError> {
-    let Some(entity) = slot.key.entity() else {
+pub(super) fn settle(target: &KeyWrite<'_, '_>, effect: EntityEffect) -> Result<bool, StoreError> {
+    let Some(entity) = target.key.entity() else {
         return Ok(false);
     };
-    let Some((mut state, expires_at_ms)) = read(slot.txn, entity.as_str(), slot.now)? else {
+    let Some((mut state, expires_at_ms)) = read(target.txn, entity.as_str(), target.now)? else {
         return Ok(false);
     };
     let before = state.clone();
-    state.settle(slot.key.as_str(), effect, slot.now);
+    state.settle(target.key.as_str(), effect, target.now);
     if state == before {
         return Ok(false);
     }
-    write(slot.txn, entity.as_str(), &state, expires_at_ms)?;
+    write(target.txn, entity.as_str(), &state, expires_at_ms)?;
     Ok(true)
 }
 

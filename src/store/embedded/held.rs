@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{EmbeddedStore, entities};
 use crate::record::OwnerToken;
-use crate::record::inbox::UNRESOLVED_KEPT;
+use crate::record::inbox_entry::UNRESOLVED_KEPT;
 use crate::store::entity::{EntityStep, HoldVerdict, KeptBack};
 use crate::store::{StoreError, StoreKey};
 
@@ -23,22 +23,22 @@ impl EmbeddedStore {
         record: Vec<u8>,
         ttl: Duration,
     ) -> Result<Result<bool, KeptBack>, StoreError> {
-        self.write_key(key, move |slot| {
-            let Some(entry) = slot.live()? else {
+        self.write_key(key, move |target| {
+            let Some(entry) = target.live()? else {
                 return Ok((Ok(false), false));
             };
             if entry.record.owner != expected {
-                let landed = slot.stored_record()?.as_deref() == Some(record.as_slice());
+                let landed = target.stored_record()?.as_deref() == Some(record.as_slice());
                 return Ok((Ok(landed), false));
             }
-            match entities::take(slot)? {
+            match entities::take(target)? {
                 Ok(()) => {}
                 Err(KeptBack::Wait) => return Ok((Err(KeptBack::Wait), false)),
                 // A judged head left the queue: the entity changed, the
                 // record stays as it was.
                 Err(decided) => return Ok((Err(decided), true)),
             }
-            slot.put(ttl, &record)?;
+            target.put(ttl, &record)?;
             Ok((Ok(true), true))
         })
         .await
@@ -53,14 +53,14 @@ impl EmbeddedStore {
         step: EntityStep,
         max: usize,
     ) -> Result<HoldVerdict, StoreError> {
-        self.write_key(key, move |slot| {
-            if slot.live()?.is_some() {
+        self.write_key(key, move |target| {
+            if target.live()?.is_some() {
                 return Ok((HoldVerdict::Exists, false));
             }
-            let verdict = entities::hold(slot, &step, max)?;
+            let verdict = entities::hold(target, &step, max)?;
             if verdict == HoldVerdict::Held {
-                slot.put(UNRESOLVED_KEPT, &record)?;
-                slot.mark_owed(true)?;
+                target.put(UNRESOLVED_KEPT, &record)?;
+                target.mark_owed(true)?;
             }
             Ok((verdict, verdict == HoldVerdict::Held))
         })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-use super::slot::{Slot, expiry_of};
+use super::key_write::{KeyWrite, expiry_of};
 use super::{EmbeddedStore, backend};
 use crate::record::{OwnerToken, Record, RecordState};
 use crate::store::probe::{Judged, ProbeOps, ProbePlan, judge};
@@ -71,27 +71,31 @@ fn forget(txn: &WriteTransaction, key: &str) -> Result<(), StoreError> {
 
 /// A claim keeps its delivery's `plan`, due `first` from now (its lease
 /// plus `start_after`: the earliest a lost owner's record could be probed).
-pub(super) fn arm(slot: &Slot<'_, '_>, plan: &str, first: Duration) -> Result<(), StoreError> {
-    let due = slot.now + crate::time::millis(first);
-    write(slot.txn, slot.key.as_str(), plan, due)
+pub(super) fn arm(
+    target: &KeyWrite<'_, '_>,
+    plan: &str,
+    first: Duration,
+) -> Result<(), StoreError> {
+    let due = target.now + crate::time::millis(first);
+    write(target.txn, target.key.as_str(), plan, due)
 }
 
 /// What a write that leaves the record an `unknown` outcome (or not:
 /// completed, queued, deleted) means for the plan of a probe route's key:
 /// an unknown outcome is due `start_after` from now, anything else
 /// forgets the plan (`probe.lua`'s `probe_settle`).
-pub(super) fn settle(slot: &Slot<'_, '_>, unknown: bool) -> Result<(), StoreError> {
-    if !slot.key.has_probe() {
+pub(super) fn settle(target: &KeyWrite<'_, '_>, unknown: bool) -> Result<(), StoreError> {
+    if !target.key.has_probe() {
         return Ok(());
     }
-    let key = slot.key.as_str();
-    match (unknown, read(slot.txn, key)?) {
+    let key = target.key.as_str();
+    match (unknown, read(target.txn, key)?) {
         (true, Some((_, text))) => {
             let plan = ProbePlan::decode(&text)?;
-            let due = slot.now + crate::time::millis(plan.start_after);
-            write(slot.txn, key, &text, due)
+            let due = target.now + crate::time::millis(plan.start_after);
+            write(target.txn, key, &text, due)
         }
-        (_, Some(_)) => forget(slot.txn, key),
+        (_, Some(_)) => forget(target.txn, key),
         (_, None) => Ok(()),
     }
 }
@@ -129,28 +133,28 @@ impl ProbeOps for EmbeddedStore {
         owner: OwnerToken,
         lease: Duration,
     ) -> Call<'a, Option<(Record, Duration, String)>> {
-        Box::pin(self.write_key(key, move |slot| {
-            let name = slot.key.as_str().to_owned();
-            let Some((due, text)) = read(slot.txn, &name)? else {
+        Box::pin(self.write_key(key, move |target| {
+            let name = target.key.as_str().to_owned();
+            let Some((due, text)) = read(target.txn, &name)? else {
                 return Ok((None, false));
             };
             let Ok(mut plan) = ProbePlan::decode(&text) else {
-                forget(slot.txn, &name)?;
+                forget(target.txn, &name)?;
                 return Ok((None, true));
             };
-            let Some(entry) = slot.live()? else {
-                forget(slot.txn, &name)?;
+            let Some(entry) = target.live()? else {
+                forget(target.txn, &name)?;
                 return Ok((None, true));
             };
-            let ttl_ms = entry.expires_at_ms - slot.now;
-            match judge(&plan, Some(&entry.record.state), (ttl_ms, due, slot.now)) {
+            let ttl_ms = entry.expires_at_ms - target.now;
+            match judge(&plan, Some(&entry.record.state), (ttl_ms, due, target.now)) {
                 Judged::Forget => {
-                    forget(slot.txn, &name)?;
+                    forget(target.txn, &name)?;
                     Ok((None, true))
                 }
                 Judged::Later(at) if at == due => Ok((None, false)),
                 Judged::Later(at) => {
-                    write(slot.txn, &name, &text, at)?;
+                    write(target.txn, &name, &text, at)?;
                     Ok((None, true))
                 }
                 Judged::Take => {
@@ -159,14 +163,14 @@ impl ProbeOps for EmbeddedStore {
                         ..entry.record.with_state(RecordState::Unknown)
                     };
                     let bytes = taken.encode().map_err(StoreError::from)?;
-                    slot.put(Duration::from_millis(ttl_ms), &bytes)?;
+                    target.put(Duration::from_millis(ttl_ms), &bytes)?;
                     plan.attempts += 1;
                     let text = plan.encode();
                     write(
-                        slot.txn,
+                        target.txn,
                         &name,
                         &text,
-                        slot.now + crate::time::millis(lease),
+                        target.now + crate::time::millis(lease),
                     )?;
                     Ok((Some((taken, Duration::from_millis(ttl_ms), text)), true))
                 }
@@ -182,12 +186,12 @@ impl ProbeOps for EmbeddedStore {
         next: Option<Duration>,
     ) -> Call<'a, bool> {
         let plan = plan.to_owned();
-        Box::pin(self.write_key(key, move |slot| {
-            let Some(entry) = slot.live()?.filter(|e| e.record.owner == owner) else {
+        Box::pin(self.write_key(key, move |target| {
+            let Some(entry) = target.live()?.filter(|e| e.record.owner == owner) else {
                 return Ok((false, false));
             };
-            let after = next.map_or(entry.expires_at_ms - slot.now + 1000, crate::time::millis);
-            write(slot.txn, slot.key.as_str(), &plan, slot.now + after)?;
+            let after = next.map_or(entry.expires_at_ms - target.now + 1000, crate::time::millis);
+            write(target.txn, target.key.as_str(), &plan, target.now + after)?;
             Ok((true, true))
         }))
     }

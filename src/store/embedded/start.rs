@@ -7,7 +7,7 @@ use std::sync::{Arc, mpsc};
 use redb::Database;
 
 use super::writer::{self, Pending, Shared};
-use super::{EmbeddedStore, GroupCommit, Inner, backend, open, room};
+use super::{EmbeddedStore, GroupCommit, Inner, backend, disk_room, open};
 use crate::store::StoreError;
 
 impl EmbeddedStore {
@@ -22,7 +22,7 @@ impl EmbeddedStore {
     /// which groups writes into commits as `group` says.
     pub fn open_with(path: &Path, group: GroupCommit) -> Result<Self, StoreError> {
         let opened = open::open_database(path).map_err(backend)?;
-        let room = room::on_disk_of(path, group.room);
+        let room = disk_room::on_disk_of(path, group.room);
         let path = path.to_owned();
         let reopen = Box::new(move || Database::create(&path));
         let (db, stamp) = opened.split();
@@ -37,7 +37,7 @@ impl EmbeddedStore {
     pub(super) fn start(
         db: Database,
         reopen: writer::Opener,
-        room: room::Room,
+        room: disk_room::DiskRoom,
         group: GroupCommit,
     ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared::new(db, reopen, room));

@@ -32,10 +32,11 @@
 //! `Database::create` on the same path) so reads work again: a full disk
 //! still replays the answers it holds. Writes fail fast while the store is
 //! failing; every backoff step (doubling up to [`MAX_BACKOFF`]) the thread
-//! checks that the disk takes new data (`room.rs`: a write of a scratch
-//! file, since a probe can commit into free pages inside the file of a
-//! disk still full) and then tries a small probe write; the first probe or
-//! batch that commits makes the store ready again. `/readyz` follows
+//! checks that the disk takes new data (`disk_room.rs`: a write of a scratch
+//! file, since a small commit can land in free pages inside the file of a
+//! disk still full) and then tries a small check write; the first check
+//! write or batch that commits makes the store ready again. (The `probe`
+//! of `[route.probe]`, which asks a handler, is another thing.) `/readyz` follows
 //! [`Shared::health`].
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -48,8 +49,10 @@ use tokio::time::Instant;
 
 use crate::store::StoreError;
 
-/// Where the probe write goes: one row, rewritten by every probe.
-const PROBE: TableDefinition<'static, &str, u64> = TableDefinition::new("writer_probe");
+/// Where the check write goes: one row, rewritten by every check. The
+/// table keeps its first name, `writer_probe`, so existing files need no
+/// migration.
+const CHECK_WRITE: TableDefinition<'static, &str, u64> = TableDefinition::new("writer_probe");
 
 /// The first pause between attempts to recover a failing store.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -66,7 +69,7 @@ pub struct GroupCommit {
     /// The most operations one commit holds.
     pub max_batch: usize,
     /// Bytes the disk must take before a failing store is ready again
-    /// (`room::needed_for` the largest answer it may keep).
+    /// (`disk_room::needed_for` the largest answer it may keep).
     pub room: usize,
 }
 
@@ -76,7 +79,7 @@ impl Default for GroupCommit {
         Self {
             commit_delay: Duration::ZERO,
             max_batch: 256,
-            room: super::room::needed_for(crate::config::raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
+            room: super::disk_room::needed_for(crate::config::raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
         }
     }
 }
@@ -151,8 +154,8 @@ where
 #[derive(Debug, Clone)]
 enum Health {
     Ready,
-    /// The last write failed; writes fail fast with `error` until a probe
-    /// or batch commits. `retry_at` is the next recovery attempt.
+    /// The last write failed; writes fail fast with `error` until a check
+    /// write or a batch commits. `retry_at` is the next recovery attempt.
     Failing {
         error: StoreError,
         backoff: Duration,
@@ -168,9 +171,9 @@ pub(super) type Opener = Box<dyn Fn() -> Result<Database, redb::DatabaseError> +
 /// (swapped on reopen) and the store's health.
 pub(super) struct Shared {
     reopen: Opener,
-    /// Whether the disk takes new data: checked before a recovery probe
-    /// ([`super::room`]).
-    room: super::room::Room,
+    /// Whether the disk takes new data: checked before a recovery's check
+    /// write ([`super::disk_room`]).
+    room: super::disk_room::DiskRoom,
     db: RwLock<Option<Arc<Database>>>,
     health: Mutex<Health>,
     /// Test seam: the next commits that fail, as if the disk did.
@@ -183,7 +186,7 @@ pub(super) struct Shared {
 
 impl Shared {
     /// Shared state over an open database, reopened with `reopen`.
-    pub(super) fn new(db: Database, reopen: Opener, room: super::room::Room) -> Self {
+    pub(super) fn new(db: Database, reopen: Opener, room: super::disk_room::DiskRoom) -> Self {
         Self {
             reopen,
             room,
@@ -228,7 +231,7 @@ impl Shared {
             let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
             let backoff = match &*health {
                 Health::Ready => {
-                    tracing::error!(%error, "embedded store write failed; refusing writes until a probe write succeeds");
+                    tracing::error!(%error, "embedded store write failed; refusing writes until a check write succeeds");
                     FIRST_BACKOFF
                 }
                 Health::Failing { backoff, .. } => (*backoff * 2).min(MAX_BACKOFF),
@@ -273,8 +276,8 @@ impl Shared {
     }
 
     /// One recovery attempt: reopen if needed, check that the disk takes
-    /// new data ([`super::room`]: a probe alone can commit into free pages
-    /// inside the file of a disk still full), then a probe write.
+    /// new data ([`super::disk_room`]: a small commit alone can land in
+    /// free pages inside the file of a disk still full), then a check write.
     fn recover(&self) {
         if let Err(error) = (self.room)() {
             self.set_failing(storage(error));
@@ -288,15 +291,15 @@ impl Shared {
         {
             self.reopen();
         }
-        let probe = |txn: &WriteTransaction| -> Result<(), StoreError> {
-            let mut table = txn.open_table(PROBE).map_err(super::backend)?;
+        let check = |txn: &WriteTransaction| -> Result<(), StoreError> {
+            let mut table = txn.open_table(CHECK_WRITE).map_err(super::backend)?;
             let now = crate::record::now_ms();
             table.insert("last", now).map_err(super::backend)?;
             Ok(())
         };
         let outcome = self
             .database()
-            .and_then(|db| guarded(|| self.commit_with(&db, probe)));
+            .and_then(|db| guarded(|| self.commit_with(&db, check)));
         match outcome {
             Ok(()) => self.set_ready(),
             Err(error) => self.set_failing(error),

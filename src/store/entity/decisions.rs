@@ -5,7 +5,7 @@
 
 use metrics::counter;
 
-use super::EntityVerdict;
+use super::Judgement;
 use crate::metrics::Description;
 
 /// `idemgate_entity_discrepancies_total{route, from, to}`: changes the
@@ -24,20 +24,18 @@ pub(crate) const REPEATS_TOTAL: Description = Description::counter(
 /// How "no state yet" is named in labels, logs and problem details.
 pub(crate) const NO_STATE: &str = "none";
 
-/// Counts `verdict` on route `route` for a notice announcing `to`: a
-/// refusal as a discrepancy, a repeat as a repeat (anything else is not a
-/// decision and counts nothing).
-pub(crate) fn count(route: &str, verdict: &EntityVerdict, to: &str) {
-    match verdict {
-        EntityVerdict::Refused { from } => {
+/// Counts `judgement` on route `route` for a notice announcing `to`: a
+/// refusal as a discrepancy, a repeat as a repeat.
+pub(crate) fn count(route: &str, judgement: &Judgement, to: &str) {
+    match judgement {
+        Judgement::Refused { from } => {
             let from = from.as_deref().unwrap_or(NO_STATE).to_owned();
             counter!(DISCREPANCIES_TOTAL.name, "route" => route.to_owned(), "from" => from, "to" => to.to_owned())
                 .increment(1);
         }
-        EntityVerdict::Repeat => {
+        Judgement::Repeat => {
             counter!(REPEATS_TOTAL.name, "route" => route.to_owned(), "state" => to.to_owned())
                 .increment(1);
         }
-        EntityVerdict::Busy { .. } => {}
     }
 }

@@ -15,12 +15,12 @@
 //! worker needs nothing but the entity to judge it. Redis keeps the queue
 //! in the entity hash's field `q`, one line per notice:
 //! `record \t to \t initial (0|1) \t from|from… \t event` (states never
-//! contain a tab, a newline or `|`: `config::entity`; the event is a hex
+//! contain a tab, a newline or `|`: `config::entity_machine`; the event is a hex
 //! hash or empty).
 
 use serde::{Deserialize, Serialize};
 
-use super::{EntityState, EntityStep, EntityVerdict, PendingRecord};
+use super::{EntityState, EntityStep, Judgement, PendingRecord};
 use crate::config::Sources;
 
 /// One notice waiting for its entity.
@@ -123,7 +123,7 @@ pub enum KeptBack {
     Wait,
     /// Its turn came, and the entity decided without the handler: a
     /// repeat or a refusal, for the announced state (the `String`).
-    Decided(EntityVerdict, String),
+    Decided(Judgement, String),
 }
 
 impl EntityState {
@@ -173,7 +173,7 @@ impl EntityState {
                 let head = self.held[0].clone();
                 let announced = (head.to.as_str(), head.event.as_deref());
                 self.judge(record_key, announced, &head.sources(), now_ms)
-                    .map_err(|verdict| KeptBack::Decided(verdict, head.to))?;
+                    .map_err(|judgement| KeptBack::Decided(judgement, head.to))?;
                 // Allowed: it is the pending change now, out of the queue.
                 // Decided otherwise, it stays at the front until the
                 // worker's drop (a second write) takes it out, so a lost

@@ -216,9 +216,9 @@ fn a_completed_pending_record_is_applied_by_the_next_claim() {
     let failed = step("failed", &["pending"], true);
     assert_eq!(
         entity.claim(&failed, &record(2), PendingRecord::Completed, 2),
-        Err(EntityVerdict::Refused {
+        Err(EntityVerdict::Judged(Judgement::Refused {
             from: Some("success".into())
-        })
+        }))
     );
     assert_eq!(entity.state.as_deref(), Some("success"));
     assert_eq!((entity.applied, entity.refused), (1, 1));
@@ -234,7 +234,7 @@ fn repeats_and_refusals_are_remembered_and_bounded() {
     for n in 0..20 {
         assert_eq!(
             entity.claim(&again, &record(n), PendingRecord::Absent, u64::from(n)),
-            Err(EntityVerdict::Repeat)
+            Err(EntityVerdict::Judged(Judgement::Repeat))
         );
     }
     assert_eq!(entity.repeats, 20);
@@ -243,7 +243,7 @@ fn repeats_and_refusals_are_remembered_and_bounded() {
     let fresh = step("pending", &[], false);
     assert_eq!(
         EntityState::default().claim(&fresh, &record(1), PendingRecord::Absent, 1),
-        Err(EntityVerdict::Refused { from: None }),
+        Err(EntityVerdict::Judged(Judgement::Refused { from: None })),
         "not an initial state"
     );
 }
@@ -339,7 +339,7 @@ fn notices_behind_a_busy_entity_are_held_and_judged_in_turn() {
     assert_eq!(
         entity.take(&record(3), 10),
         Err(KeptBack::Decided(
-            EntityVerdict::Refused {
+            Judgement::Refused {
                 from: Some("refunded".into())
             },
             "failed".into()
@@ -417,7 +417,7 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
     // The same refund notified again: a repeat.
     assert_eq!(
         entity.claim(&refund_a, &record(2), PendingRecord::Absent, 3),
-        Err(EntityVerdict::Repeat)
+        Err(EntityVerdict::Judged(Judgement::Repeat))
     );
     // Without an event, the same state is a repeat as before.
     assert_eq!(
@@ -427,7 +427,7 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
             PendingRecord::Absent,
             4
         ),
-        Err(EntityVerdict::Repeat)
+        Err(EntityVerdict::Judged(Judgement::Repeat))
     );
     // A second partial refund: a change the handler must see.
     let refund_b = with_event(step("success", &["pending"], true), "b");
@@ -440,7 +440,7 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
     // The first refund notified again after the second: still a repeat.
     assert_eq!(
         entity.claim(&refund_a, &record(7), PendingRecord::Absent, 6),
-        Err(EntityVerdict::Repeat)
+        Err(EntityVerdict::Judged(Judgement::Repeat))
     );
     assert_eq!(entity.repeats, 3);
     // A state change without an event forgets the last one.
@@ -460,9 +460,9 @@ fn the_same_state_with_a_new_event_is_a_change_and_with_the_same_a_repeat() {
     let late = with_event(step("pending", &[], false), "c");
     assert_eq!(
         entity.claim(&late, &record(6), PendingRecord::Absent, 9),
-        Err(EntityVerdict::Refused {
+        Err(EntityVerdict::Judged(Judgement::Refused {
             from: Some("closed".into())
-        })
+        }))
     );
 }
 
@@ -516,7 +516,7 @@ fn a_correction_needs_what_was_seen_and_keeps_an_applied_changes_event() {
     assert_eq!(entity.events.last().map(String::as_str), Some("r1"));
     assert_eq!(
         entity.claim(&refund, &record(2), PendingRecord::Absent, 4),
-        Err(EntityVerdict::Repeat)
+        Err(EntityVerdict::Judged(Judgement::Repeat))
     );
     assert_eq!(entity.history[1].kind, TransitionKind::Set);
     assert_eq!(entity.history[1].delivery, "ana");
@@ -558,7 +558,7 @@ fn a_held_notice_decided_in_its_turn_stays_queued_until_its_drop_is_written() {
     );
     entity.settle(&record(1), EntityEffect::Apply, 3);
     let refused = Err(KeptBack::Decided(
-        EntityVerdict::Refused {
+        Judgement::Refused {
             from: Some("refunded".into()),
         },
         "failed".into(),

@@ -11,7 +11,7 @@ use idemgate::record::{
     StoredResponse,
 };
 use idemgate::store::entity::{
-    Correction, EntityEffect, EntityStep, EntityVerdict, HoldVerdict, KeptBack, Seen,
+    Correction, EntityEffect, EntityStep, EntityVerdict, HoldVerdict, Judgement, KeptBack, Seen,
 };
 use idemgate::store::inbox::InboxOps;
 use idemgate::store::{ClaimOutcome, EntityKey, Releasing, Store, StoreKey};
@@ -272,10 +272,10 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                     self.hold(n, &key, &step).await;
                 }
             }
-            ClaimOutcome::Decided(verdict) => {
-                assert!(!recorded && !self.model.busy(), "{n}: {verdict:?}");
+            ClaimOutcome::Decided(EntityVerdict::Judged(judgement)) => {
+                assert!(!recorded && !self.model.busy(), "{n}: {judgement:?}");
                 let expected = self.model.judge(n, announced).unwrap_err();
-                let got = if verdict == EntityVerdict::Repeat {
+                let got = if judgement == Judgement::Repeat {
                     "repeat"
                 } else {
                     "refused"
@@ -412,9 +412,9 @@ impl<'a, S: Store + InboxOps> Run<'a, S> {
                 self.redelivered(n, handler, &claimed).await;
             }
             (Err(KeptBack::Wait), Err("wait")) => {}
-            (Err(KeptBack::Decided(verdict, to)), Err(expected)) => {
+            (Err(KeptBack::Decided(judgement, to)), Err(expected)) => {
                 assert_eq!(to, self.notices[n].to);
-                let got = if verdict == EntityVerdict::Repeat {
+                let got = if judgement == Judgement::Repeat {
                     "repeat"
                 } else {
                     "refused"

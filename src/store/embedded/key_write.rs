@@ -56,7 +56,7 @@ pub(super) fn read_entry(
 /// the time it started. Every record operation reads and writes one key,
 /// so the key travels with the tables, and every write keeps `expiries`
 /// in step with `records`.
-pub(super) struct Slot<'s, 't> {
+pub(super) struct KeyWrite<'s, 't> {
     pub(super) txn: &'s redb::WriteTransaction,
     pub(super) records: &'s mut Records<'t>,
     pub(super) expiries: &'s mut Expiries<'t>,
@@ -64,7 +64,7 @@ pub(super) struct Slot<'s, 't> {
     pub(super) now: u64,
 }
 
-impl Slot<'_, '_> {
+impl KeyWrite<'_, '_> {
     /// The live entry under the key, if any.
     pub(super) fn live(&self) -> Result<Option<Entry>, StoreError> {
         read_entry(&*self.records, self.key.as_str(), self.now)

@@ -13,7 +13,8 @@ use super::replies::millis;
 use super::scripts::Named;
 use crate::record::ClaimHold;
 use crate::store::entity::{
-    Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, KeptBack, Seen,
+    Blocker, Correction, EntityEffect, EntityState, EntityStep, EntityVerdict, Judgement, KeptBack,
+    Seen,
 };
 use crate::store::{EntityKey, StoreError, StoreKey};
 
@@ -144,11 +145,11 @@ pub(super) fn taking_from(reply: &Value) -> Result<Option<KeptBack>, StoreError>
     let text = |i: usize| parts.get(i).and_then(Value::as_string).unwrap_or_default();
     Ok(Some(match text(1).as_str() {
         "wait" => KeptBack::Wait,
-        "repeat" => KeptBack::Decided(EntityVerdict::Repeat, text(2)),
+        "repeat" => KeptBack::Decided(Judgement::Repeat, text(2)),
         "refused" => {
             let from = text(2);
             let from = (!from.is_empty()).then_some(from);
-            KeptBack::Decided(EntityVerdict::Refused { from }, text(3))
+            KeptBack::Decided(Judgement::Refused { from }, text(3))
         }
         other => {
             return Err(StoreError::Backend(format!(
@@ -198,12 +199,12 @@ pub(super) fn verdict_from(reply: Value) -> Result<Result<EntityVerdict, Value>,
             };
             EntityVerdict::Busy { blocker }
         }
-        "repeat" => EntityVerdict::Repeat,
+        "repeat" => EntityVerdict::Judged(Judgement::Repeat),
         "refused" => {
             let from = text(2);
-            EntityVerdict::Refused {
+            EntityVerdict::Judged(Judgement::Refused {
                 from: (!from.is_empty()).then_some(from),
-            }
+            })
         }
         other => {
             return Err(StoreError::Backend(format!(

@@ -1,8 +1,8 @@
 //! Whether the disk under the embedded store has room for new data: the
 //! check a failing store passes before it reports ready again.
 //!
-//! After a full disk, the writer's probe commit is not enough: redb keeps
-//! freed pages inside its file, so a small probe can commit into them on a
+//! After a full disk, the writer's check write is not enough: redb keeps
+//! freed pages inside its file, so a small commit can land in them on a
 //! disk that is still full, `/readyz` would say 200 and the next real
 //! batch that needs new pages fails again. So recovery also needs the
 //! filesystem to take [`ROOM`] bytes of new data: a real write (of a
@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 /// "Embedded store"), so the first batches after recovery fit.
 pub(super) const ROOM: usize = 256 * 1024;
 
-/// The check `Shared` runs before a recovery probe: `Ok` when the disk
+/// The check `Shared` runs before a recovery's check write: `Ok` when the disk
 /// takes new data.
-pub(super) type Room = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+pub(super) type DiskRoom = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 /// The room a store needs whose largest write holds `largest` bytes (the
 /// largest answer it may have to keep, `[limits] max_stored_answer_bytes`):
@@ -32,9 +32,9 @@ pub(crate) fn needed_for(largest: usize) -> usize {
     largest.saturating_add(ROOM)
 }
 
-/// The [`Room`] check of the database at `path`: writes `bytes` bytes to
+/// The [`DiskRoom`] check of the database at `path`: writes `bytes` bytes to
 /// `<path>.room`, syncs and removes it (removed on failure too).
-pub(super) fn on_disk_of(path: &Path, bytes: usize) -> Room {
+pub(super) fn on_disk_of(path: &Path, bytes: usize) -> DiskRoom {
     let scratch = scratch_path(path);
     Box::new(move || {
         let written = write_scratch(&scratch, bytes);

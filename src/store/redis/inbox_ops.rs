@@ -17,7 +17,7 @@ use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::{RedisStore, classify, millis, owner_arg, slots};
-use crate::record::inbox::UNRESOLVED_KEPT;
+use crate::record::inbox_entry::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{
@@ -163,7 +163,7 @@ impl RedisStore {
             Value::from(if owed { "1" } else { "0" }),
         ];
         let mut keys = vec![key.as_str().to_owned(), self.owed_set(key)];
-        if let Some((entity, effect)) = super::entity::settle_part(key, effect) {
+        if let Some((entity, effect)) = super::entity_ops::settle_part(key, effect) {
             keys.push(entity);
             args.push(effect);
             if take {
@@ -174,7 +174,7 @@ impl RedisStore {
         let reply = self
             .eval_keys(client, &self.scripts.swap, key, keys, args)
             .await?;
-        if let Some(taking) = super::entity::taking_from(&reply)? {
+        if let Some(taking) = super::entity_ops::taking_from(&reply)? {
             return Ok(Err(taking));
         }
         if reply.as_i64() != Some(1) {
@@ -229,29 +229,29 @@ impl InboxOps for RedisStore {
                 Value::from(key.hash()),
                 Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
             ];
-            args.extend(super::entity::step_args(step));
+            args.extend(super::entity_ops::step_args(step));
             let client = &mut self.routed(key.as_str());
             // No pending change declared first, then the one the script
             // names while it finds another (`entity::claim_entity`).
             let mut pending = None;
             let mut reply = Value::Null;
-            for _ in 0..super::entity::DECLARATIONS {
+            for _ in 0..super::entity_ops::DECLARATIONS {
                 let keys = vec![
                     key.as_str().to_owned(),
                     step.key.as_str().to_owned(),
                     self.owed_set(key),
-                    super::entity::declared(step, pending.as_deref()),
+                    super::entity_ops::declared(step, pending.as_deref()),
                 ];
                 reply = self
                     .eval_keys(client, &self.scripts.hold, key, keys, args.clone())
                     .await?;
-                match super::entity::moved(&reply) {
+                match super::entity_ops::moved(&reply) {
                     Some(now) => pending = now,
                     None => break,
                 }
             }
-            if super::entity::moved(&reply).is_some() {
-                return Err(super::entity::moving());
+            if super::entity_ops::moved(&reply).is_some() {
+                return Err(super::entity_ops::moving());
             }
             match reply.as_string().as_deref() {
                 Some("held") => Ok(HoldVerdict::Held),

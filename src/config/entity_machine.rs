@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::Selector;
 use super::choice::{Choice as _, choices};
-use super::inbox::{Ack, Inbox, ack_from};
+use super::inbox_rules::{Ack, Inbox, ack_from};
 use super::problems::Problems;
 use super::raw::{RawEntity, format_duration};
 use super::status::CacheStatus;
