@@ -20,14 +20,15 @@
 //!                            │   guard    pipeline/guard.rs   400 ──┤  reason, problem+json
 //!                            │ 4 identify pipeline/identify.rs 400 ─┤
 //!                            │   entity   pipeline/entity.rs  400 ──┤ ([route.entity]: id, state)
-//!                            │ 5 claim    pipeline/claim.rs   503/409/422 (+ entity verdict:
-//!                            │            repeat → ack, refused → ack | 409, busy → wait | 409)
+//!                            │ 5 claim    pipeline/claim.rs   503/409/422 (+ entity judgement:
+//!                            │            repeat → ack, refused → ack | 409; busy → wait | hold | 409)
 //!                            │ 6 forward  pipeline/deliver.rs → upstream/  502/504
 //!                            │ 7 settle   pipeline/settle.rs + settle_once.rs (complete | release | unknown)
 //!                            │            or inbox/ (queued; the sender gets the ack)
 //!                            │   mode     pipeline/shadow.rs (enforce | shadow)
 //!                            ▼
-//!          store.rs (contract) ── store/redis (fred + lua/*.lua) │ store/embedded (redb)
+//!          store.rs (AnyStore) ── store/backend.rs: the one Backend trait, implemented by
+//!                                 store/redis (fred + lua/*.lua) │ store/embedded (redb)
 //!                              └── store/entity.rs: entity state, judged with the claim
 //!                              └── replay_cache.rs in front of it; store/upkeep.rs its own
 //!                                  background work (sweeper, eviction watch, tracking)
@@ -71,8 +72,9 @@
 //!   quick-ack, the stored form of an answer.
 //! * `inbox` — the durable inbox: queueing, redelivery workers, the repair
 //!   pass, operator actions, its metrics.
-//! * [`store`] — the store contract; Redis and embedded backends, the
-//!   inbox's store operations, the store's metrics and background work.
+//! * [`store`] — the store contract: one `Backend` trait (records, inbox,
+//!   probe plans, audit trail, listing) with its Redis and embedded
+//!   implementations, the store's metrics and background work.
 //! * [`replay_cache`] — completed records in memory, in front of the store.
 //! * [`record`] — the versioned record encoding both stores share.
 //! * [`signature`] — the HMAC core, the signature schemes, the senders'

@@ -39,6 +39,7 @@
 //! metrics live beside it (`metrics.rs`).
 
 pub mod audit;
+mod backend;
 mod cached;
 mod connect;
 pub(crate) mod durability;
@@ -358,6 +359,13 @@ macro_rules! boxed_store {
                 Box::pin(Store::$op(self, $($arg),*))
             })*
         }
+
+        #[cfg(test)]
+        impl<S: Store + std::fmt::Debug> Dispatch for backend::Scripted<S> {
+            $(fn $op<'a>(&'a self, $($arg: $ty),*) -> Call<'a, $out> {
+                Box::pin(Store::$op(&*self.0, $($arg),*))
+            })*
+        }
     };
 }
 
@@ -378,21 +386,13 @@ boxed_store! {
 /// `idemgate_store_errors_total{op}`.
 #[derive(Debug)]
 pub struct AnyStore {
-    backend: Backend,
+    /// The backend the configuration names (`store::backend`).
+    backend: Box<dyn backend::Backend>,
     metrics: StoreMetrics,
     /// Completed records kept in memory (`[limits] replay_cache_bytes`).
     cache: Option<Arc<ReplayCache>>,
     /// The background work's state ([`AnyStore::spawn_upkeep`]).
     upkeep: upkeep::Upkeep,
-}
-
-/// The two implementations (and, in unit tests, a scripted one).
-#[derive(Debug)]
-enum Backend {
-    Redis(Box<redis::RedisStore>),
-    Embedded(embedded::EmbeddedStore),
-    #[cfg(test)]
-    Test(std::sync::Arc<dyn Dispatch>),
 }
 
 impl AnyStore {
@@ -401,7 +401,7 @@ impl AnyStore {
     #[cfg(test)]
     pub(crate) fn for_tests(backend: std::sync::Arc<impl Store + std::fmt::Debug>) -> Self {
         Self {
-            backend: Backend::Test(backend),
+            backend: Box::new(backend::Scripted(backend)),
             metrics: StoreMetrics::new(),
             cache: None,
             upkeep: upkeep::Upkeep::for_tests(),
@@ -410,20 +410,12 @@ impl AnyStore {
 
     /// The Redis store, if that is the backend (for the eviction watcher).
     fn redis(&self) -> Option<&redis::RedisStore> {
-        match &self.backend {
-            Backend::Redis(store) => Some(store),
-            _ => None,
-        }
+        self.backend.redis()
     }
 
-    /// The backend every operation goes to: the only match over backends.
+    /// The backend's record operations.
     fn backend(&self) -> &dyn Dispatch {
-        match &self.backend {
-            Backend::Redis(store) => &**store,
-            Backend::Embedded(store) => store,
-            #[cfg(test)]
-            Backend::Test(store) => &**store,
-        }
+        &*self.backend
     }
 
     /// Runs one backend call, recording its latency and any failure.

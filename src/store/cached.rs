@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::metrics::StoreOp;
-use super::{AnyStore, Backend, Call, Existing, StoreError, StoreKey};
+use super::{AnyStore, Call, Existing, StoreError, StoreKey};
 use crate::replay_cache::{Fill, Found, ReplayCache};
 
 impl AnyStore {
@@ -19,12 +19,12 @@ impl AnyStore {
             self.cache = None;
             return Ok(());
         }
-        let tracked = match &mut self.backend {
-            Backend::Redis(store) => {
-                store.enable_tracking()?;
+        let tracked = match self.backend.redis_mut() {
+            Some(redis) => {
+                redis.enable_tracking()?;
                 true
             }
-            _ => false,
+            None => false,
         };
         self.cache = Some(Arc::new(ReplayCache::new(bytes, !tracked)));
         Ok(())
@@ -49,9 +49,9 @@ impl AnyStore {
     /// caches a completed record. A failed read caches nothing.
     pub async fn refill(&self, key: &StoreKey, mut fill: Fill) {
         fill.sending();
-        let call: Call<'_, Option<Existing>> = match &self.backend {
-            Backend::Redis(store) => Box::pin(store.lookup_tracked(key)),
-            _ => self.backend().lookup(key),
+        let call: Call<'_, Option<Existing>> = match self.backend.redis() {
+            Some(redis) => Box::pin(redis.lookup_tracked(key)),
+            None => self.backend().lookup(key),
         };
         if let Ok(found) = self.metered(StoreOp::Lookup, call).await {
             fill.land(found.map(Found::from));

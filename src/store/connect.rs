@@ -1,8 +1,9 @@
 //! Connecting the configured backend, and the first settings check that
 //! must run before the first delivery.
 
+use super::backend::Backend;
 use super::metrics::StoreMetrics;
-use super::{AnyStore, Backend, StoreError, WritePolicy, embedded, redis, upkeep};
+use super::{AnyStore, StoreError, WritePolicy, embedded, redis, upkeep};
 use crate::config::{StoreBackend, StoreConfig};
 
 /// A credential's text (checked to be UTF-8 when the configuration loaded).
@@ -13,8 +14,9 @@ fn text(secret: &crate::config::Secret) -> String {
 impl AnyStore {
     /// Connects the backend `config` names.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
-        let backend = match &config.backend {
-            StoreBackend::Redis { url } => Backend::Redis(Box::new(
+        // The one match on the backend kind.
+        let backend: Box<dyn Backend> = match &config.backend {
+            StoreBackend::Redis { url } => Box::new(
                 redis::RedisStore::connect_authenticated(
                     url,
                     redis::RedisAuth {
@@ -30,22 +32,17 @@ impl AnyStore {
                     config.connections,
                 )
                 .await?,
-            )),
-            StoreBackend::Embedded { path } => {
-                Backend::Embedded(embedded::EmbeddedStore::open_with(
-                    path,
-                    embedded::GroupCommit {
-                        commit_delay: config.commit_delay,
-                        room: embedded::room_for_answers(config.largest_answer),
-                        ..embedded::GroupCommit::default()
-                    },
-                )?)
-            }
+            ),
+            StoreBackend::Embedded { path } => Box::new(embedded::EmbeddedStore::open_with(
+                path,
+                embedded::GroupCommit {
+                    commit_delay: config.commit_delay,
+                    room: embedded::room_for_answers(config.largest_answer),
+                    ..embedded::GroupCommit::default()
+                },
+            )?),
         };
-        let confirmation = match &backend {
-            Backend::Redis(redis) => Some(redis.confirmation()),
-            _ => None,
-        };
+        let confirmation = backend.redis().map(redis::RedisStore::confirmation);
         let store = Self {
             backend,
             metrics: StoreMetrics::new(),

@@ -51,7 +51,7 @@
 use std::time::Duration;
 
 use super::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
-use super::{AnyStore, Backend, Call, StoreError, StoreKey};
+use super::{AnyStore, Call, StoreError, StoreKey};
 use crate::record::{OwnerToken, Record};
 
 /// Where a walk of an index stands: the (score, member) of the last member
@@ -271,15 +271,8 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
 }
 
 impl AnyStore {
-    fn inbox(&self) -> Result<&dyn InboxOps, StoreError> {
-        match &self.backend {
-            Backend::Redis(store) => Ok(&**store),
-            Backend::Embedded(store) => Ok(store),
-            #[cfg(test)]
-            Backend::Test(_) => Err(StoreError::Backend(
-                "the scripted test store has no inbox".into(),
-            )),
-        }
+    fn inbox(&self) -> &dyn InboxOps {
+        &*self.backend
     }
 
     /// Replaces the inbox record under `key` with `record` for `ttl` if
@@ -295,7 +288,7 @@ impl AnyStore {
         ttl: Duration,
         effect: EntityEffect,
     ) -> Result<Swapped, StoreError> {
-        let swapped = self.inbox()?.swap(key, expected, record, ttl, effect).await;
+        let swapped = self.inbox().swap(key, expected, record, ttl, effect).await;
         self.forget(key);
         swapped
     }
@@ -313,7 +306,7 @@ impl AnyStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<Result<Swapped, KeptBack>, StoreError> {
-        let taken = self.inbox()?.take(key, expected, record, ttl).await;
+        let taken = self.inbox().take(key, expected, record, ttl).await;
         self.forget(key);
         taken
     }
@@ -329,7 +322,7 @@ impl AnyStore {
         step: &EntityStep,
         max: usize,
     ) -> Result<HoldVerdict, StoreError> {
-        let held = self.inbox()?.hold(key, record, step, max).await;
+        let held = self.inbox().hold(key, record, step, max).await;
         self.forget(key);
         held
     }
@@ -341,12 +334,12 @@ impl AnyStore {
         member: &str,
         score: u64,
     ) -> Result<(), StoreError> {
-        self.inbox()?.index_add(index, member, score).await
+        self.inbox().index_add(index, member, score).await
     }
 
     /// Takes `member` out of `index`. Returns whether it was there.
     pub async fn index_remove(&self, index: &IndexKey, member: &str) -> Result<bool, StoreError> {
-        self.inbox()?.index_remove(index, member).await
+        self.inbox().index_remove(index, member).await
     }
 
     /// Hands out up to `limit` members scored at most `now`, lowest first,
@@ -358,7 +351,7 @@ impl AnyStore {
         limit: usize,
         push_to: u64,
     ) -> Result<Vec<String>, StoreError> {
-        self.inbox()?.index_take(index, now, limit, push_to).await
+        self.inbox().index_take(index, now, limit, push_to).await
     }
 
     /// Up to `limit` members with their scores in (score, member) order,
@@ -371,23 +364,23 @@ impl AnyStore {
         after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inbox()?.index_page(index, after, limit).await
+        self.inbox().index_page(index, after, limit).await
     }
 
     /// How many members `index` has, and the lowest score.
     pub async fn index_stats(&self, index: &IndexKey) -> Result<(u64, Option<u64>), StoreError> {
-        self.inbox()?.index_stats(index).await
+        self.inbox().index_stats(index).await
     }
 
     /// Removes the members scored below `below`. Returns how many.
     pub async fn index_prune(&self, index: &IndexKey, below: u64) -> Result<u64, StoreError> {
-        self.inbox()?.index_prune(index, below).await
+        self.inbox().index_prune(index, below).await
     }
 
     /// Every key hash in the scope's owed set (all slots' sets on a
     /// Cluster), in no particular order.
     pub async fn owed(&self, set: &OwedKey) -> Result<Vec<String>, StoreError> {
-        self.inbox()?.owed(set).await
+        self.inbox().owed(set).await
     }
 
     /// Takes `key` out of its scope's owed set if its record is absent, or
@@ -398,16 +391,16 @@ impl AnyStore {
         key: &StoreKey,
         read: Option<OwnerToken>,
     ) -> Result<bool, StoreError> {
-        self.inbox()?.owed_prune(key, read).await
+        self.inbox().owed_prune(key, read).await
     }
 
     /// Adds one to `line` of the books under `key`.
     pub async fn books_add(&self, key: &BooksKey, line: Book) -> Result<(), StoreError> {
-        self.inbox()?.books_add(key, line).await
+        self.inbox().books_add(key, line).await
     }
 
     /// The books under `key`.
     pub async fn books_read(&self, key: &BooksKey) -> Result<Books, StoreError> {
-        self.inbox()?.books_read(key).await
+        self.inbox().books_read(key).await
     }
 }

@@ -34,7 +34,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use super::entity::EntityState;
-use super::{AnyStore, Backend, Existing, Observed, StoreError};
+use super::{AnyStore, Call, Existing, Observed, StoreError};
 
 /// Which records a listing keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +160,47 @@ impl Cursor {
     }
 }
 
+/// Pages of records and of held entities, as a backend walks its keys
+/// (module docs).
+pub(super) trait Listing {
+    /// One page of the records under `namespace` (`{prefix}:{scope}`)
+    /// that `filter` keeps, from `cursor`.
+    fn list<'a>(&'a self, namespace: &'a str, filter: Filter, cursor: Cursor) -> Call<'a, Page>;
+    /// One page of the held entities under `namespace`, from `cursor`.
+    fn list_held<'a>(
+        &'a self,
+        namespace: &'a str,
+        limit: usize,
+        cursor: Cursor,
+    ) -> Call<'a, EntityPage>;
+}
+
+/// Both backends list with inherent methods of the same names, which
+/// each backend's `listing.rs` hands to [`Listing`] with this macro.
+macro_rules! listing_by_inherent_methods {
+    ($backend:ty) => {
+        impl $crate::store::listing::Listing for $backend {
+            fn list<'a>(
+                &'a self,
+                namespace: &'a str,
+                filter: $crate::store::listing::Filter,
+                cursor: $crate::store::listing::Cursor,
+            ) -> $crate::store::Call<'a, $crate::store::listing::Page> {
+                Box::pin(<$backend>::list(self, namespace, filter, cursor))
+            }
+            fn list_held<'a>(
+                &'a self,
+                namespace: &'a str,
+                limit: usize,
+                cursor: $crate::store::listing::Cursor,
+            ) -> $crate::store::Call<'a, $crate::store::listing::EntityPage> {
+                Box::pin(<$backend>::list_held(self, namespace, limit, cursor))
+            }
+        }
+    };
+}
+pub(super) use listing_by_inherent_methods;
+
 /// One page of a listing.
 #[derive(Debug)]
 pub struct Page {
@@ -182,14 +223,7 @@ impl AnyStore {
         cursor: Cursor,
     ) -> Result<EntityPage, StoreError> {
         let namespace = format!("{key_prefix}:{scope}");
-        match &self.backend {
-            Backend::Redis(store) => store.list_held(&namespace, limit, cursor).await,
-            Backend::Embedded(store) => store.list_held(&namespace, limit, cursor).await,
-            #[cfg(test)]
-            Backend::Test(_) => Err(StoreError::Backend(
-                "the scripted test store can not list".into(),
-            )),
-        }
+        self.backend.list_held(&namespace, limit, cursor).await
     }
 
     /// One page of the records of `scope` (under `key_prefix`) that
@@ -204,14 +238,7 @@ impl AnyStore {
     ) -> Result<Page, StoreError> {
         // The namespace `StoreKey::new` puts every record of the scope in.
         let namespace = format!("{key_prefix}:{scope}");
-        match &self.backend {
-            Backend::Redis(store) => store.list(&namespace, filter, cursor).await,
-            Backend::Embedded(store) => store.list(&namespace, filter, cursor).await,
-            #[cfg(test)]
-            Backend::Test(_) => Err(StoreError::Backend(
-                "the scripted test store can not list".into(),
-            )),
-        }
+        self.backend.list(&namespace, filter, cursor).await
     }
 }
 

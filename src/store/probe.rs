@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use super::{AnyStore, Backend, Call, Lease, StoreError, StoreKey};
+use super::{AnyStore, Call, Lease, StoreError, StoreKey};
 use crate::config::CacheStatus;
 use crate::record::{OwnerToken, Record, RecordState};
 
@@ -203,15 +203,8 @@ pub trait ProbeOps: Send + Sync + std::fmt::Debug {
 }
 
 impl AnyStore {
-    fn probes(&self) -> Result<&dyn ProbeOps, StoreError> {
-        match &self.backend {
-            Backend::Redis(store) => Ok(&**store),
-            Backend::Embedded(store) => Ok(store),
-            #[cfg(test)]
-            Backend::Test(_) => Err(StoreError::Backend(
-                "the scripted test store keeps no probe plans".into(),
-            )),
-        }
+    fn probes(&self) -> &dyn ProbeOps {
+        &*self.backend
     }
 
     /// Up to `limit` keys of scope `namespace` (`{prefix}:{scope}`) whose
@@ -222,7 +215,7 @@ impl AnyStore {
         limit: usize,
     ) -> Result<Vec<StoreKey>, StoreError> {
         let keys = self
-            .probes()?
+            .probes()
             .probe_due(namespace, crate::time::now_ms(), limit)
             .await?;
         Ok(keys.into_iter().map(|key| StoreKey(key, true)).collect())
@@ -239,7 +232,7 @@ impl AnyStore {
         lease: Duration,
         advance: &(dyn Fn(&str) -> Option<CacheStatus> + Sync),
     ) -> Result<Option<Taken>, StoreError> {
-        let Some((record, ttl, plan)) = self.probes()?.probe_take(key, owner, lease).await? else {
+        let Some((record, ttl, plan)) = self.probes().probe_take(key, owner, lease).await? else {
             return Ok(None);
         };
         let plan = ProbePlan::decode(&plan)?;
@@ -262,14 +255,14 @@ impl AnyStore {
         next: Option<Duration>,
     ) -> Result<bool, StoreError> {
         let text = plan.encode();
-        self.probes()?
+        self.probes()
             .probe_note(lease.key(), lease.owner(), &text, next)
             .await
     }
 
     /// `key`'s probe plan and when it is due, if it has one.
     pub async fn pending_probe(&self, key: &StoreKey) -> Result<Option<PendingProbe>, StoreError> {
-        let Some((text, next_at_ms)) = self.probes()?.probe_pending(key).await? else {
+        let Some((text, next_at_ms)) = self.probes().probe_pending(key).await? else {
             return Ok(None);
         };
         Ok(Some(PendingProbe {

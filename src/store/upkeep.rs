@@ -30,7 +30,7 @@ use super::durability::{Confirmation, DurabilityWatch, Findings};
 use super::eviction::{EvictionWatch, Trigger, read_primaries, schedule};
 use super::generation::GenerationWatch;
 use super::redis::RedisStore;
-use super::{AnyStore, Backend, StoreError};
+use super::{AnyStore, StoreError};
 use crate::config::{Durability, StoreConfig};
 
 /// How often the embedded store deletes expired records.
@@ -101,44 +101,40 @@ impl AnyStore {
     /// Starts the background work the backend needs (module docs) under
     /// `tracker`, each task ending when `shutdown` is cancelled.
     pub fn spawn_upkeep(self: &Arc<Self>, tracker: &TaskTracker, shutdown: &CancellationToken) {
-        match &self.backend {
-            Backend::Embedded(embedded) => {
-                let embedded = embedded.clone();
-                tracker.spawn(crate::time::every(
-                    SWEEP_EVERY,
-                    shutdown.clone(),
-                    move || {
-                        let embedded = embedded.clone();
-                        async move {
-                            if let Err(error) = embedded.sweep().await {
-                                tracing::warn!(%error, "embedded store sweep failed");
-                            }
-                            // A copy of the file older than this is refused
-                            // at start-up (`store/embedded/generation.rs`).
-                            if let Err(error) = embedded.raise_generation().await {
-                                tracing::warn!(%error, "embedded store generation not raised");
-                            }
+        if let Some(embedded) = self.backend.embedded() {
+            let embedded = embedded.clone();
+            tracker.spawn(crate::time::every(
+                SWEEP_EVERY,
+                shutdown.clone(),
+                move || {
+                    let embedded = embedded.clone();
+                    async move {
+                        if let Err(error) = embedded.sweep().await {
+                            tracing::warn!(%error, "embedded store sweep failed");
                         }
-                    },
-                ));
-            }
-            Backend::Redis(redis) => {
-                let store = Arc::clone(self);
-                let stop = shutdown.clone();
-                tracker.spawn(async move { store.watch_settings(stop).await });
-                if let Some(cache) = &self.cache {
-                    let coherent = redis.keep_coherent(
-                        Arc::clone(cache),
-                        self.upkeep.epoch_marker.clone(),
-                        shutdown.clone(),
-                    );
-                    if let Some(coherent) = coherent {
-                        tracker.spawn(coherent);
+                        // A copy of the file older than this is refused
+                        // at start-up (`store/embedded/generation.rs`).
+                        if let Err(error) = embedded.raise_generation().await {
+                            tracing::warn!(%error, "embedded store generation not raised");
+                        }
                     }
+                },
+            ));
+        }
+        if let Some(redis) = self.backend.redis() {
+            let store = Arc::clone(self);
+            let stop = shutdown.clone();
+            tracker.spawn(async move { store.watch_settings(stop).await });
+            if let Some(cache) = &self.cache {
+                let coherent = redis.keep_coherent(
+                    Arc::clone(cache),
+                    self.upkeep.epoch_marker.clone(),
+                    shutdown.clone(),
+                );
+                if let Some(coherent) = coherent {
+                    tracker.spawn(coherent);
                 }
             }
-            #[cfg(test)]
-            Backend::Test(_) => {}
         }
     }
 

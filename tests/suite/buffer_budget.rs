@@ -222,8 +222,7 @@ fn flood_connections() -> usize {
 async fn an_http2_body_flood_stays_inside_the_budget() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "")
-        .replace("command_timeout = \"250ms\"", "command_timeout = \"2s\"")
+    let text = config_text(&redis_store_timing_out(&redis, "2s"), &upstream.url(), "")
         .replace("[limits]", "[limits]\nbody_read_timeout = \"30s\"");
     let gate = GateProcess::start(&text);
     let idle_kib = peak_rss_kib(gate.pid());

@@ -1,7 +1,7 @@
-//! The entity part of the store contract (`store::entity`), one sequence
-//! run on the Redis store (real redis-server, the Lua of `lua/entity.lua`)
-//! and on the embedded store (the same rules in Rust): both must judge,
-//! settle and remember alike.
+//! The entity part of the store contract (`store::entity`), each case run
+//! on every backend (`for_every_backend!`): the Redis store (real
+//! redis-server, the Lua of `lua/entity.lua`) and the embedded store (the
+//! same rules in Rust) must judge, settle and remember alike.
 
 use std::time::Duration;
 
@@ -11,12 +11,10 @@ use idemgate::record::{
     Fingerprint, InboxEntry, OwnerMint, Record, RecordState, Stage, StoredBody, StoredRequest,
     StoredResponse,
 };
-use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::{
     Blocker, EntityEffect, EntityStep, EntityVerdict, Judgement, TransitionKind,
 };
 use idemgate::store::inbox::{InboxOps, Swapped};
-use idemgate::store::redis::RedisStore;
 use idemgate::store::{ClaimOutcome, EntityKey, Lease, Purged, Releasing, Store, StoreKey};
 
 use crate::support::RedisServer;
@@ -126,24 +124,40 @@ async fn complete_for<S: Store>(store: &S, lease: &Lease, state: RecordState, tt
     assert!(stored.stored());
 }
 
-/// Rewrites the inbox record `lease` left (owner `owner`) as `state`,
-/// as a worker or an operator does; returns the new owner.
-async fn swap<S: Store + InboxOps>(
-    store: &S,
-    mint: &OwnerMint,
-    lease: &Lease,
+/// The writer of one inbox record after its claim, as a worker or an
+/// operator rewrites it: each write expects the owner the last one left.
+struct InboxWriter<'a, S> {
+    store: &'a S,
+    mint: &'a OwnerMint,
+    lease: &'a Lease,
     owner: idemgate::record::OwnerToken,
-    state: RecordState,
-) -> idemgate::record::OwnerToken {
-    let mut record = lease.record().with_state(state);
-    record.owner = mint.next();
-    let effect = EntityEffect::of(&record, &CacheStatus::successes());
-    let swapped = store
-        .swap(lease.key(), owner, &record, LONG, effect)
-        .await
-        .unwrap();
-    assert_eq!(swapped, Swapped::Written);
-    record.owner
+}
+
+impl<'a, S: Store + InboxOps> InboxWriter<'a, S> {
+    /// The writer of the record `lease` claimed.
+    fn of(store: &'a S, mint: &'a OwnerMint, lease: &'a Lease) -> Self {
+        let owner = lease.owner();
+        Self {
+            store,
+            mint,
+            lease,
+            owner,
+        }
+    }
+
+    /// Rewrites the record as `state` under a fresh owner.
+    async fn write(&mut self, state: RecordState) {
+        let mut record = self.lease.record().with_state(state);
+        record.owner = self.mint.next();
+        let effect = EntityEffect::of(&record, &CacheStatus::successes());
+        let swapped = self
+            .store
+            .swap(self.lease.key(), self.owner, &record, LONG, effect)
+            .await
+            .unwrap();
+        assert_eq!(swapped, Swapped::Written);
+        self.owner = record.owner;
+    }
 }
 
 async fn state_of<S: Store>(store: &S, entity: &str) -> idemgate::store::entity::EntityState {
@@ -316,108 +330,42 @@ async fn a_dead_delivery_holds_its_change<S: Store + InboxOps>(store: &S) {
     let lease = claimed(store, &mint, 2, &paid).await;
     complete(store, &lease, inbox(Stage::Queued, None)).await;
     assert_eq!(blocker(store, &mint, 3, &refund).await, Blocker::Inbox);
-    let owner = swap(
-        store,
-        &mint,
-        &lease,
-        lease.owner(),
-        inbox(Stage::Dead, Some(503)),
-    )
-    .await;
+    let mut writer = InboxWriter::of(store, &mint, &lease);
+    writer.write(inbox(Stage::Dead, Some(503))).await;
     assert_eq!(blocker(store, &mint, 3, &refund).await, Blocker::Inbox);
     assert_eq!(blocker(store, &mint, 4, &paid).await, Blocker::Inbox);
     // Retried by the operator, delivered: the entity takes the state.
-    let owner = swap(store, &mint, &lease, owner, inbox(Stage::Queued, Some(503))).await;
-    swap(
-        store,
-        &mint,
-        &lease,
-        owner,
-        inbox(Stage::Delivered, Some(200)),
-    )
-    .await;
+    writer.write(inbox(Stage::Queued, Some(503))).await;
+    writer.write(inbox(Stage::Delivered, Some(200))).await;
     let entity = state_of(store, OTHER).await;
     assert_eq!(entity.state.as_deref(), Some("success"));
     assert!(entity.pending.is_none());
     // The refund waits no more; queued, dead, then dropped: never made.
     let lease = claimed(store, &mint, 3, &refund).await;
     complete(store, &lease, inbox(Stage::Queued, None)).await;
-    let owner = swap(
-        store,
-        &mint,
-        &lease,
-        lease.owner(),
-        inbox(Stage::Dead, Some(503)),
-    )
-    .await;
-    swap(
-        store,
-        &mint,
-        &lease,
-        owner,
-        inbox(Stage::Dropped, Some(503)),
-    )
-    .await;
+    let mut writer = InboxWriter::of(store, &mint, &lease);
+    writer.write(inbox(Stage::Dead, Some(503))).await;
+    writer.write(inbox(Stage::Dropped, Some(503))).await;
     let entity = state_of(store, OTHER).await;
     assert_eq!(entity.state.as_deref(), Some("success"));
     assert!(entity.pending.is_none());
     // A redelivery the handler refused (404, stored) drops it too.
     let lease = claimed(store, &mint, 5, &refund).await;
     complete(store, &lease, inbox(Stage::Queued, None)).await;
-    swap(
-        store,
-        &mint,
-        &lease,
-        lease.owner(),
-        inbox(Stage::Delivered, Some(404)),
-    )
-    .await;
+    InboxWriter::of(store, &mint, &lease)
+        .write(inbox(Stage::Delivered, Some(404)))
+        .await;
     let entity = state_of(store, OTHER).await;
     assert_eq!(entity.state.as_deref(), Some("success"));
     assert!(entity.pending.is_none());
 }
 
-async fn redis_store() -> (RedisServer, RedisStore) {
-    let redis = RedisServer::start();
-    let store = redis.store().await;
-    (redis, store)
-}
-
-fn embedded_store(dir: &tempfile::TempDir) -> EmbeddedStore {
-    EmbeddedStore::open(&dir.path().join("entity.redb")).unwrap()
-}
-
-#[tokio::test]
-async fn redis_store_keeps_the_entity_contract() {
-    let (_redis, store) = redis_store().await;
-    entity_contract(&store).await;
-}
-
-#[tokio::test]
-async fn embedded_store_keeps_the_entity_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    entity_contract(&embedded_store(&dir)).await;
-}
-
-/// Runs one contract case on a fresh Redis store, then on a fresh
-/// embedded store.
-macro_rules! on_both_stores {
-    ($($test:ident: $case:ident;)*) => {$(
-        #[tokio::test]
-        async fn $test() {
-            let (_redis, store) = redis_store().await;
-            $case(&store).await;
-            let dir = tempfile::tempdir().unwrap();
-            $case(&embedded_store(&dir)).await;
-        }
-    )*};
-}
-
-on_both_stores! {
-    on_both_stores_a_stored_refusal_leaves_the_entity: a_stored_refusal_leaves_the_entity;
-    on_both_stores_an_unresolved_change_holds_the_entity: an_unresolved_change_holds_the_entity;
-    on_both_stores_a_dead_delivery_holds_its_change: a_dead_delivery_holds_its_change;
-}
+crate::support::for_every_backend!(
+    entity_contract,
+    a_stored_refusal_leaves_the_entity,
+    an_unresolved_change_holds_the_entity,
+    a_dead_delivery_holds_its_change,
+);
 
 /// `claim_entity.lua` and `hold.lua` as compiled in: the record layout and
 /// the shared rules in front of the script.

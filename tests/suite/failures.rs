@@ -241,8 +241,7 @@ async fn an_answer_is_stored_even_if_the_store_blinks_while_the_upstream_works()
 async fn claims_whose_reply_was_abandoned_are_released() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let patient = config_text(&redis_store(&redis), &upstream.url(), "")
-        .replace("command_timeout = \"250ms\"", "command_timeout = \"5s\"");
+    let patient = config_text(&redis_store_timing_out(&redis, "5s"), &upstream.url(), "");
     let gate = Gate::start(&patient).await;
     let body = payment("p-abandoned");
 
@@ -260,9 +259,10 @@ async fn claims_whose_reply_was_abandoned_are_released() {
     assert_eq!(upstream.calls(), 1);
     gate.stop().await;
 
-    // Same with the default 250 ms store timeout: the sender gets a 503,
-    // and the claim that lands after the timeout is released too.
-    let gate = Gate::start(&config_text(&redis_store(&redis), &upstream.url(), "")).await;
+    // Same with a 250 ms store timeout: the sender gets a 503, and the
+    // claim that lands after the timeout is released too.
+    let text = config_text(&redis_store_timing_out(&redis, "250ms"), &upstream.url(), "");
+    let gate = Gate::start(&text).await;
     let body = payment("p-timed-out");
     redis.cli(&["CLIENT", "PAUSE", "700", "WRITE"]);
     let answer = deliver(&gate.url("/notify"), &body).await;

@@ -416,8 +416,7 @@ async fn a_flood_of_copies_is_bounded_and_executed_once() {
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_secs(1))).await;
     // A generous store timeout: this test is about memory and exactly-once
     // under a flood, not about a store slowed down by a loaded machine.
-    let text = config_text(&redis_store(&redis), &upstream.url(), "")
-        .replace("command_timeout = \"250ms\"", "command_timeout = \"2s\"");
+    let text = config_text(&redis_store_timing_out(&redis, "2s"), &upstream.url(), "");
     let gate = GateProcess::start(&text);
     let rss_before = peak_rss_kib(gate.pid());
     let url = gate.url("/notify");

@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use crate::support::RedisServer;
 use bytes::Bytes;
 use idemgate::record::{
     Fingerprint, InboxEntry, OwnerMint, Record, RecordState, Stage, StoredBody, StoredRequest,
     StoredResponse,
 };
-use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::inbox::{
     Book, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
@@ -18,6 +16,20 @@ use idemgate::store::inbox::{
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// The owner-fenced swap of `key` from `owner` to `record`, with no
+/// entity effect: what every case here asks of it.
+async fn swap<S: InboxOps>(
+    store: &S,
+    key: &StoreKey,
+    owner: idemgate::record::OwnerToken,
+    record: &Record,
+) -> Swapped {
+    store
+        .swap(key, owner, record, LONG, EntityEffect::Keep)
+        .await
+        .unwrap()
+}
 
 async fn contract<S: Store + InboxOps>(store: &S) {
     let mint = OwnerMint::new();
@@ -30,30 +42,21 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     let mut taken = lease.record().with_state(RecordState::Unknown);
     taken.owner = mint.next();
     assert_eq!(
-        store
-            .swap(&key, lease.owner(), &taken, LONG, EntityEffect::Keep)
-            .await
-            .unwrap(),
+        swap(store, &key, lease.owner(), &taken).await,
         Swapped::Written,
         "expected owner: written"
     );
     let stored = Store::lookup(store, &key).await.unwrap().expect("a record");
     assert_eq!(stored.record, taken);
     assert_eq!(
-        store
-            .swap(&key, lease.owner(), &taken, LONG, EntityEffect::Keep)
-            .await
-            .unwrap(),
+        swap(store, &key, lease.owner(), &taken).await,
         Swapped::Written,
         "a retried swap whose first attempt landed succeeds for its writer"
     );
     let mut rival = taken.clone();
     rival.owner = mint.next();
     assert_eq!(
-        store
-            .swap(&key, lease.owner(), &rival, LONG, EntityEffect::Keep)
-            .await
-            .unwrap(),
+        swap(store, &key, lease.owner(), &rival).await,
         Swapped::Refused,
         "a second writer that read the same owner loses"
     );
@@ -63,10 +66,7 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     );
     let absent = StoreKey::new("contract", "inbox", "absent");
     assert_eq!(
-        store
-            .swap(&absent, lease.owner(), &taken, LONG, EntityEffect::Keep)
-            .await
-            .unwrap(),
+        swap(store, &absent, lease.owner(), &taken).await,
         Swapped::Refused,
         "a free key is not written"
     );
@@ -256,16 +256,16 @@ async fn owed_contract<S: Store + InboxOps>(store: &S) {
 
     // Dead is still owed; delivered is not.
     let dead = inbox_record(&queued[0], &mint, Stage::Dead);
-    let swapped = store
-        .swap(&keys[0], queued[0].owner, &dead, LONG, EntityEffect::Keep)
-        .await;
-    assert_eq!(swapped.unwrap(), Swapped::Written);
+    assert_eq!(
+        swap(store, &keys[0], queued[0].owner, &dead).await,
+        Swapped::Written
+    );
     assert_eq!(owed(store, &set).await, hashes);
     let delivered = inbox_record(&dead, &mint, Stage::Delivered);
-    let swapped = store
-        .swap(&keys[0], dead.owner, &delivered, LONG, EntityEffect::Keep)
-        .await;
-    assert_eq!(swapped.unwrap(), Swapped::Written);
+    assert_eq!(
+        swap(store, &keys[0], dead.owner, &delivered).await,
+        Swapped::Written
+    );
     assert_eq!(owed(store, &set).await, hashes[1..], "resolved: not owed");
 
     // A released claim leaves its entry behind; the prune takes it out
@@ -296,18 +296,10 @@ async fn owed_contract<S: Store + InboxOps>(store: &S) {
     assert!(owed(store, &set).await.is_empty());
 }
 
-#[tokio::test]
-async fn redis_store_meets_the_inbox_contract() {
-    let redis = RedisServer::start();
-    let store = redis.store().await;
-    contract(&store).await;
-    owed_contract(&store).await;
+/// The whole inbox contract: swaps and indexes, then the owed sets.
+async fn inbox_contract<S: Store + InboxOps>(store: &S) {
+    contract(store).await;
+    owed_contract(store).await;
 }
 
-#[tokio::test]
-async fn embedded_store_meets_the_inbox_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(&dir.path().join("inbox.redb")).unwrap();
-    contract(&store).await;
-    owed_contract(&store).await;
-}
+crate::support::for_every_backend!(inbox_contract);

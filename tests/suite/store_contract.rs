@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::support::RedisServer;
 use bytes::Bytes;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
-use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::{
     ClaimOutcome, Completion, Lease, Observed, Purged, Releasing, SeenRecord, Store, StoreError,
@@ -265,19 +264,12 @@ async fn contract<S: Store>(store: &S) {
     store.ping().await.unwrap();
 }
 
-#[tokio::test]
-async fn redis_store_meets_the_contract() {
-    let redis = RedisServer::start();
-    let store = redis.store().await;
-    contract(&store).await;
-}
+crate::support::for_every_backend!(contract);
 
+/// The embedded store's sweeper removes expired records.
 #[tokio::test]
-async fn embedded_store_meets_the_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(&dir.path().join("contract.redb")).unwrap();
-    contract(&store).await;
-    // the sweeper removes expired records
+async fn the_embedded_sweeper_removes_expired_records() {
+    let (_dir, store) = crate::support::fresh_embedded_backend();
     let mint = OwnerMint::new();
     let _ = claimed(&store, &mint, &key("sweep"), Duration::from_millis(50)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;

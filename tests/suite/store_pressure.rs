@@ -10,6 +10,7 @@ use std::time::Duration;
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
 use crate::support::{
+    redis_store_timing_out,
     Gate, GateProcess, RedisServer, Reply, Upstream, admin_get, config_text, deliver,
     deliver_while_upstream_works, eventually, payment, redis_store, sample,
 };
@@ -131,8 +132,10 @@ async fn an_answer_refused_by_a_full_store_is_stored_once_it_has_room() {
 async fn an_answer_outlives_a_restart_longer_than_its_claim() {
     let mut redis = RedisServer::start_persistent();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(800))).await;
+    // A short store timeout: the sender is answered once one store attempt
+    // has failed, which this test times.
     let gate = Gate::start(&config_text(
-        &redis_store(&redis),
+        &redis_store_timing_out(&redis, "250ms"),
         &upstream.url(),
         "lease = \"2s\"\nunknown_hold = \"2s\"",
     ))
@@ -286,7 +289,9 @@ async fn shutdown_gives_up_an_unstored_answer_and_says_so() {
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(500))).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("idemgate.log");
-    let text = config_text(&redis_store(&redis), &upstream.url(), "")
+    // The store timeout well inside the grace period: the retries' last
+    // failure is the unreachable store, not a reply still awaited.
+    let text = config_text(&redis_store_timing_out(&redis, "250ms"), &upstream.url(), "")
         .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"1s\"");
     let mut gate = GateProcess::launch(&text, &[], Some(&log));
     let first =

@@ -186,6 +186,32 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no element {css}: {e}"))
     }
 
+    /// Clicks the first element matching `css`, waiting for it.
+    pub async fn click(&self, css: &str) {
+        self.find(css)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Types `text` into the first element matching `css`, waiting for it.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        self.find(css)
+            .await
+            .send_keys(text)
+            .await
+            .unwrap_or_else(|e| panic!("type into {css}: {e}"));
+    }
+
+    /// Opens the admin console served on `admin`.
+    pub async fn open_console(&self, admin: std::net::SocketAddr) {
+        self.client
+            .goto(&format!("http://{admin}/admin/"))
+            .await
+            .expect("open the console");
+    }
+
     /// How many elements match `css` now.
     pub async fn count(&self, css: &str) -> usize {
         self.client

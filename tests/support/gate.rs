@@ -62,15 +62,28 @@ timeout = "5s"
 }
 
 /// The `[store]` body for `redis`: the default durability (`fsync`) on a
-/// server with an AOF fsynced per write, `memory` on one without.
+/// server with an AOF fsynced per write, `memory` on one without, and a
+/// store timeout of [`TEST_STORE_TIMEOUT`].
 pub fn redis_store(redis: &RedisServer) -> String {
+    redis_store_timing_out(redis, TEST_STORE_TIMEOUT)
+}
+
+/// The `command_timeout` of [`redis_store`]: long enough that a loaded
+/// CI machine (two cores, the system tier beside the suite) does not turn
+/// a slow reply into a 503 in a test that is about something else. A test
+/// about what a timeout does sets a short one itself
+/// ([`redis_store_timing_out`]).
+pub const TEST_STORE_TIMEOUT: &str = "1s";
+
+/// [`redis_store`] with the store timeout `timeout` (`"250ms"`, `"5s"`).
+pub fn redis_store_timing_out(redis: &RedisServer, timeout: &str) -> String {
     let durability = if redis.is_persistent() {
         ""
     } else {
         "\ndurability = \"memory\""
     };
     format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"{durability}",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"{timeout}\"{durability}",
         redis.url()
     )
 }

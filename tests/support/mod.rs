@@ -9,6 +9,8 @@
 //! * [`wait`] — every poll loop: async and blocking, boolean and valued.
 //! * [`redis`] — [`RedisServer`] (plain or TLS only) and the per-port
 //!   `redis-cli` helpers.
+//! * [`backends`] — every store backend for the contract suites
+//!   ([`for_every_backend!`]).
 //! * [`monitor`] — [`DataWatch`], the commands a server ran on data (its
 //!   `MONITOR`), for the tests that assert a request never reached it.
 //! * [`tls`] — [`TestPki`], a CA and certificates made at test time, and
@@ -33,8 +35,15 @@
 //! * [`exposition`] — the admin `/metrics` text: [`sample`] and the
 //!   [`Exposition`] parser.
 // Each binary uses a part of the harness.
-#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
+#![allow(
+    dead_code,
+    unused_imports,
+    unused_macros,
+    unreachable_pub,
+    missing_docs
+)]
 
+mod backends;
 mod browser;
 mod client;
 mod entity;
@@ -52,6 +61,8 @@ mod tls;
 mod upstream;
 mod wait;
 
+pub(crate) use backends::for_every_backend;
+pub use backends::{fresh_embedded_backend, fresh_redis_backend};
 pub use browser::*;
 pub use client::*;
 pub use entity::*;

@@ -145,3 +145,5 @@ impl EmbeddedStore {
         .await
     }
 }
+
+crate::store::listing::listing_by_inherent_methods!(EmbeddedStore);

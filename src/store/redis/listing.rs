@@ -198,3 +198,5 @@ impl RedisStore {
         Ok((next, keys))
     }
 }
+
+crate::store::listing::listing_by_inherent_methods!(RedisStore);

@@ -81,14 +81,10 @@ async fn the_console_is_served_without_the_token_under_a_strict_policy() {
 
 /// Types `token` into the prompt and submits it.
 pub(super) async fn sign_in(browser: &Browser, token: &str) {
-    let field = browser.find("#login:not([hidden]) #token").await;
-    field.send_keys(token).await.expect("type the token");
     browser
-        .find("#sign-in")
-        .await
-        .click()
-        .await
-        .expect("submit");
+        .type_into("#login:not([hidden]) #token", token)
+        .await;
+    browser.click("#sign-in").await;
 }
 
 /// The number of times the page has drawn the routes.
@@ -105,12 +101,7 @@ async fn loads(browser: &Browser) -> u64 {
 /// Clicks Refresh and waits for the page to draw again.
 async fn refresh(browser: &Browser) {
     let before = loads(browser).await;
-    browser
-        .find("#refresh")
-        .await
-        .click()
-        .await
-        .expect("refresh");
+    browser.click("#refresh").await;
     let deadline = Instant::now() + PAGE_LIMIT;
     while loads(browser).await <= before {
         assert!(Instant::now() < deadline, "the page did not refresh");
@@ -136,11 +127,7 @@ async fn in_a_browser_an_unknown_outcome_shows_its_pending_probe() {
             .status,
         504
     );
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", gate.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(gate.admin).await;
     sign_in(&browser, TOKEN).await;
     let row = "[data-route='pay'] [data-panel='unknown'] tr[data-kind='unknown']";
     browser.until_text(row, "probe: 0 asked, next in").await;
@@ -155,11 +142,7 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     };
     // Without [admin] token the page says the API is off, and asks nothing.
     let (_dir, _plain_upstream, plain) = embedded_gate(false).await;
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", plain.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(plain.admin).await;
     browser
         .until_text("#message", "admin API is disabled")
         .await;
@@ -220,21 +203,15 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
 
     // One click to the record, then the purge behind a confirmation.
     browser
-        .find(&format!("{row} button[data-action='detail']"))
-        .await
-        .click()
-        .await
-        .expect("details");
+        .click(&format!("{row} button[data-action='detail']"))
+        .await;
     browser
         .until_text("#detail tr[data-field='state'] td", "unknown")
         .await;
     browser.screenshot("console-record").await;
     browser
-        .find("#detail-actions button[data-action='purge']")
-        .await
-        .click()
-        .await
-        .expect("purge");
+        .click("#detail-actions button[data-action='purge']")
+        .await;
     // Dismissed, nothing happens.
     // The question says what a purge does in the state shown.
     let asked = browser.answer_confirmation(false).await;
@@ -255,11 +232,8 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
         "a dismissed confirmation purges nothing"
     );
     browser
-        .find("#detail-actions button[data-action='purge']")
-        .await
-        .click()
-        .await
-        .expect("purge");
+        .click("#detail-actions button[data-action='purge']")
+        .await;
     let asked = browser.accept_confirmation().await;
     assert!(asked.contains(&hash), "{asked}");
     browser.until_text("#message", "Record purged").await;
@@ -280,12 +254,7 @@ async fn in_a_browser_the_console_asks_for_the_token_and_purges_an_unknown_outco
     assert_eq!(upstream.calls(), 2, "the upstream saw the delivery again");
     assert_eq!(id_of(&upstream.bodies()[1]), MARKUP_ID);
 
-    browser
-        .find("#sign-out")
-        .await
-        .click()
-        .await
-        .expect("sign out");
+    browser.click("#sign-out").await;
     browser.until_text("#message", "Token forgotten").await;
     browser.stop().await;
     gate.stop().await;
@@ -350,11 +319,7 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     }
     let calls = upstream.calls();
 
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", gate.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(gate.admin).await;
     sign_in(&browser, TOKEN).await;
     let dead = "[data-route='pay'] [data-panel='dead'] tr[data-kind='dead']";
     browser.find(dead).await;
@@ -368,13 +333,10 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     let first = browser.find(dead).await;
     let hash = first.attr("data-hash").await.expect("attr").expect("hash");
     browser
-        .find(&format!(
+        .click(&format!(
             "{dead}[data-hash='{hash}'] button[data-action='detail']"
         ))
-        .await
-        .click()
-        .await
-        .expect("details");
+        .await;
     browser
         .until_text(
             "#detail tr[data-field='last_answer.body'] td",
@@ -391,11 +353,8 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
     // Retry from the detail: sent once more, delivered this time.
     failing.store(false, Ordering::SeqCst);
     browser
-        .find("#detail-actions button[data-action='retry']")
-        .await
-        .click()
-        .await
-        .expect("retry");
+        .click("#detail-actions button[data-action='retry']")
+        .await;
     assert!(browser.accept_confirmation().await.contains("Retry"));
     browser.until_text("#message", "one more attempt").await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -411,13 +370,10 @@ async fn in_a_browser_dead_deliveries_are_shown_retried_and_dropped() {
         .find(|h| *h != hash)
         .expect("the other dead delivery");
     browser
-        .find(&format!(
+        .click(&format!(
             "{dead}[data-hash='{other}'] button[data-action='drop']"
         ))
-        .await
-        .click()
-        .await
-        .expect("drop");
+        .await;
     assert!(browser.accept_confirmation().await.contains("Drop"));
     browser.until_text("#message", "Delivery dropped").await;
     browser.until_gone(dead).await;
@@ -446,25 +402,13 @@ async fn in_a_browser_an_entity_shows_its_state_and_history() {
     assert_eq!(deliver(&url, &notice("n1", "success")).await.status, 200);
     assert_eq!(deliver(&url, &notice("n2", "failed")).await.status, 200);
 
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", gate.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(gate.admin).await;
     sign_in(&browser, TOKEN).await;
     let panel = "[data-route='pay'] [data-panel='entity']";
+    browser.type_into(&format!("{panel} input"), order).await;
     browser
-        .find(&format!("{panel} input"))
-        .await
-        .send_keys(order)
-        .await
-        .expect("type the id");
-    browser
-        .find(&format!("{panel} button[data-action='entity']"))
-        .await
-        .click()
-        .await
-        .expect("look up");
+        .click(&format!("{panel} button[data-action='entity']"))
+        .await;
     browser
         .until_text("#detail tr[data-field='state'] td", "success")
         .await;
@@ -516,31 +460,21 @@ async fn in_a_browser_a_held_entity_is_listed_and_set_from_what_it_shows() {
     let notice = crate::entity::notice("h1", "o-held", "success");
     assert_eq!(deliver(&url, &notice).await.status, 504);
 
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", gate.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(gate.admin).await;
     sign_in(&browser, TOKEN).await;
     let panel = "[data-route='pay'] [data-panel='held']";
     browser
         .until_text(&format!("{panel} tr[data-kind='held']"), "success")
         .await;
     browser
-        .find(&format!("{panel} button[data-action='entity-detail']"))
-        .await
-        .click()
-        .await
-        .expect("details");
+        .click(&format!("{panel} button[data-action='entity-detail']"))
+        .await;
     browser
         .until_text("#detail tr[data-field='pending.to'] td", "success")
         .await;
     browser
-        .find("#detail button[data-action='entity-set']")
-        .await
-        .click()
-        .await
-        .expect("set");
+        .click("#detail button[data-action='entity-set']")
+        .await;
     let asked = browser.answer_prompt("success").await;
     assert!(asked.contains("pending"), "{asked}");
     browser.until_text("#message", "set to success").await;

@@ -33,11 +33,7 @@ async fn in_a_browser_an_unfinished_walk_is_not_called_empty() {
     redis.write_many(&records, 60_000, &[]);
     let upstream = Upstream::start().await;
     let gate = Gate::start(&with_admin(&times_out_to_unknown(&redis, &upstream))).await;
-    browser
-        .client
-        .goto(&format!("http://{}/admin/", gate.admin))
-        .await
-        .expect("open the console");
+    browser.open_console(gate.admin).await;
     sign_in(&browser, TOKEN).await;
     let panel = "[data-route='pay'] [data-panel='unknown']";
     browser
@@ -90,11 +86,7 @@ async fn in_a_browser_a_read_only_token_is_offered_no_action() {
         ),
         (TOKEN, 1, "token admin"),
     ] {
-        browser
-            .client
-            .goto(&format!("http://{}/admin/", gate.admin))
-            .await
-            .expect("open the console");
+        browser.open_console(gate.admin).await;
         browser
             .client
             .execute("sessionStorage.clear(); location.reload();", vec![])

@@ -1,0 +1,48 @@
+//! Every store backend, for the store contract suites: a case is an async
+//! fn generic over the backend's traits, and [`for_every_backend!`] makes
+//! one test of it per backend, each on a fresh store of its own. A new
+//! backend is one more constructor here and one more arm in the macro.
+
+use idemgate::store::embedded::EmbeddedStore;
+use idemgate::store::redis::RedisStore;
+
+use super::RedisServer;
+
+/// A fresh Redis store on a `redis-server` of its own (hold the server
+/// for the whole test).
+pub async fn fresh_redis_backend() -> (RedisServer, RedisStore) {
+    let redis = RedisServer::start();
+    let store = redis.store().await;
+    (redis, store)
+}
+
+/// A fresh embedded store in a directory of its own (hold the directory
+/// for the whole test).
+pub fn fresh_embedded_backend() -> (tempfile::TempDir, EmbeddedStore) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = EmbeddedStore::open(&dir.path().join("contract.redb")).expect("embedded store");
+    (dir, store)
+}
+
+/// `for_every_backend!(case, …)`: for each async fn `case(&store)` of the
+/// calling module, a module `case` with one test per backend (`redis`,
+/// `embedded`), each on a fresh store.
+macro_rules! for_every_backend {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test]
+            async fn redis() {
+                let (_redis, store) = crate::support::fresh_redis_backend().await;
+                super::$case(&store).await;
+            }
+
+            #[tokio::test]
+            async fn embedded() {
+                let (_dir, store) = crate::support::fresh_embedded_backend();
+                super::$case(&store).await;
+            }
+        }
+    )*};
+}
+
+pub(crate) use for_every_backend;
