@@ -28,20 +28,24 @@
 //!   *fingerprint* ([`identify::Identity`]).
 //! * *claim* and *lease*: stage 5 takes the key ([`crate::store::Lease`]);
 //!   a [`claim::Decision`] says forward, replay or refuse.
-//! * *ruling* (`shadow::Ruling`): how enforce mode answers a request a
-//!   rule stopped; the request itself is kept (`shadow::StoppedRequest`),
+//!
+//! The words below are defined together in `words.rs`, a leaf every stage
+//! may import:
+//!
+//! * *ruling* (`words::Ruling`): how enforce mode answers a request a
+//!   rule stopped; the request itself is kept (`words::StoppedRequest`),
 //!   so shadow mode can still send it on.
 //! * *claim action* ([`settle::ClaimAction`]): what the store is told to do
 //!   with a claim once the handler answered (keep a record, or release);
-//!   *settled* (`report::Settled`): what the log line says came of it.
-//! * *finished* (`report::Finished`): a request's end, counted and logged
-//!   exactly once; a *request end* (`report::RequestEnd`) is either one
+//!   *settled* (`words::Settled`): what the log line says came of it.
+//! * *finished* (`words::Finished`): a request's end, counted and logged
+//!   exactly once; a *request end* (`words::RequestEnd`) is either one
 //!   still unrecorded or the answer of one a detached first delivery
 //!   recorded.
 //! * *judgement* (`store::entity::Judgement`): what an entity machine
 //!   decided about a delivery it does not let through (a repeat, a refused
 //!   change); a busy entity is no judgement, only a wait.
-//! * *log reason* (`report::LogReason`): the `reason=` of the log line.
+//! * *log reason* (`words::LogReason`): the `reason=` of the log line.
 //!
 //! Each stage takes its input and returns the next type or a
 //! [`Rejection`]; no stage calls another. The stages run as enforce mode
@@ -82,6 +86,7 @@ mod shadow;
 pub(crate) mod single_flight;
 pub(crate) mod trace;
 pub mod verify;
+mod words;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -106,11 +111,10 @@ use crate::store::AnyStore;
 use crate::upstream::{self, UpstreamClient};
 use claim::{Claimer, Decision};
 use identify::Identity;
-use report::{Finished, Labels, Origin, RequestEnd, Settled};
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;
-use shadow::{Enforcement, Ruling, StoppedRequest};
 use verify::{Unverified, Verified};
+use words::{Enforcement, Finished, Labels, Origin, RequestEnd, Ruling, Settled, StoppedRequest};
 
 /// What became of a request no route selected.
 enum Unmatched {

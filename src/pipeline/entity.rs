@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use super::guard::occurs_more_than_once;
 use super::key_join::{MAX_KEY_PART, hash_key_parts};
 use super::runtime::{EntityRuntime, RouteRuntime};
-use super::shadow::Ruling;
+use super::words::Ruling;
 use crate::config::{Choice as _, Entity, OnRefused, Selector};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;

@@ -15,6 +15,7 @@ use super::entity::EntityClaim;
 use super::identify::Identity;
 use super::runtime::RouteRuntime;
 use super::verify::Verified;
+use super::words::Ruling;
 use super::{Pipeline, shadow, trace};
 use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
@@ -32,7 +33,7 @@ pub(super) enum Claimed {
     /// The claim's decision by key.
     Decided(Result<Decision, StoreError>),
     /// The delivery's entity decided against forwarding it: answered so.
-    Judged(shadow::Ruling),
+    Judged(Ruling),
     /// Held behind the entity: the sender gets this acknowledgement.
     Held(StoredResponse),
 }

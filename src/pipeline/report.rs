@@ -11,34 +11,22 @@
 //! [`Settled`] is how a first delivery's claim was settled, as the log
 //! line reports it (docs/operations.md "Logs").
 
-use std::net::SocketAddr;
-
-use http::{Method, Response};
-use tokio::time::Instant;
+use http::Response;
 
 use super::metrics::{Outcome, RouteMetrics};
 use super::persist::Persisted;
 use super::{settle, trace};
 use crate::body::ProxyBody;
 use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
-use crate::hot_keys::{KeyId, RouteHotKeys, Sighting};
-use crate::record::{Record, RecordState, TraceContext};
+use crate::hot_keys::{RouteHotKeys, Sighting};
+use crate::record::{Record, RecordState};
 use crate::upstream::{self, ForwardError};
+
+use super::words::{Finished, Labels, LogReason, Origin, RequestEnd, Settled};
 
 /// The target of the request line: the module it was logged from before
 /// it moved here, kept so `RUST_LOG` filters and log queries keep working.
 const LOG_TARGET: &str = "idemgate::pipeline";
-
-/// The `reason=` of a request's log line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LogReason {
-    /// A rejection, enforced or (in shadow mode) the one enforce would
-    /// have made: counted in `idemgate_rejections_total`.
-    Rejection(Reason),
-    /// A replay whose first answer was not stored: logged, but not counted
-    /// as a rejection (the delivery was processed).
-    AnswerNotStored,
-}
 
 impl LogReason {
     /// The word the log line shows.
@@ -48,37 +36,6 @@ impl LogReason {
             Self::AnswerNotStored => ANSWER_NOT_STORED,
         }
     }
-}
-
-/// How a request's claim was settled, as its log line says (`settled=`).
-///
-/// The rule: it is what the store held for the key when the sender was
-/// answered, that is after the one store attempt made before answering
-/// ([`super::Pipeline::settle_once`]). Retries that store an answer later
-/// ([`super::Pipeline::keep_storing`]) log their own end on a line of
-/// their own; the request line keeps saying what the first attempt did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum Settled {
-    /// No claim was taken: refused before or at the claim, a replay or a
-    /// refused duplicate, passthrough, shadow mode's sends, or a
-    /// fail-open store outage.
-    #[default]
-    NotClaimed,
-    /// The answer was stored: duplicates get it replayed.
-    Stored,
-    /// The claim was released (or had already lapsed): the next delivery
-    /// runs again.
-    Released,
-    /// The key holds no stored answer and was not released: an outcome
-    /// recorded as unknown (upstream timeout with `on_upstream_timeout =
-    /// "hold"`), a release or store attempt that failed (retries may store
-    /// the answer later), or a claim lost before its answer was stored.
-    Unknown,
-    /// Queued in the route's inbox; the sender got the ack.
-    Queued,
-    /// Held in the route's inbox behind its busy entity, not forwarded
-    /// yet; the sender got the ack.
-    Held,
 }
 
 impl Settled {
@@ -105,55 +62,6 @@ impl Settled {
     }
 }
 
-/// What a request's log line says about the delivery, once it is known.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Labels {
-    /// The key hash the admin API takes.
-    pub(super) key_hash: Option<String>,
-    /// The key `key_hash` spells, for the route's hot keys.
-    pub(super) key_digest: Option<KeyId>,
-    /// Index of the secret that verified the delivery.
-    pub(super) secret_index: Option<usize>,
-    /// A duplicate's first delivery's trace context, from its record.
-    pub(super) first_trace: Option<TraceContext>,
-}
-
-/// Where a request came from and when, known from its first byte: the
-/// log line's `method`, `path`, `peer` and latency.
-#[derive(Debug, Clone)]
-pub(super) struct Origin {
-    /// The canonical method for a routed request, else as sent.
-    pub(super) method: Method,
-    /// The canonical path stage 1 computed, else the path as sent; never
-    /// the query.
-    pub(super) path: String,
-    /// The sender's socket address.
-    pub(super) peer: Option<SocketAddr>,
-    /// When the request arrived.
-    pub(super) started: Instant,
-}
-
-/// How one request ended, not yet counted and logged. [`Finished::record`]
-/// consumes it, so no request is counted twice.
-pub(super) struct Finished {
-    pub(super) outcome: Outcome,
-    pub(super) response: Response<ProxyBody>,
-    pub(super) reason: Option<LogReason>,
-    pub(super) labels: Labels,
-    /// The upstream's status, when the request was forwarded and answered.
-    upstream_status: Option<u16>,
-    settled: Settled,
-}
-
-/// A request's end as `handle` receives it.
-pub(super) enum RequestEnd {
-    /// Still to be counted and logged.
-    Unrecorded(Finished),
-    /// Counted and logged already, by a detached first delivery (so a
-    /// sender's hang-up can not lose the count): only the answer is left.
-    Recorded(Response<ProxyBody>),
-}
-
 impl RequestEnd {
     /// Labels an unrecorded end with what is known about the delivery; a
     /// recorded one was logged with the same labels already.
@@ -162,12 +70,6 @@ impl RequestEnd {
             Self::Unrecorded(finished) => Self::Unrecorded(finished.labelled(labels)),
             recorded @ Self::Recorded(_) => recorded,
         }
-    }
-}
-
-impl From<Finished> for RequestEnd {
-    fn from(finished: Finished) -> Self {
-        Self::Unrecorded(finished)
     }
 }
 

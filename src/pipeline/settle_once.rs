@@ -13,9 +13,9 @@ use std::time::Duration;
 use super::Pipeline;
 use super::lease_timing::LeaseTiming;
 use super::persist::{Persist, Persisted};
-use super::report::Settled;
 use super::runtime::RouteRuntime;
 use super::settle::ClaimAction;
+use super::words::Settled;
 use crate::record::{Record, RecordState, StoredBody};
 use crate::store::{Completion, Lease, StoreError};
 

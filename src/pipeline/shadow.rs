@@ -14,62 +14,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http::Request;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use super::metrics::Outcome;
 use super::runtime::RouteRuntime;
-use super::{Finished, Pipeline, RequestEnd, settle};
+use super::words::{Enforcement, Finished, RequestEnd, Ruling, StoppedRequest};
+use super::{Pipeline, settle};
 use crate::config::{Idempotency, Mode};
-use crate::error::{Reason, Rejection};
-use crate::extract::Inbound;
+use crate::error::Reason;
+use crate::record::StoredBody;
 use crate::record::now_ms;
-use crate::record::{StoredBody, StoredResponse};
-
-/// What enforce mode makes of a request to a protected route.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "built and moved once per request; boxing would allocate for every duplicate"
-)]
-pub(super) enum Enforcement {
-    /// The same end in either mode.
-    Ended(RequestEnd),
-    /// Stopped by a rule: enforce mode answers with the ruling, shadow
-    /// mode sends the request on.
-    Stopped {
-        ruling: Ruling,
-        request: StoppedRequest,
-    },
-}
-
-impl From<Finished> for Enforcement {
-    fn from(finished: Finished) -> Self {
-        Self::Ended(finished.into())
-    }
-}
-
-/// What enforce mode answers a stopped request with.
-pub(super) enum Ruling {
-    /// This rejection.
-    Refuse(Rejection),
-    /// An answer idemgate gives in the handler's place although the
-    /// request is refused (a discrepancy acknowledged so the sender stops,
-    /// `super::entity`): counted as a rejection for `noted`.
-    Acknowledge {
-        /// The acknowledgement.
-        answer: StoredResponse,
-        /// The rejection it stands for.
-        noted: Reason,
-    },
-    /// The first delivery's stored answer, stored at `answered_at_ms`.
-    Replay {
-        /// The answer.
-        answer: StoredResponse,
-        /// When it was stored (unix ms): the replay's `Age`.
-        answered_at_ms: u64,
-    },
-}
 
 impl Ruling {
     /// The reason shadow mode notes for it: a replay is no rejection (its
@@ -81,18 +35,6 @@ impl Ruling {
             Self::Replay { .. } => None,
         }
     }
-}
-
-/// A stopped request, as shadow mode sends it on.
-pub(super) enum StoppedRequest {
-    /// Stage 1 could not settle its path: the body is still unread and is
-    /// streamed on as it is.
-    Unread(Request<Incoming>),
-    /// Refused before the claim (verify, guard, identify): not known to be a
-    /// duplicate.
-    Unclaimed(Inbound),
-    /// The claim found a record: a duplicate.
-    Duplicate(Inbound),
 }
 
 /// How long a duplicate may wait for its in-flight first delivery.
