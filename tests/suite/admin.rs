@@ -152,10 +152,8 @@ async fn record_api_needs_the_token_and_resolves_unknown_outcomes() {
 /// value in the path and in `?key=`, and its hash is only `?hash=`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_hex_key_value_is_found_by_value_and_by_hash() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "");
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (_redis, upstream, gate) =
+        redis_gate_edited(Upstream::start().await, "", |text| with_admin(&text)).await;
     let event_id = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
     let answer = deliver(&gate.url("/notify"), &payment(event_id)).await;
     assert_eq!(answer.status, 200);
@@ -279,10 +277,8 @@ async fn a_64_hex_key_value_is_found_by_value_and_by_hash() {
 /// not.
 #[tokio::test]
 async fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), "");
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (_redis, _upstream, gate) =
+        redis_gate_edited(Upstream::start().await, "", |text| with_admin(&text)).await;
     let path = format!("http://{}/admin/records/pay/nothing-here", gate.admin);
     let status = |authorization: Option<String>| {
         let path = path.clone();

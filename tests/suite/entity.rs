@@ -51,10 +51,7 @@ async fn out_of_order_notices_never_regress(kind: Kind) {
     assert_eq!((copy.status, copy.replayed()), (200, Some("true")));
     assert_eq!(copy.body, first.body);
     // An allowed change goes through; a terminal state is never left.
-    assert_eq!(
-        deliver(&url, &notice("n5", "o1", "refunded")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n5", "o1", "refunded").await, 200);
     let revived = deliver(&url, &notice("n6", "o1", "success")).await;
     assert_eq!(&revived.body[..], b"success");
     assert_eq!(statuses(&upstream), ["success", "refunded"]);
@@ -81,7 +78,7 @@ async fn a_success_after_a_failure_ships_once(kind: Kind) {
         ("c", "success"),
         ("d", "success"),
     ] {
-        assert_eq!(deliver(&url, &notice(id, "o2", status)).await.status, 200);
+        assert_eq!(notify(&url, id, "o2", status).await, 200);
     }
     assert_eq!(statuses(&upstream), ["pending", "failed", "success"]);
     gate.stop().await;
@@ -110,22 +107,13 @@ async fn a_handler_failure_leaves_the_state(kind: Kind) {
     .await;
     let (gate, _redis, _dir) = gate_on(kind, &upstream, MACHINE).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("p", "o3", "pending")).await.status,
-        200
-    );
-    assert_eq!(
-        deliver(&url, &notice("s", "o3", "success")).await.status,
-        500
-    );
+    assert_eq!(notify(&url, "p", "o3", "pending").await, 200);
+    assert_eq!(notify(&url, "s", "o3", "success").await, 500);
     // Still pending: a failure notice is an allowed change, not a regression.
     let failed = deliver(&url, &notice("f", "o3", "failed")).await;
     assert_eq!((failed.status, failed.replayed()), (200, Some("false")));
     // The sender's retry of the success executes once, from "failed".
-    assert_eq!(
-        deliver(&url, &notice("s", "o3", "success")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "s", "o3", "success").await, 200);
     // Now it is applied: a later failure notice is a regression.
     let late = deliver(&url, &notice("f2", "o3", "failed")).await;
     assert_eq!((late.status, &late.body[..]), (200, &b"success"[..]));
@@ -152,10 +140,7 @@ async fn conflict_refuses_with_409_transition_refused() {
     let extra = format!("{MACHINE}on_refused = \"conflict\"\n");
     let (gate, _redis, _dir) = gate_on(Kind::Redis, &upstream, &extra).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("x1", "o4", "success")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "x1", "o4", "success").await, 200);
     let refused = deliver(&url, &notice("x2", "o4", "pending")).await;
     assert_eq!(
         (refused.status, refused.reason().as_deref()),
@@ -164,10 +149,7 @@ async fn conflict_refuses_with_409_transition_refused() {
     let detail = String::from_utf8_lossy(&refused.body).into_owned();
     assert!(detail.contains("from success to pending"), "{detail}");
     // Not an initial-state problem: a fresh entity may start anywhere.
-    assert_eq!(
-        deliver(&url, &notice("x3", "o5", "failed")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "x3", "o5", "failed").await, 200);
     assert_eq!(upstream.calls(), 2);
     gate.stop().await;
 }

@@ -74,7 +74,7 @@ async fn a_stored_refusal_never_advances_the_entity(kind: Kind) {
     let (gate, _redis, _dir) = gate_on(kind, &upstream, MACHINE, "5s").await;
     let url = gate.url("/notify");
     assert_eq!(
-        deliver(&url, &notice("s1", "o1", "success")).await.status,
+        notify(&url, "s1", "o1", "success").await,
         404
     );
     let copy = deliver(&url, &notice("s1", "o1", "success")).await;
@@ -108,7 +108,7 @@ async fn an_unknown_change_holds_the_entity_until_an_operator_resolves_it(kind: 
     let (gate, _redis, _dir) = gate_on(kind, &upstream, &extra, "200ms").await;
     let url = gate.url("/notify");
     assert_eq!(
-        deliver(&url, &notice("s1", "o2", "success")).await.status,
+        notify(&url, "s1", "o2", "success").await,
         504
     );
     // Behind an unknown change: outcome_unknown, asked back within the hold.
@@ -183,7 +183,7 @@ async fn a_dead_delivery_holds_its_entity_and_its_retry_applies(kind: Kind) {
     let (gate, _redis, _dir) = gate_on(kind, &upstream, &extra, "5s").await;
     let url = gate.url("/notify");
     assert_eq!(
-        deliver(&url, &notice("s1", "o3", "pending")).await.status,
+        notify(&url, "s1", "o3", "pending").await,
         200
     );
     let queued = deliver(&url, &notice("s2", "o3", "success")).await;
@@ -262,7 +262,7 @@ async fn an_operator_corrects_a_held_entity_with_what_they_saw(kind: Kind) {
     let (gate, _redis, _dir) = gate_on(kind, &upstream, &extra, "200ms").await;
     let url = gate.url("/notify");
     assert_eq!(
-        deliver(&url, &notice("s1", "o4", "success")).await.status,
+        notify(&url, "s1", "o4", "success").await,
         504
     );
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -350,7 +350,7 @@ async fn purging_a_delivery_its_entity_applied_is_refused() {
     let (gate, _redis, _dir) = gate_on(Kind::Redis, &upstream, MACHINE, "5s").await;
     let url = gate.url("/notify");
     assert_eq!(
-        deliver(&url, &notice("s1", "o5", "success")).await.status,
+        notify(&url, "s1", "o5", "success").await,
         200
     );
     let view = entity(&gate, "o5").await;

@@ -18,6 +18,14 @@ pub fn entity_notice(id: &str, order: &str, status: &str) -> String {
     format!(r#"{{"id":"{id}","order":"{order}","status":"{status}"}}"#)
 }
 
+/// Delivers notice `id` (order `order`, now `status`) to `url`: the
+/// status it is answered with.
+pub async fn notify(url: &str, id: &str, order: &str, status: &str) -> u16 {
+    super::deliver(url, &entity_notice(id, order, status))
+        .await
+        .status
+}
+
 /// Which store an entity test runs on: both run every behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {

@@ -13,29 +13,15 @@ fn body(answer: &Answer) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entity_api_shows_state_and_the_deliveries_that_made_it() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (redis, upstream, gate) =
+        redis_gate_edited(Upstream::start().await, MACHINE, |text| with_admin(&text)).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("n1", "o 1", "pending")).await.status,
-        200
-    );
-    assert_eq!(
-        deliver(&url, &notice("n2", "o 1", "success")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n1", "o 1", "pending").await, 200);
+    assert_eq!(notify(&url, "n2", "o 1", "success").await, 200);
     // A late failure: acknowledged, refused by the machine.
-    assert_eq!(
-        deliver(&url, &notice("n3", "o 1", "failed")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n3", "o 1", "failed").await, 200);
     // The same success again under another notice id: a repeat.
-    assert_eq!(
-        deliver(&url, &notice("n4", "o 1", "success")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n4", "o 1", "success").await, 200);
 
     let path = "/admin/entities/pay?id=o%201";
     assert_eq!(admin(&gate, "GET", path, None).await.status, 401);
@@ -198,10 +184,7 @@ async fn every_documented_way_names_a_record_on_an_entity_route() {
     let gate = Gate::start(&with_admin(&text)).await;
     let url = gate.url("/notify");
     for _ in 0..3 {
-        assert_eq!(
-            deliver(&url, &notice("n 1", "o 1", "pending")).await.status,
-            200
-        );
+        assert_eq!(notify(&url, "n 1", "o 1", "pending").await, 200);
     }
     let get = |path: String| {
         let gate = &gate;

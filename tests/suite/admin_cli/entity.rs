@@ -3,24 +3,16 @@
 //! on a real `redis-server`.
 
 use super::{cli_at, with_admin};
-use crate::entity::{MACHINE, notice};
+use crate::entity::MACHINE;
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entity_shows_state_and_history_by_id_and_by_hash() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (_redis, _upstream, gate) =
+        redis_gate_edited(Upstream::start().await, MACHINE, |text| with_admin(&text)).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("n1", "o-7", "success")).await.status,
-        200
-    );
-    assert_eq!(
-        deliver(&url, &notice("n2", "o-7", "failed")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n1", "o-7", "success").await, 200);
+    assert_eq!(notify(&url, "n2", "o-7", "failed").await, 200);
 
     let shown = cli_at(gate.admin, &["entity", "pay", "o-7"]).await.ok();
     for expected in [
@@ -62,15 +54,10 @@ async fn entity_shows_state_and_history_by_id_and_by_hash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entity_set_and_clear_take_what_the_operator_saw() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (_redis, _upstream, gate) =
+        redis_gate_edited(Upstream::start().await, MACHINE, |text| with_admin(&text)).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("n1", "o-8", "pending")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n1", "o-8", "pending").await, 200);
     let stale = cli_at(
         gate.admin,
         &[
@@ -167,15 +154,9 @@ async fn held_lists_the_entities_something_holds() {
         .replace("timeout = \"5s\"", "timeout = \"200ms\"");
     let gate = Gate::start(&with_admin(&text)).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("h1", "o-9", "success")).await.status,
-        504
-    );
+    assert_eq!(notify(&url, "h1", "o-9", "success").await, 504);
     // Another entity, settled: not listed.
-    assert_eq!(
-        deliver(&url, &notice("h2", "o-10", "pending")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "h2", "o-10", "pending").await, 200);
     let shown = cli_at(gate.admin, &["held", "pay", "--all"]).await.ok();
     assert!(
         shown.stdout.contains("ENTITY") && shown.stdout.contains("PENDING TO"),
@@ -202,15 +183,10 @@ async fn held_lists_the_entities_something_holds() {
 /// is refused with the reason, not answered "no record".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_get_names_an_entity_routes_record_by_key_and_entity() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
-    let text = config_text(&redis_store(&redis), &upstream.url(), MACHINE);
-    let gate = Gate::start(&with_admin(&text)).await;
+    let (_redis, _upstream, gate) =
+        redis_gate_edited(Upstream::start().await, MACHINE, |text| with_admin(&text)).await;
     let url = gate.url("/notify");
-    assert_eq!(
-        deliver(&url, &notice("n1", "o-7", "success")).await.status,
-        200
-    );
+    assert_eq!(notify(&url, "n1", "o-7", "success").await, 200);
 
     let found = cli_at(
         gate.admin,
