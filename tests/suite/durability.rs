@@ -16,7 +16,7 @@ const ADMIN_TOKEN: &str = "durability-admin-token";
 
 fn config(redis: &RedisServer, upstream: &Upstream, store_extra: &str) -> String {
     let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\n{store_extra}",
+        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"{TEST_STORE_TIMEOUT}\"\n{store_extra}",
         redis.url()
     );
     format!(
