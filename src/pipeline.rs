@@ -85,6 +85,7 @@ mod settle_once;
 mod shadow;
 pub(crate) mod single_flight;
 pub(crate) mod trace;
+mod upstream_calls;
 pub mod verify;
 mod words;
 
@@ -108,11 +109,11 @@ use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::record::{TraceContext, now_ms};
 use crate::store::AnyStore;
-use crate::upstream::{self, UpstreamClient};
 use claim::{Claimer, Decision};
 use identify::Identity;
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;
+use upstream_calls::UpstreamCalls;
 use verify::{Unverified, Verified};
 use words::{Enforcement, Finished, Labels, Origin, RequestEnd, Ruling, Settled, StoppedRequest};
 
@@ -139,7 +140,8 @@ pub(crate) struct Pipeline {
     /// Stage 1: the routes' canonical prefixes, each with its runtime.
     router: Router<Arc<RouteRuntime>>,
     store: Arc<AnyStore>,
-    client: UpstreamClient,
+    /// Every call to a handler, metered and traced.
+    calls: UpstreamCalls,
     /// Stage 5, with what duplicates on this instance share.
     claimer: Claimer,
     tracker: TaskTracker,
@@ -187,13 +189,14 @@ impl Pipeline {
             timeout: config.limits.body_read_timeout,
             budget: crate::budget::Budget::new(config.limits.max_buffered_bytes),
         };
+        let calls = UpstreamCalls::new(Arc::clone(&config));
         Self {
             unmatched: RouteMetrics::new(UNMATCHED_ROUTE, 0),
             router,
             body_limits,
             config,
             store,
-            client: upstream::client(),
+            calls,
             claimer,
             tracker,
             grace_over,
@@ -275,7 +278,7 @@ impl Pipeline {
                         ruling: Ruling::Refuse(Rejection::PathAmbiguous),
                         request: StoppedRequest::Unclaimed(inbound),
                     };
-                    let end = self.apply_mode(&route, enforcement, peer).await;
+                    let end = shadow::apply_mode(&self.calls, &route, enforcement, peer).await;
                     (Some(route), end)
                 }
             },
@@ -286,7 +289,7 @@ impl Pipeline {
                     ruling: Ruling::Refuse(Rejection::PathAmbiguous),
                     request: StoppedRequest::Unread(request),
                 };
-                let end = self.apply_mode(&route, enforcement, peer).await;
+                let end = shadow::apply_mode(&self.calls, &route, enforcement, peer).await;
                 (Some(route), end)
             }
             Selection::Route(target) => {
@@ -345,36 +348,15 @@ impl Pipeline {
             ));
         }
         Unmatched::Finished(
-            self.pass_through_metered(&self.unmatched, &self.config.upstream, request, peer)
+            self.calls
+                .pass_through_metered(&self.unmatched, &self.config.upstream, request, peer)
                 .await,
         )
     }
 
-    /// Passes a request through untouched to `upstream`, counting the call
-    /// in `meters`: the passthrough of an unmatched request, and shadow
-    /// mode's send of a request it could not read.
-    async fn pass_through_metered(
-        &self,
-        meters: &RouteMetrics,
-        upstream: &config::Upstream,
-        request: Request<ProxyBody>,
-        peer: Option<SocketAddr>,
-    ) -> Finished {
-        let started = Instant::now();
-        let result = upstream::pass_through(&self.client, upstream, request, peer).await;
-        meters.upstream(started.elapsed());
-        match result {
-            Ok(response) => Finished::passed_through(response),
-            Err(error) => {
-                meters.upstream_error(self::metrics::UpstreamErrorKind::of(error));
-                Finished::rejected(error.rejection(), &self.config.problem_types)
-            }
-        }
-    }
-
     /// A request to a protected route: the stages as enforce mode runs
     /// them, then the route's mode decides the answer
-    /// ([`Pipeline::apply_mode`]).
+    /// ([`shadow::apply_mode`]).
     async fn protected(
         self: Arc<Self>,
         target: Target<Arc<RouteRuntime>>,
@@ -383,7 +365,7 @@ impl Pipeline {
     ) -> RequestEnd {
         let route = Arc::clone(&target.route);
         let (enforcement, labels) = Arc::clone(&self).enforce(target, request, origin).await;
-        self.apply_mode(&route, enforcement, origin.peer)
+        shadow::apply_mode(&self.calls, &route, enforcement, origin.peer)
             .await
             .labelled(labels)
     }
@@ -470,6 +452,7 @@ impl Pipeline {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
                     OnUnavailable::Forward => self
+                        .calls
                         .unprotected(runtime, verified.inbound(), peer, Outcome::Unprotected)
                         .await
                         .into(),
@@ -543,20 +526,6 @@ impl Pipeline {
             Ok(identity) => Ok((verified, identity)),
             Err(rejection) => Err(refused(rejection, verified.into_inbound())),
         }
-    }
-
-    /// Forwards without a claim: shadow mode, or a fail-open store outage.
-    async fn unprotected(
-        &self,
-        route: &RouteRuntime,
-        inbound: &Inbound,
-        peer: Option<SocketAddr>,
-        outcome: Outcome,
-    ) -> Finished {
-        let result = self
-            .forward_metered(route, inbound.parts.clone(), inbound.body.clone(), peer)
-            .await;
-        Finished::upstream(outcome, result, &self.config.problem_types)
     }
 }
 

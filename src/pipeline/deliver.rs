@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::Response;
-use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::identify::Identity;
@@ -28,42 +27,6 @@ use crate::store::Lease;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
 
 impl Pipeline {
-    /// Sends a buffered request to the route's upstream and records the
-    /// upstream latency and error metrics.
-    pub(super) async fn forward_metered(
-        &self,
-        route: &RouteRuntime,
-        mut parts: http::request::Parts,
-        body: bytes::Bytes,
-        peer: Option<SocketAddr>,
-    ) -> Result<upstream::UpstreamAnswer, ForwardError> {
-        let settings = &route.settings;
-        let started = Instant::now();
-        let max_stored = self.config.limits.max_stored_answer_bytes;
-        let span = if self.tracing {
-            let target = upstream::target(&settings.upstream.url, parts.uri.path_and_query());
-            trace::forward(true, &parts.method, &target, &mut parts.headers)
-        } else {
-            tracing::Span::none()
-        };
-        let result = upstream::forward(
-            &self.client,
-            &settings.upstream,
-            parts,
-            body,
-            peer,
-            max_stored,
-        )
-        .instrument(span.clone())
-        .await;
-        trace::answered(&span, &result);
-        let cache_status = &settings.idempotency.cache_status;
-        route
-            .meters
-            .upstream_call(cache_status, &result, started.elapsed());
-        result
-    }
-
     /// Forwards a claimed delivery and settles its lease in a detached
     /// task; the sender's connection only waits for the result. The task
     /// also counts and logs the request, so a sender that hangs up (the
@@ -102,7 +65,7 @@ impl Pipeline {
                 &this.store,
                 &lease,
                 LeaseTiming::of(&route.settings.idempotency),
-                this.forward_metered(&route, parts, body, peer),
+                this.calls.forward_metered(&route, parts, body, peer),
             )
             .await;
             let meters = &route.meters;

@@ -471,7 +471,7 @@ pub(super) async fn ask(
     }
     let (parts, ()) = builder.body(()).map_err(|e| e.to_string())?.into_parts();
     let answer = upstream::forward(
-        &pipeline.client,
+        pipeline.calls.client(),
         upstream,
         parts,
         Bytes::new(),
