@@ -181,7 +181,15 @@ async fn replicated_gate(upstream: &Upstream, timeout: &str) -> (RedisServer, Re
 async fn replicated_refuses_a_claim_no_replica_acknowledged() {
     let upstream = Upstream::start().await;
     let (_primary, replica, gate) = replicated_gate(&upstream, "200ms").await;
-    let first = deliver(&gate.url("/notify"), r#"{"id":"r-1"}"#).await;
+    // With the replica answering, the delivery is served. (A WAIT slowed
+    // past 200 ms by a loaded machine is a 503 that forwarded nothing;
+    // the sender sends again, as a real one does.)
+    let first = deliver_until_served(
+        &gate.url("/notify"),
+        r#"{"id":"r-1"}"#,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(first.status, 200, "{first:?}");
 
     // The replica stops answering (SIGSTOP): it is still listed online,
