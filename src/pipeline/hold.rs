@@ -21,7 +21,7 @@ use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
 use crate::record::{StoredResponse, TraceContext};
 use crate::store::StoreError;
-use crate::store::entity::{HoldVerdict, Judgement};
+use crate::store::entity::HoldVerdict;
 
 /// Claims a hold may be followed by, when the entity turned free or a
 /// copy took the key meanwhile: each such turn needs a change to settle
@@ -84,18 +84,14 @@ impl Pipeline {
         if watching {
             // The machine only watches: whatever it decided, the delivery
             // is claimed by its key alone and forwarded.
-            let judged: Option<Option<&Judgement>> = match &decision {
-                Ok(EntityDecision::Judged(judgement)) => Some(Some(judgement)),
-                Ok(EntityDecision::Behind(_)) => Some(None),
-                _ => None,
+            let judgement = match &decision {
+                Ok(EntityDecision::Judged(judgement)) => Some(judgement),
+                // Busy: only logged.
+                Ok(EntityDecision::Behind(_)) => None,
+                _ => return decided(runtime, who, rules, decision),
             };
-            return match judged {
-                Some(judgement) => {
-                    super::entity::shadowed(runtime, who, judgement);
-                    Claimed::Decided(by_key().await)
-                }
-                None => decided(runtime, who, rules, decision),
-            };
+            super::entity::shadowed(runtime, who, judgement);
+            return Claimed::Decided(by_key().await);
         }
         for _ in 0..HOLD_TRIES {
             let (Ok(EntityDecision::Behind(blocker)), Some(inbox)) =
