@@ -17,7 +17,7 @@
 //! * `raw` — the serde structs, as written in the file, and the defaults:
 //!   each setting is declared there once (`raw/schema.rs` holds the
 //!   reference file and `check-config`'s output to that declaration);
-//! * `validate` — the `TryFrom<RawConfig>` that drives the sections;
+//! * `validate` — `Config::validate`, which drives the sections;
 //! * one module per section, each reading its table and printing it back
 //!   for `check-config`: `limits`, `store`, `hot_keys`, `otel`
 //!   (`[tracing]`), `route` (`[[route]]`), `scheme` (`[route.signature]`,
@@ -37,6 +37,7 @@ mod admin_tokens;
 mod choice;
 mod coverage;
 mod cross;
+pub mod duration;
 mod effective;
 mod entity_machine;
 mod guard;
@@ -335,8 +336,8 @@ impl Config {
 
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = raw::strict::parse(text).map_err(ConfigError)?;
-        Self::try_from(raw)
+        let parsed = raw::strict::parse::<RawConfig>(text).map_err(ConfigError)?;
+        Self::validate(parsed)
     }
 
     /// Legal but risky settings, printed at start-up and by `check-config`.

@@ -9,12 +9,8 @@
 //! secret is printed: secrets appear as their source (`env:NAME`,
 //! `file:PATH`, `literal:<redacted>`) and URLs go through [`redact_url`].
 
-use std::time::Duration;
-
 use super::choice::Choice;
-use super::raw::{
-    RawAdmin, RawAdminToken, RawConfig, RawListen, RawSecrets, RawUpstream, format_duration,
-};
+use super::raw::{RawAdmin, RawAdminToken, RawConfig, RawListen, RawSecrets, RawUpstream};
 use super::redact::redact_url;
 use super::route;
 use super::{Config, Tracing};
@@ -38,12 +34,12 @@ impl Config {
             store: self.store.to_raw(self.on_unavailable),
             upstream: RawUpstream {
                 url: redact_url(&self.upstream.url.to_string()),
-                timeout: Some(format_duration(self.upstream.timeout)),
+                timeout: Some(self.upstream.timeout.into()),
             },
             admin: RawAdmin {
                 token: self.admin_token.as_ref().map(|t| t.source().to_owned()),
                 allowed_hosts: Some(self.admin_hosts.clone()),
-                audit_retention: Some(format_duration(self.audit_retention)),
+                audit_retention: Some(self.audit_retention.into()),
                 tokens: Some(
                     self.admin_tokens
                         .iter()
@@ -56,9 +52,7 @@ impl Config {
                 ),
             },
             secrets: RawSecrets {
-                watch_interval: Some(format_duration(
-                    self.secrets_watch.unwrap_or(Duration::ZERO),
-                )),
+                watch_interval: Some(self.secrets_watch.unwrap_or_default().into()),
             },
             hot_keys: self.hot_keys.to_raw(),
             tracing: self.tracing.as_ref().map(Tracing::to_raw),

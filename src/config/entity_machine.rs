@@ -21,12 +21,12 @@ use super::Selector;
 use super::choice::{Choice as _, choices};
 use super::inbox_rules::{Ack, Inbox, ack_from};
 use super::problems::Problems;
-use super::raw::{RawEntity, format_duration};
+use super::raw::{ConfigDuration, RawEntity, format_duration};
 use super::status::CacheStatus;
 
 /// Default `retention`: thirty days, past every gateway's retry horizon
 /// and most refund windows' first weeks.
-const DEFAULT_RETENTION: &str = "720h";
+const DEFAULT_RETENTION: ConfigDuration = ConfigDuration::secs(720 * 3600);
 /// Most states one machine may declare: they are metric label values,
 /// and every refused pair has its series from start-up.
 const MAX_STATES: usize = 32;
@@ -215,11 +215,7 @@ pub(super) fn entity(
         .as_ref()
         .and_then(|text| problems.take(&format!("{key}.event"), Selector::parse(text)));
     let machine = machine(problems, &key, raw);
-    let entity_retention = problems.duration(
-        &format!("{key}.retention"),
-        raw.retention.as_deref(),
-        DEFAULT_RETENTION,
-    );
+    let entity_retention = raw.retention.unwrap_or(DEFAULT_RETENTION).get();
     if entity_retention < retention {
         problems.push(
             &format!("{key}.retention"),
@@ -398,7 +394,7 @@ impl Entity {
                 .collect(),
             terminal: Some(machine.terminal.clone()),
             on_refused: Some(self.on_refused.name().to_owned()),
-            retention: Some(format_duration(self.retention)),
+            retention: Some(self.retention.into()),
             advance_status: Some(self.advance_status.names()),
             max_held_per_entity: u64::try_from(self.max_held).ok(),
             ack_status: Some(self.ack.status),

@@ -59,8 +59,7 @@ impl Default for HotKeysConfig {
         Self {
             enabled: true,
             k: TopK(raw::DEFAULT_HOT_KEYS_K),
-            window: raw::parse_duration(raw::DEFAULT_HOT_KEYS_WINDOW)
-                .unwrap_or(Duration::from_secs(60)),
+            window: raw::DEFAULT_HOT_KEYS_WINDOW.get(),
             export_keys: false,
         }
     }
@@ -72,7 +71,7 @@ impl HotKeysConfig {
         RawHotKeys {
             enabled: Some(self.enabled),
             k: Some(self.k.get()),
-            window: Some(format_duration(self.window)),
+            window: Some(self.window.into()),
             export_keys: Some(self.export_keys),
         }
     }
@@ -88,11 +87,7 @@ pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConf
             defaults.k
         }),
     };
-    let window = problems.duration(
-        "hot_keys.window",
-        raw.window.as_deref(),
-        raw::DEFAULT_HOT_KEYS_WINDOW,
-    );
+    let window = raw.window.unwrap_or(raw::DEFAULT_HOT_KEYS_WINDOW).get();
     if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
         problems.push(
             "hot_keys.window",
@@ -114,6 +109,8 @@ pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConf
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::raw::ConfigDuration;
+    use crate::config::tests::{MINIMAL, problems_of};
 
     fn check(raw: &RawHotKeys) -> (HotKeysConfig, Vec<String>) {
         let mut problems = Problems::default();
@@ -156,17 +153,10 @@ mod tests {
             ),
             (
                 RawHotKeys {
-                    window: Some("500ms".into()),
+                    window: Some(ConfigDuration::millis(500)),
                     ..RawHotKeys::default()
                 },
                 "hot_keys.window: must be 1s to 24h",
-            ),
-            (
-                RawHotKeys {
-                    window: Some("soon".into()),
-                    ..RawHotKeys::default()
-                },
-                "hot_keys.window: ",
             ),
         ] {
             let (_, problems) = check(&raw);
@@ -176,7 +166,7 @@ mod tests {
         let (config, problems) = check(&RawHotKeys {
             enabled: Some(false),
             k: Some(100),
-            window: Some("5m".into()),
+            window: Some(ConfigDuration::secs(300)),
             export_keys: Some(true),
         });
         assert!(problems.is_empty());
@@ -190,5 +180,10 @@ mod tests {
             (false, 100, Duration::from_secs(300), true)
         );
         assert_eq!(TopK::new(1).map(TopK::get), Some(1));
+        // A window that is not a duration is refused while the file is read.
+        let text = format!("{MINIMAL}\n[hot_keys]\nwindow = \"soon\"\n");
+        let problems = problems_of(&text);
+        assert!(problems.starts_with("hot_keys.window: "), "{problems}");
+        assert_eq!(problems.lines().count(), 1, "{problems}");
     }
 }

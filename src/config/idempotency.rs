@@ -16,7 +16,7 @@ use http::Method;
 use super::OnUnavailable;
 use super::choice::{Choice, choices};
 use super::problems::Problems;
-use super::raw::{self, RawIdempotency, format_duration};
+use super::raw::{self, RawIdempotency};
 use super::status::CacheStatus;
 use crate::extract::{Segment, Selector};
 use crate::signature::{EventId, RequestPart, Scheme, unsigned};
@@ -407,29 +407,15 @@ struct Timings {
 
 impl Timings {
     fn read(problems: &mut Problems, key: &str, raw: &RawIdempotency, scheme: &Scheme) -> Self {
-        let lease = problems.duration(
-            &format!("{key}.lease"),
-            raw.lease.as_deref(),
-            raw::DEFAULT_LEASE,
-        );
-        let retention = match (raw.retention.as_deref(), scheme) {
+        let lease = raw.lease.unwrap_or(raw::DEFAULT_LEASE).get();
+        let retention = match (raw.retention, scheme) {
             (None, Scheme::Preset(preset)) if preset.kind.default_retention().is_some() => {
                 preset.kind.default_retention().unwrap_or_default()
             }
-            (text, _) => {
-                problems.duration(&format!("{key}.retention"), text, raw::DEFAULT_RETENTION)
-            }
+            (written, _) => written.unwrap_or(raw::DEFAULT_RETENTION).get(),
         };
-        let wait_timeout = problems.duration(
-            &format!("{key}.wait_timeout"),
-            raw.wait_timeout.as_deref(),
-            raw::DEFAULT_WAIT_TIMEOUT,
-        );
-        let unknown_hold = problems.duration(
-            &format!("{key}.unknown_hold"),
-            raw.unknown_hold.as_deref(),
-            raw::DEFAULT_UNKNOWN_HOLD,
-        );
+        let wait_timeout = raw.wait_timeout.unwrap_or(raw::DEFAULT_WAIT_TIMEOUT).get();
+        let unknown_hold = raw.unknown_hold.unwrap_or(raw::DEFAULT_UNKNOWN_HOLD).get();
         for (field, value) in [
             ("lease", lease),
             ("retention", retention),
@@ -525,13 +511,13 @@ impl Idempotency {
                     .map(ToString::to_string)
                     .collect(),
             ),
-            lease: Some(format_duration(self.lease)),
-            retention: Some(format_duration(self.retention)),
+            lease: Some(self.lease.into()),
+            retention: Some(self.retention.into()),
             on_in_flight: Some(self.on_in_flight.name().to_owned()),
-            wait_timeout: Some(format_duration(self.wait_timeout)),
+            wait_timeout: Some(self.wait_timeout.into()),
             cache_status: Some(self.cache_status.names()),
             on_upstream_timeout: Some(self.on_upstream_timeout.name().to_owned()),
-            unknown_hold: Some(format_duration(self.unknown_hold)),
+            unknown_hold: Some(self.unknown_hold.into()),
             mode: Some(self.mode.name().to_owned()),
             scope: Some(self.scope.clone()),
             on_unavailable: Some(self.on_unavailable.name().to_owned()),

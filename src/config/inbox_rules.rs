@@ -151,11 +151,7 @@ pub(super) fn inbox(
             "must be at least 1 (to queue nothing, disable the inbox: enabled = false)",
         );
     }
-    let repair_every = problems.duration(
-        &format!("{key}.repair_every"),
-        raw.repair_every.as_deref(),
-        DEFAULT_REPAIR_EVERY,
-    );
+    let repair_every = raw.repair_every.unwrap_or(DEFAULT_REPAIR_EVERY).get();
     if repair_every < MIN_REPAIR_EVERY {
         problems.push(&format!("{key}.repair_every"), "must be at least 1s");
     }
@@ -198,19 +194,11 @@ impl Schedule {
                 format!("must be 1-{MAX_CONCURRENCY}"),
             );
         }
-        let backoff = problems.duration(
-            &format!("{key}.backoff"),
-            raw.backoff.as_deref(),
-            DEFAULT_BACKOFF,
-        );
+        let backoff = raw.backoff.unwrap_or(DEFAULT_BACKOFF).get();
         if backoff < MIN_BACKOFF {
             problems.push(&format!("{key}.backoff"), "must be at least 100ms");
         }
-        let max_backoff = problems.duration(
-            &format!("{key}.max_backoff"),
-            raw.max_backoff.as_deref(),
-            DEFAULT_MAX_BACKOFF,
-        );
+        let max_backoff = raw.max_backoff.unwrap_or(DEFAULT_MAX_BACKOFF).get();
         if max_backoff < backoff {
             problems.push_derived(
                 &format!("{key}.max_backoff"),
@@ -218,11 +206,10 @@ impl Schedule {
                 format!("must be at least backoff ({})", format_duration(backoff)),
             );
         }
-        let visibility_timeout = problems.duration(
-            &format!("{key}.visibility_timeout"),
-            raw.visibility_timeout.as_deref(),
-            DEFAULT_VISIBILITY_TIMEOUT,
-        );
+        let visibility_timeout = raw
+            .visibility_timeout
+            .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT)
+            .get();
         Self {
             max_attempts,
             concurrency,
@@ -361,13 +348,13 @@ impl Inbox {
             ack_body: Some(String::from_utf8_lossy(&self.ack.body).into_owned()),
             ack_content_type: self.ack.content_type.clone(),
             max_attempts: Some(self.max_attempts),
-            backoff: Some(format_duration(self.backoff)),
-            max_backoff: Some(format_duration(self.max_backoff)),
+            backoff: Some(self.backoff.into()),
+            max_backoff: Some(self.max_backoff.into()),
             concurrency: Some(self.concurrency),
-            visibility_timeout: Some(format_duration(self.visibility_timeout)),
+            visibility_timeout: Some(self.visibility_timeout.into()),
             delivered_status: Some(self.delivered.names()),
             max_queued: Some(self.max_queued),
-            repair_every: Some(format_duration(self.repair_every)),
+            repair_every: Some(self.repair_every.into()),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::problems::Problems;
-use super::raw::{self, RawLimits, format_duration};
+use super::raw::{self, RawLimits};
 
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKER_THREADS: usize = 1024;
@@ -57,33 +57,27 @@ pub struct Limits {
 
 /// Reads `[limits]`, defaults filled in, then checks the bounds.
 pub(super) fn limits(problems: &mut Problems, raw: &RawLimits) -> Limits {
-    let limits = read(problems, raw);
+    let limits = read(raw);
     check(problems, &limits);
     limits
 }
 
-fn read(problems: &mut Problems, raw: &RawLimits) -> Limits {
-    let mut duration = |field: &str, text: &Option<String>, default| {
-        problems.duration(&format!("limits.{field}"), text.as_deref(), default)
-    };
+fn read(raw: &RawLimits) -> Limits {
     Limits {
         max_body_bytes: raw.max_body_bytes.unwrap_or(raw::DEFAULT_MAX_BODY_BYTES),
-        header_read_timeout: duration(
-            "header_read_timeout",
-            &raw.header_read_timeout,
-            raw::DEFAULT_HEADER_READ_TIMEOUT,
-        ),
-        shutdown_grace: duration(
-            "shutdown_grace",
-            &raw.shutdown_grace,
-            raw::DEFAULT_SHUTDOWN_GRACE,
-        ),
-        body_read_timeout: duration(
-            "body_read_timeout",
-            &raw.body_read_timeout,
-            raw::DEFAULT_BODY_READ_TIMEOUT,
-        ),
-        idle_timeout: duration("idle_timeout", &raw.idle_timeout, raw::DEFAULT_IDLE_TIMEOUT),
+        header_read_timeout: raw
+            .header_read_timeout
+            .unwrap_or(raw::DEFAULT_HEADER_READ_TIMEOUT)
+            .get(),
+        shutdown_grace: raw
+            .shutdown_grace
+            .unwrap_or(raw::DEFAULT_SHUTDOWN_GRACE)
+            .get(),
+        body_read_timeout: raw
+            .body_read_timeout
+            .unwrap_or(raw::DEFAULT_BODY_READ_TIMEOUT)
+            .get(),
+        idle_timeout: raw.idle_timeout.unwrap_or(raw::DEFAULT_IDLE_TIMEOUT).get(),
         max_buffered_bytes: raw
             .max_buffered_bytes
             .unwrap_or(raw::DEFAULT_MAX_BUFFERED_BYTES),
@@ -181,10 +175,10 @@ impl Limits {
     pub(super) fn to_raw(&self) -> RawLimits {
         RawLimits {
             max_body_bytes: Some(self.max_body_bytes),
-            header_read_timeout: Some(format_duration(self.header_read_timeout)),
-            shutdown_grace: Some(format_duration(self.shutdown_grace)),
-            body_read_timeout: Some(format_duration(self.body_read_timeout)),
-            idle_timeout: Some(format_duration(self.idle_timeout)),
+            header_read_timeout: Some(self.header_read_timeout.into()),
+            shutdown_grace: Some(self.shutdown_grace.into()),
+            body_read_timeout: Some(self.body_read_timeout.into()),
+            idle_timeout: Some(self.idle_timeout.into()),
             max_buffered_bytes: Some(self.max_buffered_bytes),
             max_connections: Some(self.max_connections),
             max_headers: Some(self.max_headers),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::problems::Problems;
-use super::raw::{RawProbe, format_duration};
+use super::raw::{ConfigDuration, RawProbe, format_duration};
 use super::{Segment, Selector, Template};
 use crate::signature::Secret;
 
@@ -95,11 +95,9 @@ pub(super) fn probe(
         )
         .unwrap_or(Method::GET);
     let path = problems.take(&at("path"), path_template(&raw.path));
-    let handler_deadline =
-        problems.duration(&at("handler_deadline"), Some(&raw.handler_deadline), "");
+    let handler_deadline = raw.handler_deadline.get();
     let earliest = upstream_timeout + handler_deadline;
-    let start_after =
-        problems.duration_or(&at("start_after"), raw.start_after.as_deref(), earliest);
+    let start_after = raw.start_after.map_or(earliest, ConfigDuration::get);
     if start_after < earliest {
         problems.push(
             &at("start_after"),
@@ -111,20 +109,16 @@ pub(super) fn probe(
             ),
         );
     }
-    let retry_every = problems.duration_or(
-        &at("retry_every"),
-        raw.retry_every.as_deref(),
-        Duration::from_secs(10),
-    );
+    let retry_every = raw
+        .retry_every
+        .map_or(Duration::from_secs(10), ConfigDuration::get);
     let max_attempts = raw.max_attempts.unwrap_or(3);
     if !(1..=100).contains(&max_attempts) {
         problems.push(&at("max_attempts"), format!("{max_attempts} must be 1-100"));
     }
-    let timeout = problems.duration_or(
-        &at("timeout"),
-        raw.timeout.as_deref(),
-        Duration::from_secs(2),
-    );
+    let timeout = raw
+        .timeout
+        .map_or(Duration::from_secs(2), ConfigDuration::get);
     let concurrency = raw.concurrency.unwrap_or(4);
     if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
         problems.push(
@@ -275,11 +269,11 @@ impl Probe {
                     .map(|(name, value)| format!("{name}: {}", printed(value)))
                     .collect(),
             ),
-            handler_deadline: format_duration(self.handler_deadline),
-            start_after: Some(format_duration(self.start_after)),
-            retry_every: Some(format_duration(self.retry_every)),
+            handler_deadline: self.handler_deadline.into(),
+            start_after: Some(self.start_after.into()),
+            retry_every: Some(self.retry_every.into()),
             max_attempts: Some(self.max_attempts),
-            timeout: Some(format_duration(self.timeout)),
+            timeout: Some(self.timeout.into()),
             concurrency: Some(self.concurrency),
             applied_status: Some(self.applied_status.clone()),
             not_applied_status: Some(self.not_applied_status.clone()),

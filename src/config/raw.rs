@@ -9,14 +9,13 @@
 //! [`super::Config`] turns these structs into checked runtime values and
 //! names the offending key in every error.
 
-mod duration;
 #[cfg(test)]
 mod schema;
 pub(super) mod strict;
 
 use serde::{Deserialize, Serialize};
 
-pub use duration::{DurationError, format_duration, parse_duration};
+pub use super::duration::{ConfigDuration, DurationError, format_duration, parse_duration};
 
 /// Default proxy address: loopback, beside the handler it protects.
 pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
@@ -39,14 +38,14 @@ pub const DEFAULT_REPLAY_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// store, which is what Redis is for.
 pub const MAX_REPLAY_CACHE_BYTES: usize = 4 * 1024 * 1024 * 1024;
 /// Default time a client has to send its request headers (slowloris guard).
-pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
+pub const DEFAULT_HEADER_READ_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
 /// Default time to receive a body once its headers arrived (slow-body
 /// guard): generous for callbacks of at most `max_body_bytes`.
-pub const DEFAULT_BODY_READ_TIMEOUT: &str = "10s";
+pub const DEFAULT_BODY_READ_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
 /// Default time a connection may stay open with no request in progress
 /// (keep-alive and HTTP/2 alike): senders open a connection per delivery
 /// or reuse one within seconds, so 10 s keeps reuse and frees idle slots.
-pub const DEFAULT_IDLE_TIMEOUT: &str = "10s";
+pub const DEFAULT_IDLE_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
 /// Default bytes of request bodies buffered at once across all
 /// connections: 64 full-size (1 MiB) bodies, far above what one handler's
 /// senders deliver at once, small beside a sidecar's memory.
@@ -67,19 +66,19 @@ pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
 /// Default `[limits] max_probes_in_flight`.
 pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 16;
 /// Default time in-flight work may take to finish after SIGTERM.
-pub const DEFAULT_SHUTDOWN_GRACE: &str = "30s";
+pub const DEFAULT_SHUTDOWN_GRACE: ConfigDuration = ConfigDuration::secs(30);
 /// Default `[secrets] watch_interval`: a Kubernetes Secret volume is
 /// refreshed about once a minute, so 10 s adds little to the rotation delay
 /// while costing one small read per `file:` source.
-pub const DEFAULT_WATCH_INTERVAL: &str = "10s";
+pub const DEFAULT_WATCH_INTERVAL: ConfigDuration = ConfigDuration::secs(10);
 /// `[admin] audit_retention` when absent.
-pub const DEFAULT_AUDIT_RETENTION: &str = "30d";
+pub const DEFAULT_AUDIT_RETENTION: ConfigDuration = ConfigDuration::secs(30 * 86400);
 /// Default `[hot_keys] k`: ten keys per route fill a dashboard table and
 /// keep the exported series at ten per route.
 pub const DEFAULT_HOT_KEYS_K: u8 = 10;
 /// Default `[hot_keys] window`: a minute shows a retry loop while it runs
 /// and forgets it soon after it stops.
-pub const DEFAULT_HOT_KEYS_WINDOW: &str = "1m";
+pub const DEFAULT_HOT_KEYS_WINDOW: ConfigDuration = ConfigDuration::secs(60);
 /// Default `[limits] worker_threads`: one thread, the cheapest per request
 /// (the crate docs, "Runtime").
 pub const DEFAULT_WORKER_THREADS: usize = 1;
@@ -87,21 +86,21 @@ pub const DEFAULT_WORKER_THREADS: usize = 1;
 pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
 /// Default per-command store timeout: a healthy Redis answers in well under
 /// a millisecond, so 250 ms means "unreachable", not "slow".
-pub const DEFAULT_COMMAND_TIMEOUT: &str = "250ms";
+pub const DEFAULT_COMMAND_TIMEOUT: ConfigDuration = ConfigDuration::millis(250);
 /// Default time a claim waits for replica acknowledgements: replication on
 /// a healthy LAN takes well under a millisecond.
-pub const DEFAULT_REPLICA_ACK_TIMEOUT: &str = "100ms";
+pub const DEFAULT_REPLICA_ACK_TIMEOUT: ConfigDuration = ConfigDuration::millis(100);
 /// Default upstream timeout: legacy handlers can be slow, 30 s is typical.
-pub const DEFAULT_UPSTREAM_TIMEOUT: &str = "30s";
+pub const DEFAULT_UPSTREAM_TIMEOUT: ConfigDuration = ConfigDuration::secs(30);
 /// Default in-flight claim lifetime (renewed while the upstream call runs).
-pub const DEFAULT_LEASE: &str = "30s";
+pub const DEFAULT_LEASE: ConfigDuration = ConfigDuration::secs(30);
 /// Default replay window: a day covers every common sender's retry schedule
 /// for the first day; raise it for senders that retry for longer.
-pub const DEFAULT_RETENTION: &str = "24h";
+pub const DEFAULT_RETENTION: ConfigDuration = ConfigDuration::secs(24 * 3600);
 /// Default time a duplicate waits for an in-flight first delivery.
-pub const DEFAULT_WAIT_TIMEOUT: &str = "5s";
+pub const DEFAULT_WAIT_TIMEOUT: ConfigDuration = ConfigDuration::secs(5);
 /// Default time an unknown outcome blocks re-forwarding.
-pub const DEFAULT_UNKNOWN_HOLD: &str = "5m";
+pub const DEFAULT_UNKNOWN_HOLD: ConfigDuration = ConfigDuration::secs(5 * 60);
 
 /// Default `[tracing] sampling_ratio`: every trace a sender did not
 /// decide on is kept; lower it when the collector can not take them all.
@@ -134,19 +133,19 @@ pub const DEFAULT_ACK_CONTENT_TYPE: &str = "text/plain";
 /// of redeliveries, longer than most handler outages.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
 /// Default `backoff`: long enough for a restarting handler to come back.
-pub const DEFAULT_BACKOFF: &str = "30s";
+pub const DEFAULT_BACKOFF: ConfigDuration = ConfigDuration::secs(30);
 /// Default `max_backoff`: an hour keeps a long outage from being retried
 /// too rarely once it ends.
-pub const DEFAULT_MAX_BACKOFF: &str = "1h";
+pub const DEFAULT_MAX_BACKOFF: ConfigDuration = ConfigDuration::secs(3600);
 /// Default `concurrency`: a recovering handler is not flooded with its
 /// backlog.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 /// Default `visibility_timeout`: above the default upstream timeout (30 s).
-pub const DEFAULT_VISIBILITY_TIMEOUT: &str = "60s";
+pub const DEFAULT_VISIBILITY_TIMEOUT: ConfigDuration = ConfigDuration::secs(60);
 /// Default `repair_every`: a delivery whose index entry a failover lost is
 /// found again within a minute, for one pass a minute per instance and
 /// scope (16,384 small reads on a Cluster, one on a single Redis).
-pub const DEFAULT_REPAIR_EVERY: &str = "60s";
+pub const DEFAULT_REPAIR_EVERY: ConfigDuration = ConfigDuration::secs(60);
 
 /// The whole file.
 #[derive(Debug, Deserialize, Serialize)]
@@ -203,13 +202,13 @@ pub struct RawLimits {
     /// Largest accepted request body.
     pub max_body_bytes: Option<u64>,
     /// Time allowed for request headers.
-    pub header_read_timeout: Option<String>,
+    pub header_read_timeout: Option<ConfigDuration>,
     /// Time allowed to finish in-flight work on shutdown.
-    pub shutdown_grace: Option<String>,
+    pub shutdown_grace: Option<ConfigDuration>,
     /// Time allowed to receive the whole body once the headers are in.
-    pub body_read_timeout: Option<String>,
+    pub body_read_timeout: Option<ConfigDuration>,
     /// Time a connection may stay open with no request in progress.
-    pub idle_timeout: Option<String>,
+    pub idle_timeout: Option<ConfigDuration>,
     /// Bytes of request bodies buffered at once, across all connections.
     pub max_buffered_bytes: Option<u64>,
     /// Open proxy connections at most; further ones wait in the backlog.
@@ -243,20 +242,20 @@ pub struct RawStore {
     /// Prefix of every store key.
     pub key_prefix: Option<String>,
     /// Timeout of one store call.
-    pub command_timeout: Option<String>,
+    pub command_timeout: Option<ConfigDuration>,
     /// `"reject"` or `"forward"`.
     pub on_unavailable: Option<String>,
     /// Replicas that must acknowledge a claim (Redis `WAIT`); 0 = off.
     pub min_replicas_ack: Option<u32>,
     /// How long to wait for those acknowledgements.
-    pub replica_ack_timeout: Option<String>,
+    pub replica_ack_timeout: Option<ConfigDuration>,
     /// `"memory"`, `"fsync"` (default) or `"replicated"`.
     pub durability: Option<String>,
     /// Stay ready on a Redis that may evict keys (default false).
     pub allow_eviction: Option<bool>,
     /// The longest an embedded store write waits for others to share its
     /// commit (kind = "embedded"; default "0s").
-    pub commit_delay: Option<String>,
+    pub commit_delay: Option<ConfigDuration>,
     /// Redis ACL user, as a secret source (kind = "redis").
     pub username: Option<String>,
     /// Redis password, as a secret source (kind = "redis").
@@ -274,7 +273,7 @@ pub struct RawStore {
 #[serde(deny_unknown_fields)]
 pub struct RawSecrets {
     /// How often `file:` sources are checked for a change (`"0s"`: never).
-    pub watch_interval: Option<String>,
+    pub watch_interval: Option<ConfigDuration>,
 }
 
 /// `[upstream]`.
@@ -284,7 +283,7 @@ pub struct RawUpstream {
     /// Base URL of the protected handler.
     pub url: String,
     /// Time allowed for the upstream's answer.
-    pub timeout: Option<String>,
+    pub timeout: Option<ConfigDuration>,
 }
 
 /// `[admin]`.
@@ -299,7 +298,7 @@ pub struct RawAdmin {
     /// `[[admin.tokens]]`: named tokens with a scope.
     pub tokens: Option<Vec<RawAdminToken>>,
     /// How long the audit trail keeps an operator action.
-    pub audit_retention: Option<String>,
+    pub audit_retention: Option<ConfigDuration>,
 }
 
 /// One `[[admin.tokens]]` entry.
@@ -323,7 +322,7 @@ pub struct RawHotKeys {
     /// Keys reported per route, 1 to 100.
     pub k: Option<usize>,
     /// Length of the sliding window.
-    pub window: Option<String>,
+    pub window: Option<ConfigDuration>,
     /// Export a series per key (with duplicates) on `/metrics` (default
     /// false).
     pub export_keys: Option<bool>,
@@ -386,15 +385,15 @@ pub struct RawProbe {
     /// Extra headers, `"Name: value"`.
     pub headers: Option<Vec<String>>,
     /// When the handler gives up on a request at the latest.
-    pub handler_deadline: String,
+    pub handler_deadline: ConfigDuration,
     /// Delay after the call ended (default upstream timeout + deadline).
-    pub start_after: Option<String>,
+    pub start_after: Option<ConfigDuration>,
     /// Pause between attempts.
-    pub retry_every: Option<String>,
+    pub retry_every: Option<ConfigDuration>,
     /// Attempts at most.
     pub max_attempts: Option<u32>,
     /// Time allowed per attempt.
-    pub timeout: Option<String>,
+    pub timeout: Option<ConfigDuration>,
     /// Probes of this route in flight at once, per instance.
     pub concurrency: Option<u32>,
     /// Statuses meaning applied.
@@ -439,7 +438,7 @@ pub struct RawEntity {
     /// `"acknowledge"` or `"conflict"`: the answer to a refused transition.
     pub on_refused: Option<String>,
     /// How long an entity's state is kept after its last change.
-    pub retention: Option<String>,
+    pub retention: Option<ConfigDuration>,
     /// The handler's answers that mean it accepted a change (default 2xx).
     pub advance_status: Option<Vec<String>>,
     /// Notices held behind one busy entity at most (routes with an inbox).
@@ -488,7 +487,7 @@ pub struct RawSignature {
     /// `"s"` or `"ms"`.
     pub timestamp_unit: Option<String>,
     /// Allowed clock difference.
-    pub tolerance: Option<String>,
+    pub tolerance: Option<ConfigDuration>,
     /// RSA public keys (alipay, wechatpay-v3); any one may verify.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub public_keys: Vec<crate::signature::RawPublicKey>,
@@ -511,19 +510,19 @@ pub struct RawIdempotency {
     /// Body fields left out of the body hash.
     pub fingerprint_ignore: Option<Vec<String>>,
     /// In-flight claim lifetime.
-    pub lease: Option<String>,
+    pub lease: Option<ConfigDuration>,
     /// Replay window.
-    pub retention: Option<String>,
+    pub retention: Option<ConfigDuration>,
     /// `"wait"` or `"conflict"`.
     pub on_in_flight: Option<String>,
     /// Longest wait for an in-flight first delivery.
-    pub wait_timeout: Option<String>,
+    pub wait_timeout: Option<ConfigDuration>,
     /// Status classes that are stored.
     pub cache_status: Option<Vec<String>>,
     /// `"hold"` or `"release"`.
     pub on_upstream_timeout: Option<String>,
     /// How long an unknown outcome blocks.
-    pub unknown_hold: Option<String>,
+    pub unknown_hold: Option<ConfigDuration>,
     /// `"enforce"` or `"shadow"`.
     pub mode: Option<String>,
     /// Key space shared with other routes (default: the route name).
@@ -552,19 +551,19 @@ pub struct RawInbox {
     /// Redeliveries before a delivery is dead.
     pub max_attempts: Option<u32>,
     /// First redelivery delay, doubled each attempt.
-    pub backoff: Option<String>,
+    pub backoff: Option<ConfigDuration>,
     /// Cap on the delay.
-    pub max_backoff: Option<String>,
+    pub max_backoff: Option<ConfigDuration>,
     /// Redeliveries in flight per instance.
     pub concurrency: Option<usize>,
     /// How long a taken delivery stays invisible to other workers.
-    pub visibility_timeout: Option<String>,
+    pub visibility_timeout: Option<ConfigDuration>,
     /// Handler statuses that mean a redelivery was taken.
     pub delivered_status: Option<Vec<String>>,
     /// Deliveries owed (queued or held) in the route's scope at most.
     pub max_queued: Option<u64>,
     /// How often the scope's indexes are checked against its owed set.
-    pub repair_every: Option<String>,
+    pub repair_every: Option<ConfigDuration>,
 }
 
 #[cfg(test)]

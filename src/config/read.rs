@@ -2,44 +2,20 @@
 //! records a problem naming the key when it can not, and returns a
 //! stand-in so validation goes on and every problem is reported.
 //!
-//! The ones every section uses are methods of [`Problems`]
-//! ([`Problems::duration`], [`Problems::choice`]), written here so that
-//! `problems.rs` stays a leaf.
+//! The one every section uses is a method of [`Problems`]
+//! ([`Problems::choice`]), written here so that `problems.rs` stays a
+//! leaf. Durations need no reader: they are typed in the raw structs
+//! ([`super::duration::ConfigDuration`]).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use http::Uri;
 
 use super::choice::Choice;
 use super::problems::Problems;
-use super::raw::parse_duration;
 use super::redact::redact_url;
 
 impl Problems {
-    /// The duration `text` (`default` when absent) spells; one second in
-    /// place of one that does not parse.
-    pub(super) fn duration(&mut self, key: &str, text: Option<&str>, default: &str) -> Duration {
-        self.take(
-            key,
-            parse_duration(text.unwrap_or(default)).map_err(|e| e.to_string()),
-        )
-        .unwrap_or(Duration::from_secs(1))
-    }
-
-    /// Like [`Self::duration`], with the default already a `Duration`.
-    pub(super) fn duration_or(
-        &mut self,
-        key: &str,
-        text: Option<&str>,
-        default: Duration,
-    ) -> Duration {
-        match text {
-            None => default,
-            Some(text) => self.duration(key, Some(text), ""),
-        }
-    }
-
     /// The value `text` names, `default` when it is absent; an unknown
     /// word is a problem that lists the valid ones.
     pub(super) fn choice<T: Choice>(&mut self, key: &str, text: Option<&str>, default: T) -> T {

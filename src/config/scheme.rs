@@ -11,7 +11,7 @@ mod preset;
 
 use super::choice::{Choice, choices};
 use super::problems::Problems;
-use super::raw::{RawSignature, format_duration};
+use super::raw::{ConfigDuration, RawSignature};
 use crate::extract::{Selector, Template};
 use crate::signature::{
     Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, PresetKind, Scheme, Secret, Strength,
@@ -201,11 +201,7 @@ fn timestamp_rule(problems: &mut Problems, key: &str, raw: &RawSignature) -> Opt
             raw.timestamp_unit.as_deref(),
             TimestampUnit::Seconds,
         );
-        let tolerance = problems.duration_or(
-            &format!("{key}.tolerance"),
-            raw.tolerance.as_deref(),
-            DEFAULT_TOLERANCE,
-        );
+        let tolerance = raw.tolerance.map_or(DEFAULT_TOLERANCE, ConfigDuration::get);
         if tolerance.is_zero() {
             problems.push(&format!("{key}.tolerance"), "must be greater than zero");
         }
@@ -252,7 +248,7 @@ pub(super) fn to_raw(scheme: &Scheme) -> RawSignature {
                 message: Some(hmac.message.to_string()),
                 timestamp: timestamp.map(|rule| rule.selector.to_string()),
                 timestamp_unit: timestamp.map(|rule| rule.unit.name().to_owned()),
-                tolerance: timestamp.map(|rule| format_duration(rule.tolerance)),
+                tolerance: timestamp.map(|rule| rule.tolerance.into()),
                 ..RawSignature::default()
             }
         }
@@ -262,7 +258,7 @@ pub(super) fn to_raw(scheme: &Scheme) -> RawSignature {
             public_keys: preset.public_keys.sources(),
             public_url: preset.public_url.clone(),
             allow_rsa1: (preset.kind == PresetKind::Alipay).then_some(preset.allow_rsa1),
-            tolerance: preset.tolerance.map(format_duration),
+            tolerance: preset.tolerance.map(ConfigDuration::from),
             ..RawSignature::default()
         },
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::OnUnavailable;
 use super::choice::{Choice, choices};
 use super::problems::Problems;
-use super::raw::{self, format_duration};
+use super::raw::{self, ConfigDuration};
 use super::redact::redact_url;
 use super::tls::{RedisTls, redis_tls};
 use crate::signature::Secret;
@@ -252,30 +252,21 @@ pub(super) fn store_config(
         StoreBackend::Redis { url } => redis_tls(problems, raw, Some(url)),
         StoreBackend::Embedded { .. } => redis_tls(problems, raw, None),
     };
-    let command_timeout = problems.duration(
-        "store.command_timeout",
-        raw.command_timeout.as_deref(),
-        raw::DEFAULT_COMMAND_TIMEOUT,
-    );
+    let command_timeout = raw
+        .command_timeout
+        .unwrap_or(raw::DEFAULT_COMMAND_TIMEOUT)
+        .get();
     if command_timeout.is_zero() {
         problems.push("store.command_timeout", "must be greater than zero");
     }
-    let commit_delay = problems.duration_or(
-        "store.commit_delay",
-        raw.commit_delay.as_deref(),
-        Duration::ZERO,
-    );
-    let parsed = raw
-        .commit_delay
-        .as_deref()
-        .is_none_or(|text| raw::parse_duration(text).is_ok());
+    let commit_delay = raw.commit_delay.map_or(Duration::ZERO, ConfigDuration::get);
     if raw.commit_delay.is_some() && redis {
         problems.push(
             "store.commit_delay",
             "only valid with kind = \"embedded\" (Redis commits each command itself)",
         );
     }
-    if parsed && commit_delay > MAX_COMMIT_DELAY {
+    if commit_delay > MAX_COMMIT_DELAY {
         problems.push(
             "store.commit_delay",
             "must be at most 100ms (every write waits this long at worst)",
@@ -356,11 +347,10 @@ fn replica_ack(problems: &mut Problems, raw: &raw::RawStore, redis: bool) -> Opt
     if !redis {
         problems.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
     }
-    let timeout = problems.duration(
-        "store.replica_ack_timeout",
-        raw.replica_ack_timeout.as_deref(),
-        raw::DEFAULT_REPLICA_ACK_TIMEOUT,
-    );
+    let timeout = raw
+        .replica_ack_timeout
+        .unwrap_or(raw::DEFAULT_REPLICA_ACK_TIMEOUT)
+        .get();
     if timeout.is_zero() {
         problems.push(
             "store.replica_ack_timeout",
@@ -444,15 +434,15 @@ impl StoreConfig {
             url,
             path,
             key_prefix: Some(self.key_prefix.clone()),
-            command_timeout: Some(format_duration(self.command_timeout)),
+            command_timeout: Some(self.command_timeout.into()),
             on_unavailable: Some(on_unavailable.name().to_owned()),
             min_replicas_ack: redis.then(|| self.replica_ack.map_or(0, |ack| ack.replicas)),
-            replica_ack_timeout: self.replica_ack.map(|ack| format_duration(ack.timeout)),
+            replica_ack_timeout: self.replica_ack.map(|ack| ack.timeout.into()),
             durability: Some(self.durability.name().to_owned()),
             allow_eviction: redis.then_some(self.allow_eviction),
             username: source(&self.username),
             password: source(&self.password),
-            commit_delay: (!redis).then(|| format_duration(self.commit_delay)),
+            commit_delay: (!redis).then(|| self.commit_delay.into()),
             tls_ca_file: tls_path(self.tls.as_ref().and_then(|tls| tls.ca_file.as_deref())),
             tls_cert_file: tls_path(identity.map(|(cert, _)| cert.as_path())),
             tls_key_file: tls_path(identity.map(|(_, key)| key.as_path())),

@@ -1,4 +1,4 @@
-//! Turning a [`RawConfig`] into a [`Config`]: the validation driver.
+//! Turning a parsed [`RawConfig`] into a [`Config`]: the validation driver.
 //!
 //! Hands each section to the module that owns it, in file order, reads the
 //! few small top-level ones itself (`unmatched`, `problem_type_base`,
@@ -11,6 +11,7 @@ use super::hot_keys::hot_keys;
 use super::limits::limits;
 use super::otel::tracing;
 use super::problems::Problems;
+use super::raw::strict::Parsed;
 use super::raw::{self, RawConfig, RawListen, RawRoute, RawUpstream};
 use super::read::{socket, upstream_url};
 use super::route::route;
@@ -20,11 +21,18 @@ use super::{
 };
 use crate::error::ProblemTypes;
 
-impl TryFrom<RawConfig> for Config {
-    type Error = ConfigError;
-
-    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
+impl Config {
+    /// Validates what the parser read, starting from the values it
+    /// refused (each already a problem, its default standing in).
+    pub(super) fn validate(parsed: Parsed<RawConfig>) -> Result<Self, ConfigError> {
+        let Parsed {
+            value: raw,
+            refused,
+        } = parsed;
         let mut problems = Problems::default();
+        for (key, message) in refused {
+            problems.push(&key, message);
+        }
         let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
         let listen = listen(&mut problems, raw.listen);
@@ -51,19 +59,20 @@ impl TryFrom<RawConfig> for Config {
         });
         let admin_tokens = admin_tokens(&mut problems, raw.admin.tokens, admin_token.as_ref());
         let admin_hosts = admin_hosts(&mut problems, raw.admin.allowed_hosts.as_deref());
-        let audit_retention = problems.duration(
-            "admin.audit_retention",
-            raw.admin.audit_retention.as_deref(),
-            raw::DEFAULT_AUDIT_RETENTION,
-        );
+        let audit_retention = raw
+            .admin
+            .audit_retention
+            .unwrap_or(raw::DEFAULT_AUDIT_RETENTION)
+            .get();
         if audit_retention.is_zero() {
             problems.push("admin.audit_retention", "must be greater than zero");
         }
-        let secrets_watch = Some(problems.duration(
-            "secrets.watch_interval",
-            raw.secrets.watch_interval.as_deref(),
-            raw::DEFAULT_WATCH_INTERVAL,
-        ))
+        let secrets_watch = Some(
+            raw.secrets
+                .watch_interval
+                .unwrap_or(raw::DEFAULT_WATCH_INTERVAL)
+                .get(),
+        )
         .filter(|interval| !interval.is_zero());
         let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
         let tracing = tracing(&mut problems, raw.tracing);
@@ -116,11 +125,7 @@ fn listen(problems: &mut Problems, raw: RawListen) -> Listen {
 fn upstream(problems: &mut Problems, raw: &RawUpstream) -> Upstream {
     let upstream = Upstream {
         url: upstream_url(problems, "upstream.url", &raw.url),
-        timeout: problems.duration(
-            "upstream.timeout",
-            raw.timeout.as_deref(),
-            raw::DEFAULT_UPSTREAM_TIMEOUT,
-        ),
+        timeout: raw.timeout.unwrap_or(raw::DEFAULT_UPSTREAM_TIMEOUT).get(),
     };
     if upstream.timeout.is_zero() {
         problems.push("upstream.timeout", "must be greater than zero");

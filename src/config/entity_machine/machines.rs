@@ -20,7 +20,7 @@
 //!   own `id`, `state` and, for partial refunds, `event`.
 
 use super::super::problems::Problems;
-use super::super::raw::RawEntity;
+use super::super::raw::{ConfigDuration, RawEntity};
 
 /// The machine names, for the error that lists them.
 const NAMES: [&str; 3] = ["alipay", "wechatpay-v2", "payment"];
@@ -78,7 +78,7 @@ fn alipay() -> RawEntity {
             "TRADE_SUCCESS -> TRADE_FINISHED | TRADE_CLOSED",
         ]),
         terminal: Some(strings(&["TRADE_FINISHED", "TRADE_CLOSED"])),
-        retention: Some("9600h".into()),
+        retention: Some(ConfigDuration::secs(9600 * 3600)),
         ack_status: Some(200),
         ack_body: Some("success".into()),
         ack_content_type: Some("text/plain".into()),

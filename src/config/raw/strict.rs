@@ -2,16 +2,23 @@
 //! operator can act on.
 //!
 //! `#[serde(deny_unknown_fields)]` alone stops at the first unknown key and
-//! names it without its place. [`parse`] instead reads the text into a
-//! [`toml::Value`] (TOML syntax errors keep toml's line-and-caret message),
-//! then deserializes the typed struct from that value through
-//! `serde_path_to_error`, which knows the dotted path of each failure. An
-//! unknown key is recorded with its path and a "did you mean" suggestion,
-//! removed from the value, and the deserialization retried, so every
-//! unknown key in the file is reported at once. Any other failure (a wrong
-//! type, a missing key) is reported with its path and line, but only when
-//! the file has no unknown key: a misspelt required key would otherwise
-//! also show up as "missing".
+//! names it without its place, and serde stops at the first value it
+//! refuses. [`parse`] instead reads the text into a [`toml::Value`] (TOML
+//! syntax errors keep toml's line-and-caret message), then deserializes the
+//! typed struct from that value through `serde_path_to_error`, which knows
+//! the dotted path of each failure, and after each failure removes the key
+//! it names and tries again:
+//!
+//! * an unknown key is recorded with its path and a "did you mean"
+//!   suggestion; any unknown key fails the parse, all of them reported;
+//! * a refused value (a wrong TOML type, a duration or a word that does
+//!   not parse: the typed settings refuse their own text) is recorded with
+//!   its path and left out, so its default stands in, and the parse goes
+//!   on; the validator starts from these problems ([`Parsed`]), so a whole
+//!   file's mistakes are reported in one run;
+//! * a missing required key ends the parse, unless its value was the one
+//!   refused (then the refusal says it) or a key is unknown (a misspelt
+//!   required key is also "missing").
 //!
 //! The mechanism is generic over the target type, so every raw struct that
 //! denies unknown fields is covered without registering it here. The same
@@ -93,6 +100,47 @@ impl KeyPath {
     }
 }
 
+impl KeyPath {
+    /// The setting this path is in: a list element's path names its list
+    /// (`methods[1]` → `methods`), which is what is left out when it is
+    /// refused. The root (a problem with the whole file) stays empty.
+    fn setting(mut self) -> Self {
+        while matches!(self.0.last(), Some(Step::Index(_))) && self.0.len() > 1 {
+            self.0.pop();
+        }
+        self
+    }
+
+    /// Whether this path is `field` of the table at `table`.
+    fn is_field_of(&self, table: &Self, field: &str) -> bool {
+        self.0.split_last().is_some_and(|(last, parents)| {
+            *last == Step::Key(field.to_owned()) && parents == table.0.as_slice()
+        })
+    }
+
+    /// The line `text` writes this path's value on, read from toml's
+    /// spanned parse of the text.
+    fn line_in(&self, text: &str) -> Option<usize> {
+        use toml::de::{DeTable, DeValue};
+        let root = DeTable::parse(text).ok()?;
+        let mut span = root.span();
+        let mut node = DeValue::Table(root.into_inner());
+        for step in &self.0 {
+            let next = match (step, &node) {
+                (Step::Key(key), DeValue::Table(table)) => table
+                    .iter()
+                    .find(|(name, _)| name.get_ref().as_ref() == key.as_str())
+                    .map(|(_, value)| value.clone()),
+                (Step::Index(index), DeValue::Array(items)) => items.get(*index).cloned(),
+                _ => None,
+            }?;
+            span = next.span();
+            node = next.into_inner();
+        }
+        Some(line_of(text, span.start))
+    }
+}
+
 impl fmt::Display for KeyPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, step) in self.0.iter().enumerate() {
@@ -166,48 +214,102 @@ impl UnknownField {
     }
 }
 
-/// Parses `text` as a `T`; on failure, every problem as a line prefixed by
-/// its key path (see the module doc).
-pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T, Vec<String>> {
+/// What [`parse`] read: the typed file, and the settings whose values it
+/// refused. Each refused key was left out, so its default stands in and
+/// validation goes on; the validator starts from these problems, which
+/// also keeps a comparison with the stand-in from becoming a second error.
+#[derive(Debug)]
+pub(crate) struct Parsed<T> {
+    /// The file, refused keys left out.
+    pub(crate) value: T,
+    /// `(key, message)` for each refused value, in the order serde met them.
+    pub(crate) refused: Vec<(String, String)>,
+}
+
+/// Parses `text` as a `T`. Unknown keys fail the parse, every one reported
+/// (see the module doc); a value serde refuses (a wrong type, a duration or
+/// a word that does not parse) is collected in [`Parsed::refused`] and its
+/// key left out, so every such mistake is reported in one run too. Only a
+/// problem that leaves nothing to validate (a missing required key, a
+/// syntax error) fails the parse by itself.
+pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<Parsed<T>, Vec<String>> {
     let mut value: Value = toml::from_str(text).map_err(|error| vec![error.to_string()])?;
     let mut unknown = Vec::new();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    let mut left_out: Vec<KeyPath> = Vec::new();
     loop {
         let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(parsed) if unknown.is_empty() => return Ok(parsed),
+            Ok(parsed) if unknown.is_empty() => {
+                return Ok(Parsed {
+                    value: parsed,
+                    refused,
+                });
+            }
             Ok(_) => return Err(unknown),
             Err(error) => error,
         };
         let message = error.inner().message().to_owned();
-        let Some(field) = UnknownField::parse(&message) else {
-            if unknown.is_empty() {
-                let path = KeyPath::from_serde(error.path(), None);
-                return Err(vec![other_error::<T>(text, &path, &message)]);
+        if let Some(field) = UnknownField::parse(&message) {
+            let path = KeyPath::from_serde(error.path(), Some(&field.key));
+            unknown.push(field.report(&path));
+            if unknown.len() >= MAX_UNKNOWN_KEYS || !path.remove_from(&mut value) {
+                return Err(unknown);
             }
-            return Err(unknown);
-        };
-        let path = KeyPath::from_serde(error.path(), Some(&field.key));
-        unknown.push(field.report(&path));
-        if unknown.len() >= MAX_UNKNOWN_KEYS || !path.remove_from(&mut value) {
-            return Err(unknown);
+            continue;
         }
+        let path = KeyPath::from_serde(error.path(), None);
+        if let Some(field) = missing_field(&message) {
+            // A required key is missing: nothing is left to validate. When
+            // it is missing because its value was refused above, that
+            // refusal already says so.
+            if !left_out.iter().any(|gone| gone.is_field_of(&path, field)) {
+                refused.push((path.to_string(), located(text, &path, &message)));
+            }
+            return Err(failed(unknown, refused));
+        }
+        let path = path.setting();
+        refused.push((path.to_string(), located(text, &path, &message)));
+        if refused.len() >= MAX_UNKNOWN_KEYS || !path.remove_from(&mut value) {
+            return Err(failed(unknown, refused));
+        }
+        left_out.push(path);
     }
 }
 
-/// A type or missing-key error, with its path and the line toml's own
-/// typed parse of the text points at.
-fn other_error<T: DeserializeOwned>(text: &str, path: &KeyPath, message: &str) -> String {
-    let line = toml::from_str::<T>(text)
-        .err()
-        .and_then(|error| error.span())
-        .map(|span| line_of(text, span.start));
-    let located = match line {
+/// The report of a parse that can not go on: the unknown keys when there
+/// are any (a misspelt required key is also "missing", which would only
+/// repeat it), else every refused value.
+fn failed(unknown: Vec<String>, refused: Vec<(String, String)>) -> Vec<String> {
+    if !unknown.is_empty() {
+        return unknown;
+    }
+    refused
+        .into_iter()
+        .map(|(key, message)| {
+            if key.is_empty() {
+                message
+            } else {
+                format!("{key}: {message}")
+            }
+        })
+        .collect()
+}
+
+/// The field serde's "missing field `x`" names.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
+}
+
+/// `message`, with the line of the value at `path` when the message is
+/// serde's own type complaint: a typed setting's own message quotes the
+/// text it refused, and needs no line.
+fn located(text: &str, path: &KeyPath, message: &str) -> String {
+    let serde_own = ["invalid type", "invalid length", "missing field"]
+        .iter()
+        .any(|start| message.starts_with(start));
+    match path.line_in(text).filter(|_| serde_own) {
         Some(line) => format!("{message} (line {line})"),
         None => message.to_owned(),
-    };
-    if path.0.is_empty() {
-        located
-    } else {
-        format!("{path}: {located}")
     }
 }
 
@@ -230,8 +332,17 @@ mod tests {
                         [route.signature]\nscheme = \"none\"\n\
                         [route.idempotency]\nlease = \"30s\"\n";
 
+    /// Every problem the parser itself reports: a failed parse's, or the
+    /// values a parse that went on refused.
     fn errors(text: &str) -> Vec<String> {
-        parse::<RawConfig>(text).unwrap_err()
+        match parse::<RawConfig>(text) {
+            Ok(parsed) => parsed
+                .refused
+                .into_iter()
+                .map(|(key, message)| format!("{key}: {message}"))
+                .collect(),
+            Err(errors) => errors,
+        }
     }
 
     #[test]
@@ -305,6 +416,53 @@ mod tests {
         for (got, want) in got.iter().zip(want) {
             assert!(got.starts_with(want), "{got} should start with {want}");
         }
+    }
+
+    #[test]
+    fn every_refused_value_is_reported_and_the_parse_goes_on() {
+        let text = BASE
+            .replace(
+                "[upstream]",
+                "[limits]\nidle_timeout = \"10\"\nmax_headers = \"many\"\n[upstream]",
+            )
+            .replace("lease = \"30s\"", "lease = \"1.5h\"\nwait_timeout = 5");
+        let parsed = parse::<RawConfig>(&text).expect("refused values leave a file to validate");
+        let refused: Vec<String> = parsed.refused.iter().map(|(key, _)| key.clone()).collect();
+        assert_eq!(
+            refused,
+            [
+                "limits.idle_timeout",
+                "limits.max_headers",
+                "route[1].idempotency.lease",
+                "route[1].idempotency.wait_timeout",
+            ]
+        );
+        assert!(
+            parsed.refused[0].1.contains("\"10\" has no unit"),
+            "{:?}",
+            parsed.refused
+        );
+        assert!(
+            parsed.refused[1].1.ends_with("(line 6)"),
+            "{:?}",
+            parsed.refused
+        );
+        assert!(
+            parsed.value.limits.idle_timeout.is_none(),
+            "left out: its default stands in"
+        );
+        // An unknown key after a refused value is still found.
+        let both = text.replace("wait_timeout = 5", "wait_timeout = 5\nleese = \"1s\"");
+        assert_eq!(
+            errors(&both),
+            ["route[1].idempotency.leese: unknown key; did you mean `lease`?"]
+        );
+        // A required key whose value was refused is not also "missing".
+        let required = BASE.replace("name = \"b\"", "name = 2");
+        assert_eq!(
+            errors(&required),
+            ["route[1].name: invalid type: integer `2`, expected a string (line 12)"]
+        );
     }
 
     #[test]

@@ -13,8 +13,8 @@ use crate::config::problems::Problems;
 use crate::config::raw::RawSignature;
 use crate::config::redact::redact_url;
 use crate::signature::{
-    Credential, DEFAULT_TOLERANCE, Derivation, Preset, PresetKind, PublicKeys, RawPublicKey,
-    Secret, decode_hex_key, decode_whsec,
+    Credential, Derivation, Preset, PresetKind, PublicKeys, RawPublicKey, Secret, decode_hex_key,
+    decode_whsec,
 };
 
 /// The `[route.signature]` keys only some presets read, and whether each
@@ -203,7 +203,7 @@ fn tolerance(
     raw: &RawSignature,
     kind: PresetKind,
 ) -> Option<Duration> {
-    match (kind.default_tolerance(), raw.tolerance.as_deref()) {
+    match (kind.default_tolerance(), raw.tolerance) {
         (None, Some(_)) => {
             problems.push(
                 &format!("{key}.tolerance"),
@@ -216,9 +216,8 @@ fn tolerance(
         }
         (None, None) => None,
         (Some(default), None) => Some(default),
-        (Some(_), Some(text)) => {
-            let tolerance =
-                problems.duration_or(&format!("{key}.tolerance"), Some(text), DEFAULT_TOLERANCE);
+        (Some(_), Some(written)) => {
+            let tolerance = written.get();
             if tolerance.is_zero() {
                 problems.push(&format!("{key}.tolerance"), "must be greater than zero");
             }

@@ -4,8 +4,14 @@
 //! Owns the parser, its printer, and the error messages: each malformed
 //! form says what is wrong and, where there is one, the spelling to write
 //! instead (`"1.5h"` → "fractions are not supported, write 90m").
+//! [`ConfigDuration`] is the setting itself: serde reads it with this
+//! parser and prints it with this printer, so no section keeps a duration
+//! as text.
 
+use std::fmt;
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What every duration error ends with.
 const HINT: &str = "expected a duration such as \"250ms\", \"30s\", \"5m\", \"24h\"";
@@ -203,9 +209,100 @@ pub fn format_duration(duration: Duration) -> String {
     out
 }
 
+/// A duration setting: written `"30s"` in the file, read through
+/// [`parse_duration`] (a malformed one is an error naming the key, with
+/// the parser's own advice) and printed by `check-config` through
+/// [`format_duration`], so reading and printing never disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ConfigDuration(pub Duration);
+
+impl ConfigDuration {
+    /// `secs` whole seconds, for defaults written as constants.
+    pub const fn secs(secs: u64) -> Self {
+        Self(Duration::from_secs(secs))
+    }
+
+    /// `millis` milliseconds, for defaults written as constants.
+    pub const fn millis(millis: u64) -> Self {
+        Self(Duration::from_millis(millis))
+    }
+
+    /// The duration itself.
+    pub const fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl From<Duration> for ConfigDuration {
+    fn from(duration: Duration) -> Self {
+        Self(duration)
+    }
+}
+
+impl From<ConfigDuration> for Duration {
+    fn from(setting: ConfigDuration) -> Self {
+        setting.0
+    }
+}
+
+impl fmt::Display for ConfigDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl Serialize for ConfigDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Accepts only a string: a bare number is serde's type error,
+        /// which the config reader places on its line.
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = ConfigDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                parse_duration(text).map(ConfigDuration).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_reads_and_prints_through_the_same_syntax() {
+        #[derive(Debug, Deserialize, Serialize)]
+        struct Table {
+            lease: ConfigDuration,
+        }
+        let table: Table = toml::from_str("lease = \"1m30s\"").unwrap();
+        assert_eq!(table.lease.get(), Duration::from_secs(90));
+        assert_eq!(toml::to_string(&table).unwrap().trim(), "lease = \"1m30s\"");
+        let error = toml::from_str::<Table>("lease = \"1.5h\"").unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("\"1.5h\": fractions are not supported, write 90m"),
+            "{error}"
+        );
+        let error = toml::from_str::<Table>("lease = 30").unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("invalid type: integer `30`, expected a string"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn durations() {
