@@ -85,7 +85,7 @@ pub use idempotency::{
     FingerprintPart, Idempotency, KeyPart, Mode, OnInFlight, OnUpstreamTimeout, UnsignedKey,
 };
 pub use inbox_rules::{Ack, Inbox, InboxTriggers};
-pub use limits::Limits;
+pub use limits::{DEFAULT_MAX_STORED_ANSWER_BYTES, Limits};
 pub use otel::Tracing;
 pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;

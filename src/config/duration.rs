@@ -275,6 +275,26 @@ impl<'de> Deserialize<'de> for ConfigDuration {
     }
 }
 
+/// `#[serde(with = "duration::text")]`: a `Duration` field of a typed
+/// section, read and printed as [`ConfigDuration`] is.
+pub mod text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::ConfigDuration;
+
+    /// Prints the duration in the file's syntax.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        ConfigDuration(*duration).serialize(serializer)
+    }
+
+    /// Reads the duration from the file's syntax.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        ConfigDuration::deserialize(deserializer).map(ConfigDuration::get)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,12 @@
 //!
 //! Every setting is written out, defaults included, in the same schema the
 //! file is read with ([`RawConfig`]), so operators can diff two
-//! deployments' output and feed it back to `check-config`. Each section
-//! prints itself beside its validator (`Limits::to_raw`, `route::to_raw`,
-//! …), so reading and printing a setting sit together; this file puts the
-//! sections together and prints the few small top-level ones. Nothing
+//! deployments' output and feed it back to `check-config`. A typed section
+//! (`[limits]`) is its own printer: serde writes the very struct it read.
+//! The others print themselves beside their validator (`route::to_raw`,
+//! `StoreConfig::to_raw`, …), so reading and printing a setting sit
+//! together; this file puts the sections together and prints the few small
+//! top-level ones. Nothing
 //! secret is printed: secrets appear as their source (`env:NAME`,
 //! `file:PATH`, `literal:<redacted>`) and URLs go through [`redact_url`].
 
@@ -30,7 +32,7 @@ impl Config {
                 proxy: Some(self.listen.proxy.to_string()),
                 admin: Some(self.listen.admin.to_string()),
             },
-            limits: self.limits.to_raw(),
+            limits: self.limits.clone(),
             store: self.store.to_raw(self.on_unavailable),
             upstream: RawUpstream {
                 url: redact_url(&self.upstream.url.to_string()),

@@ -15,58 +15,14 @@ pub(super) mod strict;
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::Limits;
+
 pub use super::duration::{ConfigDuration, DurationError, format_duration, parse_duration};
 
 /// Default proxy address: loopback, beside the handler it protects.
 pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
 /// Default admin address: loopback, so metrics and the record API stay private.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8790";
-/// Default body limit: callbacks are small; 1 MiB leaves ample room.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
-/// Largest upstream answer body stored for replay: 1 MiB keeps one
-/// duplicate's store read short enough not to hold up other keys' calls on
-/// a shared Redis connection; larger answers stream to the sender unstored.
-pub const DEFAULT_MAX_STORED_ANSWER_BYTES: usize = 1024 * 1024;
-/// Ceiling of `max_stored_answer_bytes`: records carry a 32-bit body
-/// length and Redis strings end at 512 MiB.
-pub const MAX_STORED_ANSWER_BYTES: usize = 256 * 1024 * 1024;
-/// Default bytes of completed records kept in memory to answer replays
-/// without a store round trip: 32 MiB holds about 20,000 typical
-/// webhook answers, well inside a sidecar's memory budget.
-pub const DEFAULT_REPLAY_CACHE_BYTES: usize = 32 * 1024 * 1024;
-/// Ceiling of `replay_cache_bytes`: a cache larger than this is a second
-/// store, which is what Redis is for.
-pub const MAX_REPLAY_CACHE_BYTES: usize = 4 * 1024 * 1024 * 1024;
-/// Default time a client has to send its request headers (slowloris guard).
-pub const DEFAULT_HEADER_READ_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
-/// Default time to receive a body once its headers arrived (slow-body
-/// guard): generous for callbacks of at most `max_body_bytes`.
-pub const DEFAULT_BODY_READ_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
-/// Default time a connection may stay open with no request in progress
-/// (keep-alive and HTTP/2 alike): senders open a connection per delivery
-/// or reuse one within seconds, so 10 s keeps reuse and frees idle slots.
-pub const DEFAULT_IDLE_TIMEOUT: ConfigDuration = ConfigDuration::secs(10);
-/// Default bytes of request bodies buffered at once across all
-/// connections: 64 full-size (1 MiB) bodies, far above what one handler's
-/// senders deliver at once, small beside a sidecar's memory.
-pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 64 * 1024 * 1024;
-/// Ceiling of `max_buffered_bytes` (the budget is a tokio semaphore,
-/// whose permits end well above this).
-pub const MAX_BUFFERED_BYTES: u64 = 1024 * 1024 * 1024 * 1024;
-/// Default connection cap: far above what one handler's senders need,
-/// low enough that file descriptors and memory stay bounded.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Default header count cap (hyper's own default is 100).
-pub const DEFAULT_MAX_HEADERS: usize = 100;
-/// Default request-head size cap; webhook heads are well under 8 KiB.
-pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
-/// Default cap on duplicates of one key waiting at once; more copies get
-/// 409 `in_flight` at once, so a flood of copies can not pin memory.
-pub const DEFAULT_MAX_WAITING_PER_KEY: usize = 64;
-/// Default `[limits] max_probes_in_flight`.
-pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 16;
-/// Default time in-flight work may take to finish after SIGTERM.
-pub const DEFAULT_SHUTDOWN_GRACE: ConfigDuration = ConfigDuration::secs(30);
 /// Default `[secrets] watch_interval`: a Kubernetes Secret volume is
 /// refreshed about once a minute, so 10 s adds little to the rotation delay
 /// while costing one small read per `file:` source.
@@ -79,9 +35,6 @@ pub const DEFAULT_HOT_KEYS_K: u8 = 10;
 /// Default `[hot_keys] window`: a minute shows a retry loop while it runs
 /// and forgets it soon after it stops.
 pub const DEFAULT_HOT_KEYS_WINDOW: ConfigDuration = ConfigDuration::secs(60);
-/// Default `[limits] worker_threads`: one thread, the cheapest per request
-/// (the crate docs, "Runtime").
-pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// Default Redis key prefix, so idemgate shares a database safely.
 pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
 /// Default per-command store timeout: a healthy Redis answers in well under
@@ -163,7 +116,7 @@ pub struct RawConfig {
     pub listen: RawListen,
     /// Resource limits.
     #[serde(default)]
-    pub limits: RawLimits,
+    pub limits: Limits,
     /// The idempotency store.
     pub store: RawStore,
     /// The default upstream.
@@ -193,40 +146,6 @@ pub struct RawListen {
     pub proxy: Option<String>,
     /// The admin listener.
     pub admin: Option<String>,
-}
-
-/// `[limits]`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLimits {
-    /// Largest accepted request body.
-    pub max_body_bytes: Option<u64>,
-    /// Time allowed for request headers.
-    pub header_read_timeout: Option<ConfigDuration>,
-    /// Time allowed to finish in-flight work on shutdown.
-    pub shutdown_grace: Option<ConfigDuration>,
-    /// Time allowed to receive the whole body once the headers are in.
-    pub body_read_timeout: Option<ConfigDuration>,
-    /// Time a connection may stay open with no request in progress.
-    pub idle_timeout: Option<ConfigDuration>,
-    /// Bytes of request bodies buffered at once, across all connections.
-    pub max_buffered_bytes: Option<u64>,
-    /// Open proxy connections at most; further ones wait in the backlog.
-    pub max_connections: Option<usize>,
-    /// Request header fields at most.
-    pub max_headers: Option<usize>,
-    /// Size of the request head (request line + headers) at most.
-    pub max_header_bytes: Option<usize>,
-    /// Duplicates of one key waiting for its first delivery at most.
-    pub max_waiting_per_key: Option<usize>,
-    /// Probes in flight at once on this instance, all routes together.
-    pub max_probes_in_flight: Option<usize>,
-    /// Largest upstream answer body kept for replay.
-    pub max_stored_answer_bytes: Option<usize>,
-    /// Bytes of completed records cached in memory for replays (0: off).
-    pub replay_cache_bytes: Option<usize>,
-    /// Threads that serve requests (0: one per CPU).
-    pub worker_threads: Option<usize>,
 }
 
 /// `[store]`.

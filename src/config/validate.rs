@@ -36,7 +36,7 @@ impl Config {
         let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
         let listen = listen(&mut problems, raw.listen);
-        let limits = limits(&mut problems, &raw.limits);
+        let limits = limits(&mut problems, raw.limits);
         let store = store_config(
             &mut problems,
             &raw.store,

@@ -447,8 +447,9 @@ mod tests {
             "{:?}",
             parsed.refused
         );
-        assert!(
-            parsed.value.limits.idle_timeout.is_none(),
+        assert_eq!(
+            parsed.value.limits.idle_timeout,
+            crate::config::Limits::default().idle_timeout,
             "left out: its default stands in"
         );
         // An unknown key after a refused value is still found.

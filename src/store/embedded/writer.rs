@@ -79,7 +79,7 @@ impl Default for GroupCommit {
         Self {
             commit_delay: Duration::ZERO,
             max_batch: 256,
-            room: super::disk_room::needed_for(crate::config::raw::DEFAULT_MAX_STORED_ANSWER_BYTES),
+            room: super::disk_room::needed_for(crate::config::DEFAULT_MAX_STORED_ANSWER_BYTES),
         }
     }
 }
