@@ -3,7 +3,7 @@
 //! Every setting is written out, defaults included, in the same schema the
 //! file is read with ([`RawConfig`]), so operators can diff two
 //! deployments' output and feed it back to `check-config`. A typed section
-//! (`[limits]`) is its own printer: serde writes the very struct it read.
+//! (`[limits]`, `[hot_keys]`) is its own printer: serde writes the very struct it read.
 //! The others print themselves beside their validator (`route::to_raw`,
 //! `StoreConfig::to_raw`, …), so reading and printing a setting sit
 //! together; this file puts the sections together and prints the few small
@@ -56,7 +56,7 @@ impl Config {
             secrets: RawSecrets {
                 watch_interval: Some(self.secrets_watch.unwrap_or_default().into()),
             },
-            hot_keys: self.hot_keys.to_raw(),
+            hot_keys: self.hot_keys.clone(),
             tracing: self.tracing.as_ref().map(Tracing::to_raw),
             routes: self
                 .routes

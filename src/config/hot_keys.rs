@@ -1,14 +1,17 @@
 //! `[hot_keys]`: the per-route top-k of keys by deliveries in a sliding
-//! window (`crate::hot_keys`), validated.
+//! window (`crate::hot_keys`), read, defaulted and printed by serde.
 //!
 //! `k` bounds both the label cardinality of the per-key series (at most
-//! `k` per route, and only with `export_keys`) and the memory of each route's table, so it has a hard
-//! ceiling; the window must be long enough to split into its slices.
+//! `k` per route, and only with `export_keys`) and the memory of each
+//! route's table, so it has a hard ceiling, enforced as the file is read
+//! ([`TopK`]); the window must be long enough to split into its slices.
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
+use super::duration::{self, format_duration};
 use super::problems::Problems;
-use super::raw::{self, RawHotKeys, format_duration};
 
 /// Shortest accepted window: one second still splits into slices of a
 /// sixth of a second.
@@ -18,7 +21,8 @@ const MIN_WINDOW: Duration = Duration::from_secs(1);
 const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// How many keys per route are reported: 1 to [`TopK::MAX`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "usize", into = "usize")]
 pub struct TopK(u8);
 
 impl TopK {
@@ -39,14 +43,32 @@ impl TopK {
     }
 }
 
-/// The validated `[hot_keys]` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl TryFrom<usize> for TopK {
+    type Error = String;
+
+    fn try_from(k: usize) -> Result<Self, String> {
+        Self::new(k).ok_or_else(|| format!("must be 1 to {}", Self::MAX))
+    }
+}
+
+impl From<TopK> for usize {
+    fn from(k: TopK) -> Self {
+        k.get()
+    }
+}
+
+/// `[hot_keys]`, as written and as used.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct HotKeysConfig {
     /// Whether deliveries are tracked and exported at all.
     pub enabled: bool,
-    /// Keys reported per route.
+    /// Keys reported per route: ten fill a dashboard table and keep the
+    /// exported series at ten per route.
     pub k: TopK,
-    /// Length of the sliding window.
+    /// Length of the sliding window: a minute shows a retry loop while it
+    /// runs and forgets it soon after it stops.
+    #[serde(with = "duration::text")]
     pub window: Duration,
     /// Whether `/metrics` names keys: off by default, because a series per
     /// key churns with every new key a sender uses; the key-less
@@ -58,37 +80,16 @@ impl Default for HotKeysConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            k: TopK(raw::DEFAULT_HOT_KEYS_K),
-            window: raw::DEFAULT_HOT_KEYS_WINDOW.get(),
+            k: TopK(10),
+            window: Duration::from_secs(60),
             export_keys: false,
         }
     }
 }
 
-impl HotKeysConfig {
-    /// The table as `check-config` prints it.
-    pub(super) fn to_raw(&self) -> RawHotKeys {
-        RawHotKeys {
-            enabled: Some(self.enabled),
-            k: Some(self.k.get()),
-            window: Some(self.window.into()),
-            export_keys: Some(self.export_keys),
-        }
-    }
-}
-
-/// Validates `[hot_keys]`; every error names its key.
-pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConfig {
-    let defaults = HotKeysConfig::default();
-    let k = match raw.k {
-        None => defaults.k,
-        Some(k) => TopK::new(k).unwrap_or_else(|| {
-            problems.push("hot_keys.k", format!("must be 1 to {}", TopK::MAX));
-            defaults.k
-        }),
-    };
-    let window = raw.window.unwrap_or(raw::DEFAULT_HOT_KEYS_WINDOW).get();
-    if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+/// Checks the window of `[hot_keys]`; the error names its key.
+pub(super) fn hot_keys(problems: &mut Problems, hot_keys: HotKeysConfig) -> HotKeysConfig {
+    if !(MIN_WINDOW..=MAX_WINDOW).contains(&hot_keys.window) {
         problems.push(
             "hot_keys.window",
             format!(
@@ -98,30 +99,29 @@ pub(super) fn hot_keys(problems: &mut Problems, raw: &RawHotKeys) -> HotKeysConf
             ),
         );
     }
-    HotKeysConfig {
-        enabled: raw.enabled.unwrap_or(true),
-        k,
-        window,
-        export_keys: raw.export_keys.unwrap_or(false),
-    }
+    hot_keys
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::raw::ConfigDuration;
+    use crate::config::Config;
     use crate::config::tests::{MINIMAL, problems_of};
 
-    fn check(raw: &RawHotKeys) -> (HotKeysConfig, Vec<String>) {
-        let mut problems = Problems::default();
-        let config = hot_keys(&mut problems, raw);
-        (config, problems.0)
+    /// The `[hot_keys]` a file with `table` reads as, or its problems.
+    fn check(table: &str) -> (Option<HotKeysConfig>, Vec<String>) {
+        let text = format!("{MINIMAL}\n[hot_keys]\n{table}\n");
+        match Config::parse(&text) {
+            Ok(config) => (Some(config.hot_keys), Vec::new()),
+            Err(error) => (None, error.0),
+        }
     }
 
     #[test]
     fn defaults_are_on_ten_keys_one_minute_no_key_series() {
-        let (config, problems) = check(&RawHotKeys::default());
+        let (config, problems) = check("");
         assert!(problems.is_empty(), "{problems:?}");
+        let config = config.unwrap();
         assert_eq!(config, HotKeysConfig::default());
         assert_eq!(
             (
@@ -136,40 +136,19 @@ mod tests {
 
     #[test]
     fn every_error_names_its_key() {
-        for (raw, expected) in [
-            (
-                RawHotKeys {
-                    k: Some(0),
-                    ..RawHotKeys::default()
-                },
-                "hot_keys.k: must be 1 to 100",
-            ),
-            (
-                RawHotKeys {
-                    k: Some(101),
-                    ..RawHotKeys::default()
-                },
-                "hot_keys.k: must be 1 to 100",
-            ),
-            (
-                RawHotKeys {
-                    window: Some(ConfigDuration::millis(500)),
-                    ..RawHotKeys::default()
-                },
-                "hot_keys.window: must be 1s to 24h",
-            ),
+        for (table, expected) in [
+            ("k = 0", "hot_keys.k: must be 1 to 100"),
+            ("k = 101", "hot_keys.k: must be 1 to 100"),
+            ("window = \"500ms\"", "hot_keys.window: must be 1s to 24h"),
         ] {
-            let (_, problems) = check(&raw);
+            let (_, problems) = check(table);
             assert_eq!(problems.len(), 1, "{problems:?}");
             assert!(problems[0].starts_with(expected), "{problems:?}");
         }
-        let (config, problems) = check(&RawHotKeys {
-            enabled: Some(false),
-            k: Some(100),
-            window: Some(ConfigDuration::secs(300)),
-            export_keys: Some(true),
-        });
+        let (config, problems) =
+            check("enabled = false\nk = 100\nwindow = \"5m\"\nexport_keys = true");
         assert!(problems.is_empty());
+        let config = config.unwrap();
         assert_eq!(
             (
                 config.enabled,

@@ -15,6 +15,7 @@ pub(super) mod strict;
 
 use serde::{Deserialize, Serialize};
 
+use super::hot_keys::HotKeysConfig;
 use super::limits::Limits;
 
 pub use super::duration::{ConfigDuration, DurationError, format_duration, parse_duration};
@@ -29,12 +30,6 @@ pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8790";
 pub const DEFAULT_WATCH_INTERVAL: ConfigDuration = ConfigDuration::secs(10);
 /// `[admin] audit_retention` when absent.
 pub const DEFAULT_AUDIT_RETENTION: ConfigDuration = ConfigDuration::secs(30 * 86400);
-/// Default `[hot_keys] k`: ten keys per route fill a dashboard table and
-/// keep the exported series at ten per route.
-pub const DEFAULT_HOT_KEYS_K: u8 = 10;
-/// Default `[hot_keys] window`: a minute shows a retry loop while it runs
-/// and forgets it soon after it stops.
-pub const DEFAULT_HOT_KEYS_WINDOW: ConfigDuration = ConfigDuration::secs(60);
 /// Default Redis key prefix, so idemgate shares a database safely.
 pub const DEFAULT_KEY_PREFIX: &str = "idemgate";
 /// Default per-command store timeout: a healthy Redis answers in well under
@@ -129,7 +124,7 @@ pub struct RawConfig {
     pub secrets: RawSecrets,
     /// Per-route hot keys.
     #[serde(default)]
-    pub hot_keys: RawHotKeys,
+    pub hot_keys: HotKeysConfig,
     /// OpenTelemetry trace export; absent (the default) is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<RawTracing>,
@@ -230,21 +225,6 @@ pub struct RawAdminToken {
     pub token: String,
     /// `read` (default) or `act`.
     pub scope: Option<String>,
-}
-
-/// `[hot_keys]`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawHotKeys {
-    /// Track and export hot keys (default true).
-    pub enabled: Option<bool>,
-    /// Keys reported per route, 1 to 100.
-    pub k: Option<usize>,
-    /// Length of the sliding window.
-    pub window: Option<ConfigDuration>,
-    /// Export a series per key (with duplicates) on `/metrics` (default
-    /// false).
-    pub export_keys: Option<bool>,
 }
 
 /// `[tracing]`.

@@ -74,7 +74,7 @@ impl Config {
                 .get(),
         )
         .filter(|interval| !interval.is_zero());
-        let hot_keys = hot_keys(&mut problems, &raw.hot_keys);
+        let hot_keys = hot_keys(&mut problems, raw.hot_keys);
         let tracing = tracing(&mut problems, raw.tracing);
         let routes = routes(&mut problems, raw.routes, &upstream, on_unavailable);
         if !problems.0.is_empty() {
