@@ -86,7 +86,7 @@ pub use idempotency::{
 };
 pub use inbox_rules::{Ack, Inbox, InboxTriggers};
 pub use limits::{DEFAULT_MAX_STORED_ANSWER_BYTES, Limits};
-pub use otel::Tracing;
+pub use otel::{DEFAULT_SERVICE_NAME, Tracing};
 pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;
 pub use status::CacheStatus;

@@ -8,10 +8,23 @@
 //! log line of an action records as `token=`, so they are unique and
 //! plain words.
 
+use serde::{Deserialize, Serialize};
+
 use super::choice::choices;
 use super::problems::Problems;
-use super::raw::RawAdminToken;
 use super::{Secret, Strength};
+
+/// One `[[admin.tokens]]` entry.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdminToken {
+    /// What logs call its holder.
+    pub name: String,
+    /// Bearer token source (`env:`, `file:`, `literal:`).
+    pub token: String,
+    /// `read` (default) or `act`.
+    pub scope: Option<TokenScope>,
+}
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +88,7 @@ pub(super) fn admin_tokens(
             );
             continue;
         }
-        let scope = problems.choice(&at("scope"), raw.scope.as_deref(), TokenScope::Read);
+        let scope = raw.scope.unwrap_or(TokenScope::Read);
         let secret = Secret::resolve(&raw.token).and_then(|token| {
             token
                 .require(Strength::BEARER)

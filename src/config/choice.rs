@@ -1,10 +1,18 @@
 //! Settings chosen from a fixed list of words (`on_in_flight = "wait"`).
 //!
-//! Each such enum names its words once, in [`Choice::NAMES`]: validation
-//! reads the file with that list and `check-config` prints the effective
-//! value with it, so the two can never drift apart. The lists are written
-//! with [`choices!`] beside the validator of the setting they belong to;
-//! this file only defines the trait, so it imports no other config module.
+//! Each such enum names its words once, in [`Choice::NAMES`]: serde reads
+//! the file with that list and `check-config` prints the effective value
+//! with it, so the two can never drift apart. The lists are written with
+//! [`choices!`] beside the validator of the setting they belong to, which
+//! also makes the enum a serde type, so a raw struct holds the value
+//! rather than its word; this file only defines the trait, so it imports
+//! no other config module.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{Error, Visitor};
+use serde::{Deserializer, Serializer};
 
 /// An enum configured by one of a few words.
 pub trait Choice: Copy + PartialEq + 'static {
@@ -26,14 +34,59 @@ pub trait Choice: Copy + PartialEq + 'static {
             .find(|(_, value)| *value == self)
             .map_or("?", |(name, _)| name)
     }
+
+    /// Reads the value from its word; any other word is refused with the
+    /// list of valid ones.
+    fn deserialize_word<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Word(PhantomData))
+    }
+
+    /// Writes the value as its word.
+    fn serialize_word<S: Serializer>(self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
 }
 
-/// Implements [`Choice`] for each enum from its word list:
+/// Reads one of `T`'s words.
+struct Word<T>(PhantomData<T>);
+
+impl<T: Choice> Visitor<'_> for Word<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: Error>(self, text: &str) -> Result<T, E> {
+        T::from_name(text).ok_or_else(|| {
+            let names: Vec<String> = T::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
+            E::custom(format!(
+                "{text:?} is not valid; expected one of {}",
+                names.join(", ")
+            ))
+        })
+    }
+}
+
+/// Implements [`Choice`], `Deserialize` and `Serialize` for each enum from
+/// its word list:
 /// `choices! { Mode { "enforce" => Enforce, "shadow" => Shadow } }`.
 macro_rules! choices {
     ($($kind:ty { $($word:literal => $value:ident),+ $(,)? })+) => {$(
         impl $crate::config::Choice for $kind {
             const NAMES: &'static [(&'static str, Self)] = &[$(($word, Self::$value)),+];
+        }
+
+        impl<'de> serde::Deserialize<'de> for $kind {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                <Self as $crate::config::Choice>::deserialize_word(deserializer)
+            }
+        }
+
+        impl serde::Serialize for $kind {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                $crate::config::Choice::serialize_word(*self, serializer)
+            }
         }
     )+};
 }
@@ -53,6 +106,24 @@ mod tests {
             assert_eq!(T::from_name(name), Some(*value));
         }
         assert_eq!(T::from_name("no-such-word"), None);
+    }
+
+    #[test]
+    fn a_word_is_read_and_printed_as_the_file_spells_it() {
+        #[derive(Debug, serde::Deserialize, serde::Serialize)]
+        struct Table {
+            mode: Mode,
+        }
+        let table: Table = toml::from_str("mode = \"shadow\"").unwrap();
+        assert_eq!(table.mode, Mode::Shadow);
+        assert_eq!(toml::to_string(&table).unwrap().trim(), "mode = \"shadow\"");
+        let error = toml::from_str::<Table>("mode = \"loud\"").unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("\"loud\" is not valid; expected one of \"enforce\", \"shadow\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! secret is printed: secrets appear as their source (`env:NAME`,
 //! `file:PATH`, `literal:<redacted>`) and URLs go through [`redact_url`].
 
-use super::choice::Choice;
-use super::raw::{RawAdmin, RawAdminToken, RawConfig, RawListen, RawSecrets, RawUpstream};
+use super::admin_tokens::RawAdminToken;
+use super::raw::{RawAdmin, RawConfig, RawListen, RawSecrets, RawUpstream};
 use super::redact::redact_url;
 use super::route;
 use super::{Config, Tracing};
@@ -26,7 +26,7 @@ impl Config {
 
     fn effective(&self) -> RawConfig {
         RawConfig {
-            unmatched: Some(self.unmatched.name().to_owned()),
+            unmatched: Some(self.unmatched),
             problem_type_base: Some(self.problem_types.base().to_owned()),
             listen: RawListen {
                 proxy: Some(self.listen.proxy.to_string()),
@@ -48,7 +48,7 @@ impl Config {
                         .map(|named| RawAdminToken {
                             name: named.name.clone(),
                             token: named.secret.source().to_owned(),
-                            scope: Some(named.scope.name().to_owned()),
+                            scope: Some(named.scope),
                         })
                         .collect(),
                 ),

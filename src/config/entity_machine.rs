@@ -17,12 +17,55 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::Selector;
-use super::choice::{Choice as _, choices};
+use super::choice::choices;
+use super::duration::{ConfigDuration, format_duration};
 use super::inbox_rules::{Ack, Inbox, ack_from};
 use super::problems::Problems;
-use super::raw::{ConfigDuration, RawEntity, format_duration};
 use super::status::CacheStatus;
+
+/// `[route.entity]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEntity {
+    /// A channel's machine whose settings fill what the table leaves out
+    /// (`alipay`, `wechatpay-v2`, `payment`).
+    pub machine: Option<String>,
+    /// Selectors naming the business id (joined like key parts).
+    #[serde(default)]
+    pub id: Vec<String>,
+    /// Selector of the state a delivery announces.
+    #[serde(default)]
+    pub state: String,
+    /// Selector of the event a delivery announces (a refund id): the same
+    /// state with a new event is a change, not a repeat.
+    pub event: Option<String>,
+    /// `"enforce"` or `"shadow"`: judge and act, or only count and log.
+    pub mode: Option<EntityMode>,
+    /// States an entity seen for the first time may take (default: any).
+    pub initial: Option<Vec<String>>,
+    /// Allowed changes, `"from -> to"`, either side `a | b`.
+    #[serde(default)]
+    pub transitions: Vec<String>,
+    /// States nothing may leave.
+    pub terminal: Option<Vec<String>>,
+    /// `"acknowledge"` or `"conflict"`: the answer to a refused transition.
+    pub on_refused: Option<OnRefused>,
+    /// How long an entity's state is kept after its last change.
+    pub retention: Option<ConfigDuration>,
+    /// The handler's answers that mean it accepted a change (default 2xx).
+    pub advance_status: Option<Vec<String>>,
+    /// Notices held behind one busy entity at most (routes with an inbox).
+    pub max_held_per_entity: Option<u64>,
+    /// Status of the acknowledgement (default: the inbox's).
+    pub ack_status: Option<u16>,
+    /// Body of the acknowledgement.
+    pub ack_body: Option<String>,
+    /// `Content-Type` of that body.
+    pub ack_content_type: Option<String>,
+}
 
 /// Default `retention`: thirty days, past every gateway's retry horizon
 /// and most refund windows' first weeks.
@@ -251,17 +294,9 @@ pub(super) fn entity(
         state: state?,
         event,
         machine_name: raw.machine.clone(),
-        mode: problems.choice(
-            &format!("{key}.mode"),
-            raw.mode.as_deref(),
-            EntityMode::Enforce,
-        ),
+        mode: raw.mode.unwrap_or(EntityMode::Enforce),
         machine,
-        on_refused: problems.choice(
-            &format!("{key}.on_refused"),
-            raw.on_refused.as_deref(),
-            OnRefused::Acknowledge,
-        ),
+        on_refused: raw.on_refused.unwrap_or(OnRefused::Acknowledge),
         retention: entity_retention,
         advance_status: advance_status(problems, &key, raw.advance_status.as_deref()),
         ack,
@@ -385,7 +420,7 @@ impl Entity {
             id: self.id.iter().map(ToString::to_string).collect(),
             state: self.state.to_string(),
             event: self.event.as_ref().map(ToString::to_string),
-            mode: Some(self.mode.name().to_owned()),
+            mode: Some(self.mode),
             initial: machine.initial.clone(),
             transitions: machine
                 .transitions
@@ -393,7 +428,7 @@ impl Entity {
                 .map(|(from, to)| format!("{from} -> {to}"))
                 .collect(),
             terminal: Some(machine.terminal.clone()),
-            on_refused: Some(self.on_refused.name().to_owned()),
+            on_refused: Some(self.on_refused),
             retention: Some(self.retention.into()),
             advance_status: Some(self.advance_status.names()),
             max_held_per_entity: u64::try_from(self.max_held).ok(),

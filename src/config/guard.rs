@@ -8,9 +8,22 @@
 //! the key is even read, so a refused callback leaves nothing in the store
 //! and its corrected retry is handled as a first delivery.
 
+use serde::{Deserialize, Serialize};
+
 use super::Selector;
 use super::problems::Problems;
-use super::raw::RawGuard;
+
+/// One `[[route.guard]]`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGuard {
+    /// Selector of the guarded field.
+    pub field: String,
+    /// Its allowed values, compared exactly as text.
+    pub one_of: Vec<String>,
+    /// Whether an absent field passes (default false).
+    pub optional: Option<bool>,
+}
 
 /// One validated `[[route.guard]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,13 +13,62 @@ use std::time::Duration;
 
 use http::Method;
 
+use serde::{Deserialize, Serialize};
+
 use super::OnUnavailable;
-use super::choice::{Choice, choices};
+use super::choice::choices;
+use super::duration::ConfigDuration;
 use super::problems::Problems;
-use super::raw::{self, RawIdempotency};
 use super::status::CacheStatus;
 use crate::extract::{Segment, Selector};
 use crate::signature::{EventId, RequestPart, Scheme, unsigned};
+
+/// Default in-flight claim lifetime (renewed while the upstream call runs).
+const DEFAULT_LEASE: ConfigDuration = ConfigDuration::secs(30);
+/// Default replay window: a day covers every common sender's retry schedule
+/// for the first day; raise it for senders that retry for longer.
+const DEFAULT_RETENTION: ConfigDuration = ConfigDuration::secs(24 * 3600);
+/// Default time a duplicate waits for an in-flight first delivery.
+const DEFAULT_WAIT_TIMEOUT: ConfigDuration = ConfigDuration::secs(5);
+/// Default time an unknown outcome blocks re-forwarding.
+const DEFAULT_UNKNOWN_HOLD: ConfigDuration = ConfigDuration::secs(5 * 60);
+
+/// `[route.idempotency]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIdempotency {
+    /// Key part selectors.
+    pub key: Option<Vec<String>>,
+    /// Whether a missing key part is a 400.
+    pub require_key: Option<bool>,
+    /// Fingerprint parts.
+    pub fingerprint: Option<Vec<String>>,
+    /// Body fields left out of the body hash.
+    pub fingerprint_ignore: Option<Vec<String>>,
+    /// In-flight claim lifetime.
+    pub lease: Option<ConfigDuration>,
+    /// Replay window.
+    pub retention: Option<ConfigDuration>,
+    /// `"wait"` or `"conflict"`.
+    pub on_in_flight: Option<OnInFlight>,
+    /// Longest wait for an in-flight first delivery.
+    pub wait_timeout: Option<ConfigDuration>,
+    /// Status classes that are stored.
+    pub cache_status: Option<Vec<String>>,
+    /// `"hold"` or `"release"`.
+    pub on_upstream_timeout: Option<OnUpstreamTimeout>,
+    /// How long an unknown outcome blocks.
+    pub unknown_hold: Option<ConfigDuration>,
+    /// `"enforce"` or `"shadow"`.
+    pub mode: Option<Mode>,
+    /// Key space shared with other routes (default: the route name).
+    pub scope: Option<String>,
+    /// Per-route `on_unavailable`.
+    pub on_unavailable: Option<OnUnavailable>,
+    /// `"refuse"` or `"accept"`: a key or fingerprint-as-key resting on
+    /// parts the signature does not cover.
+    pub unsigned_key: Option<UnsignedKey>,
+}
 
 /// Shortest accepted `lease`, `retention` and `unknown_hold`.
 const MIN_HOLD: Duration = Duration::from_millis(100);
@@ -278,31 +327,15 @@ pub(super) fn idempotency(
         fingerprint_ignore,
         lease: timings.lease,
         retention: timings.retention,
-        on_in_flight: problems.choice(
-            &format!("{key}.on_in_flight"),
-            raw.on_in_flight.as_deref(),
-            OnInFlight::Wait,
-        ),
+        on_in_flight: raw.on_in_flight.unwrap_or(OnInFlight::Wait),
         wait_timeout: timings.wait_timeout,
         cache_status,
-        on_upstream_timeout: problems.choice(
-            &format!("{key}.on_upstream_timeout"),
-            raw.on_upstream_timeout.as_deref(),
-            OnUpstreamTimeout::Hold,
-        ),
+        on_upstream_timeout: raw.on_upstream_timeout.unwrap_or(OnUpstreamTimeout::Hold),
         unknown_hold: timings.unknown_hold,
         scope,
-        mode: problems.choice(&format!("{key}.mode"), raw.mode.as_deref(), Mode::Enforce),
-        on_unavailable: problems.choice(
-            &format!("{key}.on_unavailable"),
-            raw.on_unavailable.as_deref(),
-            store_on_unavailable,
-        ),
-        unsigned_key: problems.choice(
-            &format!("{key}.unsigned_key"),
-            raw.unsigned_key.as_deref(),
-            UnsignedKey::Refuse,
-        ),
+        mode: raw.mode.unwrap_or(Mode::Enforce),
+        on_unavailable: raw.on_unavailable.unwrap_or(store_on_unavailable),
+        unsigned_key: raw.unsigned_key.unwrap_or(UnsignedKey::Refuse),
         accepted_unsigned: Vec::new(),
     }
 }
@@ -407,15 +440,15 @@ struct Timings {
 
 impl Timings {
     fn read(problems: &mut Problems, key: &str, raw: &RawIdempotency, scheme: &Scheme) -> Self {
-        let lease = raw.lease.unwrap_or(raw::DEFAULT_LEASE).get();
+        let lease = raw.lease.unwrap_or(DEFAULT_LEASE).get();
         let retention = match (raw.retention, scheme) {
             (None, Scheme::Preset(preset)) if preset.kind.default_retention().is_some() => {
                 preset.kind.default_retention().unwrap_or_default()
             }
-            (written, _) => written.unwrap_or(raw::DEFAULT_RETENTION).get(),
+            (written, _) => written.unwrap_or(DEFAULT_RETENTION).get(),
         };
-        let wait_timeout = raw.wait_timeout.unwrap_or(raw::DEFAULT_WAIT_TIMEOUT).get();
-        let unknown_hold = raw.unknown_hold.unwrap_or(raw::DEFAULT_UNKNOWN_HOLD).get();
+        let wait_timeout = raw.wait_timeout.unwrap_or(DEFAULT_WAIT_TIMEOUT).get();
+        let unknown_hold = raw.unknown_hold.unwrap_or(DEFAULT_UNKNOWN_HOLD).get();
         for (field, value) in [
             ("lease", lease),
             ("retention", retention),
@@ -513,15 +546,15 @@ impl Idempotency {
             ),
             lease: Some(self.lease.into()),
             retention: Some(self.retention.into()),
-            on_in_flight: Some(self.on_in_flight.name().to_owned()),
+            on_in_flight: Some(self.on_in_flight),
             wait_timeout: Some(self.wait_timeout.into()),
             cache_status: Some(self.cache_status.names()),
-            on_upstream_timeout: Some(self.on_upstream_timeout.name().to_owned()),
+            on_upstream_timeout: Some(self.on_upstream_timeout),
             unknown_hold: Some(self.unknown_hold.into()),
-            mode: Some(self.mode.name().to_owned()),
+            mode: Some(self.mode),
             scope: Some(self.scope.clone()),
-            on_unavailable: Some(self.on_unavailable.name().to_owned()),
-            unsigned_key: Some(self.unsigned_key.name().to_owned()),
+            on_unavailable: Some(self.on_unavailable),
+            unsigned_key: Some(self.unsigned_key),
         }
     }
 }

@@ -19,14 +19,77 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use serde::{Deserialize, Serialize};
+
+use super::duration::{ConfigDuration, format_duration};
 use super::problems::Problems;
-use super::raw::{
-    DEFAULT_ACK_CONTENT_TYPE, DEFAULT_ACK_STATUS, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY,
-    DEFAULT_DELIVERED_STATUS, DEFAULT_INBOX_ON, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_MAX_QUEUED, DEFAULT_REPAIR_EVERY, DEFAULT_VISIBILITY_TIMEOUT, RawInbox,
-    format_duration,
-};
 use super::status::CacheStatus;
+
+/// Default `on`: server errors, rate limiting and a handler that is down
+/// are worth another try; other 4xx answers will not change on a retry.
+const DEFAULT_INBOX_ON: [&str; 3] = ["5xx", "429", "refused"];
+/// Default `delivered_status`: a handler that took a redelivery says so
+/// with 2xx; a 4xx (a refused signature, an address allow-list, a missing
+/// route) means it did not, whatever `cache_status` stores for live
+/// attempts.
+const DEFAULT_DELIVERED_STATUS: [&str; 1] = ["2xx"];
+/// Default `max_queued`: far above a normal backlog (a day of a busy
+/// route's failures), small enough that the store's memory stays bounded.
+const DEFAULT_MAX_QUEUED: u64 = 100_000;
+/// Default `ack_status`: every sender reads 200 as delivered.
+const DEFAULT_ACK_STATUS: u16 = 200;
+/// Default `ack_content_type`: the acknowledgement bodies senders expect
+/// (`success`, `OK`) are plain text.
+const DEFAULT_ACK_CONTENT_TYPE: &str = "text/plain";
+/// Default `max_attempts`: with the default backoff about a day and a half
+/// of redeliveries, longer than most handler outages.
+const DEFAULT_MAX_ATTEMPTS: u32 = 12;
+/// Default `backoff`: long enough for a restarting handler to come back.
+const DEFAULT_BACKOFF: ConfigDuration = ConfigDuration::secs(30);
+/// Default `max_backoff`: an hour keeps a long outage from being retried
+/// too rarely once it ends.
+const DEFAULT_MAX_BACKOFF: ConfigDuration = ConfigDuration::secs(3600);
+/// Default `concurrency`: a recovering handler is not flooded with its
+/// backlog.
+const DEFAULT_CONCURRENCY: usize = 4;
+/// Default `visibility_timeout`: above the default upstream timeout (30 s).
+const DEFAULT_VISIBILITY_TIMEOUT: ConfigDuration = ConfigDuration::secs(60);
+/// Default `repair_every`: a delivery whose index entry a failover lost is
+/// found again within a minute, for one pass a minute per instance and
+/// scope (16,384 small reads on a Cluster, one on a single Redis).
+const DEFAULT_REPAIR_EVERY: ConfigDuration = ConfigDuration::secs(60);
+
+/// `[route.inbox]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInbox {
+    /// Whether the table takes effect (default true when it is present).
+    pub enabled: Option<bool>,
+    /// Failures queued: status classes, codes, `"refused"`, `"timeout"`.
+    pub on: Option<Vec<String>>,
+    /// Status the sender is told when its delivery is queued.
+    pub ack_status: Option<u16>,
+    /// Body the sender is told when its delivery is queued.
+    pub ack_body: Option<String>,
+    /// `Content-Type` of that body.
+    pub ack_content_type: Option<String>,
+    /// Redeliveries before a delivery is dead.
+    pub max_attempts: Option<u32>,
+    /// First redelivery delay, doubled each attempt.
+    pub backoff: Option<ConfigDuration>,
+    /// Cap on the delay.
+    pub max_backoff: Option<ConfigDuration>,
+    /// Redeliveries in flight per instance.
+    pub concurrency: Option<usize>,
+    /// How long a taken delivery stays invisible to other workers.
+    pub visibility_timeout: Option<ConfigDuration>,
+    /// Handler statuses that mean a redelivery was taken.
+    pub delivered_status: Option<Vec<String>>,
+    /// Deliveries owed (queued or held) in the route's scope at most.
+    pub max_queued: Option<u64>,
+    /// How often the scope's indexes are checked against its owed set.
+    pub repair_every: Option<ConfigDuration>,
+}
 
 /// Most redeliveries one delivery may get: more is a typo, not a policy.
 const MAX_ATTEMPTS: u32 = 1000;

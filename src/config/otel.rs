@@ -12,9 +12,37 @@ use std::fmt;
 
 use http::Uri;
 
+use serde::{Deserialize, Serialize};
+
 use super::problems::Problems;
-use super::raw::{self, RawTracing};
+
 use super::redact::redact_url;
+
+/// Default `[tracing] sampling_ratio`: every trace a sender did not
+/// decide on is kept; lower it when the collector can not take them all.
+const DEFAULT_SAMPLING_RATIO: f64 = 1.0;
+/// The `service.name` of every span when neither `[tracing] service_name`
+/// nor the OpenTelemetry environment (`OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`) names the service.
+pub const DEFAULT_SERVICE_NAME: &str = "idemgate";
+/// Default `[tracing] queue_size`: finished spans waiting for export at
+/// most (a delivery makes four or five); more are dropped and counted.
+const DEFAULT_TRACE_QUEUE_SIZE: usize = 2048;
+
+/// `[tracing]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    /// OTLP/HTTP collector base URL (`/v1/traces` is appended); absent: off.
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces kept, 0.0 to 1.0; a sender's sampled
+    /// `traceparent` is always honoured.
+    pub sampling_ratio: Option<f64>,
+    /// `service.name` of the exported spans.
+    pub service_name: Option<String>,
+    /// Finished spans waiting for export at most.
+    pub queue_size: Option<usize>,
+}
 
 /// Largest `queue_size`: a million spans is about a gigabyte of memory,
 /// beyond any sane buffer in front of a collector.
@@ -30,7 +58,7 @@ pub struct Tracing {
     pub sampling_ratio: f64,
     /// `service.name` of the exported spans as the file sets it; `None`
     /// leaves it to `OTEL_SERVICE_NAME`, then `OTEL_RESOURCE_ATTRIBUTES`,
-    /// then [`raw::DEFAULT_SERVICE_NAME`] (`crate::telemetry`, "Resource").
+    /// then [`DEFAULT_SERVICE_NAME`] (`crate::telemetry`, "Resource").
     pub service_name: Option<String>,
     /// Finished spans waiting for export at most; more are dropped and
     /// counted in `idemgate_trace_spans_dropped_total`.
@@ -74,7 +102,7 @@ impl Tracing {
 /// Checks `[tracing]`; `None` when it is absent or has no endpoint (off).
 pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Option<Tracing> {
     let raw = raw?;
-    let sampling_ratio = raw.sampling_ratio.unwrap_or(raw::DEFAULT_SAMPLING_RATIO);
+    let sampling_ratio = raw.sampling_ratio.unwrap_or(DEFAULT_SAMPLING_RATIO);
     if !(0.0..=1.0).contains(&sampling_ratio) {
         problems.push(
             "tracing.sampling_ratio",
@@ -88,7 +116,7 @@ pub(super) fn tracing(problems: &mut Problems, raw: Option<RawTracing>) -> Optio
     {
         problems.push("tracing.service_name", "must not be empty");
     }
-    let queue_size = raw.queue_size.unwrap_or(raw::DEFAULT_TRACE_QUEUE_SIZE);
+    let queue_size = raw.queue_size.unwrap_or(DEFAULT_TRACE_QUEUE_SIZE);
     if queue_size == 0 || queue_size > MAX_QUEUE_SIZE {
         problems.push(
             "tracing.queue_size",
@@ -163,9 +191,9 @@ mod tests {
     #[test]
     fn defaults_fill_in() {
         let tracing = on_with_endpoint("http://127.0.0.1:4318");
-        assert_eq!(tracing.sampling_ratio, raw::DEFAULT_SAMPLING_RATIO);
+        assert_eq!(tracing.sampling_ratio, DEFAULT_SAMPLING_RATIO);
         assert_eq!(tracing.service_name, None, "left to the environment");
-        assert_eq!(tracing.queue_size, raw::DEFAULT_TRACE_QUEUE_SIZE);
+        assert_eq!(tracing.queue_size, DEFAULT_TRACE_QUEUE_SIZE);
         assert_eq!(tracing.traces_url(), "http://127.0.0.1:4318/v1/traces");
     }
 

@@ -14,10 +14,48 @@ use std::time::Duration;
 
 use http::Method;
 
+use serde::{Deserialize, Serialize};
+
+use super::duration::{ConfigDuration, format_duration};
 use super::problems::Problems;
-use super::raw::{ConfigDuration, RawProbe, format_duration};
 use super::{Segment, Selector, Template};
 use crate::signature::Secret;
+
+/// `[route.probe]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProbe {
+    /// Method (default GET).
+    pub method: Option<String>,
+    /// Path and query template on the route's upstream.
+    pub path: String,
+    /// Extra headers, `"Name: value"`.
+    pub headers: Option<Vec<String>>,
+    /// When the handler gives up on a request at the latest.
+    pub handler_deadline: ConfigDuration,
+    /// Delay after the call ended (default upstream timeout + deadline).
+    pub start_after: Option<ConfigDuration>,
+    /// Pause between attempts.
+    pub retry_every: Option<ConfigDuration>,
+    /// Attempts at most.
+    pub max_attempts: Option<u32>,
+    /// Time allowed per attempt.
+    pub timeout: Option<ConfigDuration>,
+    /// Probes of this route in flight at once, per instance.
+    pub concurrency: Option<u32>,
+    /// Statuses meaning applied.
+    pub applied_status: Option<Vec<u16>>,
+    /// Statuses meaning not applied.
+    pub not_applied_status: Option<Vec<u16>>,
+    /// A field of the answer that decides.
+    pub field: Option<String>,
+    /// Field values meaning applied.
+    pub applied: Option<Vec<String>>,
+    /// Field values meaning not applied.
+    pub not_applied: Option<Vec<String>>,
+    /// `"ack"` or `"probe"`: what duplicates of an applied record get.
+    pub answer: Option<ProbeAnswer>,
+}
 
 /// The sources a header value may name instead of the value itself.
 const SECRET_SOURCES: [&str; 3] = ["env:", "file:", "literal:"];
@@ -170,15 +208,11 @@ pub(super) fn probe(
             );
         }
     }
-    let answer = problems.choice(
-        &at("answer"),
-        raw.answer.as_deref(),
-        if has_ack {
-            ProbeAnswer::Ack
-        } else {
-            ProbeAnswer::Probe
-        },
-    );
+    let answer = raw.answer.unwrap_or(if has_ack {
+        ProbeAnswer::Ack
+    } else {
+        ProbeAnswer::Probe
+    });
     if answer == ProbeAnswer::Ack && !has_ack {
         problems.push(
             &at("answer"),
@@ -280,7 +314,7 @@ impl Probe {
             field: self.field.as_ref().map(ToString::to_string),
             applied: Some(self.applied.clone()),
             not_applied: Some(self.not_applied.clone()),
-            answer: Some(super::Choice::name(self.answer).to_owned()),
+            answer: Some(self.answer),
         }
     }
 }

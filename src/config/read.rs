@@ -2,38 +2,16 @@
 //! records a problem naming the key when it can not, and returns a
 //! stand-in so validation goes on and every problem is reported.
 //!
-//! The one every section uses is a method of [`Problems`]
-//! ([`Problems::choice`]), written here so that `problems.rs` stays a
-//! leaf. Durations need no reader: they are typed in the raw structs
-//! ([`super::duration::ConfigDuration`]).
+//! Durations and word choices need no reader here: they are serde types
+//! ([`super::duration::ConfigDuration`], [`super::Choice`]), refused as
+//! the file is read.
 
 use std::net::SocketAddr;
 
 use http::Uri;
 
-use super::choice::Choice;
 use super::problems::Problems;
 use super::redact::redact_url;
-
-impl Problems {
-    /// The value `text` names, `default` when it is absent; an unknown
-    /// word is a problem that lists the valid ones.
-    pub(super) fn choice<T: Choice>(&mut self, key: &str, text: Option<&str>, default: T) -> T {
-        let Some(text) = text else { return default };
-        if let Some(value) = T::from_name(text) {
-            return value;
-        }
-        let names: Vec<String> = T::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
-        self.push(
-            key,
-            format!(
-                "{text:?} is not valid; expected one of {}",
-                names.join(", ")
-            ),
-        );
-        default
-    }
-}
 
 /// A listener address (`default` when absent).
 pub(super) fn socket(

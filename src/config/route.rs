@@ -10,12 +10,13 @@ use http::Method;
 
 use super::cross;
 use super::entity_machine::entity;
+use super::guard::RawGuard;
 use super::guard::guards;
 use super::idempotency::idempotency;
 use super::inbox_rules::{Inbox, inbox};
 use super::probe::probe;
 use super::problems::Problems;
-use super::raw::{RawGuard, RawRoute};
+use super::raw::RawRoute;
 use super::read::upstream_url;
 use super::redact::redact_url;
 use super::scheme::{scheme, to_raw as signature_to_raw};

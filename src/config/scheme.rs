@@ -9,15 +9,51 @@
 
 mod preset;
 
-use super::choice::{Choice, choices};
+use serde::{Deserialize, Serialize};
+
+use super::choice::choices;
+use super::duration::ConfigDuration;
 use super::problems::Problems;
-use super::raw::{ConfigDuration, RawSignature};
 use crate::extract::{Selector, Template};
 use crate::signature::{
     Algorithm, DEFAULT_TOLERANCE, Encoding, HmacScheme, PresetKind, Scheme, Secret, Strength,
     TimestampRule, TimestampUnit, secret_strength,
 };
 use preset::{preset, preset_only_keys};
+
+/// `[route.signature]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSignature {
+    /// Scheme name.
+    pub scheme: String,
+    /// Secret sources; any one may match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// `"sha256"` or `"sha512"`.
+    pub algorithm: Option<Algorithm>,
+    /// Selector of the presented signature.
+    pub signature: Option<String>,
+    /// `"hex"` or `"base64"`.
+    pub encoding: Option<Encoding>,
+    /// Text stripped before decoding.
+    pub prefix: Option<String>,
+    /// Template of the signed content.
+    pub message: Option<String>,
+    /// Selector of the timestamp.
+    pub timestamp: Option<String>,
+    /// `"s"` or `"ms"`.
+    pub timestamp_unit: Option<TimestampUnit>,
+    /// Allowed clock difference.
+    pub tolerance: Option<ConfigDuration>,
+    /// RSA public keys (alipay, wechatpay-v3); any one may verify.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_keys: Vec<crate::signature::RawPublicKey>,
+    /// The scheme and host the sender called (twilio signs the full URL).
+    pub public_url: Option<String>,
+    /// Accept Alipay's legacy SHA1withRSA (`sign_type=RSA`).
+    pub allow_rsa1: Option<bool>,
+}
 
 choices! {
     Algorithm { "sha256" => Sha256, "sha512" => Sha512 }
@@ -145,17 +181,9 @@ fn hmac_scheme(
             "at least one secret is required, e.g. [\"env:WEBHOOK_SECRET\"]",
         );
     }
-    let algorithm = problems.choice(
-        &format!("{key}.algorithm"),
-        raw.algorithm.as_deref(),
-        Algorithm::Sha256,
-    );
+    let algorithm = raw.algorithm.unwrap_or(Algorithm::Sha256);
     let signature = signature_selector(problems, key, raw.signature.as_deref());
-    let encoding = problems.choice(
-        &format!("{key}.encoding"),
-        raw.encoding.as_deref(),
-        Encoding::Hex,
-    );
+    let encoding = raw.encoding.unwrap_or(Encoding::Hex);
     let message = match &raw.message {
         Some(text) => problems
             .take(&format!("{key}.message"), Template::parse(text))
@@ -196,11 +224,7 @@ fn signature_selector(problems: &mut Problems, key: &str, text: Option<&str>) ->
 fn timestamp_rule(problems: &mut Problems, key: &str, raw: &RawSignature) -> Option<TimestampRule> {
     let rule = raw.timestamp.as_ref().and_then(|text| {
         let selector = problems.take(&format!("{key}.timestamp"), Selector::parse(text))?;
-        let unit = problems.choice(
-            &format!("{key}.timestamp_unit"),
-            raw.timestamp_unit.as_deref(),
-            TimestampUnit::Seconds,
-        );
+        let unit = raw.timestamp_unit.unwrap_or(TimestampUnit::Seconds);
         let tolerance = raw.tolerance.map_or(DEFAULT_TOLERANCE, ConfigDuration::get);
         if tolerance.is_zero() {
             problems.push(&format!("{key}.tolerance"), "must be greater than zero");
@@ -241,13 +265,13 @@ pub(super) fn to_raw(scheme: &Scheme) -> RawSignature {
             RawSignature {
                 scheme: "hmac".to_owned(),
                 secrets: sources(&hmac.secrets),
-                algorithm: Some(hmac.algorithm.name().to_owned()),
+                algorithm: Some(hmac.algorithm),
                 signature: Some(hmac.signature.to_string()),
-                encoding: Some(hmac.encoding.name().to_owned()),
+                encoding: Some(hmac.encoding),
                 prefix: Some(hmac.prefix.clone()),
                 message: Some(hmac.message.to_string()),
                 timestamp: timestamp.map(|rule| rule.selector.to_string()),
-                timestamp_unit: timestamp.map(|rule| rule.unit.name().to_owned()),
+                timestamp_unit: timestamp.map(|rule| rule.unit),
                 tolerance: timestamp.map(|rule| rule.tolerance.into()),
                 ..RawSignature::default()
             }

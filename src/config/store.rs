@@ -17,13 +17,63 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::OnUnavailable;
-use super::choice::{Choice, choices};
+use super::choice::choices;
+use super::duration::ConfigDuration;
 use super::problems::Problems;
-use super::raw::{self, ConfigDuration};
 use super::redact::redact_url;
-use super::tls::{RedisTls, redis_tls};
+use super::tls::{RedisTls, TlsFiles, redis_tls};
 use crate::signature::Secret;
+
+/// Default Redis key prefix, so idemgate shares a database safely.
+const DEFAULT_KEY_PREFIX: &str = "idemgate";
+/// Default per-command store timeout: a healthy Redis answers in well under
+/// a millisecond, so 250 ms means "unreachable", not "slow".
+const DEFAULT_COMMAND_TIMEOUT: ConfigDuration = ConfigDuration::millis(250);
+/// Default time a claim waits for replica acknowledgements: replication on
+/// a healthy LAN takes well under a millisecond.
+const DEFAULT_REPLICA_ACK_TIMEOUT: ConfigDuration = ConfigDuration::millis(100);
+
+/// `[store]`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `"redis"` or `"embedded"`.
+    pub kind: String,
+    /// Redis URL (kind = "redis").
+    pub url: Option<String>,
+    /// File path (kind = "embedded").
+    pub path: Option<String>,
+    /// Prefix of every store key.
+    pub key_prefix: Option<String>,
+    /// Timeout of one store call.
+    pub command_timeout: Option<ConfigDuration>,
+    /// `"reject"` or `"forward"`.
+    pub on_unavailable: Option<OnUnavailable>,
+    /// Replicas that must acknowledge a claim (Redis `WAIT`); 0 = off.
+    pub min_replicas_ack: Option<u32>,
+    /// How long to wait for those acknowledgements.
+    pub replica_ack_timeout: Option<ConfigDuration>,
+    /// `"memory"`, `"fsync"` (default) or `"replicated"`.
+    pub durability: Option<Durability>,
+    /// Stay ready on a Redis that may evict keys (default false).
+    pub allow_eviction: Option<bool>,
+    /// The longest an embedded store write waits for others to share its
+    /// commit (kind = "embedded"; default "0s").
+    pub commit_delay: Option<ConfigDuration>,
+    /// Redis ACL user, as a secret source (kind = "redis").
+    pub username: Option<String>,
+    /// Redis password, as a secret source (kind = "redis").
+    pub password: Option<String>,
+    /// PEM file of the CAs a `rediss://` server's certificate must chain to.
+    pub tls_ca_file: Option<String>,
+    /// PEM client certificate (chain) for Redis `tls-auth-clients`.
+    pub tls_cert_file: Option<String>,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
+}
 
 /// The URL schemes fred connects with: a single server, a Cluster or
 /// Sentinel, each plain or over TLS.
@@ -216,7 +266,7 @@ fn credential(
 /// worker thread), `largest_answer` is `[limits] max_stored_answer_bytes`.
 pub(super) fn store_config(
     problems: &mut Problems,
-    raw: &raw::RawStore,
+    raw: &RawStore,
     connections: usize,
     largest_answer: usize,
 ) -> StoreConfig {
@@ -224,7 +274,7 @@ pub(super) fn store_config(
     let key_prefix = raw
         .key_prefix
         .clone()
-        .unwrap_or_else(|| raw::DEFAULT_KEY_PREFIX.to_owned());
+        .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
     if key_prefix.is_empty() || key_prefix.contains(['{', '}']) {
         problems.push(
             "store.key_prefix",
@@ -249,13 +299,10 @@ pub(super) fn store_config(
     let durability = durability(problems, raw, redis, replica_ack.is_some());
     let (username, password) = credentials(problems, raw, &backend);
     let tls = match &backend {
-        StoreBackend::Redis { url } => redis_tls(problems, raw, Some(url)),
-        StoreBackend::Embedded { .. } => redis_tls(problems, raw, None),
+        StoreBackend::Redis { url } => redis_tls(problems, tls_files(raw), Some(url)),
+        StoreBackend::Embedded { .. } => redis_tls(problems, tls_files(raw), None),
     };
-    let command_timeout = raw
-        .command_timeout
-        .unwrap_or(raw::DEFAULT_COMMAND_TIMEOUT)
-        .get();
+    let command_timeout = raw.command_timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT).get();
     if command_timeout.is_zero() {
         problems.push("store.command_timeout", "must be greater than zero");
     }
@@ -292,7 +339,7 @@ pub(super) fn store_config(
 const MAX_COMMIT_DELAY: Duration = Duration::from_millis(100);
 
 /// `kind` with its `url` (Redis) or `path` (embedded), and only that one.
-fn backend(problems: &mut Problems, raw: &raw::RawStore) -> StoreBackend {
+fn backend(problems: &mut Problems, raw: &RawStore) -> StoreBackend {
     let nowhere = || StoreBackend::Embedded {
         path: PathBuf::new(),
     };
@@ -341,15 +388,24 @@ fn backend(problems: &mut Problems, raw: &raw::RawStore) -> StoreBackend {
     }
 }
 
+/// The `tls_*` keys of `raw`.
+fn tls_files(raw: &RawStore) -> TlsFiles<'_> {
+    TlsFiles {
+        ca_file: raw.tls_ca_file.as_deref(),
+        cert_file: raw.tls_cert_file.as_deref(),
+        key_file: raw.tls_key_file.as_deref(),
+    }
+}
+
 /// `min_replicas_ack` (0: off) and its `replica_ack_timeout`.
-fn replica_ack(problems: &mut Problems, raw: &raw::RawStore, redis: bool) -> Option<ReplicaAck> {
+fn replica_ack(problems: &mut Problems, raw: &RawStore, redis: bool) -> Option<ReplicaAck> {
     let replicas = raw.min_replicas_ack.filter(|replicas| *replicas > 0)?;
     if !redis {
         problems.push("store.min_replicas_ack", "only valid with kind = \"redis\"");
     }
     let timeout = raw
         .replica_ack_timeout
-        .unwrap_or(raw::DEFAULT_REPLICA_ACK_TIMEOUT)
+        .unwrap_or(DEFAULT_REPLICA_ACK_TIMEOUT)
         .get();
     if timeout.is_zero() {
         problems.push(
@@ -362,15 +418,9 @@ fn replica_ack(problems: &mut Problems, raw: &raw::RawStore, redis: bool) -> Opt
 
 /// `durability`: `fsync` unless the file says otherwise; the embedded
 /// store only commits durably, and `replicated` needs replicas to wait for.
-fn durability(
-    problems: &mut Problems,
-    raw: &raw::RawStore,
-    redis: bool,
-    replicas: bool,
-) -> Durability {
-    let text = raw.durability.as_deref();
-    let level = problems.choice("store.durability", text, Durability::Fsync);
-    if !redis && text.is_some() && level != Durability::Fsync {
+fn durability(problems: &mut Problems, raw: &RawStore, redis: bool, replicas: bool) -> Durability {
+    let level = raw.durability.unwrap_or(Durability::Fsync);
+    if !redis && raw.durability.is_some() && level != Durability::Fsync {
         problems.push(
             "store.durability",
             "the embedded store commits every write to disk (fsync) before answering; \
@@ -389,7 +439,7 @@ fn durability(
 /// `username` and `password`, each unless the Redis URL already has one.
 fn credentials(
     problems: &mut Problems,
-    raw: &raw::RawStore,
+    raw: &RawStore,
     backend: &StoreBackend,
 ) -> (Option<Secret>, Option<Secret>) {
     let redis_url = match backend {
@@ -417,7 +467,7 @@ fn credentials(
 impl StoreConfig {
     /// The table as `check-config` prints it, with the store-wide
     /// `on_unavailable` (a [`super::Config`] field) and the URL redacted.
-    pub(super) fn to_raw(&self, on_unavailable: OnUnavailable) -> raw::RawStore {
+    pub(super) fn to_raw(&self, on_unavailable: OnUnavailable) -> RawStore {
         let redis = matches!(self.backend, StoreBackend::Redis { .. });
         let (kind, url, path) = match &self.backend {
             StoreBackend::Redis { url } => ("redis", Some(redact_url(url)), None),
@@ -429,16 +479,16 @@ impl StoreConfig {
             .as_ref()
             .and_then(|tls| tls.client_identity.as_ref());
         let tls_path = |path: Option<&std::path::Path>| path.map(|p| p.display().to_string());
-        raw::RawStore {
+        RawStore {
             kind: kind.to_owned(),
             url,
             path,
             key_prefix: Some(self.key_prefix.clone()),
             command_timeout: Some(self.command_timeout.into()),
-            on_unavailable: Some(on_unavailable.name().to_owned()),
+            on_unavailable: Some(on_unavailable),
             min_replicas_ack: redis.then(|| self.replica_ack.map_or(0, |ack| ack.replicas)),
             replica_ack_timeout: self.replica_ack.map(|ack| ack.timeout.into()),
-            durability: Some(self.durability.name().to_owned()),
+            durability: Some(self.durability),
             allow_eviction: redis.then_some(self.allow_eviction),
             username: source(&self.username),
             password: source(&self.password),

@@ -23,7 +23,6 @@ use fred::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use fred::rustls::{ClientConfig, RootCertStore};
 
 use super::problems::Problems;
-use super::raw;
 
 /// The TLS settings of a `rediss://` store, checked and ready to connect
 /// with.
@@ -48,17 +47,28 @@ impl fmt::Debug for RedisTls {
     }
 }
 
+/// The `tls_*` keys of `[store]`, as written.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TlsFiles<'a> {
+    /// `tls_ca_file`.
+    pub(super) ca_file: Option<&'a str>,
+    /// `tls_cert_file`.
+    pub(super) cert_file: Option<&'a str>,
+    /// `tls_key_file`.
+    pub(super) key_file: Option<&'a str>,
+}
+
 /// Validates the `tls_*` keys of `[store]`; `None` when none is set (a
 /// `rediss://` URL then uses fred's default: the system's roots).
 pub(super) fn redis_tls(
     problems: &mut Problems,
-    raw: &raw::RawStore,
+    raw: TlsFiles<'_>,
     url: Option<&str>,
 ) -> Option<RedisTls> {
     let keys = [
-        ("store.tls_ca_file", raw.tls_ca_file.as_deref()),
-        ("store.tls_cert_file", raw.tls_cert_file.as_deref()),
-        ("store.tls_key_file", raw.tls_key_file.as_deref()),
+        ("store.tls_ca_file", raw.ca_file),
+        ("store.tls_cert_file", raw.cert_file),
+        ("store.tls_key_file", raw.key_file),
     ];
     let given: Vec<&str> = keys
         .iter()
@@ -73,12 +83,12 @@ pub(super) fn redis_tls(
         );
         return None;
     }
-    let roots = match raw.tls_ca_file.as_deref() {
+    let roots = match raw.ca_file {
         Some(path) => problems.take("store.tls_ca_file", ca_roots(Path::new(path)))?,
         None => problems.take("store.tls_ca_file", system_roots())?,
     };
     let builder = ClientConfig::builder().with_root_certificates(roots);
-    let (client, client_identity) = match (&raw.tls_cert_file, &raw.tls_key_file) {
+    let (client, client_identity) = match (raw.cert_file, raw.key_file) {
         (None, None) => (builder.with_no_client_auth(), None),
         (Some(cert), Some(key)) => {
             let chain = problems.take("store.tls_cert_file", certificates(Path::new(cert)));
@@ -99,7 +109,7 @@ pub(super) fn redis_tls(
         }
     };
     Some(RedisTls {
-        ca_file: raw.tls_ca_file.as_deref().map(PathBuf::from),
+        ca_file: raw.ca_file.map(PathBuf::from),
         client_identity,
         client: Arc::new(client),
     })

@@ -33,7 +33,7 @@ impl Config {
         for (key, message) in refused {
             problems.push(&key, message);
         }
-        let unmatched = problems.choice("unmatched", raw.unmatched.as_deref(), Unmatched::Forward);
+        let unmatched = raw.unmatched.unwrap_or(Unmatched::Forward);
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
         let listen = listen(&mut problems, raw.listen);
         let limits = limits(&mut problems, raw.limits);
@@ -43,11 +43,7 @@ impl Config {
             limits.worker_threads,
             limits.max_stored_answer_bytes,
         );
-        let on_unavailable = problems.choice(
-            "store.on_unavailable",
-            raw.store.on_unavailable.as_deref(),
-            OnUnavailable::Reject,
-        );
+        let on_unavailable = raw.store.on_unavailable.unwrap_or(OnUnavailable::Reject);
         let upstream = upstream(&mut problems, &raw.upstream);
         let admin_token = raw.admin.token.as_deref().and_then(|spec| {
             let token = Secret::resolve(spec).and_then(|token| {

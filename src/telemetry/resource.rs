@@ -22,7 +22,7 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
 
-use crate::config::raw::DEFAULT_SERVICE_NAME;
+use crate::config::DEFAULT_SERVICE_NAME;
 
 /// The environment variable that names the service (OpenTelemetry SDK
 /// specification), below `[tracing] service_name`.

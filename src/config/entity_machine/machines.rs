@@ -19,8 +19,9 @@
 //!   failed → success, success → refunded (terminal); the route names its
 //!   own `id`, `state` and, for partial refunds, `event`.
 
+use super::super::duration::ConfigDuration;
 use super::super::problems::Problems;
-use super::super::raw::{ConfigDuration, RawEntity};
+use super::RawEntity;
 
 /// The machine names, for the error that lists them.
 const NAMES: [&str; 3] = ["alipay", "wechatpay-v2", "payment"];

@@ -99,7 +99,7 @@ fn check_config_prints_what_it_read() {
             "TRADE_SUCCESS -> TRADE_FINISHED"
         ]
     );
-    assert_eq!(raw.on_refused.as_deref(), Some("acknowledge"));
+    assert_eq!(raw.on_refused, Some(OnRefused::Acknowledge));
 }
 
 #[test]

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use super::RawSignature;
 use super::{checked_secrets, hmac_only_keys};
 use crate::config::problems::Problems;
-use crate::config::raw::RawSignature;
 use crate::config::redact::redact_url;
 use crate::signature::{
     Credential, Derivation, Preset, PresetKind, PublicKeys, RawPublicKey, Secret, decode_hex_key,
