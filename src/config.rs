@@ -45,6 +45,7 @@ mod hot_keys;
 mod idempotency;
 mod inbox_rules;
 mod limits;
+mod listen;
 mod otel;
 mod probe;
 mod problems;
@@ -59,7 +60,6 @@ mod tls;
 mod validate;
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -86,6 +86,7 @@ pub use idempotency::{
 };
 pub use inbox_rules::{Ack, Inbox, InboxTriggers};
 pub use limits::{DEFAULT_MAX_STORED_ANSWER_BYTES, Limits};
+pub use listen::{DEFAULT_ADMIN_ADDR, DEFAULT_PROXY_ADDR, Listen};
 pub use otel::{DEFAULT_SERVICE_NAME, Tracing};
 pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;
@@ -119,15 +120,6 @@ pub enum OnUnavailable {
 choices! {
     Unmatched { "forward" => Forward, "reject" => Reject }
     OnUnavailable { "reject" => Reject, "forward" => Forward }
-}
-
-/// Listener addresses.
-#[derive(Debug, Clone)]
-pub struct Listen {
-    /// Where senders deliver.
-    pub proxy: SocketAddr,
-    /// `/metrics`, `/healthz`, `/readyz`, `/admin/*`.
-    pub admin: SocketAddr,
 }
 
 /// `[upstream]` or a route's override.

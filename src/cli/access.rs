@@ -14,7 +14,7 @@ use http::uri::Authority;
 
 use super::CliError;
 use crate::config::AdminAccess;
-use crate::config::raw::DEFAULT_ADMIN_ADDR;
+use crate::config::DEFAULT_ADMIN_ADDR;
 use crate::signature::Secret;
 
 /// The environment variable naming the admin listener.

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::raw;
+use super::listen::DEFAULT_ADMIN_ADDR;
 
 /// The admin listener's address and token source a configuration names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl AdminAccess {
         let admin = partial
             .listen
             .and_then(|l| l.admin)
-            .unwrap_or_else(|| raw::DEFAULT_ADMIN_ADDR.to_owned());
+            .unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
         let address = admin
             .parse()
             .map_err(|_| format!("listen.admin: {admin:?} is not an address"))?;
@@ -83,7 +83,7 @@ mod tests {
         assert_eq!(access.token.as_deref(), Some("env:NOT_SET_ANYWHERE"));
 
         let defaults = read("").unwrap();
-        assert_eq!(defaults.address, raw::DEFAULT_ADMIN_ADDR.parse().unwrap());
+        assert_eq!(defaults.address, DEFAULT_ADMIN_ADDR.parse().unwrap());
         assert_eq!(defaults.token, None);
 
         assert!(read("[listen]\nadmin = \"nowhere\"\n").is_err());

@@ -12,7 +12,7 @@
 //! `file:PATH`, `literal:<redacted>`) and URLs go through [`redact_url`].
 
 use super::admin_tokens::RawAdminToken;
-use super::raw::{RawAdmin, RawConfig, RawListen, RawSecrets, RawUpstream};
+use super::raw::{RawAdmin, RawConfig, RawSecrets, RawUpstream};
 use super::redact::redact_url;
 use super::route;
 use super::{Config, Tracing};
@@ -28,10 +28,7 @@ impl Config {
         RawConfig {
             unmatched: Some(self.unmatched),
             problem_type_base: Some(self.problem_types.base().to_owned()),
-            listen: RawListen {
-                proxy: Some(self.listen.proxy.to_string()),
-                admin: Some(self.listen.admin.to_string()),
-            },
+            listen: self.listen.clone(),
             limits: self.limits.clone(),
             store: self.store.to_raw(self.on_unavailable),
             upstream: RawUpstream {

@@ -22,6 +22,7 @@ use super::hot_keys::HotKeysConfig;
 pub use super::idempotency::RawIdempotency;
 pub use super::inbox_rules::RawInbox;
 use super::limits::Limits;
+use super::listen::Listen;
 pub use super::otel::RawTracing;
 pub use super::probe::RawProbe;
 pub use super::scheme::RawSignature;
@@ -29,10 +30,6 @@ pub use super::store::RawStore;
 
 pub use super::duration::{ConfigDuration, DurationError, format_duration, parse_duration};
 
-/// Default proxy address: loopback, beside the handler it protects.
-pub const DEFAULT_PROXY_ADDR: &str = "127.0.0.1:8080";
-/// Default admin address: loopback, so metrics and the record API stay private.
-pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8790";
 /// Default `[secrets] watch_interval`: a Kubernetes Secret volume is
 /// refreshed about once a minute, so 10 s adds little to the rotation delay
 /// while costing one small read per `file:` source.
@@ -55,7 +52,7 @@ pub struct RawConfig {
     pub problem_type_base: Option<String>,
     /// Listener addresses.
     #[serde(default)]
-    pub listen: RawListen,
+    pub listen: Listen,
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
@@ -78,16 +75,6 @@ pub struct RawConfig {
     /// Protected routes.
     #[serde(default, rename = "route")]
     pub routes: Vec<RawRoute>,
-}
-
-/// `[listen]`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawListen {
-    /// Where senders deliver.
-    pub proxy: Option<String>,
-    /// The admin listener.
-    pub admin: Option<String>,
 }
 
 /// `[secrets]`.

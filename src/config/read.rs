@@ -6,29 +6,10 @@
 //! ([`super::duration::ConfigDuration`], [`super::Choice`]), refused as
 //! the file is read.
 
-use std::net::SocketAddr;
-
 use http::Uri;
 
 use super::problems::Problems;
 use super::redact::redact_url;
-
-/// A listener address (`default` when absent).
-pub(super) fn socket(
-    problems: &mut Problems,
-    key: &str,
-    text: Option<String>,
-    default: &str,
-) -> SocketAddr {
-    let text = text.unwrap_or_else(|| default.to_owned());
-    problems
-        .take(
-            key,
-            text.parse()
-                .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\"")),
-        )
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
-}
 
 /// An upstream base URL: `http://`, with a host and no query (quoted
 /// redacted in the error).

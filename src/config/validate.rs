@@ -12,13 +12,11 @@ use super::limits::limits;
 use super::otel::tracing;
 use super::problems::Problems;
 use super::raw::strict::Parsed;
-use super::raw::{self, RawConfig, RawListen, RawRoute, RawUpstream};
-use super::read::{socket, upstream_url};
+use super::raw::{self, RawConfig, RawRoute, RawUpstream};
+use super::read::upstream_url;
 use super::route::route;
 use super::store::store_config;
-use super::{
-    Config, ConfigError, Listen, OnUnavailable, Route, Secret, Strength, Unmatched, Upstream,
-};
+use super::{Config, ConfigError, OnUnavailable, Route, Secret, Strength, Unmatched, Upstream};
 use crate::error::ProblemTypes;
 
 impl Config {
@@ -35,7 +33,7 @@ impl Config {
         }
         let unmatched = raw.unmatched.unwrap_or(Unmatched::Forward);
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());
-        let listen = listen(&mut problems, raw.listen);
+        let listen = raw.listen;
         let limits = limits(&mut problems, raw.limits);
         let store = store_config(
             &mut problems,
@@ -106,14 +104,6 @@ fn problem_types(problems: &mut Problems, base: Option<&str>) -> ProblemTypes {
                 ProblemTypes::new(base).map_err(|e| e.to_string()),
             )
             .unwrap_or_default(),
-    }
-}
-
-/// `[listen]`.
-fn listen(problems: &mut Problems, raw: RawListen) -> Listen {
-    Listen {
-        proxy: socket(problems, "listen.proxy", raw.proxy, raw::DEFAULT_PROXY_ADDR),
-        admin: socket(problems, "listen.admin", raw.admin, raw::DEFAULT_ADMIN_ADDR),
     }
 }
 

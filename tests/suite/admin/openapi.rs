@@ -93,7 +93,7 @@ async fn the_document_is_served_without_the_token_as_the_repository_keeps_it() {
     assert_eq!(answer.header("content-type"), Some("application/json"));
     assert_eq!(answer.body, DOCUMENT.as_bytes());
     let served = document();
-    let default_admin = idemgate::config::raw::DEFAULT_ADMIN_ADDR;
+    let default_admin = idemgate::config::DEFAULT_ADMIN_ADDR;
     assert_eq!(
         served["servers"][0]["url"],
         format!("http://{default_admin}"),
