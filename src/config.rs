@@ -14,23 +14,31 @@
 //! a configuration holds is also named `config::X`. The submodules, from
 //! the file's text to the checked whole:
 //!
-//! * `raw` — the serde structs, as written in the file, and the defaults:
-//!   each setting is declared there once (`raw/schema.rs` holds the
-//!   reference file and `check-config`'s output to that declaration);
+//! * `raw` — the file as serde reads it: `RawConfig` assembles the
+//!   sections' tables, and `raw/strict.rs` reads the text into it, every
+//!   unknown key and every refused value at once (`raw/schema.rs` holds the
+//!   reference file and `check-config`'s output to the parser's keys);
 //! * `validate` — `Config::validate`, which drives the sections;
-//! * one module per section, each reading its table and printing it back
-//!   for `check-config`: `limits`, `store`, `hot_keys`, `otel`
-//!   (`[tracing]`), `route` (`[[route]]`), `scheme` (`[route.signature]`,
-//!   with `scheme/preset` for the named senders), `idempotency`, `guard`,
-//!   `inbox`;
+//! * one module per section, each owning its table as serde reads it,
+//!   the table's defaults, its checks and its printout for `check-config`.
+//!   `limits`, `listen` and `hot_keys` are typed through and through: the
+//!   struct serde reads is the one the program uses and the one
+//!   `check-config` prints. The others read a raw table into runtime
+//!   values (selectors, templates, secrets) and print it back: `store`,
+//!   `otel` (`[tracing]`), `route` (`[[route]]`), `scheme`
+//!   (`[route.signature]`, with `scheme/preset` for the named senders),
+//!   `idempotency`, `guard`, `inbox_rules`, `entity_machine`, `probe`,
+//!   `admin_tokens`;
 //! * `cross` — the checks that compare one section with another, and
 //!   `coverage`, the signed-coverage rule among them (contract §4 rule 12);
 //! * `effective` — the sections' printouts put together (`to_toml`);
 //! * `access` — the admin address and token source alone, for the
 //!   commands that talk to a running instance (`healthcheck`, `admin`);
-//! * shared leaves: `problems` (the error collector), `read` (typed
-//!   readers), `choice` (settings spelled as one of a few words), `status`
-//!   (status class lists), `redact` (credentials out of URLs).
+//! * shared leaves: `problems` (the error collector), `duration` (the
+//!   duration syntax and its serde type), `choice` (settings spelled as one
+//!   of a few words, serde types through `choices!`), `read` (the upstream
+//!   URL reader), `status` (status class lists), `redact` (credentials out
+//!   of URLs).
 
 mod access;
 mod admin_tokens;

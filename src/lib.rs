@@ -60,8 +60,9 @@
 //!
 //! # Layout
 //!
-//! * [`config`] — the TOML file: raw serde structs, section validators,
-//!   cross-section checks, the effective-config printer.
+//! * [`config`] — the TOML file: each section's serde table (durations and
+//!   word choices typed), its validator, cross-section checks, the
+//!   effective-config printer.
 //! * [`app`] — wires config into store, per-route runtimes, pipeline,
 //!   inbox, listeners; owns shutdown.
 //! * `server` — accept loop, HTTP/1+2, progress and idle bounds, HTTP/2
