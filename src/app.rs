@@ -200,7 +200,7 @@ pub async fn start(
         grace_over.clone(),
         &routes,
     ));
-    crate::pipeline::probe::spawn(&pipeline, &routes, &shutdown);
+    crate::pipeline::probe::spawn(pipeline.forwarder(), &routes, &shutdown);
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
         Arc::clone(&store),

@@ -47,6 +47,13 @@
 //!   change); a busy entity is no judgement, only a wait.
 //! * *log reason* (`words::LogReason`): the `reason=` of the log line.
 //!
+//! This file is the only `impl Pipeline`: the order of the stages and
+//! what each hands the next. From the claim on, a delivery needs only the
+//! parts in [`Forwarder`] (the handler calls, the store, the inboxes, the
+//! task tracker), which the probe runner shares; the stages after the
+//! claim are its methods (`deliver.rs`, `settle_once.rs`) and the claim
+//! stage's hold a function of it (`hold.rs`).
+//!
 //! Each stage takes its input and returns the next type or a
 //! [`Rejection`]; no stage calls another. The stages run as enforce mode
 //! would; shadow mode has its say in one place afterwards
@@ -65,6 +72,7 @@ pub(crate) mod body;
 pub(crate) mod claim;
 mod deliver;
 pub mod entity;
+mod forwarder;
 pub(crate) mod guard;
 mod hold;
 pub mod identify;
@@ -109,11 +117,11 @@ use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::record::{TraceContext, now_ms};
 use crate::store::AnyStore;
-use claim::{Claimer, Decision};
+use claim::Decision;
+pub(crate) use forwarder::Forwarder;
 use identify::Identity;
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;
-use upstream_calls::UpstreamCalls;
 use verify::{Unverified, Verified};
 use words::{Enforcement, Finished, Labels, Origin, RequestEnd, Ruling, Settled, StoppedRequest};
 
@@ -139,19 +147,10 @@ pub(crate) struct Pipeline {
     config: Arc<Config>,
     /// Stage 1: the routes' canonical prefixes, each with its runtime.
     router: Router<Arc<RouteRuntime>>,
-    store: Arc<AnyStore>,
-    /// Every call to a handler, metered and traced.
-    calls: UpstreamCalls,
-    /// Stage 5, with what duplicates on this instance share.
-    claimer: Claimer,
-    tracker: TaskTracker,
-    /// Cancelled when shutdown's grace period runs out: answers still not
-    /// stored by then are given up (and counted as unknown outcomes).
-    grace_over: CancellationToken,
+    /// Stage 5 on, shared with the probe runner.
+    forwarder: Arc<Forwarder>,
     /// The metric handles of requests no route selected.
     unmatched: RouteMetrics,
-    /// Where first deliveries the handler could not take are queued.
-    inboxes: Arc<Inboxes>,
     /// `[tracing]` is configured: deliveries make spans ([`trace`]).
     tracing: bool,
     /// Deliveries per key on this instance, for the spans.
@@ -177,33 +176,26 @@ impl Pipeline {
                 .iter()
                 .map(|route| (&route.settings, Arc::clone(route))),
         );
-        let tracing = config.tracing.is_some();
-        let claimer = Claimer::new(
-            Arc::clone(&store),
-            tracker.clone(),
-            grace_over.clone(),
-            config.limits.max_waiting_per_key,
-        );
         let body_limits = body::BodyLimits {
             max_bytes: config.limits.max_body_bytes,
             timeout: config.limits.body_read_timeout,
             budget: crate::budget::Budget::new(config.limits.max_buffered_bytes),
         };
-        let calls = UpstreamCalls::new(Arc::clone(&config));
+        let forwarder = Forwarder::new(Arc::clone(&config), store, inboxes, tracker, grace_over);
         Self {
             unmatched: RouteMetrics::new(UNMATCHED_ROUTE, 0),
             router,
             body_limits,
+            tracing: forwarder.tracing,
+            forwarder: Arc::new(forwarder),
             config,
-            store,
-            calls,
-            claimer,
-            tracker,
-            grace_over,
-            inboxes,
-            tracing,
             deliveries: trace::DeliveryCounts::default(),
         }
+    }
+
+    /// The first-delivery phase's parts, for the probe runner.
+    pub(crate) fn forwarder(&self) -> &Arc<Forwarder> {
+        &self.forwarder
     }
 
     /// Handles one request end to end, in its `delivery` span. Never
@@ -278,7 +270,8 @@ impl Pipeline {
                         ruling: Ruling::Refuse(Rejection::PathAmbiguous),
                         request: StoppedRequest::Unclaimed(inbound),
                     };
-                    let end = shadow::apply_mode(&self.calls, &route, enforcement, peer).await;
+                    let end =
+                        shadow::apply_mode(&self.forwarder.calls, &route, enforcement, peer).await;
                     (Some(route), end)
                 }
             },
@@ -289,7 +282,8 @@ impl Pipeline {
                     ruling: Ruling::Refuse(Rejection::PathAmbiguous),
                     request: StoppedRequest::Unread(request),
                 };
-                let end = shadow::apply_mode(&self.calls, &route, enforcement, peer).await;
+                let end =
+                    shadow::apply_mode(&self.forwarder.calls, &route, enforcement, peer).await;
                 (Some(route), end)
             }
             Selection::Route(target) => {
@@ -348,7 +342,8 @@ impl Pipeline {
             ));
         }
         Unmatched::Finished(
-            self.calls
+            self.forwarder
+                .calls
                 .pass_through_metered(&self.unmatched, &self.config.upstream, request, peer)
                 .await,
         )
@@ -365,7 +360,7 @@ impl Pipeline {
     ) -> RequestEnd {
         let route = Arc::clone(&target.route);
         let (enforcement, labels) = Arc::clone(&self).enforce(target, request, origin).await;
-        shadow::apply_mode(&self.calls, &route, enforcement, origin.peer)
+        shadow::apply_mode(&self.forwarder.calls, &route, enforcement, origin.peer)
             .await
             .labelled(labels)
     }
@@ -392,14 +387,14 @@ impl Pipeline {
         let span = tracing::Span::current();
         let context = trace::claiming(&span, &self.deliveries, &identity.key_hash);
         let entity = entity::EntityClaim::of(runtime, identity.entity.as_ref());
-        let claimed = self
-            .claim_or_hold(
-                runtime,
-                &verified,
-                &identity,
-                (entity.as_ref(), context, peer),
-            )
-            .await;
+        let claimed = hold::claim_or_hold(
+            &self.forwarder,
+            runtime,
+            &verified,
+            &identity,
+            (entity.as_ref(), context, peer),
+        )
+        .await;
         let decision = match claimed {
             hold::Claimed::Decided(decision) => decision,
             hold::Claimed::Judged(ruling) => {
@@ -423,7 +418,7 @@ impl Pipeline {
         };
         let enforcement = match decision {
             Ok(Decision::Forward(lease)) => Enforcement::Ended(
-                Arc::clone(&self)
+                Arc::clone(&self.forwarder)
                     .first_delivery(runtime, verified, &identity, lease, origin)
                     .await,
             ),
@@ -452,6 +447,7 @@ impl Pipeline {
                 tracing::warn!(route = route.name, %error, "store unavailable");
                 match rules.on_unavailable {
                     OnUnavailable::Forward => self
+                        .forwarder
                         .calls
                         .unprotected(runtime, verified.inbound(), peer, Outcome::Unprotected)
                         .await

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use http::Response;
 use tracing::Instrument as _;
 
+use super::forwarder::Forwarder;
 use super::identify::Identity;
 use super::lease_timing::{self, LeaseTiming};
 use super::metrics::Outcome;
@@ -18,7 +19,7 @@ use super::runtime::RouteRuntime;
 use super::settle::{self, ClaimAction};
 use super::verify::Verified;
 use super::words::{Finished, Labels, Origin, RequestEnd, Settled};
-use super::{Pipeline, report, trace};
+use super::{report, trace};
 use crate::body::ProxyBody;
 use crate::error::Rejection;
 use crate::inbox::NotQueued;
@@ -26,7 +27,7 @@ use crate::record::{StoredRequest, StoredResponse};
 use crate::store::Lease;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
 
-impl Pipeline {
+impl Forwarder {
     /// Forwards a claimed delivery and settles its lease in a detached
     /// task; the sender's connection only waits for the result. The task
     /// also counts and logs the request, so a sender that hangs up (the

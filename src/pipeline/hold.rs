@@ -12,11 +12,12 @@ use tracing::Instrument as _;
 use super::claim::{Decision, EntityDecision, busy_answer};
 use super::deliver::kept_request;
 use super::entity::EntityClaim;
+use super::forwarder::Forwarder;
 use super::identify::Identity;
 use super::runtime::RouteRuntime;
 use super::verify::Verified;
 use super::words::Ruling;
-use super::{Pipeline, shadow, trace};
+use super::{shadow, trace};
 use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
 use crate::record::{StoredResponse, TraceContext};
@@ -38,104 +39,104 @@ pub(super) enum Claimed {
     Held(StoredResponse),
 }
 
-impl Pipeline {
-    /// Claims `identity`, judged by its entity on an entity route, and
-    /// held behind its busy entity on a route whose inbox holds notices
-    /// (module docs).
-    pub(super) async fn claim_or_hold(
-        &self,
-        runtime: &RouteRuntime,
-        verified: &Verified,
-        identity: &Identity,
-        (entity, context, peer): (
-            Option<&EntityClaim<'_>>,
-            Option<TraceContext>,
-            Option<SocketAddr>,
-        ),
-    ) -> Claimed {
-        let rules = &runtime.settings.idempotency;
-        let ack = runtime.inbox_ack();
-        let patience = shadow::patience(rules);
-        let by_key = async || {
-            self.claimer
-                .claim(identity, rules, ack, patience, context)
-                .instrument(trace::claim(self.tracing))
-                .await
+/// Claims `identity` through `forwarder`'s claimer, judged by its entity
+/// on an entity route, and held behind its busy entity in `forwarder`'s
+/// inboxes on a route whose inbox holds notices (module docs).
+pub(super) async fn claim_or_hold(
+    forwarder: &Forwarder,
+    runtime: &RouteRuntime,
+    verified: &Verified,
+    identity: &Identity,
+    (entity, context, peer): (
+        Option<&EntityClaim<'_>>,
+        Option<TraceContext>,
+        Option<SocketAddr>,
+    ),
+) -> Claimed {
+    let rules = &runtime.settings.idempotency;
+    let ack = runtime.inbox_ack();
+    let patience = shadow::patience(rules);
+    let by_key = async || {
+        forwarder
+            .claimer
+            .claim(identity, rules, ack, patience, context)
+            .instrument(trace::claim(forwarder.tracing))
+            .await
+    };
+    let Some(entity) = entity else {
+        return Claimed::Decided(by_key().await);
+    };
+    let watching = entity.runtime.rules.mode == EntityMode::Shadow;
+    let holds = watching || (runtime.inbox.is_some() && rules.mode == Mode::Enforce);
+    let claim = async || {
+        forwarder
+            .claimer
+            .claim_entity(
+                identity,
+                rules,
+                (ack, &entity.step, holds),
+                patience,
+                context,
+            )
+            .instrument(trace::claim(forwarder.tracing))
+            .await
+    };
+    let who = (entity, identity.key_hash.as_str());
+    let mut decision = claim().await;
+    if watching {
+        // The machine only watches: whatever it decided, the delivery
+        // is claimed by its key alone and forwarded.
+        let judgement = match &decision {
+            Ok(EntityDecision::Judged(judgement)) => Some(judgement),
+            // Busy: only logged.
+            Ok(EntityDecision::Behind(_)) => None,
+            _ => return decided(runtime, who, rules, decision),
         };
-        let Some(entity) = entity else {
-            return Claimed::Decided(by_key().await);
-        };
-        let watching = entity.runtime.rules.mode == EntityMode::Shadow;
-        let holds = watching || (runtime.inbox.is_some() && rules.mode == Mode::Enforce);
-        let claim = async || {
-            self.claimer
-                .claim_entity(
-                    identity,
-                    rules,
-                    (ack, &entity.step, holds),
-                    patience,
-                    context,
-                )
-                .instrument(trace::claim(self.tracing))
-                .await
-        };
-        let who = (entity, identity.key_hash.as_str());
-        let mut decision = claim().await;
-        if watching {
-            // The machine only watches: whatever it decided, the delivery
-            // is claimed by its key alone and forwarded.
-            let judgement = match &decision {
-                Ok(EntityDecision::Judged(judgement)) => Some(judgement),
-                // Busy: only logged.
-                Ok(EntityDecision::Behind(_)) => None,
-                _ => return decided(runtime, who, rules, decision),
-            };
-            super::entity::shadowed(runtime, who, judgement);
-            return Claimed::Decided(by_key().await);
-        }
-        for _ in 0..HOLD_TRIES {
-            let (Ok(EntityDecision::Behind(blocker)), Some(inbox)) =
-                (&decision, runtime.inbox.as_ref())
-            else {
-                break;
-            };
-            let blocker = *blocker;
-            let inbound = verified.inbound();
-            let request = kept_request(&inbound.parts, &inbound.body, peer);
-            let about = (identity.fingerprint, identity.key_value.as_deref());
-            let held = self
-                .inboxes
-                .hold(&inbox.queue, &identity.key, about, request, &entity.step)
-                .await;
-            let refused = || {
-                Ok(EntityDecision::Decided(Decision::Refuse(
-                    busy_answer(blocker, rules),
-                    None,
-                )))
-            };
-            decision = match held {
-                Ok(Holding::Held(ack)) => {
-                    super::entity::count_hold(runtime, "held");
-                    return Claimed::Held(ack);
-                }
-                Ok(Holding::Not(HoldVerdict::Full)) => {
-                    super::entity::count_hold(runtime, "full");
-                    tracing::warn!(
-                        route = runtime.name(),
-                        key = identity.key_hash,
-                        entity = entity.step.key.hash(),
-                        "entity busy and max_held_per_entity notices wait already: not acknowledged; the sender keeps its own retries"
-                    );
-                    refused()
-                }
-                // A copy of the unresolved change itself: told the truth.
-                Ok(Holding::Not(HoldVerdict::Itself)) => refused(),
-                Ok(Holding::Not(_)) => claim().await,
-                Err(error) => Err(error),
-            };
-        }
-        decided(runtime, who, rules, decision)
+        super::entity::shadowed(runtime, who, judgement);
+        return Claimed::Decided(by_key().await);
     }
+    for _ in 0..HOLD_TRIES {
+        let (Ok(EntityDecision::Behind(blocker)), Some(inbox)) =
+            (&decision, runtime.inbox.as_ref())
+        else {
+            break;
+        };
+        let blocker = *blocker;
+        let inbound = verified.inbound();
+        let request = kept_request(&inbound.parts, &inbound.body, peer);
+        let about = (identity.fingerprint, identity.key_value.as_deref());
+        let held = forwarder
+            .inboxes
+            .hold(&inbox.queue, &identity.key, about, request, &entity.step)
+            .await;
+        let refused = || {
+            Ok(EntityDecision::Decided(Decision::Refuse(
+                busy_answer(blocker, rules),
+                None,
+            )))
+        };
+        decision = match held {
+            Ok(Holding::Held(ack)) => {
+                super::entity::count_hold(runtime, "held");
+                return Claimed::Held(ack);
+            }
+            Ok(Holding::Not(HoldVerdict::Full)) => {
+                super::entity::count_hold(runtime, "full");
+                tracing::warn!(
+                    route = runtime.name(),
+                    key = identity.key_hash,
+                    entity = entity.step.key.hash(),
+                    "entity busy and max_held_per_entity notices wait already: not acknowledged; the sender keeps its own retries"
+                );
+                refused()
+            }
+            // A copy of the unresolved change itself: told the truth.
+            Ok(Holding::Not(HoldVerdict::Itself)) => refused(),
+            Ok(Holding::Not(_)) => claim().await,
+            Err(error) => Err(error),
+        };
+    }
+    decided(runtime, who, rules, decision)
 }
 
 /// The end of an entity route's claim: a judgement answered as the route

@@ -3,14 +3,14 @@
 //! One attempt runs before the sender gets its answer, so in the common
 //! case a retry that arrives right after the answer finds the outcome
 //! stored (or the key released). If the store refuses that attempt, the
-//! sender is answered and [`Pipeline::keep_storing`] ([`super::persist`])
-//! or [`Pipeline::keep_releasing`] carries on. Every way an
+//! sender is answered and [`Forwarder::keep_storing`] ([`super::persist`])
+//! or [`Forwarder::keep_releasing`] carries on. Every way an
 //! outcome ends up not stored is logged with the key hash the admin API
 //! takes and counted as an unknown outcome, once.
 
 use std::time::Duration;
 
-use super::Pipeline;
+use super::forwarder::Forwarder;
 use super::lease_timing::LeaseTiming;
 use super::persist::{Persist, Persisted};
 use super::runtime::RouteRuntime;
@@ -19,12 +19,12 @@ use super::words::Settled;
 use crate::record::{Record, RecordState, StoredBody};
 use crate::store::{Completion, Lease, StoreError};
 
-impl Pipeline {
+impl Forwarder {
     /// Settles a first delivery's lease with one store attempt. Returns
     /// what that attempt achieved (the request line's `settled`), and the
     /// failure if storing the outcome or releasing the claim failed but
-    /// may yet succeed ([`Pipeline::keep_storing`] or
-    /// [`Pipeline::keep_releasing`] takes over once the sender is answered).
+    /// may yet succeed ([`Forwarder::keep_storing`] or
+    /// [`Forwarder::keep_releasing`] takes over once the sender is answered).
     pub(super) async fn settle_once(
         &self,
         route: &RouteRuntime,

@@ -91,8 +91,8 @@ pub(super) enum LogReason {
 ///
 /// The rule: it is what the store held for the key when the sender was
 /// answered, that is after the one store attempt made before answering
-/// ([`super::Pipeline::settle_once`]). Retries that store an answer later
-/// ([`super::Pipeline::keep_storing`]) log their own end on a line of
+/// ([`super::Forwarder::settle_once`]). Retries that store an answer later
+/// ([`super::Forwarder::keep_storing`]) log their own end on a line of
 /// their own; the request line keeps saying what the first attempt did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) enum Settled {

@@ -15,11 +15,11 @@ use crate::config::Upstream;
 use crate::extract::Inbound;
 use crate::inbox::RouteInbox;
 use crate::inbox::probe::{ProbeEnd, TakenDelivery};
-use crate::pipeline::Pipeline;
+use crate::pipeline::Forwarder;
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
 
-impl Pipeline {
+impl Forwarder {
     /// One probe of the unknown redelivery `taken` of `route` (which has an
     /// inbox and a probe), settled through the inbox.
     pub(super) async fn probe_redelivery(

@@ -30,7 +30,7 @@ use super::{IN_FLIGHT, WAITING};
 use super::{RESOLUTIONS_TOTAL, Reading, classify};
 use crate::config::{CacheStatus, Probe, ProbeAnswer, Upstream};
 use crate::inbox::RouteInbox;
-use crate::pipeline::Pipeline;
+use crate::pipeline::Forwarder;
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
 use crate::record::{OwnerMint, RecordState, StoredResponse};
@@ -72,7 +72,7 @@ struct Redeliveries {
 
 /// What the runner keeps between looks.
 struct Runner {
-    pipeline: Arc<Pipeline>,
+    forwarder: Arc<Forwarder>,
     scopes: Vec<Arc<Scope>>,
     redeliveries: Vec<Arc<Redeliveries>>,
     instance: Arc<Semaphore>,
@@ -84,12 +84,12 @@ struct Runner {
 /// Starts the runner under the pipeline's tracker if any route probes;
 /// it stops looking when `shutdown` is cancelled.
 pub(crate) fn spawn(
-    pipeline: &Arc<Pipeline>,
+    forwarder: &Arc<Forwarder>,
     routes: &[Arc<RouteRuntime>],
     shutdown: &CancellationToken,
 ) {
     let mut scopes: Vec<(String, Vec<Arc<RouteRuntime>>)> = Vec::new();
-    let prefix = &pipeline.config.store.key_prefix;
+    let prefix = &forwarder.config.store.key_prefix;
     for route in routes.iter().filter(|r| r.settings.probe.is_some()) {
         let namespace = format!("{prefix}:{}", route.settings.idempotency.scope);
         match scopes.iter_mut().find(|(n, _)| *n == namespace) {
@@ -126,14 +126,14 @@ pub(crate) fn spawn(
         })
         .collect();
     let runner = Runner {
-        instance: Arc::new(Semaphore::new(pipeline.config.limits.max_probes_in_flight)),
-        pipeline: Arc::clone(pipeline),
+        instance: Arc::new(Semaphore::new(forwarder.config.limits.max_probes_in_flight)),
+        forwarder: Arc::clone(forwarder),
         scopes,
         redeliveries,
         owners: OwnerMint::new(),
         active: Arc::default(),
     };
-    pipeline.tracker.spawn(crate::time::every(
+    forwarder.tracker.spawn(crate::time::every(
         LOOK_EVERY,
         shutdown.clone(),
         move || runner.look(),
@@ -143,7 +143,7 @@ pub(crate) fn spawn(
 impl Runner {
     /// One look at every scope's due plans (module docs).
     fn look(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
-        let (pipeline, scopes) = (Arc::clone(&self.pipeline), self.scopes.clone());
+        let (forwarder, scopes) = (Arc::clone(&self.forwarder), self.scopes.clone());
         let redeliveries = self.redeliveries.clone();
         let (instance, active) = (Arc::clone(&self.instance), Arc::clone(&self.active));
         let owners: Vec<_> = (0..scopes.len() * DUE_BATCH)
@@ -153,7 +153,7 @@ impl Runner {
             let mut owners = owners.into_iter();
             let mut waiting = 0usize;
             for scope in scopes {
-                let due = match pipeline.store.due_probes(&scope.namespace, DUE_BATCH).await {
+                let due = match forwarder.store.due_probes(&scope.namespace, DUE_BATCH).await {
                     Ok(due) => due,
                     Err(error) => {
                         tracing::warn!(scope = scope.namespace, %error, "could not read the due probes; looking again soon");
@@ -181,15 +181,15 @@ impl Runner {
                             .remove(&key);
                         continue;
                     };
-                    let (pipeline_, scope, active) = (
-                        Arc::clone(&pipeline),
+                    let (forwarder_, scope, active) = (
+                        Arc::clone(&forwarder),
                         Arc::clone(&scope),
                         Arc::clone(&active),
                     );
-                    pipeline.tracker.spawn(async move {
+                    forwarder.tracker.spawn(async move {
                         let _permits = (one, two);
                         gauge!(IN_FLIGHT.name).increment(1.0);
-                        pipeline_.probe_due(&scope, &key, owner).await;
+                        forwarder_.probe_due(&scope, &key, owner).await;
                         gauge!(IN_FLIGHT.name).decrement(1.0);
                         active
                             .lock()
@@ -199,7 +199,7 @@ impl Runner {
                 }
             }
             for held in redeliveries {
-                look_at_redeliveries(&pipeline, &held, &instance).await;
+                look_at_redeliveries(&forwarder, &held, &instance).await;
             }
             gauge!(WAITING.name).set(waiting as f64);
         }
@@ -209,7 +209,7 @@ impl Runner {
 /// Takes `held`'s due unknown redeliveries, as many as the permits left
 /// allow, and probes each in a task of its own.
 async fn look_at_redeliveries(
-    pipeline: &Arc<Pipeline>,
+    forwarder: &Arc<Forwarder>,
     held: &Arc<Redeliveries>,
     instance: &Arc<Semaphore>,
 ) {
@@ -222,7 +222,7 @@ async fn look_at_redeliveries(
     if room == 0 {
         return;
     }
-    let taken = match pipeline
+    let taken = match forwarder
         .inboxes
         .take_unknown(&held.inbox, probe, held.scope.lease, room)
         .await
@@ -238,11 +238,11 @@ async fn look_at_redeliveries(
             Arc::clone(instance).try_acquire_owned(),
             Arc::clone(&held.scope.permits).try_acquire_owned(),
         );
-        let (pipeline_, held) = (Arc::clone(pipeline), Arc::clone(held));
-        pipeline.tracker.spawn(async move {
+        let (forwarder_, held) = (Arc::clone(forwarder), Arc::clone(held));
+        forwarder.tracker.spawn(async move {
             let _permits = permits;
             gauge!(IN_FLIGHT.name).increment(1.0);
-            pipeline_
+            forwarder_
                 .probe_redelivery(&held.route, &held.inbox, delivery)
                 .await;
             gauge!(IN_FLIGHT.name).decrement(1.0);
@@ -258,7 +258,7 @@ pub(super) fn jitter(every: Duration) -> Duration {
     Duration::from_millis(u64::from(u32::from_be_bytes(bytes)) % fifth.max(1))
 }
 
-impl Pipeline {
+impl Forwarder {
     /// Takes the due plan of `key` in `scope` as `owner`, asks the
     /// handler once and settles or notes the answer.
     async fn probe_due(&self, scope: &Scope, key: &StoreKey, owner: crate::record::OwnerToken) {
@@ -459,7 +459,7 @@ impl Pipeline {
 /// Sends one probe of `target`; its answer as a stored response (body at
 /// most 64 KiB).
 pub(super) async fn ask(
-    pipeline: &Pipeline,
+    forwarder: &Forwarder,
     upstream: &Upstream,
     probe: &Probe,
     target: &str,
@@ -471,7 +471,7 @@ pub(super) async fn ask(
     }
     let (parts, ()) = builder.body(()).map_err(|e| e.to_string())?.into_parts();
     let answer = upstream::forward(
-        pipeline.calls.client(),
+        forwarder.calls.client(),
         upstream,
         parts,
         Bytes::new(),
