@@ -5,6 +5,7 @@
 //! certificates gets the one `tls_cert_file`/`tls_key_file` name.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::support::*;
 
@@ -51,8 +52,7 @@ async fn claims_and_replays(
 /// A gate that could not connect: not ready, with `cause` in `/readyz`
 /// and in its start-up log, and no delivery forwarded unprotected.
 async fn refused(gate: &GateProcess, log: &Path, upstream: &Upstream, cause: &str) {
-    let reason = readyz_becomes(gate.admin, 503).await;
-    assert!(reason.contains(cause), "/readyz says why: {reason}");
+    readyz_says(gate.admin, 503, cause).await;
     let answer = deliver(&gate.url("/notify"), &payment("p-tls-refused")).await;
     assert_eq!(
         (answer.status, answer.reason().as_deref()),
@@ -60,11 +60,10 @@ async fn refused(gate: &GateProcess, log: &Path, upstream: &Upstream, cause: &st
         "{answer:?}"
     );
     assert_eq!(upstream.calls(), 0, "nothing forwarded unprotected");
-    let logged = std::fs::read_to_string(log).unwrap_or_default();
-    assert!(
-        logged.contains("redis refused the connection") && logged.contains(cause),
-        "the start-up log says why: {logged}"
-    );
+    // Lines are written in batches: wait for the one that says why.
+    let says_why = |logged: &str| logged.contains("redis refused the connection") && logged.contains(cause);
+    let said = eventually(Duration::from_secs(5), || says_why(&log_text(log))).await;
+    assert!(said, "the start-up log says why: {}", log_text(log));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

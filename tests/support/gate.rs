@@ -284,6 +284,25 @@ pub async fn readyz_becomes(admin: std::net::SocketAddr, status: u16) -> String 
     }
 }
 
+/// `/readyz`'s body once it answers `status` with a body containing
+/// `cause`; panics after 10 s with the last answer. A store that can not
+/// be reached may first read as timed out on a loaded machine and only
+/// then as what refuses it.
+pub async fn readyz_says(admin: std::net::SocketAddr, status: u16, cause: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (got, body) = super::admin_get(admin, "/readyz").await;
+        if got == status && body.contains(cause) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz answered {got} ({body}), expected {status} with {cause:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The log file so far (empty before the first line).
 pub fn log_text(log: &std::path::Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()

@@ -153,7 +153,11 @@ impl Runner {
             let mut owners = owners.into_iter();
             let mut waiting = 0usize;
             for scope in scopes {
-                let due = match forwarder.store.due_probes(&scope.namespace, DUE_BATCH).await {
+                let due = match forwarder
+                    .store
+                    .due_probes(&scope.namespace, DUE_BATCH)
+                    .await
+                {
                     Ok(due) => due,
                     Err(error) => {
                         tracing::warn!(scope = scope.namespace, %error, "could not read the due probes; looking again soon");
