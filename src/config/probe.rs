@@ -31,8 +31,10 @@ pub struct RawProbe {
     pub path: String,
     /// Extra headers, `"Name: value"`.
     pub headers: Option<Vec<String>>,
-    /// When the handler gives up on a request at the latest.
-    pub handler_deadline: ConfigDuration,
+    /// When the handler gives up on a request at the latest. Required;
+    /// an `Option` only so that a value the reader refused is reported
+    /// once, beside every other problem of the file.
+    pub handler_deadline: Option<ConfigDuration>,
     /// Delay after the call ended (default upstream timeout + deadline).
     pub start_after: Option<ConfigDuration>,
     /// Pause between attempts.
@@ -133,12 +135,25 @@ pub(super) fn probe(
         )
         .unwrap_or(Method::GET);
     let path = problems.take(&at("path"), path_template(&raw.path));
-    let handler_deadline = raw.handler_deadline.get();
+    let deadline_key = at("handler_deadline");
+    let handler_deadline = match raw.handler_deadline {
+        Some(deadline) => deadline.get(),
+        None => {
+            if !problems.failed(&deadline_key) {
+                problems.push(
+                    &deadline_key,
+                    "is required: the longest the handler works on one request",
+                );
+            }
+            Duration::ZERO
+        }
+    };
     let earliest = upstream_timeout + handler_deadline;
     let start_after = raw.start_after.map_or(earliest, ConfigDuration::get);
     if start_after < earliest {
-        problems.push(
+        problems.push_derived(
             &at("start_after"),
+            &[&deadline_key],
             format!(
                 "{} would probe before the upstream timeout ({}) plus handler_deadline ({}): a handler still working would answer \"not applied\" and the retry would run twice",
                 format_duration(start_after),
@@ -303,7 +318,7 @@ impl Probe {
                     .map(|(name, value)| format!("{name}: {}", printed(value)))
                     .collect(),
             ),
-            handler_deadline: self.handler_deadline.into(),
+            handler_deadline: Some(self.handler_deadline.into()),
             start_after: Some(self.start_after.into()),
             retry_every: Some(self.retry_every.into()),
             max_attempts: Some(self.max_attempts),
@@ -325,5 +340,44 @@ fn printed(value: &Secret) -> &str {
     match value.source() {
         source if source.starts_with("literal:") => "<redacted>",
         source => source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{MINIMAL, problems_of};
+
+    /// `MINIMAL` with a `[route.probe]` of `deadline` and a bad
+    /// `max_attempts`, so another problem stands beside the deadline's.
+    fn probe_problems(deadline: &str) -> String {
+        problems_of(&format!(
+            "{MINIMAL}\n[route.probe]\npath = \"/orders/{{json:/id}}\"\n{deadline}\nmax_attempts = 0\n"
+        ))
+    }
+
+    #[test]
+    fn a_refused_or_missing_handler_deadline_is_one_problem_among_all() {
+        for (deadline, says) in [
+            (
+                "handler_deadline = \"1.5h\"",
+                "route[0].probe.handler_deadline: \"1.5h\": fractions are not supported, write 90m",
+            ),
+            (
+                "",
+                "route[0].probe.handler_deadline: is required: the longest the handler works on one request",
+            ),
+        ] {
+            let problems = probe_problems(deadline);
+            assert!(problems.contains(says), "{problems}");
+            assert!(
+                problems.contains("route[0].probe.max_attempts: 0 must be 1-100"),
+                "every other problem is reported too: {problems}"
+            );
+            assert_eq!(
+                problems.matches("handler_deadline").count(),
+                1,
+                "nothing compared with a stand-in: {problems}"
+            );
+        }
     }
 }
