@@ -48,7 +48,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Inbox, Route};
 use crate::record::{OwnerMint, Record, RecordState, StoredResponse, now_ms};
 use crate::store::entity::EntityEffect;
-use crate::store::inbox::{Book, BooksKey, Index, IndexKey};
+use crate::store::inbox::{BookLine, BooksKey, Index, IndexKey};
 use crate::store::{AnyStore, StoreError, StoreKey};
 pub(crate) use enqueue::NotQueued;
 pub(crate) use hold::Holding;
@@ -169,7 +169,7 @@ impl Inboxes {
     /// Writes one line into a scope's books. A failure is logged, not
     /// returned: the delivery's own state is already written, and the
     /// books exist to show such gaps (`IdemgateInboxBooksUnbalanced`).
-    async fn enter(&self, books: &BooksKey, line: Book, hash: &str) {
+    async fn enter(&self, books: &BooksKey, line: BookLine, hash: &str) {
         if let Err(error) = self.store.books_add(books, line).await {
             tracing::error!(
                 key = hash,

@@ -5,7 +5,7 @@
 use super::{Inboxes, RouteInbox, ack, transition};
 use crate::config::OnUpstreamTimeout;
 use crate::record::{InboxEntry, RecordState, Stage, StoredRequest, StoredResponse, now_ms};
-use crate::store::inbox::Book;
+use crate::store::inbox::BookLine;
 use crate::store::{Completion, Lease, StoreError};
 use crate::time::millis;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
@@ -146,7 +146,8 @@ impl Inboxes {
             self.unqueue(inbox, hash, held).await;
             return Err(NotQueued::Store(error));
         }
-        self.enter(&indexes.books, Book::Acknowledged, hash).await;
+        self.enter(&indexes.books, BookLine::Acknowledged, hash)
+            .await;
         inbox.metrics.acknowledged();
         tracing::warn!(
             route = route.name,

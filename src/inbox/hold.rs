@@ -8,7 +8,7 @@ use crate::record::{
     Fingerprint, InboxEntry, Record, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
 };
 use crate::store::entity::{EntityStep, HoldVerdict};
-use crate::store::inbox::Book;
+use crate::store::inbox::BookLine;
 use crate::store::{StoreError, StoreKey};
 
 /// What [`Inboxes::hold`] did with a notice.
@@ -69,7 +69,8 @@ impl Inboxes {
         let hash = key.hash();
         self.store.index_add(&indexes.since, hash, now).await?;
         self.store.index_add(&indexes.due, hash, now).await?;
-        self.enter(&indexes.books, Book::Acknowledged, hash).await;
+        self.enter(&indexes.books, BookLine::Acknowledged, hash)
+            .await;
         tracing::info!(
             route = inbox.name(),
             key = hash,

@@ -9,7 +9,7 @@ use metrics::{Counter, Gauge, Unit, counter, gauge};
 
 use super::RedeliveryResult;
 use crate::metrics::{Description, at_zero};
-use crate::store::inbox::{Book, Books};
+use crate::store::inbox::{BookLine, Books};
 
 /// `idemgate_inbox_queued{route}`: deliveries queued or being redelivered.
 pub(crate) const QUEUED: Description = Description::gauge(
@@ -119,7 +119,7 @@ impl InboxMetrics {
             acknowledged: at_zero(counter!(ACKNOWLEDGED_TOTAL.name, "route" => route.clone())),
             full: at_zero(counter!(FULL_TOTAL.name, "route" => route.clone())),
             repaired: at_zero(counter!(REPAIRED_TOTAL.name, "route" => route.clone())),
-            books: Book::ALL.map(|line| gauge!(BOOKS.name, "route" => route.clone(), "line" => line.as_str())),
+            books: BookLine::ALL.map(|line| gauge!(BOOKS.name, "route" => route.clone(), "line" => line.as_str())),
         };
         this.backlog(0, 0.0, 0);
         this.books(&Books::default());
@@ -135,7 +135,7 @@ impl InboxMetrics {
 
     /// Sets the books gauges from the store's books.
     pub(crate) fn books(&self, books: &Books) {
-        for line in Book::ALL {
+        for line in BookLine::ALL {
             self.books[line as usize].set(books.get(line) as f64);
         }
     }

@@ -6,7 +6,7 @@
 
 use super::{Inboxes, RouteInbox, transition};
 use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
-use crate::store::inbox::{Book, IndexPosition};
+use crate::store::inbox::{BookLine, IndexPosition};
 use crate::store::{StoreError, StoreKey};
 
 /// Which deliveries a listing shows.
@@ -97,7 +97,7 @@ impl Inboxes {
             // Booked as soon as the drop is written: an index that fails
             // to update is repaired later (a worker or the dead-index
             // prune finds the record dropped), a missing book line is not.
-            self.enter(&indexes.books, Book::Dropped, hash).await;
+            self.enter(&indexes.books, BookLine::Dropped, hash).await;
             for index in [&indexes.due, &indexes.since, &indexes.dead] {
                 self.store.index_remove(index, hash).await?;
             }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use super::{Inboxes, RouteInbox, transition};
 use crate::config::Probe;
 use crate::record::{InboxEntry, Record, RecordState, Stage, StoredResponse, now_ms};
-use crate::store::inbox::Book;
+use crate::store::inbox::BookLine;
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
 
@@ -163,7 +163,7 @@ impl Inboxes {
         }
         match after {
             Stage::Delivered => {
-                self.enter(&indexes.books, Book::Delivered, hash).await;
+                self.enter(&indexes.books, BookLine::Delivered, hash).await;
                 for index in [&indexes.dead, &indexes.due, &indexes.since] {
                     self.store.index_remove(index, hash).await?;
                 }

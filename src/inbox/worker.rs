@@ -32,7 +32,7 @@ use super::{Inboxes, Indexes, RouteInbox};
 use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
 use crate::store::entity::{Judgement, KeptBack, decisions};
-use crate::store::inbox::{Book, Swapped};
+use crate::store::inbox::{BookLine, Swapped};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
 use crate::upstream::{self, ForwardError, UpstreamClient};
@@ -320,7 +320,7 @@ impl Workers {
         inbox.metrics.redelivery(tally);
         if stage == Stage::Delivered {
             self.inboxes
-                .enter(&self.indexes.books, Book::Delivered, hash)
+                .enter(&self.indexes.books, BookLine::Delivered, hash)
                 .await;
         }
         match stage {
@@ -423,7 +423,7 @@ impl Workers {
             }
         }
         self.inboxes
-            .enter(&self.indexes.books, Book::Dropped, hash)
+            .enter(&self.indexes.books, BookLine::Dropped, hash)
             .await;
         self.unindex(hash, false).await;
         decisions::count(inbox.name(), judgement, to);

@@ -76,7 +76,7 @@ mod scripted {
     use super::super::audit::{AuditId, AuditOps};
     use super::super::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
     use super::super::inbox::{
-        Book, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+        BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
     };
     use super::super::listing::{Cursor, EntityPage, Filter, Listing, Page};
     use super::super::probe::ProbeOps;
@@ -156,7 +156,7 @@ mod scripted {
         fn owed_prune<'a>(&'a self, _: &'a StoreKey, _: Option<OwnerToken>) -> Call<'a, bool> {
             none("inbox")
         }
-        fn books_add<'a>(&'a self, _: &'a BooksKey, _: Book) -> Call<'a, ()> {
+        fn books_add<'a>(&'a self, _: &'a BooksKey, _: BookLine) -> Call<'a, ()> {
             none("inbox")
         }
         fn books_read<'a>(&'a self, _: &'a BooksKey) -> Call<'a, Books> {

@@ -165,7 +165,7 @@ impl BooksKey {
 
 /// One line of a scope's books.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Book {
+pub enum BookLine {
     /// A first delivery the inbox took (queued, or held as unknown): its
     /// sender was acknowledged.
     Acknowledged,
@@ -175,7 +175,7 @@ pub enum Book {
     Dropped,
 }
 
-impl Book {
+impl BookLine {
     /// Every line, in label order.
     pub const ALL: [Self; 3] = [Self::Acknowledged, Self::Delivered, Self::Dropped];
 
@@ -197,12 +197,12 @@ pub struct Books {
 
 impl Books {
     /// The count on `line`.
-    pub fn get(&self, line: Book) -> u64 {
+    pub fn get(&self, line: BookLine) -> u64 {
         self.counts[line as usize]
     }
 
     /// Sets the count on `line` (as read from the store).
-    pub fn set(&mut self, line: Book, count: u64) {
+    pub fn set(&mut self, line: BookLine, count: u64) {
         self.counts[line as usize] = count;
     }
 }
@@ -265,7 +265,7 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
     /// See [`AnyStore::owed_prune`].
     fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool>;
     /// See [`AnyStore::books_add`].
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()>;
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()>;
     /// See [`AnyStore::books_read`].
     fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books>;
 }
@@ -395,7 +395,7 @@ impl AnyStore {
     }
 
     /// Adds one to `line` of the books under `key`.
-    pub async fn books_add(&self, key: &BooksKey, line: Book) -> Result<(), StoreError> {
+    pub async fn books_add(&self, key: &BooksKey, line: BookLine) -> Result<(), StoreError> {
         self.inbox().books_add(key, line).await
     }
 

@@ -11,7 +11,7 @@ use idemgate::record::{
 };
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::inbox::{
-    Book, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
+    BookLine, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
 };
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
@@ -160,23 +160,27 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     let other = BooksKey::new("contract", "elsewhere");
     assert_eq!(store.books_read(&books).await.unwrap(), Books::default());
     for line in [
-        Book::Acknowledged,
-        Book::Acknowledged,
-        Book::Acknowledged,
-        Book::Delivered,
-        Book::Dropped,
+        BookLine::Acknowledged,
+        BookLine::Acknowledged,
+        BookLine::Acknowledged,
+        BookLine::Delivered,
+        BookLine::Dropped,
     ] {
         store.books_add(&books, line).await.unwrap();
     }
-    store.books_add(&other, Book::Dropped).await.unwrap();
+    store.books_add(&other, BookLine::Dropped).await.unwrap();
     let read = store.books_read(&books).await.unwrap();
     assert_eq!(
-        Book::ALL.map(|line| read.get(line)),
+        BookLine::ALL.map(|line| read.get(line)),
         [3, 1, 1],
         "acknowledged, delivered, dropped"
     );
     assert_eq!(
-        store.books_read(&other).await.unwrap().get(Book::Dropped),
+        store
+            .books_read(&other)
+            .await
+            .unwrap()
+            .get(BookLine::Dropped),
         1
     );
 }

@@ -6,7 +6,7 @@ use redb::{ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, backend};
 use crate::store::StoreError;
-use crate::store::inbox::{Book, Books};
+use crate::store::inbox::{BookLine, Books};
 
 /// `(books key, line) -> count`.
 pub(super) const BOOKS: TableDefinition<'static, (&str, &str), u64> =
@@ -14,7 +14,7 @@ pub(super) const BOOKS: TableDefinition<'static, (&str, &str), u64> =
 
 impl EmbeddedStore {
     /// HINCRBY: adds one to `line` of the books under `key`.
-    pub(crate) async fn books_add(&self, key: &str, line: Book) -> Result<(), StoreError> {
+    pub(crate) async fn books_add(&self, key: &str, line: BookLine) -> Result<(), StoreError> {
         let key = key.to_owned();
         self.transact(move |txn| {
             let mut table = txn.open_table(BOOKS).map_err(backend)?;
@@ -35,7 +35,7 @@ impl EmbeddedStore {
         let key = key.to_owned();
         self.read(BOOKS, move |table| {
             let mut books = Books::default();
-            for line in Book::ALL {
+            for line in BookLine::ALL {
                 let count = table
                     .get((key.as_str(), line.as_str()))
                     .map_err(backend)?

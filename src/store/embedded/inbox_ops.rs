@@ -9,7 +9,7 @@ use super::EmbeddedStore;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{
-    Book, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+    BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
 };
 use crate::store::{Call, StoreKey};
 
@@ -110,7 +110,7 @@ impl InboxOps for EmbeddedStore {
         Box::pin(Self::owed_prune(self, key, read))
     }
 
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()> {
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()> {
         Box::pin(Self::books_add(self, key.as_str(), line))
     }
 

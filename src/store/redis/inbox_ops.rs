@@ -21,7 +21,7 @@ use crate::record::inbox_entry::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{
-    Book, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+    BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
 };
 use crate::store::{Call, StoreError, StoreKey};
 
@@ -392,7 +392,7 @@ impl InboxOps for RedisStore {
         })
     }
 
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: Book) -> Call<'a, ()> {
+    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()> {
         Box::pin(async move {
             let args = vec![Value::from(line.as_str()), Value::Integer(1)];
             self.keyed("HINCRBY", key.as_str(), args).await.map(|_| ())
@@ -401,13 +401,13 @@ impl InboxOps for RedisStore {
 
     fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books> {
         Box::pin(async move {
-            let fields = Book::ALL
+            let fields = BookLine::ALL
                 .iter()
                 .map(|line| Value::from(line.as_str()))
                 .collect();
             let reply = self.keyed("HMGET", key.as_str(), fields).await?;
             let mut books = Books::default();
-            for (line, value) in Book::ALL.into_iter().zip(reply.into_array()) {
+            for (line, value) in BookLine::ALL.into_iter().zip(reply.into_array()) {
                 let count = match value {
                     Value::Null => 0,
                     other => other
