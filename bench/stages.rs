@@ -34,7 +34,7 @@ use criterion::{BatchSize, Criterion};
 use http::Request;
 use idemgate::config::{Algorithm, Config, Route};
 use idemgate::extract::Inbound;
-use idemgate::pipeline::{identify, verify};
+use idemgate::pipeline::admit::{identify, verify};
 use idemgate::record::{Fingerprint, OwnerToken, Record, RecordState, StoredResponse};
 
 const SECRET: &str = "bench-secret-0123456789abcdef";
@@ -334,7 +334,7 @@ fn bench_identify(c: &mut Criterion) {
             .0;
         let body = Bytes::from(body.clone());
         let fresh = || Inbound::new(parts.clone(), body.clone());
-        let canonical = idemgate::pipeline::route::Canonical {
+        let canonical = idemgate::pipeline::admit::route::Canonical {
             method: http::Method::POST,
             path: "/hook".to_owned(),
         };

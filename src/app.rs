@@ -83,7 +83,7 @@ fn describe_metrics() {
         crate::store::metrics::DESCRIPTIONS,
         crate::replay_cache::metrics::DESCRIPTIONS,
         crate::pipeline::metrics::DESCRIPTIONS,
-        crate::pipeline::entity::DESCRIPTIONS,
+        crate::pipeline::admit::entity::DESCRIPTIONS,
         crate::pipeline::probe::DESCRIPTIONS,
         crate::inbox::metrics::DESCRIPTIONS,
         &[crate::peers::PEER_SHARE_REFUSALS],
@@ -142,7 +142,7 @@ async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), StartErr
 /// Logs what each protected route captures and refuses (contract §4 rule 9),
 /// then the configuration's warnings.
 fn warn_about(config: &Config) {
-    for line in crate::pipeline::route::spellings_report(config) {
+    for line in crate::pipeline::admit::route::spellings_report(config) {
         tracing::info!("{line}");
     }
     for warning in config.warnings() {
@@ -164,7 +164,7 @@ fn route_runtimes(
             crate::pipeline::probe::register(&route.name);
         }
         if let Some(entity) = &route.entity {
-            crate::pipeline::entity::register(&route.name, entity);
+            crate::pipeline::admit::entity::register(&route.name, entity);
         }
     }
     crate::pipeline::runtime::build(config, inboxes, hot_keys)
@@ -200,7 +200,7 @@ pub async fn start(
         grace_over.clone(),
         &routes,
     ));
-    crate::pipeline::probe::spawn(pipeline.forwarder(), &routes, &shutdown);
+    crate::pipeline::first_delivery::probe_runner::spawn(pipeline.forwarder(), &routes, &shutdown);
     let admin = Arc::new(Admin::new(
         Arc::clone(&config),
         Arc::clone(&store),

@@ -13,19 +13,20 @@
 //!
 //! ```text
 //! sender ──► server.rs ──► pipeline.rs ─────────────────────────────────────► response
-//!                            │ 1 route    pipeline/route.rs   400 ──┤ (unmatched: forward | 404)
+//!                            │ (paths under pipeline/)
+//!                            │ 1 route    admit/route.rs      400 ──┤ (unmatched: forward | 404)
 //!                            │   (hands the request its pipeline/runtime.rs RouteRuntime)
-//!                            │ 2 body     pipeline/body.rs    413 ──┤  error.rs: the ONE
-//!                            │ 3 verify   pipeline/verify.rs  401 ──┤  Rejection → status,
-//!                            │   guard    pipeline/guard.rs   400 ──┤  reason, problem+json
-//!                            │ 4 identify pipeline/identify.rs 400 ─┤
-//!                            │   entity   pipeline/entity.rs  400 ──┤ ([route.entity]: id, state)
-//!                            │ 5 claim    pipeline/claim.rs   503/409/422 (+ entity judgement:
+//!                            │ 2 body     admit/body.rs       413 ──┤  error.rs: the ONE
+//!                            │ 3 verify   admit/verify.rs     401 ──┤  Rejection → status,
+//!                            │   guard    admit/guard.rs      400 ──┤  reason, problem+json
+//!                            │ 4 identify admit/identify.rs   400 ──┤
+//!                            │   entity   admit/entity.rs     400 ──┤ ([route.entity]: id, state)
+//!                            │ 5 claim    claim.rs            503/409/422 (+ entity judgement:
 //!                            │            repeat → ack, refused → ack | 409; busy → wait | hold | 409)
-//!                            │ 6 forward  pipeline/deliver.rs → upstream/  502/504
-//!                            │ 7 settle   pipeline/settle.rs + settle_once.rs (complete | release | unknown)
+//!                            │ 6 forward  first_delivery/deliver.rs → upstream/  502/504
+//!                            │ 7 settle   first_delivery/settle.rs + settle_once.rs (complete | release | unknown)
 //!                            │            or inbox/ (queued; the sender gets the ack)
-//!                            │   mode     pipeline/shadow.rs (enforce | shadow)
+//!                            │   mode     answer/shadow.rs (enforce | shadow)
 //!                            ▼
 //!          store.rs (AnyStore) ── store/backend.rs: the one Backend trait, implemented by
 //!                                 store/redis (fred + lua/*.lua) │ store/embedded (redb)
@@ -67,8 +68,9 @@
 //!   inbox, listeners; owns shutdown.
 //! * `server` — accept loop, HTTP/1+2, progress and idle bounds, HTTP/2
 //!   stream limits, graceful drain.
-//! * [`pipeline`] — the request stages, sequenced in one place; the
-//!   per-route runtime; the pipeline's metrics.
+//! * [`pipeline`] — the request stages by phase (admit, claim, first
+//!   delivery, answer), sequenced in one place; the per-route runtime; the
+//!   pipeline's metrics.
 //! * `upstream` — talking to the handler: the pooled client, forwarding,
 //!   quick-ack, the stored form of an answer.
 //! * `inbox` — the durable inbox: queueing, redelivery workers, the repair

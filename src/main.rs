@@ -245,7 +245,7 @@ fn main() -> ExitCode {
                 // comments, so the whole output can be diffed or re-checked.
                 print!("{}", config.to_toml());
                 println!();
-                for line in idemgate::pipeline::route::spellings_report(&config) {
+                for line in idemgate::pipeline::admit::route::spellings_report(&config) {
                     println!("# {line}");
                 }
                 for warning in config.warnings() {

@@ -1,25 +1,36 @@
 //! `Pipeline::handle`: the only place the stages are sequenced and metered.
 //!
 //! ```text
-//! 1 route    pipeline/route.rs          unmatched → passthrough | 404; 400 path_ambiguous
-//! 2 body     pipeline/body.rs           413
-//! 3 verify   pipeline/verify.rs         401   (no store access before this passes)
-//!            pipeline/parameters.rs     400 unsigned_parameters (query beside a signed body)
-//!   guard    pipeline/guard.rs          400 field_invalid (business-field whitelists)
-//! 4 identify pipeline/identify.rs       400
-//!            pipeline/probe.rs          on a probe route, the probe plan the claim
-//!                                       keeps (pipeline/probe/runner.rs probes
-//!                                       unknown outcomes on every instance)
-//! 5 claim    pipeline/claim.rs          503 | replay | 422 | 409
-//!            pipeline/lease_timing.rs   claim TTL, renewal while forwarding
-//! 6 forward  pipeline/deliver.rs        a detached task, through crate::upstream: 502 | 504
-//! 7 settle   pipeline/settle.rs         complete | release | unknown
-//!            pipeline/settle_once.rs    one store attempt, then pipeline/persist.rs
-//!                                       retries until stored (the answer is in hand)
-//!            pipeline/deliver.rs        or, for a failure `[route.inbox] on` lists:
-//!                                       queued in crate::inbox, the sender gets the ack
-//!   mode     pipeline/shadow.rs         enforce answers the ruling; shadow sends on
+//! admit/           stages 1 to 4: functions of the request, no store access
+//! 1 route          admit/route.rs        unmatched → passthrough | 404; 400 path_ambiguous
+//! 2 body           admit/body.rs         413
+//! 3 verify         admit/verify.rs       401   (no store access before this passes)
+//!                  admit/parameters.rs   400 unsigned_parameters (query beside a signed body)
+//!   guard          admit/guard.rs        400 field_invalid (business-field whitelists)
+//! 4 identify       admit/identify.rs     400; on a probe route, the probe plan the claim
+//!                                        keeps (probe.rs, the probe rules)
+//! claim/
+//! 5 claim          claim.rs              503 | replay | 422 | 409
+//!                  claim/lease_timing.rs claim TTL, renewal while forwarding
+//! first_delivery/  from the claim on: Forwarder, shared with the probe runner
+//!   hold           hold.rs               the claim, or a hold behind a busy entity
+//! 6 forward        deliver.rs            a detached task, through crate::upstream: 502 | 504;
+//!                                        a failure `[route.inbox] on` lists is queued in
+//!                                        crate::inbox, the sender gets the ack
+//! 7 settle         settle.rs             complete | release | unknown
+//!                  settle_once.rs        one store attempt, then persist.rs retries until
+//!                                        stored (the answer is in hand)
+//!                  probe_runner.rs       asks the handler about unknown outcomes, on every
+//!                                        instance
+//! answer/
+//!   mode           shadow.rs             enforce answers the ruling; shadow sends on
+//!   report         report.rs             every end counted and logged once
 //! ```
+//!
+//! The phases import one way: `answer` may use `first_delivery`, which may
+//! use `claim`, which may use `admit`; the shared leaves (`words`,
+//! `metrics`, `trace`, `runtime`, `upstream_calls`, `probe`) import no
+//! phase (`.ci/module-cycles` finds a circle among them).
 //!
 //! Words, one per thing a request carries on its way:
 //!
@@ -68,33 +79,17 @@
 //! counted and logged once: recording consumes it, so it can not happen
 //! twice.
 
-pub(crate) mod body;
+pub mod admit;
+pub(crate) mod answer;
 pub(crate) mod claim;
-mod deliver;
-pub mod entity;
-mod forwarder;
-pub(crate) mod guard;
-mod hold;
-pub mod identify;
-mod key_join;
-pub(crate) mod lease_timing;
-mod local;
+pub(crate) mod first_delivery;
 pub(crate) mod metrics;
-pub mod parameters;
-pub(crate) mod persist;
 pub(crate) mod probe;
-mod report;
-pub mod route;
 pub(crate) mod runtime;
 #[cfg(test)]
 mod scripted;
-pub(crate) mod settle;
-mod settle_once;
-mod shadow;
-pub(crate) mod single_flight;
 pub(crate) mod trace;
 mod upstream_calls;
-pub mod verify;
 mod words;
 
 use std::net::SocketAddr;
@@ -117,8 +112,11 @@ use crate::extract::Inbound;
 use crate::inbox::Inboxes;
 use crate::record::{TraceContext, now_ms};
 use crate::store::AnyStore;
+use admit::{body, entity, guard, identify, route, verify};
+use answer::shadow;
 use claim::Decision;
-pub(crate) use forwarder::Forwarder;
+pub(crate) use first_delivery::Forwarder;
+use first_delivery::{hold, settle};
 use identify::Identity;
 use route::{Router, Selection, Target};
 use runtime::RouteRuntime;

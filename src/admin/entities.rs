@@ -14,7 +14,7 @@ use super::{Admin, json, query_pairs};
 use crate::body::ProxyBody;
 use crate::config::Route;
 use crate::error::AdminReason;
-use crate::pipeline::entity::entity_hash;
+use crate::pipeline::admit::entity::entity_hash;
 use crate::store::entity::{EntityState, Transition};
 use crate::store::{ENTITY_HASH_LEN, EntityKey};
 

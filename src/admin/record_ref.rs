@@ -12,8 +12,8 @@
 //! 404 for a record that exists.
 
 use super::query_pairs;
-use crate::pipeline::entity::entity_hash;
-use crate::pipeline::identify::hash_key_parts;
+use crate::pipeline::admit::entity::entity_hash;
+use crate::pipeline::admit::identify::hash_key_parts;
 use crate::signature::lower_hex;
 
 /// Why a record URL names no record.

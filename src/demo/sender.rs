@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 
 use super::{ACK_BODY, LIFECYCLE_PATH, NOTIFY_PATH, SECRET};
 use crate::config::Algorithm;
-use crate::pipeline::settle::REPLAYED_HEADER;
+use crate::pipeline::first_delivery::settle::REPLAYED_HEADER;
 use crate::record::now_ms;
 use crate::signature::mac;
 

@@ -1,7 +1,7 @@
 //! Probes of inbox redeliveries whose outcome is unknown, on a route with
 //! both `[route.inbox]` and `[route.probe]` (the probe runner in
-//! `crate::pipeline::probe` asks the handler; this file moves the
-//! delivery).
+//! `crate::pipeline::first_delivery` asks the handler; this file moves
+//! the delivery).
 //!
 //! Everything a probe needs is in the record already: the request (its
 //! probe path is rendered from it as from a live delivery), when it turned

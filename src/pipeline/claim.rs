@@ -36,6 +36,10 @@
 //! per-request call names only the delivery, its rules and how long it may
 //! wait.
 
+pub(crate) mod lease_timing;
+mod local;
+pub(crate) mod single_flight;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,13 +47,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::identify::Identity;
-use super::lease_timing::LeaseTiming;
-use super::local::{AnswersInHand, InHand, LocalWaiters};
-use super::single_flight::{Flight, SingleFlight};
 use crate::backoff::Backoff;
-use crate::config::{Idempotency, OnInFlight};
+use crate::config::{Idempotency, Mode, OnInFlight};
 use crate::error::Rejection;
+use crate::pipeline::admit::identify::Identity;
+use crate::pipeline::claim::lease_timing::LeaseTiming;
+use crate::pipeline::claim::local::{AnswersInHand, InHand, LocalWaiters};
+use crate::pipeline::claim::single_flight::{Flight, SingleFlight};
 use crate::record::{
     ClaimHold, OwnerMint, OwnerToken, Record, RecordState, StoredResponse, TraceContext,
 };
@@ -71,6 +75,16 @@ enum Seen {
 /// jitter (`crate::backoff`), so a crowd of waiters does not re-check in step.
 const POLL_FIRST: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(100);
+
+/// How long a duplicate may wait for its in-flight first delivery: in
+/// shadow mode, not at all (the route only watches, and the copy is sent
+/// on at once).
+pub(crate) fn patience(rules: &Idempotency) -> Duration {
+    match rules.mode {
+        Mode::Enforce => rules.wait_timeout,
+        Mode::Shadow => Duration::ZERO,
+    }
+}
 
 /// What to do with a delivery.
 #[derive(Debug)]
@@ -103,10 +117,10 @@ pub(crate) enum EntityDecision {
     /// Decided by the key, as on any route.
     Decided(Decision),
     /// The delivery's entity decided against forwarding it: a repeat of
-    /// its state, or a refused change (`super::entity`).
+    /// its state, or a refused change (`crate::pipeline::admit::entity`).
     Judged(Judgement),
     /// The delivery's entity is busy, and the route holds notices behind
-    /// a busy entity: hold this one (`super::hold`).
+    /// a busy entity: hold this one (`crate::pipeline::first_delivery::hold`).
     Behind(Blocker),
 }
 

@@ -13,7 +13,7 @@
 //! a dot segment, a path separator) means no probe for that delivery
 //! ([`Skip`], counted in `idemgate_probe_skipped_total`).
 //!
-//! Whichever instance is alive sends it (`runner.rs`): no earlier than
+//! Whichever instance is alive sends it (`first_delivery/probe_runner.rs`): no earlier than
 //! `start_after` after the call ended, then every `retry_every` (with some
 //! jitter) while the handler can not tell, at most `max_attempts` times,
 //! and never more than `concurrency` per route and `[limits]
@@ -28,14 +28,10 @@
 //! * *can't tell*, an error or a timeout: the record stays unknown, as
 //!   without a probe.
 
-mod redeliveries;
-pub(crate) mod runner;
-
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use metrics::{counter, gauge};
 
-pub(crate) use self::runner::spawn;
 use crate::config::{Probe, Route, Segment};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};

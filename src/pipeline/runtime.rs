@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use super::metrics::RouteMetrics;
 use crate::config::{self, Config, Route};
 use crate::hot_keys::{HotKeys, RouteHotKeys};
 use crate::inbox::{Inboxes, RouteInbox};
+use crate::pipeline::metrics::RouteMetrics;
 use crate::record::StoredResponse;
 
 /// One protected route at request time.

@@ -259,7 +259,7 @@ pub(crate) fn answered(forward: &Span, result: &Result<UpstreamAnswer, ForwardEr
     }
 }
 
-/// A probe of the handler about an unknown outcome (`super::probe`): a
+/// A probe of the handler about an unknown outcome (`crate::pipeline::probe`): a
 /// trace of its own, started later than the delivery, linked to it.
 pub(crate) fn probe(on: bool, route: &str, key: &str, first: Option<&TraceContext>) -> Span {
     if !on {

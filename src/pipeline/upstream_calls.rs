@@ -12,14 +12,14 @@ use http::Request;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::metrics::{Outcome, RouteMetrics, UpstreamErrorKind};
-use super::runtime::RouteRuntime;
-use super::trace;
-use super::words::Finished;
 use crate::body::ProxyBody;
 use crate::config::{self, Config};
 use crate::error::ProblemTypes;
 use crate::extract::Inbound;
+use crate::pipeline::metrics::{Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::pipeline::runtime::RouteRuntime;
+use crate::pipeline::trace;
+use crate::pipeline::words::Finished;
 use crate::upstream::{self, ForwardError, UpstreamAnswer, UpstreamClient};
 
 /// The pooled client and what every call needs of the configuration.

@@ -13,11 +13,11 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::metrics::Outcome;
 use crate::body::ProxyBody;
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
 use crate::hot_keys::KeyId;
+use crate::pipeline::metrics::Outcome;
 use crate::record::{StoredResponse, TraceContext};
 
 /// What enforce mode makes of a request to a protected route.
@@ -48,7 +48,7 @@ pub(super) enum Ruling {
     Refuse(Rejection),
     /// An answer idemgate gives in the handler's place although the
     /// request is refused (a discrepancy acknowledged so the sender stops,
-    /// `super::entity`): counted as a rejection for `noted`.
+    /// `crate::pipeline::admit::entity`): counted as a rejection for `noted`.
     Acknowledge {
         /// The acknowledgement.
         answer: StoredResponse,
@@ -91,8 +91,8 @@ pub(super) enum LogReason {
 ///
 /// The rule: it is what the store held for the key when the sender was
 /// answered, that is after the one store attempt made before answering
-/// ([`super::Forwarder::settle_once`]). Retries that store an answer later
-/// ([`super::Forwarder::keep_storing`]) log their own end on a line of
+/// ([`crate::pipeline::Forwarder::settle_once`]). Retries that store an answer later
+/// ([`crate::pipeline::Forwarder::keep_storing`]) log their own end on a line of
 /// their own; the request line keeps saying what the first attempt did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) enum Settled {

@@ -19,9 +19,9 @@ use base64::Engine;
 use bytes::Bytes;
 use idemgate::config::{Algorithm, Config};
 use idemgate::extract::Inbound;
-use idemgate::pipeline::identify::identify;
-use idemgate::pipeline::route::{Router, Selection};
-use idemgate::pipeline::verify::verify;
+use idemgate::pipeline::admit::identify::identify;
+use idemgate::pipeline::admit::route::{Router, Selection};
+use idemgate::pipeline::admit::verify::verify;
 use proptest::prelude::*;
 
 use crate::support::*;

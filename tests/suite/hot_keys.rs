@@ -1,7 +1,7 @@
 //! Hot keys end to end: the real binary on Redis, a sender retrying one
 //! key among many, read back through `/admin/hot-keys` and `/metrics`.
 
-use idemgate::pipeline::identify::hash_key_parts;
+use idemgate::pipeline::admit::identify::hash_key_parts;
 
 use crate::support::*;
 

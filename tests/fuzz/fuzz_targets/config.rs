@@ -11,7 +11,7 @@
 
 use http::{HeaderMap, Method};
 use idemgate::config::Config;
-use idemgate::pipeline::route::{Router, spellings_report};
+use idemgate::pipeline::admit::route::{Router, spellings_report};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -24,9 +24,9 @@ use std::sync::OnceLock;
 
 use idemgate::config::Config;
 use idemgate::path::canonical_path;
-use idemgate::pipeline::identify::{identify, parse_sf_string};
-use idemgate::pipeline::route::Canonical;
-use idemgate::pipeline::verify::verify;
+use idemgate::pipeline::admit::identify::{identify, parse_sf_string};
+use idemgate::pipeline::admit::route::Canonical;
+use idemgate::pipeline::admit::verify::verify;
 use idemgate_fuzz::request;
 use libfuzzer_sys::fuzz_target;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idemgate::pipeline::identify::hash_key_parts;
+use idemgate::pipeline::admit::identify::hash_key_parts;
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
 use super::console::sign_in;

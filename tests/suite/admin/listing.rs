@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use idemgate::pipeline::identify::hash_key_parts;
+use idemgate::pipeline::admit::identify::hash_key_parts;
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
 use super::{TOKEN, admin, with_admin};

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use idemgate::pipeline::identify::hash_key_parts;
+use idemgate::pipeline::admit::identify::hash_key_parts;
 use idemgate::record::{Fingerprint, OwnerToken, Record};
 
 use super::{TOKEN, admin, with_admin};

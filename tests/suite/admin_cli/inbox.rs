@@ -264,9 +264,9 @@ async fn inbox_paging_neither_hides_nor_repeats_while_the_operator_acts() {
     let original: Vec<String> = ids
         .iter()
         .map(|id| {
-            hex::encode(idemgate::pipeline::identify::hash_key_parts(
-                [id.as_bytes()],
-            ))
+            hex::encode(idemgate::pipeline::admit::identify::hash_key_parts([
+                id.as_bytes()
+            ]))
         })
         .collect();
     let hidden = original

@@ -275,7 +275,7 @@ async fn records_list_pages_through_the_unknown_outcomes() {
 /// follows them rather than saying "no unknown records", and finds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_list_says_none_only_of_a_whole_walk() {
-    use idemgate::pipeline::identify::hash_key_parts;
+    use idemgate::pipeline::admit::identify::hash_key_parts;
     use idemgate::record::{Fingerprint, OwnerToken, Record};
 
     let redis = RedisServer::start();

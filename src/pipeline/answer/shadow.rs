@@ -12,17 +12,16 @@
 //! first delivery ([`patience`]): shadow mode never holds a request back.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use http_body_util::BodyExt;
 
-use super::metrics::Outcome;
-use super::runtime::RouteRuntime;
-use super::settle;
-use super::upstream_calls::UpstreamCalls;
-use super::words::{Enforcement, Finished, RequestEnd, Ruling, StoppedRequest};
-use crate::config::{Idempotency, Mode};
+use crate::config::Mode;
 use crate::error::{ProblemTypes, Reason};
+use crate::pipeline::first_delivery::settle;
+use crate::pipeline::metrics::Outcome;
+use crate::pipeline::runtime::RouteRuntime;
+use crate::pipeline::upstream_calls::UpstreamCalls;
+use crate::pipeline::words::{Enforcement, Finished, RequestEnd, Ruling, StoppedRequest};
 use crate::record::StoredBody;
 use crate::record::now_ms;
 
@@ -38,17 +37,9 @@ impl Ruling {
     }
 }
 
-/// How long a duplicate may wait for its in-flight first delivery.
-pub(super) fn patience(rules: &Idempotency) -> Duration {
-    match rules.mode {
-        Mode::Enforce => rules.wait_timeout,
-        Mode::Shadow => Duration::ZERO,
-    }
-}
-
 /// Decides, by the route's mode, how a request that enforce mode has run
 /// ends; shadow mode's sends go through `calls`.
-pub(super) async fn apply_mode(
+pub(in crate::pipeline) async fn apply_mode(
     calls: &UpstreamCalls,
     route: &RouteRuntime,
     enforcement: Enforcement,

@@ -20,13 +20,13 @@ use tokio::sync::Notify;
 /// Duplicates on this instance waiting for a key's first delivery, woken
 /// the moment it settles instead of at their next store re-check.
 #[derive(Debug, Default)]
-pub(super) struct LocalWaiters {
+pub(in crate::pipeline) struct LocalWaiters {
     waiting: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
 impl LocalWaiters {
     /// A handle to wait on `key`, unless `limit` waiters hold one already.
-    pub(super) fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
+    pub(in crate::pipeline) fn subscribe(&self, key: &str, limit: usize) -> Option<Arc<Notify>> {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         let notify = waiting.entry(key.to_owned()).or_default();
         // The map holds one handle; every other one is a waiter.
@@ -34,7 +34,7 @@ impl LocalWaiters {
     }
 
     /// Drops a waiter's handle, and the key's entry with the last one.
-    pub(super) fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
+    pub(in crate::pipeline) fn unsubscribe(&self, key: &str, notify: &Arc<Notify>) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         // The map's handle plus ours: nobody else is waiting.
         if Arc::strong_count(notify) == 2 {
@@ -43,7 +43,7 @@ impl LocalWaiters {
     }
 
     /// Wakes every local waiter on `key`.
-    pub(super) fn settled(&self, key: &str) {
+    pub(in crate::pipeline) fn settled(&self, key: &str) {
         let notify = self
             .waiting
             .lock()
@@ -57,7 +57,7 @@ impl LocalWaiters {
 
 /// Keys whose answer this process holds but has not stored yet.
 #[derive(Debug, Default)]
-pub(super) struct AnswersInHand {
+pub(in crate::pipeline) struct AnswersInHand {
     keys: Mutex<HashSet<String>>,
 }
 
@@ -72,7 +72,11 @@ pub(crate) struct InHand<'a> {
 
 impl AnswersInHand {
     /// Marks `key` held until the guard drops.
-    pub(super) fn hold<'a>(&'a self, key: &str, waiters: &'a LocalWaiters) -> InHand<'a> {
+    pub(in crate::pipeline) fn hold<'a>(
+        &'a self,
+        key: &str,
+        waiters: &'a LocalWaiters,
+    ) -> InHand<'a> {
         self.lock().insert(key.to_owned());
         InHand {
             in_hand: self,
@@ -82,7 +86,7 @@ impl AnswersInHand {
     }
 
     /// Whether `key`'s answer is in hand.
-    pub(super) fn holds(&self, key: &str) -> bool {
+    pub(in crate::pipeline) fn holds(&self, key: &str) -> bool {
         self.lock().contains(key)
     }
 

@@ -13,16 +13,16 @@
 
 use http::Response;
 
-use super::metrics::{Outcome, RouteMetrics};
-use super::persist::Persisted;
-use super::{settle, trace};
 use crate::body::ProxyBody;
 use crate::error::{ANSWER_NOT_STORED, ProblemTypes, Reason, Rejection};
 use crate::hot_keys::{RouteHotKeys, Sighting};
+use crate::pipeline::first_delivery::persist::Persisted;
+use crate::pipeline::metrics::{Outcome, RouteMetrics};
+use crate::pipeline::{first_delivery::settle, trace};
 use crate::record::{Record, RecordState};
 use crate::upstream::{self, ForwardError};
 
-use super::words::{Finished, Labels, LogReason, Origin, RequestEnd, Settled};
+use crate::pipeline::words::{Finished, Labels, LogReason, Origin, RequestEnd, Settled};
 
 /// The target of the request line: the module it was logged from before
 /// it moved here, kept so `RUST_LOG` filters and log queries keep working.
@@ -30,7 +30,7 @@ const LOG_TARGET: &str = "idemgate::pipeline";
 
 impl LogReason {
     /// The word the log line shows.
-    pub(super) fn as_str(self) -> &'static str {
+    pub(in crate::pipeline) fn as_str(self) -> &'static str {
         match self {
             Self::Rejection(reason) => reason.as_str(),
             Self::AnswerNotStored => ANSWER_NOT_STORED,
@@ -52,7 +52,7 @@ impl Settled {
     }
 
     /// What one completed store attempt of `record` achieved.
-    pub(super) fn after_persist(record: &Record, done: &Persisted) -> Self {
+    pub(in crate::pipeline) fn after_persist(record: &Record, done: &Persisted) -> Self {
         match (done, &record.state) {
             (Persisted::Stored(_), RecordState::Completed(_) | RecordState::Acknowledged(_)) => {
                 Self::Stored
@@ -65,7 +65,7 @@ impl Settled {
 impl RequestEnd {
     /// Labels an unrecorded end with what is known about the delivery; a
     /// recorded one was logged with the same labels already.
-    pub(super) fn labelled(self, labels: Labels) -> Self {
+    pub(in crate::pipeline) fn labelled(self, labels: Labels) -> Self {
         match self {
             Self::Unrecorded(finished) => Self::Unrecorded(finished.labelled(labels)),
             recorded @ Self::Recorded(_) => recorded,
@@ -73,16 +73,9 @@ impl RequestEnd {
     }
 }
 
-/// The upstream's status in a forward's result, if it answered.
-pub(super) fn upstream_status(
-    result: &Result<upstream::UpstreamAnswer, ForwardError>,
-) -> Option<u16> {
-    result.as_ref().ok().map(|answer| answer.status.as_u16())
-}
-
 impl Finished {
     /// An end with this outcome and answer; nothing noted yet.
-    pub(super) fn new(outcome: Outcome, response: Response<ProxyBody>) -> Self {
+    pub(in crate::pipeline) fn new(outcome: Outcome, response: Response<ProxyBody>) -> Self {
         Self {
             outcome,
             response,
@@ -94,26 +87,26 @@ impl Finished {
     }
 
     /// A rejection idemgate answers itself.
-    pub(super) fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
+    pub(in crate::pipeline) fn rejected(rejection: Rejection, types: &ProblemTypes) -> Self {
         let reason = rejection.reason();
         Self::new(Outcome::Rejected, rejection.into_response(types))
             .with_reason_note(LogReason::Rejection(reason))
     }
 
     /// A passthrough answered by the upstream: the answer is its own.
-    pub(super) fn passed_through(response: Response<ProxyBody>) -> Self {
+    pub(in crate::pipeline) fn passed_through(response: Response<ProxyBody>) -> Self {
         let status = response.status().as_u16();
         Self::new(Outcome::Passthrough, response).with_upstream_status(Some(status))
     }
 
     /// The answer to a forwarded request: the upstream's, or idemgate's
     /// 502/504 when the upstream failed (outcome unchanged: it was sent).
-    pub(super) fn upstream(
+    pub(in crate::pipeline) fn upstream(
         outcome: Outcome,
         result: Result<upstream::UpstreamAnswer, ForwardError>,
         types: &ProblemTypes,
     ) -> Self {
-        let status = upstream_status(&result);
+        let status = settle::upstream_status(&result);
         let finished = match result {
             Ok(answer) => Self::new(outcome, settle::live(answer)),
             Err(error) => {
@@ -127,7 +120,7 @@ impl Finished {
 
     /// Notes the rejection this request was answered with (or, in shadow
     /// mode, would have been): logged and counted.
-    pub(super) fn with_reason(self, reason: Reason) -> Self {
+    pub(in crate::pipeline) fn with_reason(self, reason: Reason) -> Self {
         self.with_reason_note(LogReason::Rejection(reason))
     }
 
@@ -137,31 +130,31 @@ impl Finished {
     }
 
     /// Notes a replay whose answer was not stored: logged only.
-    pub(super) fn answer_not_stored(self) -> Self {
+    pub(in crate::pipeline) fn answer_not_stored(self) -> Self {
         self.with_reason_note(LogReason::AnswerNotStored)
     }
 
     /// Notes the upstream's status, if it answered.
-    pub(super) fn with_upstream_status(mut self, status: Option<u16>) -> Self {
+    pub(in crate::pipeline) fn with_upstream_status(mut self, status: Option<u16>) -> Self {
         self.upstream_status = status;
         self
     }
 
     /// Notes how the claim was settled.
-    pub(super) fn settled(mut self, settled: Settled) -> Self {
+    pub(in crate::pipeline) fn settled(mut self, settled: Settled) -> Self {
         self.settled = settled;
         self
     }
 
     /// Notes what is known about the delivery.
-    pub(super) fn labelled(mut self, labels: Labels) -> Self {
+    pub(in crate::pipeline) fn labelled(mut self, labels: Labels) -> Self {
         self.labels = labels;
         self
     }
 
     /// Counts and logs the request in `meters` (and, for a delivery of a
     /// known key, in the route's `hot_keys`), and hands back its answer.
-    pub(super) fn record(
+    pub(in crate::pipeline) fn record(
         self,
         meters: &RouteMetrics,
         hot_keys: Option<&RouteHotKeys>,

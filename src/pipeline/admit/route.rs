@@ -47,9 +47,9 @@ use std::borrow::Cow;
 
 use http::{HeaderMap, Method};
 
-use super::parameters::{self, BodyOverride};
 use crate::config::{Config, Route, Unmatched};
 use crate::path::{LooseText, canonical_path, canonical_prefix, fold, is_plain, loose_text};
+use crate::pipeline::admit::parameters::{self, BodyOverride};
 
 /// Headers that frameworks (Rails, Laravel, ASP.NET, Express's
 /// method-override) read as the "real" method of a request: a request

@@ -9,20 +9,20 @@ use std::sync::Arc;
 use metrics::counter;
 use tracing::Instrument as _;
 
-use super::runner::{ask, jitter};
-use super::{RESOLUTIONS_TOTAL, Reading, classify, render};
 use crate::config::Upstream;
 use crate::extract::Inbound;
 use crate::inbox::RouteInbox;
 use crate::inbox::probe::{ProbeEnd, TakenDelivery};
 use crate::pipeline::Forwarder;
+use crate::pipeline::first_delivery::probe_runner::{ask, jitter};
+use crate::pipeline::probe::{RESOLUTIONS_TOTAL, Reading, classify, render};
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
 
 impl Forwarder {
     /// One probe of the unknown redelivery `taken` of `route` (which has an
     /// inbox and a probe), settled through the inbox.
-    pub(super) async fn probe_redelivery(
+    pub(in crate::pipeline) async fn probe_redelivery(
         &self,
         route: &RouteRuntime,
         inbox: &Arc<RouteInbox>,
@@ -40,7 +40,7 @@ impl Forwarder {
             .request
             .to_parts()
             .map(|parts| Inbound::new(parts, entry.request.body.clone()))
-            .ok_or(super::Skip::Absent)
+            .ok_or(crate::pipeline::probe::Skip::Absent)
             .and_then(|request| render(probe, &request));
         let target = match target {
             Ok(target) => target,

@@ -3,19 +3,19 @@
 //! One attempt runs before the sender gets its answer, so in the common
 //! case a retry that arrives right after the answer finds the outcome
 //! stored (or the key released). If the store refuses that attempt, the
-//! sender is answered and [`Forwarder::keep_storing`] ([`super::persist`])
+//! sender is answered and [`Forwarder::keep_storing`] ([`crate::pipeline::first_delivery::persist`])
 //! or [`Forwarder::keep_releasing`] carries on. Every way an
 //! outcome ends up not stored is logged with the key hash the admin API
 //! takes and counted as an unknown outcome, once.
 
 use std::time::Duration;
 
-use super::forwarder::Forwarder;
-use super::lease_timing::LeaseTiming;
-use super::persist::{Persist, Persisted};
-use super::runtime::RouteRuntime;
-use super::settle::ClaimAction;
-use super::words::Settled;
+use crate::pipeline::claim::lease_timing::LeaseTiming;
+use crate::pipeline::first_delivery::forwarder::Forwarder;
+use crate::pipeline::first_delivery::persist::{Persist, Persisted};
+use crate::pipeline::first_delivery::settle::ClaimAction;
+use crate::pipeline::runtime::RouteRuntime;
+use crate::pipeline::words::Settled;
 use crate::record::{Record, RecordState, StoredBody};
 use crate::store::{Completion, Lease, StoreError};
 
@@ -25,7 +25,7 @@ impl Forwarder {
     /// failure if storing the outcome or releasing the claim failed but
     /// may yet succeed ([`Forwarder::keep_storing`] or
     /// [`Forwarder::keep_releasing`] takes over once the sender is answered).
-    pub(super) async fn settle_once(
+    pub(in crate::pipeline) async fn settle_once(
         &self,
         route: &RouteRuntime,
         lease: &Lease,
@@ -97,7 +97,7 @@ impl Forwarder {
     /// an `unknown_hold` because a release gave up inside an outage.
     ///
     /// [`AnyStore::release_until_expired`]: crate::store::AnyStore::release_until_expired
-    pub(super) async fn keep_releasing(&self, route: &RouteRuntime, lease: &Lease) {
+    pub(in crate::pipeline) async fn keep_releasing(&self, route: &RouteRuntime, lease: &Lease) {
         let key = lease.key().hash();
         match self
             .store
@@ -120,7 +120,7 @@ impl Forwarder {
     }
 
     /// Keeps storing an outcome the store refused (contract §4 rule 10).
-    pub(super) async fn keep_storing(
+    pub(in crate::pipeline) async fn keep_storing(
         &self,
         route: &RouteRuntime,
         lease: &Lease,

@@ -29,21 +29,21 @@ use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
-use super::entity::EntityIdentity;
-use super::probe::Skip;
-use super::route::Canonical;
-use super::verify::Verified;
 use crate::config::{FingerprintPart, KeyPart, Route, Selector};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 use crate::hot_keys::KeyId;
+use crate::pipeline::admit::entity::EntityIdentity;
+use crate::pipeline::admit::route::Canonical;
+use crate::pipeline::admit::verify::Verified;
+use crate::pipeline::probe::Skip;
 use crate::record::Fingerprint;
 use crate::signature::lower_hex;
 use crate::store::StoreKey;
 use crate::store::probe::ProbePlan;
 
-use super::key_join::length_prefix;
-pub use super::key_join::{MAX_KEY_PART, hash_key_parts};
+use crate::pipeline::admit::key_join::length_prefix;
+pub use crate::pipeline::admit::key_join::{MAX_KEY_PART, hash_key_parts};
 
 /// Who a delivery is, for the store.
 #[derive(Debug, Clone)]
@@ -62,10 +62,10 @@ pub struct Identity {
     /// the record so the admin listing can show it (`crate::record`).
     pub key_value: Option<bytes::Bytes>,
     /// The entity the delivery is about, on a route with `[route.entity]`
-    /// (stage 4b, `super::entity`); its hash tags [`Identity::key`].
+    /// (stage 4b, `crate::pipeline::admit::entity`); its hash tags [`Identity::key`].
     pub entity: Option<EntityIdentity>,
     /// On a route with `[route.probe]`, the probe plan its claim keeps in
-    /// the store, rendered from the verified delivery (`super::probe`), or
+    /// the store, rendered from the verified delivery (`crate::pipeline::probe`), or
     /// why the delivery's values could not name the probe's resource
     /// (counted if it is forwarded); `None` on a route without a probe.
     pub(crate) probe: Option<Result<ProbePlan, Skip>>,
@@ -101,7 +101,7 @@ pub fn identify(
     let entity = route
         .entity
         .as_ref()
-        .map(|entity| super::entity::identify(request, entity, key_prefix, scope))
+        .map(|entity| crate::pipeline::admit::entity::identify(request, entity, key_prefix, scope))
         .transpose()?;
     let hex = lower_hex(&digest);
     let key = match &entity {
@@ -119,7 +119,7 @@ pub fn identify(
     let probe = route
         .probe
         .as_ref()
-        .map(|probe| super::probe::plan(route, probe, request));
+        .map(|probe| crate::pipeline::probe::plan(route, probe, request));
     Ok(Identity {
         key,
         entity,
@@ -341,7 +341,7 @@ fn kept_by_name(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::verify::verify;
+    use crate::pipeline::admit::verify::verify;
     use bytes::Bytes;
     use proptest::prelude::*;
 

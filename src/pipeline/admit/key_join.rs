@@ -12,7 +12,7 @@ pub const MAX_KEY_PART: usize = 255;
 /// of a request bounded by `max_body_bytes` and the header limits, far
 /// below 4 GiB; a longer one would saturate, never wrap to a small length
 /// that could make two joins read alike.
-pub(super) fn length_prefix(part: &[u8]) -> u32 {
+pub(in crate::pipeline) fn length_prefix(part: &[u8]) -> u32 {
     u32::try_from(part.len()).unwrap_or(u32::MAX)
 }
 

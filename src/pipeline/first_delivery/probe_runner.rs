@@ -26,11 +26,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::{IN_FLIGHT, WAITING};
-use super::{RESOLUTIONS_TOTAL, Reading, classify};
 use crate::config::{CacheStatus, Probe, ProbeAnswer, Upstream};
 use crate::inbox::RouteInbox;
 use crate::pipeline::Forwarder;
+use crate::pipeline::probe::{IN_FLIGHT, WAITING};
+use crate::pipeline::probe::{RESOLUTIONS_TOTAL, Reading, classify};
 use crate::pipeline::runtime::RouteRuntime;
 use crate::pipeline::trace;
 use crate::record::{OwnerMint, RecordState, StoredResponse};
@@ -255,7 +255,7 @@ async fn look_at_redeliveries(
 }
 
 /// Up to a fifth of `every`, at random: the spread of retries.
-pub(super) fn jitter(every: Duration) -> Duration {
+pub(in crate::pipeline) fn jitter(every: Duration) -> Duration {
     let mut bytes = [0u8; 4];
     getrandom::fill(&mut bytes).unwrap_or_default();
     let fifth = crate::time::millis(every) / 5;
@@ -398,7 +398,7 @@ impl Forwarder {
             _ => answer,
         };
         stored.headers.push((
-            Bytes::from_static(super::RESOLVED_HEADER.as_bytes()),
+            Bytes::from_static(crate::pipeline::probe::RESOLVED_HEADER.as_bytes()),
             Bytes::from_static(b"probe"),
         ));
         let record = lease.record().with_state(RecordState::Completed(stored));
@@ -462,7 +462,7 @@ impl Forwarder {
 
 /// Sends one probe of `target`; its answer as a stored response (body at
 /// most 64 KiB).
-pub(super) async fn ask(
+pub(in crate::pipeline) async fn ask(
     forwarder: &Forwarder,
     upstream: &Upstream,
     probe: &Probe,

@@ -11,18 +11,18 @@ use std::sync::Arc;
 use http::Response;
 use tracing::Instrument as _;
 
-use super::forwarder::Forwarder;
-use super::identify::Identity;
-use super::lease_timing::{self, LeaseTiming};
-use super::metrics::Outcome;
-use super::runtime::RouteRuntime;
-use super::settle::{self, ClaimAction};
-use super::verify::Verified;
-use super::words::{Finished, Labels, Origin, RequestEnd, Settled};
-use super::{report, trace};
 use crate::body::ProxyBody;
 use crate::error::Rejection;
 use crate::inbox::NotQueued;
+use crate::pipeline::admit::identify::Identity;
+use crate::pipeline::admit::verify::Verified;
+use crate::pipeline::claim::lease_timing::{self, LeaseTiming};
+use crate::pipeline::first_delivery::forwarder::Forwarder;
+use crate::pipeline::first_delivery::settle::{self, ClaimAction};
+use crate::pipeline::metrics::Outcome;
+use crate::pipeline::runtime::RouteRuntime;
+use crate::pipeline::trace;
+use crate::pipeline::words::{Finished, Labels, Origin, RequestEnd, Settled};
 use crate::record::{StoredRequest, StoredResponse};
 use crate::store::Lease;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
@@ -32,7 +32,7 @@ impl Forwarder {
     /// task; the sender's connection only waits for the result. The task
     /// also counts and logs the request, so a sender that hangs up (the
     /// incident this product exists for) is still on the dashboard.
-    pub(super) async fn first_delivery(
+    pub(in crate::pipeline) async fn first_delivery(
         self: Arc<Self>,
         route: &Arc<RouteRuntime>,
         verified: Verified,
@@ -77,7 +77,7 @@ impl Forwarder {
                     Outcome::Forwarded,
                     settle::acknowledged(&ack, &this.config.problem_types),
                 )
-                .with_upstream_status(report::upstream_status(&result))
+                .with_upstream_status(settle::upstream_status(&result))
                 .settled(Settled::Queued)
                 .labelled(labels)
                 .record(meters, hot_keys, &origin);
@@ -130,7 +130,7 @@ impl Forwarder {
     /// has one and `on` lists the failure; returns the ack to answer with.
     /// `None`: settle the claim as usual (also when queueing failed, so a
     /// sender is never acknowledged for a delivery the store does not hold).
-    pub(super) async fn queue(
+    pub(in crate::pipeline) async fn queue(
         &self,
         route: &RouteRuntime,
         lease: &Lease,
@@ -174,7 +174,7 @@ impl Forwarder {
 
 /// A delivery as an inbox keeps it: as the live attempt sends it,
 /// forwarding header included.
-pub(super) fn kept_request(
+pub(in crate::pipeline) fn kept_request(
     parts: &http::request::Parts,
     body: &bytes::Bytes,
     peer: Option<SocketAddr>,

@@ -7,13 +7,13 @@
 //!
 //! A signature that holds is not yet enough: query parameters beside the
 //! signed body that the backend could read in place of signed ones are
-//! refused here too (400 `unsigned_parameters`, [`super::parameters`]), so a
+//! refused here too (400 `unsigned_parameters`, [`crate::pipeline::admit::parameters`]), so a
 //! [`Verified`] request carries nothing unsigned a backend would merge in.
 
-use super::parameters;
 use crate::config::Route;
 use crate::error::Rejection;
 use crate::extract::Inbound;
+use crate::pipeline::admit::parameters;
 use crate::signature::{self, Authenticity};
 
 /// A request whose signature and timestamp checked out.

@@ -21,14 +21,14 @@ use bytes::Bytes;
 use metrics::counter;
 use sha2::{Digest, Sha256};
 
-use super::guard::occurs_more_than_once;
-use super::key_join::{MAX_KEY_PART, hash_key_parts};
-use super::runtime::{EntityRuntime, RouteRuntime};
-use super::words::Ruling;
 use crate::config::{Choice as _, Entity, OnRefused, Selector};
 use crate::error::{Reason, Rejection};
 use crate::extract::Inbound;
 use crate::metrics::{Description, at_zero};
+use crate::pipeline::admit::guard::occurs_more_than_once;
+use crate::pipeline::admit::key_join::{MAX_KEY_PART, hash_key_parts};
+use crate::pipeline::runtime::{EntityRuntime, RouteRuntime};
+use crate::pipeline::words::Ruling;
 use crate::record::{StoredResponse, now_ms};
 use crate::signature::lower_hex;
 use crate::store::entity::{EntityStep, Judgement, decisions};
@@ -138,19 +138,22 @@ pub fn entity_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
 /// it. Built only when both are there, so nothing after the claim has to
 /// ask again whether they are.
 #[derive(Debug)]
-pub(super) struct EntityClaim<'a> {
+pub(in crate::pipeline) struct EntityClaim<'a> {
     /// The route's `[route.entity]` and its acknowledgement.
-    pub(super) runtime: &'a EntityRuntime,
+    pub(in crate::pipeline) runtime: &'a EntityRuntime,
     /// The entity the delivery is about.
-    pub(super) about: &'a EntityIdentity,
+    pub(in crate::pipeline) about: &'a EntityIdentity,
     /// What the claim asks of the entity.
-    pub(super) step: EntityStep,
+    pub(in crate::pipeline) step: EntityStep,
 }
 
 impl<'a> EntityClaim<'a> {
     /// The entity claim of a delivery to `route` about the entity stage
     /// 4 read (`Identity::entity`); `None` off entity routes.
-    pub(super) fn of(route: &'a RouteRuntime, about: Option<&'a EntityIdentity>) -> Option<Self> {
+    pub(in crate::pipeline) fn of(
+        route: &'a RouteRuntime,
+        about: Option<&'a EntityIdentity>,
+    ) -> Option<Self> {
         let runtime = route.entity.as_ref()?;
         let about = about?;
         Some(Self {
@@ -235,13 +238,13 @@ pub(crate) fn register(route: &str, entity: &Entity) {
 }
 
 /// Counts a notice for a busy entity: `held` or `full` ([`HELD_TOTAL`]).
-pub(super) fn count_hold(route: &RouteRuntime, result: &'static str) {
+pub(in crate::pipeline) fn count_hold(route: &RouteRuntime, result: &'static str) {
     counter!(HELD_TOTAL.name, "route" => route.name().to_owned(), "result" => result).increment(1);
 }
 
 /// The ruling for a delivery its entity judged at the claim: counted,
 /// logged, and answered as the route says (module docs).
-pub(super) fn judged(
+pub(in crate::pipeline) fn judged(
     route: &RouteRuntime,
     (entity, key_hash): (&EntityClaim<'_>, &str),
     judgement: &Judgement,
@@ -294,7 +297,7 @@ pub(super) fn judged(
 /// enforce mode (a repeat, a discrepancy) and logged, so the machine can be
 /// adopted beside a live handler. `None`: the entity is busy, which is
 /// only logged.
-pub(super) fn shadowed(
+pub(in crate::pipeline) fn shadowed(
     route: &RouteRuntime,
     (entity, key_hash): (&EntityClaim<'_>, &str),
     judgement: Option<&Judgement>,

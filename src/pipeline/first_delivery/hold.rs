@@ -9,17 +9,17 @@ use std::net::SocketAddr;
 
 use tracing::Instrument as _;
 
-use super::claim::{Decision, EntityDecision, busy_answer};
-use super::deliver::kept_request;
-use super::entity::EntityClaim;
-use super::forwarder::Forwarder;
-use super::identify::Identity;
-use super::runtime::RouteRuntime;
-use super::verify::Verified;
-use super::words::Ruling;
-use super::{shadow, trace};
 use crate::config::{EntityMode, Mode};
 use crate::inbox::Holding;
+use crate::pipeline::admit::entity::EntityClaim;
+use crate::pipeline::admit::identify::Identity;
+use crate::pipeline::admit::verify::Verified;
+use crate::pipeline::claim::{Decision, EntityDecision, busy_answer, patience};
+use crate::pipeline::first_delivery::deliver::kept_request;
+use crate::pipeline::first_delivery::forwarder::Forwarder;
+use crate::pipeline::runtime::RouteRuntime;
+use crate::pipeline::trace;
+use crate::pipeline::words::Ruling;
 use crate::record::{StoredResponse, TraceContext};
 use crate::store::StoreError;
 use crate::store::entity::HoldVerdict;
@@ -30,7 +30,7 @@ use crate::store::entity::HoldVerdict;
 const HOLD_TRIES: usize = 3;
 
 /// What the claim stage ended with.
-pub(super) enum Claimed {
+pub(in crate::pipeline) enum Claimed {
     /// The claim's decision by key.
     Decided(Result<Decision, StoreError>),
     /// The delivery's entity decided against forwarding it: answered so.
@@ -42,7 +42,7 @@ pub(super) enum Claimed {
 /// Claims `identity` through `forwarder`'s claimer, judged by its entity
 /// on an entity route, and held behind its busy entity in `forwarder`'s
 /// inboxes on a route whose inbox holds notices (module docs).
-pub(super) async fn claim_or_hold(
+pub(in crate::pipeline) async fn claim_or_hold(
     forwarder: &Forwarder,
     runtime: &RouteRuntime,
     verified: &Verified,
@@ -55,7 +55,7 @@ pub(super) async fn claim_or_hold(
 ) -> Claimed {
     let rules = &runtime.settings.idempotency;
     let ack = runtime.inbox_ack();
-    let patience = shadow::patience(rules);
+    let patience = patience(rules);
     let by_key = async || {
         forwarder
             .claimer
@@ -92,7 +92,7 @@ pub(super) async fn claim_or_hold(
             Ok(EntityDecision::Behind(_)) => None,
             _ => return decided(runtime, who, rules, decision),
         };
-        super::entity::shadowed(runtime, who, judgement);
+        crate::pipeline::admit::entity::shadowed(runtime, who, judgement);
         return Claimed::Decided(by_key().await);
     }
     for _ in 0..HOLD_TRIES {
@@ -117,11 +117,11 @@ pub(super) async fn claim_or_hold(
         };
         decision = match held {
             Ok(Holding::Held(ack)) => {
-                super::entity::count_hold(runtime, "held");
+                crate::pipeline::admit::entity::count_hold(runtime, "held");
                 return Claimed::Held(ack);
             }
             Ok(Holding::Not(HoldVerdict::Full)) => {
-                super::entity::count_hold(runtime, "full");
+                crate::pipeline::admit::entity::count_hold(runtime, "full");
                 tracing::warn!(
                     route = runtime.name(),
                     key = identity.key_hash,
@@ -150,9 +150,9 @@ fn decided(
 ) -> Claimed {
     match decision {
         Ok(EntityDecision::Decided(decision)) => Claimed::Decided(Ok(decision)),
-        Ok(EntityDecision::Judged(judgement)) => {
-            Claimed::Judged(super::entity::judged(runtime, who, &judgement))
-        }
+        Ok(EntityDecision::Judged(judgement)) => Claimed::Judged(
+            crate::pipeline::admit::entity::judged(runtime, who, &judgement),
+        ),
         Ok(EntityDecision::Behind(blocker)) => {
             Claimed::Decided(Ok(Decision::Refuse(busy_answer(blocker, rules), None)))
         }

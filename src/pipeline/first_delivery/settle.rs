@@ -152,6 +152,12 @@ fn set_age(headers: &mut http::HeaderMap, age_secs: u64) {
     );
 }
 
+/// The upstream's status in a forward's result, if it answered: what the
+/// log line says the handler answered, whatever was settled.
+pub(crate) fn upstream_status(result: &Result<UpstreamAnswer, ForwardError>) -> Option<u16> {
+    result.as_ref().ok().map(|answer| answer.status.as_u16())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
