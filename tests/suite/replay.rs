@@ -252,8 +252,10 @@ async fn serve_head_then_body(listener: tokio::net::TcpListener) {
 /// On a kept-alive upstream connection Linux delays its ACKs (up to 40 ms),
 /// so a backend like the one above answered every first delivery ~44 ms
 /// late; idemgate re-arms TCP_QUICKACK after each request it writes. The
-/// stall is a kernel timer, not load: the median of a dozen deliveries is
-/// either ~40 ms or a few ms, and 20 ms separates the two.
+/// stall is a kernel timer, not load: with it every delivery takes ~40 ms
+/// or more, without it most take a few ms and only load delays some, so
+/// the fastest quarter of a dozen is under 20 ms exactly when there is no
+/// stall.
 #[tokio::test]
 async fn a_backend_writing_head_and_body_apart_is_not_stalled_by_delayed_acks() {
     let redis = RedisServer::start();
@@ -271,11 +273,13 @@ async fn a_backend_writing_head_and_body_apart_is_not_stalled_by_delayed_acks() 
         assert_eq!(answer.body.as_ref(), b"{\"shipped\":true}");
     }
     took.sort();
-    let median = took[took.len() / 2];
+    // A stall delays every delivery by the kernel's timer; load only adds
+    // to some. The fastest quarter tells the two apart on a busy machine.
+    let quartile = took[took.len() / 4];
     println!("first deliveries through a head-then-body backend: {took:?}");
     assert!(
-        median < Duration::from_millis(20),
-        "median first delivery took {median:?}: a delayed-ACK stall (all: {took:?})"
+        quartile < Duration::from_millis(20),
+        "the fastest quarter of first deliveries took {quartile:?} or more: a delayed-ACK stall (all: {took:?})"
     );
     gate.stop().await;
 }

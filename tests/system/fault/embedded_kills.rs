@@ -48,7 +48,7 @@ async fn drive(
     url: String,
     life: usize,
     answered: Arc<Vec<String>>,
-    stop: Arc<AtomicBool>,
+    (stop, first_answers): (Arc<AtomicBool>, Arc<AtomicUsize>),
 ) -> Seen {
     let sender = Sender::new();
     let next = Arc::new(AtomicUsize::new(0));
@@ -57,6 +57,7 @@ async fn drive(
         .map(|_| {
             let (sender, url, answered) = (sender.clone(), url.clone(), Arc::clone(&answered));
             let (next, seen, stop) = (Arc::clone(&next), Arc::clone(&seen), Arc::clone(&stop));
+            let first_answers = Arc::clone(&first_answers);
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
                     let n = next.fetch_add(1, Ordering::SeqCst);
@@ -74,6 +75,7 @@ async fn drive(
                         (true, Err(_)) => {}
                         (false, Ok(a)) if (200..300).contains(&a.status) => {
                             seen.answered.insert(id);
+                            first_answers.fetch_add(1, Ordering::SeqCst);
                         }
                         (false, Ok(a)) => panic!("{id}: first delivery answered {a:?}"),
                         (false, Err(_)) => {
@@ -188,13 +190,21 @@ async fn embedded_store_keeps_every_answer_through_sigkills_under_load() {
         assert_none_twice(&upstream);
 
         let stop = Arc::new(AtomicBool::new(false));
+        let first_answers = Arc::new(AtomicUsize::new(0));
         let load = tokio::spawn(drive(
             url.clone(),
             life,
             Arc::new(answered.clone()),
-            Arc::clone(&stop),
+            (Arc::clone(&stop), Arc::clone(&first_answers)),
         ));
         tokio::time::sleep(Duration::from_millis(moments.next_ms(300, 1200))).await;
+        // On a loaded machine a life may not have answered yet by then:
+        // the kill waits for its first answer (a life that never answers
+        // fails below), so every kill lands on a gate at work.
+        eventually(Duration::from_secs(10), || {
+            first_answers.load(Ordering::SeqCst) > 0
+        })
+        .await;
         gate.kill();
         stop.store(true, Ordering::SeqCst);
         let seen = load.await.expect("load");

@@ -458,14 +458,17 @@ impl SlotGroup {
 
 /// A 30 ms upstream and two idemgate processes on the Redis at `url` at
 /// `durability`, each claim waiting for one replica (`min_replicas_ack =
-/// 1`); with the gates' `/notify` URLs.
+/// 1`); with the gates' `/notify` URLs. Store calls and replica
+/// acknowledgements get the harness's patience (a loaded machine, not the
+/// failover, made healthy slots' claims miss 250 ms and 100 ms): a
+/// failover that stalled every slot would still miss it by seconds.
 pub(super) async fn failover_gates(
     url: &str,
     durability: &str,
 ) -> (Upstream, Vec<GateProcess>, Vec<String>) {
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(30))).await;
     let store = format!(
-        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"250ms\"\ndurability = \"{durability}\"\nmin_replicas_ack = 1"
+        "kind = \"redis\"\nurl = \"{url}\"\ncommand_timeout = \"{TEST_STORE_TIMEOUT}\"\ndurability = \"{durability}\"\nmin_replicas_ack = 1\nreplica_ack_timeout = \"500ms\""
     );
     let text = config_text(&store, &upstream.url(), "");
     let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
