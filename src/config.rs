@@ -36,7 +36,8 @@
 //!   commands that talk to a running instance (`healthcheck`, `admin`);
 //! * shared leaves: `problems` (the error collector), `duration` (the
 //!   duration syntax and its serde type), `choice` (settings spelled as one
-//!   of a few words, serde types through `choices!`), `read` (the upstream
+//!   of a few words, serde types through `choices!`), `text` (how a setting
+//!   written as text is read through its own parser), `read` (the upstream
 //!   URL reader), `status` (status class lists), `redact` (credentials out
 //!   of URLs).
 
@@ -64,6 +65,7 @@ mod route;
 mod scheme;
 mod status;
 mod store;
+mod text;
 mod tls;
 mod validate;
 

@@ -8,11 +8,9 @@
 //! rather than its word; this file only defines the trait, so it imports
 //! no other config module.
 
-use std::fmt;
-use std::marker::PhantomData;
-
-use serde::de::{Error, Visitor};
 use serde::{Deserializer, Serializer};
+
+use super::text::parse_text;
 
 /// An enum configured by one of a few words.
 pub trait Choice: Copy + PartialEq + 'static {
@@ -38,33 +36,21 @@ pub trait Choice: Copy + PartialEq + 'static {
     /// Reads the value from its word; any other word is refused with the
     /// list of valid ones.
     fn deserialize_word<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Word(PhantomData))
+        parse_text(deserializer, |text| {
+            Self::from_name(text).ok_or_else(|| {
+                let names: Vec<String> =
+                    Self::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
+                format!(
+                    "{text:?} is not valid; expected one of {}",
+                    names.join(", ")
+                )
+            })
+        })
     }
 
     /// Writes the value as its word.
     fn serialize_word<S: Serializer>(self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())
-    }
-}
-
-/// Reads one of `T`'s words.
-struct Word<T>(PhantomData<T>);
-
-impl<T: Choice> Visitor<'_> for Word<T> {
-    type Value = T;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_str<E: Error>(self, text: &str) -> Result<T, E> {
-        T::from_name(text).ok_or_else(|| {
-            let names: Vec<String> = T::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
-            E::custom(format!(
-                "{text:?} is not valid; expected one of {}",
-                names.join(", ")
-            ))
-        })
     }
 }
 

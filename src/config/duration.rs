@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::text::parse_text;
+
 /// What every duration error ends with.
 const HINT: &str = "expected a duration such as \"250ms\", \"30s\", \"5m\", \"24h\"";
 
@@ -259,25 +261,17 @@ impl Serialize for ConfigDuration {
 
 impl<'de> Deserialize<'de> for ConfigDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Accepts only a string: a bare number is serde's type error,
-        /// which the config reader places on its line.
-        struct Text;
-        impl serde::de::Visitor<'_> for Text {
-            type Value = ConfigDuration;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
-                parse_duration(text).map(ConfigDuration).map_err(E::custom)
-            }
-        }
-        deserializer.deserialize_str(Text)
+        parse_text(deserializer, |text| {
+            parse_duration(text)
+                .map(ConfigDuration)
+                .map_err(|error| error.to_string())
+        })
     }
 }
 
-/// `#[serde(with = "duration::text")]`: a `Duration` field of a typed
+/// `#[serde(with = "duration::field")]`: a `Duration` field of a typed
 /// section, read and printed as [`ConfigDuration`] is.
-pub mod text {
+pub mod field {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -68,7 +68,7 @@ pub struct HotKeysConfig {
     pub k: TopK,
     /// Length of the sliding window: a minute shows a retry loop while it
     /// runs and forgets it soon after it stops.
-    #[serde(with = "duration::text")]
+    #[serde(with = "duration::field")]
     pub window: Duration,
     /// Whether `/metrics` names keys: off by default, because a series per
     /// key churns with every new key a sender uses; the key-less

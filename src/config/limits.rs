@@ -37,18 +37,18 @@ pub struct Limits {
     /// Largest accepted request body in bytes.
     pub max_body_bytes: u64,
     /// Time allowed to receive the request headers (slowloris guard).
-    #[serde(with = "duration::text")]
+    #[serde(with = "duration::field")]
     pub header_read_timeout: Duration,
     /// Time in-flight work gets after SIGTERM.
-    #[serde(with = "duration::text")]
+    #[serde(with = "duration::field")]
     pub shutdown_grace: Duration,
     /// Time allowed to receive the body after the headers (slow-body guard).
-    #[serde(with = "duration::text")]
+    #[serde(with = "duration::field")]
     pub body_read_timeout: Duration,
     /// Time a connection may stay open with no request in progress; a
     /// connection's first request must start within
     /// `header_read_timeout` of accept (`crate::server`).
-    #[serde(with = "duration::text")]
+    #[serde(with = "duration::field")]
     pub idle_timeout: Duration,
     /// Bytes of request bodies buffered at once across all connections;
     /// a body that would go beyond gets 503 `over_capacity`.

@@ -6,10 +6,8 @@
 //! otherwise. An address that does not parse is refused as the file is read,
 //! with an example of one that does.
 
-use std::fmt;
 use std::net::SocketAddr;
 
-use serde::de::{Error, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Default proxy address: loopback, beside the handler it protects.
@@ -45,7 +43,8 @@ impl Default for Listen {
 
 /// A listener address, written `"127.0.0.1:8080"`.
 mod address {
-    use super::{Deserializer, Error, Serializer, SocketAddr, Visitor, fmt};
+    use super::{Deserializer, Serializer, SocketAddr};
+    use crate::config::text::parse_text;
 
     /// Prints the address as the file writes it.
     pub(super) fn serialize<S: Serializer>(
@@ -59,22 +58,10 @@ mod address {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<SocketAddr, D::Error> {
-        /// Accepts only a string that parses as an address.
-        struct Text;
-        impl Visitor<'_> for Text {
-            type Value = SocketAddr;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: Error>(self, text: &str) -> Result<SocketAddr, E> {
-                text.parse().map_err(|_| {
-                    E::custom(format!(
-                        "{text:?} is not an address such as \"127.0.0.1:8080\""
-                    ))
-                })
-            }
-        }
-        deserializer.deserialize_str(Text)
+        parse_text(deserializer, |text| {
+            text.parse()
+                .map_err(|_| format!("{text:?} is not an address such as \"127.0.0.1:8080\""))
+        })
     }
 }
 
