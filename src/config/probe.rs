@@ -32,8 +32,9 @@ pub struct RawProbe {
     /// Extra headers, `"Name: value"`.
     pub headers: Option<Vec<String>>,
     /// When the handler gives up on a request at the latest. Required;
-    /// an `Option` only so that a value the reader refused is reported
-    /// once, beside every other problem of the file.
+    /// an `Option` because the reader's stand-ins for a missing key are
+    /// plain TOML values and none reads as a duration: the validator
+    /// requires it instead, beside every other problem of the file.
     pub handler_deadline: Option<ConfigDuration>,
     /// Delay after the call ended (default upstream timeout + deadline).
     pub start_after: Option<ConfigDuration>,

@@ -8,24 +8,45 @@
 
 use std::fmt;
 
-/// Collects errors with their key paths.
+/// Collects errors with their key paths, and the keys whose value is not
+/// the file's (the reader left it out or stood in for it), which get no
+/// further problem.
 #[derive(Debug, Default)]
-pub(super) struct Problems(pub(super) Vec<String>);
+pub(super) struct Problems(pub(super) Vec<String>, Vec<String>);
 
 impl Problems {
-    /// Records `message` as a problem of `key`.
+    /// Records `message` as a problem of `key`, unless `key`'s value is a
+    /// stand-in: the reader reported it already, and its stand-in's
+    /// problems would not be the file's.
     pub(super) fn push(&mut self, key: &str, message: impl fmt::Display) {
-        self.0.push(format!("{key}: {message}"));
+        if !self.stands_in(key) {
+            self.0.push(format!("{key}: {message}"));
+        }
+    }
+
+    /// Marks `key` (and everything under it) as holding a value that is
+    /// not the file's.
+    pub(super) fn stand_in(&mut self, key: String) {
+        self.1.push(key);
+    }
+
+    /// Whether `key` is, or lies under, a key marked by [`Self::stand_in`].
+    fn stands_in(&self, key: &str) -> bool {
+        self.1.iter().any(|marked| {
+            key.strip_prefix(marked.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        })
     }
 
     /// Whether `key` already has a problem, e.g. its value did not parse
     /// and a stand-in is in its place.
     pub(super) fn failed(&self, key: &str) -> bool {
-        self.0.iter().any(|problem| {
-            problem
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.starts_with(": "))
-        })
+        self.stands_in(key)
+            || self.0.iter().any(|problem| {
+                problem
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.starts_with(": "))
+            })
     }
 
     /// Pushes a problem found by comparing `key` with other settings,

@@ -10,6 +10,8 @@
 //! names the offending key in every error.
 
 #[cfg(test)]
+mod every_mistake;
+#[cfg(test)]
 mod schema;
 pub(super) mod strict;
 

@@ -107,14 +107,15 @@ fn names(problems: &mut Problems, key: &str, raw: &RawRoute) -> String {
             ),
         );
     }
-    let scope = raw
-        .idempotency
-        .scope
-        .clone()
-        .unwrap_or_else(|| raw.name.clone());
+    // The scope defaults to the name: a bad name is the name's problem.
+    let (scope, from) = match &raw.idempotency.scope {
+        Some(scope) => (scope.clone(), format!("{key}.idempotency.scope")),
+        None => (raw.name.clone(), format!("{key}.name")),
+    };
     if !is_key_word(&scope) {
-        problems.push(
+        problems.push_derived(
             &format!("{key}.idempotency.scope"),
+            &[&from],
             format!("{scope:?} must be 1-64 characters of a-z, 0-9, '_' or '-' (it is part of the store key)"),
         );
     }

@@ -20,16 +20,21 @@ use super::{Config, ConfigError, OnUnavailable, Route, Secret, Strength, Unmatch
 use crate::error::ProblemTypes;
 
 impl Config {
-    /// Validates what the parser read, starting from the values it
-    /// refused (each already a problem, its default standing in).
+    /// Validates what the parser read, starting from the problems it found
+    /// (a refused value, a missing required key) and judging nothing more
+    /// of the keys whose value is a default or a stand-in.
     pub(super) fn validate(parsed: Parsed<RawConfig>) -> Result<Self, ConfigError> {
         let Parsed {
             value: raw,
             refused,
+            stand_ins,
         } = parsed;
         let mut problems = Problems::default();
         for (key, message) in refused {
             problems.push(&key, message);
+        }
+        for key in stand_ins {
+            problems.stand_in(key);
         }
         let unmatched = raw.unmatched.unwrap_or(Unmatched::Forward);
         let problem_types = problem_types(&mut problems, raw.problem_type_base.as_deref());

@@ -29,7 +29,7 @@ const NO_SUCH_KEY: &str = "zz_no_such_key";
 
 /// Every key `T` takes, as a dotted path (`store.kind`, `route.guard.field`:
 /// an array of tables is named without its index), tables included.
-fn key_paths<T: DeserializeOwned>() -> BTreeSet<String> {
+pub(super) fn key_paths<T: DeserializeOwned>() -> BTreeSet<String> {
     let mut paths = BTreeSet::new();
     walk::<T>(&mut Vec::new(), &mut paths);
     paths

@@ -6,8 +6,8 @@
 //! refuses. [`parse`] instead reads the text into a [`toml::Value`] (TOML
 //! syntax errors keep toml's line-and-caret message), then deserializes the
 //! typed struct from that value through `serde_path_to_error`, which knows
-//! the dotted path of each failure, and after each failure removes the key
-//! it names and tries again:
+//! the dotted path of each failure, and after each failure mends the key it
+//! names (left out or stood in for) and tries again:
 //!
 //! * an unknown key is recorded with its path and a "did you mean"
 //!   suggestion; any unknown key fails the parse, all of them reported;
@@ -16,9 +16,14 @@
 //!   its path and left out, so its default stands in, and the parse goes
 //!   on; the validator starts from these problems ([`Parsed`]), so a whole
 //!   file's mistakes are reported in one run;
-//! * a missing required key ends the parse, unless its value was the one
-//!   refused (then the refusal says it) or a key is unknown (a misspelt
-//!   required key is also "missing").
+//! * a missing required key is recorded (unless its value was the one
+//!   refused: then the refusal says it) and a stand-in put in its place
+//!   (an empty string, 0, false, an empty list or table: the first serde
+//!   takes), and the parse goes on;
+//! * the validator is told which keys hold a default or a stand-in
+//!   ([`Parsed::stand_ins`]) and judges nothing about them, so no
+//!   mistake is reported twice. With an unknown key, only the unknown keys
+//!   are reported (a misspelt required key is also "missing").
 //!
 //! The mechanism is generic over the target type, so every raw struct that
 //! denies unknown fields is covered without registering it here. The same
@@ -75,28 +80,51 @@ impl KeyPath {
         Self(steps)
     }
 
-    /// Removes the key this path names from `value`; false when there is
-    /// no such key (then retrying would loop).
-    fn remove_from(&self, value: &mut Value) -> bool {
-        let Some((Step::Key(last), parents)) = self.0.split_last() else {
-            return false;
+    /// The table holding the key this path names, with that key; `None`
+    /// when the path does not end in a key or its table is not there.
+    fn parent_in<'v>(&'v self, value: &'v mut Value) -> Option<(&'v mut toml::Table, &'v str)> {
+        let (Step::Key(last), parents) = self.0.split_last()? else {
+            return None;
         };
         let mut node = value;
         for step in parents {
-            let next = match (step, node) {
-                (Step::Key(key), Value::Table(table)) => table.get_mut(key),
-                (Step::Index(index), Value::Array(array)) => array.get_mut(*index),
-                _ => None,
+            node = match (step, node) {
+                (Step::Key(key), Value::Table(table)) => table.get_mut(key)?,
+                (Step::Index(index), Value::Array(array)) => array.get_mut(*index)?,
+                _ => return None,
             };
-            match next {
-                Some(next) => node = next,
-                None => return false,
-            }
         }
         match node {
-            Value::Table(table) => table.remove(last).is_some(),
-            _ => false,
+            Value::Table(table) => Some((table, last.as_str())),
+            _ => None,
         }
+    }
+
+    /// Removes the key this path names from `value`; false when there is
+    /// no such key (then retrying would loop).
+    fn remove_from(&self, value: &mut Value) -> bool {
+        self.parent_in(value)
+            .is_some_and(|(table, key)| table.remove(key).is_some())
+    }
+
+    /// Puts `item` under the key this path names in `value`; false when
+    /// its table is not there.
+    fn put_into(&self, value: &mut Value, item: Value) -> bool {
+        self.parent_in(value)
+            .map(|(table, key)| table.insert(key.to_owned(), item))
+            .is_some()
+    }
+
+    /// This path with `key` appended.
+    fn child(&self, key: &str) -> Self {
+        let mut steps = self.0.clone();
+        steps.push(Step::Key(key.to_owned()));
+        Self(steps)
+    }
+
+    /// Whether this path is `other` or lies inside it.
+    fn within(&self, other: &Self) -> bool {
+        self.0.starts_with(&other.0)
     }
 }
 
@@ -109,13 +137,6 @@ impl KeyPath {
             self.0.pop();
         }
         self
-    }
-
-    /// Whether this path is `field` of the table at `table`.
-    fn is_field_of(&self, table: &Self, field: &str) -> bool {
-        self.0.split_last().is_some_and(|(last, parents)| {
-            *last == Step::Key(field.to_owned()) && parents == table.0.as_slice()
-        })
     }
 
     /// The line `text` writes this path's value on, read from toml's
@@ -214,85 +235,161 @@ impl UnknownField {
     }
 }
 
-/// What [`parse`] read: the typed file, and the settings whose values it
-/// refused. Each refused key was left out, so its default stands in and
-/// validation goes on; the validator starts from these problems, which
-/// also keeps a comparison with the stand-in from becoming a second error.
+/// What [`parse`] read: the typed file, the problems found reading it,
+/// and the settings whose value is not the file's. The validator starts
+/// from these problems and says nothing more about those settings, so a
+/// check of a default or a stand-in never becomes a second error.
 #[derive(Debug)]
 pub(crate) struct Parsed<T> {
-    /// The file, refused keys left out.
+    /// The file, refused keys left out, missing required keys stood in for.
     pub(crate) value: T,
-    /// `(key, message)` for each refused value, in the order serde met them.
+    /// `(key, message)` for each refused value and each missing required
+    /// key, in the order serde met them.
     pub(crate) refused: Vec<(String, String)>,
+    /// The keys left out or stood in for.
+    pub(crate) stand_ins: Vec<String>,
 }
 
+/// Stand-ins for a required key the file lacks (or whose value was
+/// refused), tried in turn until serde takes one: every setting is a
+/// string, a number, a boolean, a list or a table.
+fn stand_in(turn: usize) -> Option<Value> {
+    match turn {
+        0 => Some(Value::String(String::new())),
+        1 => Some(Value::Integer(0)),
+        2 => Some(Value::Boolean(false)),
+        3 => Some(Value::Array(Vec::new())),
+        4 => Some(Value::Table(toml::Table::new())),
+        _ => None,
+    }
+}
+
+/// Deserialization attempts at most: each leaves out or stands in for one
+/// key, so a file would need hundreds of mistakes to reach it.
+const MAX_TRIES: usize = 1_000;
+
 /// Parses `text` as a `T`. Unknown keys fail the parse, every one reported
-/// (see the module doc); a value serde refuses (a wrong type, a duration or
-/// a word that does not parse) is collected in [`Parsed::refused`] and its
-/// key left out, so every such mistake is reported in one run too. Only a
-/// problem that leaves nothing to validate (a missing required key, a
-/// syntax error) fails the parse by itself.
+/// (see the module doc). A value serde refuses (a wrong type, a duration
+/// or a word that does not parse) is reported and left out, so its default
+/// stands in; a required key that is missing (or was left out) is reported
+/// unless its refusal already was, and a stand-in takes its place. Either
+/// way the parse goes on, and every such mistake is reported in one run
+/// beside every rule the validator finds broken.
 pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<Parsed<T>, Vec<String>> {
     let mut value: Value = toml::from_str(text).map_err(|error| vec![error.to_string()])?;
-    let mut unknown = Vec::new();
-    let mut refused: Vec<(String, String)> = Vec::new();
-    let mut left_out: Vec<KeyPath> = Vec::new();
-    loop {
+    let mut reading = Reading::default();
+    for _ in 0..MAX_TRIES {
         let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(parsed) if unknown.is_empty() => {
-                return Ok(Parsed {
-                    value: parsed,
-                    refused,
-                });
-            }
-            Ok(_) => return Err(unknown),
+            Ok(parsed) => return reading.finish(parsed),
             Err(error) => error,
         };
         let message = error.inner().message().to_owned();
-        if let Some(field) = UnknownField::parse(&message) {
+        let goes_on = if let Some(field) = UnknownField::parse(&message) {
             let path = KeyPath::from_serde(error.path(), Some(&field.key));
-            unknown.push(field.report(&path));
-            if unknown.len() >= MAX_UNKNOWN_KEYS || !path.remove_from(&mut value) {
-                return Err(unknown);
+            reading.unknown.push(field.report(&path));
+            reading.unknown.len() < MAX_UNKNOWN_KEYS && path.remove_from(&mut value)
+        } else {
+            let path = KeyPath::from_serde(error.path(), None);
+            match missing_field(&message) {
+                Some(field) => reading.missing(text, (&path, field), &message, &mut value),
+                None => reading.refuse(text, path, &message, &mut value),
             }
-            continue;
+        };
+        if !goes_on {
+            break;
         }
-        let path = KeyPath::from_serde(error.path(), None);
-        if let Some(field) = missing_field(&message) {
-            // A required key is missing: nothing is left to validate. When
-            // it is missing because its value was refused above, that
-            // refusal already says so.
-            if !left_out.iter().any(|gone| gone.is_field_of(&path, field)) {
-                refused.push((path.to_string(), located(text, &path, &message)));
-            }
-            return Err(failed(unknown, refused));
-        }
-        let path = path.setting();
-        refused.push((path.to_string(), located(text, &path, &message)));
-        if refused.len() >= MAX_UNKNOWN_KEYS || !path.remove_from(&mut value) {
-            return Err(failed(unknown, refused));
-        }
-        left_out.push(path);
     }
+    Err(reading.failed())
 }
 
-/// The report of a parse that can not go on: the unknown keys when there
-/// are any (a misspelt required key is also "missing", which would only
-/// repeat it), else every refused value.
-fn failed(unknown: Vec<String>, refused: Vec<(String, String)>) -> Vec<String> {
-    if !unknown.is_empty() {
-        return unknown;
+/// What a parse has found so far.
+#[derive(Debug, Default)]
+struct Reading {
+    /// Each unknown key's report.
+    unknown: Vec<String>,
+    /// `(key, message)` of each refused value and missing required key.
+    refused: Vec<(String, String)>,
+    /// Keys whose refused value was left out.
+    left_out: Vec<KeyPath>,
+    /// Keys a stand-in fills, with the turn of the stand-in in place.
+    stood: Vec<(KeyPath, usize)>,
+}
+
+impl Reading {
+    /// A value serde refused at `path`: reported and left out, unless it
+    /// is a stand-in, which then makes way for the next one.
+    fn refuse(&mut self, text: &str, path: KeyPath, message: &str, value: &mut Value) -> bool {
+        let setting = path.setting();
+        if let Some((stood, turn)) = self.stood.iter_mut().find(|(at, _)| *at == setting) {
+            *turn += 1;
+            return stand_in(*turn).is_some_and(|item| stood.put_into(value, item));
+        }
+        self.refused
+            .push((setting.to_string(), located(text, &setting, message)));
+        let removed = setting.remove_from(value);
+        self.left_out.push(setting);
+        removed && self.refused.len() < MAX_UNKNOWN_KEYS
     }
-    refused
-        .into_iter()
-        .map(|(key, message)| {
-            if key.is_empty() {
-                message
-            } else {
-                format!("{key}: {message}")
-            }
+
+    /// The required `field` missing from the table at `table`: reported,
+    /// unless it is missing because its value was left out or it belongs
+    /// to a stand-in, and stood in for.
+    fn missing(
+        &mut self,
+        text: &str,
+        (table, field): (&KeyPath, &str),
+        message: &str,
+        value: &mut Value,
+    ) -> bool {
+        let key = table.child(field);
+        let explained =
+            self.left_out.contains(&key) || self.stood.iter().any(|(stood, _)| table.within(stood));
+        if !explained {
+            self.refused
+                .push((table.to_string(), located(text, table, message)));
+        }
+        let placed = stand_in(0).is_some_and(|item| key.put_into(value, item));
+        self.stood.push((key, 0));
+        placed && self.refused.len() < MAX_UNKNOWN_KEYS
+    }
+
+    /// The file as read: the unknown keys fail it; otherwise the problems
+    /// go to the validator with the keys it must not judge.
+    fn finish<T>(self, value: T) -> Result<Parsed<T>, Vec<String>> {
+        if !self.unknown.is_empty() {
+            return Err(self.unknown);
+        }
+        let stand_ins = self
+            .left_out
+            .iter()
+            .chain(self.stood.iter().map(|(key, _)| key))
+            .map(KeyPath::to_string)
+            .collect();
+        Ok(Parsed {
+            value,
+            refused: self.refused,
+            stand_ins,
         })
-        .collect()
+    }
+
+    /// The report of a parse that could not go on: the unknown keys when
+    /// there are any (a misspelt required key is also "missing", which
+    /// would only repeat it), else every problem found.
+    fn failed(self) -> Vec<String> {
+        if !self.unknown.is_empty() {
+            return self.unknown;
+        }
+        self.refused
+            .into_iter()
+            .map(|(key, message)| {
+                if key.is_empty() {
+                    message
+                } else {
+                    format!("{key}: {message}")
+                }
+            })
+            .collect()
+    }
 }
 
 /// The field serde's "missing field `x`" names.
@@ -307,7 +404,7 @@ fn located(text: &str, path: &KeyPath, message: &str) -> String {
     let serde_own = ["invalid type", "invalid length", "missing field"]
         .iter()
         .any(|start| message.starts_with(start));
-    match path.line_in(text).filter(|_| serde_own) {
+    match serde_own.then(|| path.line_in(text)).flatten() {
         Some(line) => format!("{message} (line {line})"),
         None => message.to_owned(),
     }
