@@ -30,7 +30,8 @@
 //! The phases import one way: `answer` may use `first_delivery`, which may
 //! use `claim`, which may use `admit`; the shared leaves (`words`,
 //! `metrics`, `trace`, `runtime`, `upstream_calls`, `probe`) import no
-//! phase (`.ci/module-cycles` finds a circle among them).
+//! phase. `.ci/module-cycles` fails on any circle among them, and
+//! `.ci/module-cycles --graph` shows which way each edge runs.
 //!
 //! Words, one per thing a request carries on its way:
 //!
@@ -60,7 +61,7 @@
 //!
 //! This file is the only `impl Pipeline`: the order of the stages and
 //! what each hands the next. From the claim on, a delivery needs only the
-//! parts in [`Forwarder`] (the handler calls, the store, the inboxes, the
+//! parts in `Forwarder` (the handler calls, the store, the inboxes, the
 //! task tracker), which the probe runner shares; the stages after the
 //! claim are its methods (`deliver.rs`, `settle_once.rs`) and the claim
 //! stage's hold a function of it (`hold.rs`).
@@ -73,9 +74,9 @@
 //! sender hanging up cancels nothing (contract §4 rule 3) and shutdown waits
 //! for it. Its answer is stored before the sender gets it; if the store
 //! refuses it, the sender gets the answer at once and the task keeps
-//! storing it ([`persist`]) until it sticks, the lease is provably lost or
-//! the shutdown grace period runs out — the last two counted and logged as
-//! unknown outcomes. Every request ends in exactly one `Finished`, which is
+//! storing it (`first_delivery/persist.rs`) until it sticks, the lease is
+//! provably lost or the shutdown grace period runs out — the last two
+//! counted and logged as unknown outcomes. Every request ends in exactly one `Finished`, which is
 //! counted and logged once: recording consumes it, so it can not happen
 //! twice.
 

@@ -74,7 +74,7 @@ pub struct Limits {
     /// store (`crate::replay_cache`); 0 turns the cache off.
     pub replay_cache_bytes: usize,
     /// Threads that serve requests: 0 in the file means one per CPU, and
-    /// [`limits`] resolves it (at least 1); one selects tokio's
+    /// `limits()` resolves it (at least 1); one selects tokio's
     /// current-thread scheduler (why: the crate docs, "Runtime").
     pub worker_threads: usize,
 }

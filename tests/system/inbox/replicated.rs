@@ -164,6 +164,14 @@ async fn a_delivery_queued_without_a_replica_is_not_acknowledged() {
             "{id}: executed or acknowledged as queued: {answer:?}"
         );
     }
+    // A delivery that stayed queued is redelivered by the worker at its
+    // next due time (up to max_backoff away): wait for every one, then a
+    // second more for any second execution.
+    eventually(Duration::from_secs(15), || {
+        let taken = taken.lock().unwrap();
+        ids.iter().all(|id| taken.contains_key(id))
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let taken = taken.lock().unwrap().clone();
     for id in &ids {
