@@ -89,4 +89,24 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_stand_in_key_gets_no_further_problem() {
+        let mut problems = Problems::default();
+        problems.push("route[0].name", "missing");
+        problems.stand_in("route[0].name".to_owned());
+        problems.stand_in("admin.tokens".to_owned());
+        problems.push("route[0].name", "must not be empty");
+        problems.push("admin.tokens[1].token", "is not set");
+        problems.push("route[0].names", "a key, not a prefix of one");
+        assert!(problems.failed("admin.tokens[0].scope"));
+        problems.push_derived("route[0].idempotency.scope", &["route[0].name"], "bad");
+        assert_eq!(
+            problems.0,
+            [
+                "route[0].name: missing",
+                "route[0].names: a key, not a prefix of one"
+            ]
+        );
+    }
 }
