@@ -197,7 +197,10 @@ pub async fn deliver_until_served(url: &str, body: &str, limit: Duration) -> Ans
 
 /// Sends `body` to `url` in the background and returns once the upstream
 /// has received call number `calls` (1-based): a first delivery caught
-/// mid-flight, for tests that break something while it runs.
+/// mid-flight, for tests that break something while it runs. A 503
+/// `store_unavailable` before the upstream was reached (a loaded machine's
+/// store or replica slower than the gate's timeout: nothing was forwarded)
+/// is sent again, as a sender would.
 pub async fn deliver_while_upstream_works(
     url: String,
     body: &str,
@@ -205,7 +208,20 @@ pub async fn deliver_while_upstream_works(
     calls: usize,
 ) -> tokio::task::JoinHandle<Answer> {
     let body = body.to_owned();
-    let delivery = tokio::spawn(async move { deliver(&url, &body).await });
+    let reached = upstream.call_count();
+    let delivery = tokio::spawn(async move {
+        let mut answer = deliver(&url, &body).await;
+        for _ in 0..20 {
+            let refused =
+                answer.status == 503 && answer.reason().as_deref() == Some("store_unavailable");
+            if !refused || reached.load(std::sync::atomic::Ordering::SeqCst) >= calls {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            answer = deliver(&url, &body).await;
+        }
+        answer
+    });
     assert!(
         eventually(Duration::from_secs(5), || upstream.calls() >= calls).await,
         "the upstream never received the delivery"

@@ -193,6 +193,12 @@ impl Upstream {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// The call count itself, for a task that must read it while the
+    /// upstream stays with the test.
+    pub fn call_count(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.calls)
+    }
+
     pub fn bodies(&self) -> Vec<Bytes> {
         self.bodies.lock().unwrap().clone()
     }
