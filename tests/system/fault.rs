@@ -250,6 +250,18 @@ impl Cluster {
         )
     }
 
+    /// The `[store]` body for this Cluster (nodes without an AOF, so
+    /// `memory` durability) with the store timeout `timeout`: the
+    /// harness's [`TEST_STORE_TIMEOUT`] where the test is not about how
+    /// fast a lost primary is noticed, so a loaded machine's slow reply is
+    /// not a 503.
+    fn store(&self, timeout: &str) -> String {
+        format!(
+            "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"{timeout}\"\ndurability = \"memory\"",
+            self.url()
+        )
+    }
+
     fn node_mut(&mut self, port: u16) -> &mut ClusterNode {
         self.nodes
             .iter_mut()

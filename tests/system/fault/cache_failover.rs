@@ -51,10 +51,7 @@ async fn failover_with_cached_records(loss: Loss, name: &str) {
     let started = Instant::now();
     let mut cluster = Cluster::start();
     let upstream = Upstream::start().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store("250ms");
     let text = config_text(&store, &upstream.url(), "")
         + &format!("\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
     let (a, b) = (GateProcess::start(&text), GateProcess::start(&text));

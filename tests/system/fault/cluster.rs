@@ -11,10 +11,7 @@ async fn redis_cluster_spreads_keys_and_deduplicates() {
     let cluster = Cluster::start();
     let setup = started.elapsed();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(20))).await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let text = config_text(&store, &upstream.url(), "");
     let gates: Vec<GateProcess> = (0..3).map(|_| GateProcess::start(&text)).collect();
     let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();
@@ -85,10 +82,7 @@ async fn redis_cluster_eviction_is_checked_on_every_primary() {
         assert_eq!(cli(evicting, &["CONFIG", "SET", name, value]).trim(), "OK");
     }
     let upstream = Upstream::start().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let gate = GateProcess::start(&config_text(&store, &upstream.url(), ""));
     let readyz = async |expected: u16| {
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -149,10 +143,7 @@ async fn redis_cluster_purges_reach_every_instances_replay_cache() {
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let text = config_text(&store, &upstream.url(), "")
         + &format!("\n[admin]\ntoken = \"literal:{TOKEN}\"\n");
     let (a, b) = (GateProcess::start(&text), GateProcess::start(&text));
@@ -215,10 +206,7 @@ async fn redis_cluster_flush_of_one_primary_reaches_every_replay_cache() {
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let text = config_text(&store, &upstream.url(), "");
     let (a, b) = (GateProcess::start(&text), GateProcess::start(&text));
     let primaries = cluster.primaries();

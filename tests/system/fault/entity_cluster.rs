@@ -12,10 +12,7 @@ async fn redis_cluster_keeps_each_entitys_machine_in_one_slot() {
     let started = Instant::now();
     let cluster = Cluster::start();
     let upstream = Upstream::start().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let text = config_text(&store, &upstream.url(), ENTITY_MACHINE);
     let gates: Vec<GateProcess> = (0..2).map(|_| GateProcess::start(&text)).collect();
     let urls: Vec<String> = gates.iter().map(|g| g.url("/notify")).collect();

@@ -15,10 +15,7 @@ async fn an_answer_follows_its_record_to_the_slots_new_node() {
     let _lane = CLUSTER_LANE.lock().await;
     let cluster = Cluster::start();
     let upstream = Upstream::scripted(|_, _| Reply::slow(Duration::from_millis(1500))).await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("idemgate.log");
     let gate = GateProcess::launch(

@@ -80,10 +80,7 @@ async fn redis_cluster_probes_survive_a_killed_owner_and_a_replaced_fleet() {
     let _lane = CLUSTER_LANE.lock().await;
     let cluster = Cluster::start();
     let upstream = applying_handler().await;
-    let store = format!(
-        "kind = \"redis\"\nurl = \"{}\"\ncommand_timeout = \"250ms\"\ndurability = \"memory\"",
-        cluster.url()
-    );
+    let store = cluster.store(TEST_STORE_TIMEOUT);
     let text = config_text(&store, &upstream.url(), PROBE_ROUTE)
         .replace("timeout = \"5s\"", "timeout = \"500ms\"");
     let mut owner = GateProcess::start(&text);
