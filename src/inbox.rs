@@ -48,7 +48,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Inbox, Route};
 use crate::record::{OwnerMint, Record, RecordState, StoredResponse, now_ms};
 use crate::store::entity::EntityEffect;
-use crate::store::inbox::{BookLine, BooksKey, Index, IndexKey};
+use crate::store::inbox::{BookLine, InboxKeys, Index, Place};
 use crate::store::{AnyStore, StoreError, StoreKey};
 pub(crate) use enqueue::NotQueued;
 pub(crate) use hold::Holding;
@@ -62,26 +62,6 @@ const PRUNE_PAGE: usize = 100;
 /// How often the backlog gauges are refreshed from the store.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
-/// A scope's three indexes, and its books.
-#[derive(Debug, Clone)]
-pub(crate) struct Indexes {
-    due: IndexKey,
-    since: IndexKey,
-    dead: IndexKey,
-    books: BooksKey,
-}
-
-impl Indexes {
-    fn of(prefix: &str, scope: &str) -> Self {
-        Self {
-            due: IndexKey::new(prefix, scope, Index::Due),
-            since: IndexKey::new(prefix, scope, Index::Since),
-            dead: IndexKey::new(prefix, scope, Index::Dead),
-            books: BooksKey::new(prefix, scope),
-        }
-    }
-}
-
 /// One route's inbox, built once at start-up: the route's settings, its
 /// `[route.inbox]` rules, its metrics and its scope's indexes. The
 /// pipeline's per-route runtime holds the same one, so queueing, the
@@ -93,7 +73,8 @@ pub(crate) struct RouteInbox {
     /// `[route.inbox]`.
     pub(crate) rules: Inbox,
     metrics: InboxMetrics,
-    indexes: Indexes,
+    /// The scope's inbox keys.
+    keys: InboxKeys,
 }
 
 impl RouteInbox {
@@ -147,7 +128,7 @@ impl Inboxes {
                 let rules = route.inbox.clone()?;
                 Some(Arc::new(RouteInbox {
                     metrics: InboxMetrics::new(&route.name),
-                    indexes: Indexes::of(prefix, &route.idempotency.scope),
+                    keys: InboxKeys::new(prefix, &route.idempotency.scope),
                     settings: route.clone(),
                     rules,
                 }))
@@ -169,8 +150,8 @@ impl Inboxes {
     /// Writes one line into a scope's books. A failure is logged, not
     /// returned: the delivery's own state is already written, and the
     /// books exist to show such gaps (`IdemgateInboxBooksUnbalanced`).
-    async fn enter(&self, books: &BooksKey, line: BookLine, hash: &str) {
-        if let Err(error) = self.store.books_add(books, line).await {
+    async fn enter(&self, keys: &InboxKeys, line: BookLine, hash: &str) {
+        if let Err(error) = self.store.book(keys, line).await {
             tracing::error!(
                 key = hash,
                 line = line.as_str(),
@@ -218,14 +199,14 @@ impl Inboxes {
     }
 
     async fn refresh(&self, inbox: &RouteInbox) -> Result<(), StoreError> {
-        let indexes = &inbox.indexes;
         let now = now_ms();
         self.prune_dead(inbox).await?;
-        let (queued, oldest) = self.store.index_stats(&indexes.since).await?;
-        let (dead, _) = self.store.index_stats(&indexes.dead).await?;
-        let books = self.store.books_read(&indexes.books).await?;
-        let age = oldest.map_or(0.0, |at| now.saturating_sub(at) as f64 / 1e3);
-        inbox.metrics.backlog(queued, age, dead);
+        let backlog = self.store.backlog(&inbox.keys).await?;
+        let books = self.store.books(&inbox.keys).await?;
+        let age = backlog
+            .oldest_ms
+            .map_or(0.0, |at| now.saturating_sub(at) as f64 / 1e3);
+        inbox.metrics.backlog(backlog.pending, age, backlog.held);
         inbox.metrics.books(&books);
         Ok(())
     }
@@ -237,8 +218,8 @@ impl Inboxes {
     /// (held records do not expire: [`Stage::kept_for`]).
     async fn prune_dead(&self, inbox: &RouteInbox) -> Result<(), StoreError> {
         let prefix = &self.config.store.key_prefix;
-        let dead = &inbox.indexes.dead;
-        for (hash, _) in self.store.index_page(dead, None, PRUNE_PAGE).await? {
+        let keys = &inbox.keys;
+        for (hash, _) in self.store.page(keys, Index::Dead, None, PRUNE_PAGE).await? {
             let key = StoreKey::new(prefix, inbox.scope(), &hash);
             let held = match self.store.lookup(&key).await? {
                 Some(existing) => matches!(
@@ -248,7 +229,9 @@ impl Inboxes {
                 None => false,
             };
             if !held {
-                self.store.index_remove(dead, &hash).await?;
+                self.store
+                    .place(keys, &hash, Place::out_of(Index::Dead))
+                    .await?;
             }
         }
         Ok(())

@@ -5,7 +5,7 @@
 use super::{Inboxes, RouteInbox, ack, transition};
 use crate::config::OnUpstreamTimeout;
 use crate::record::{InboxEntry, RecordState, Stage, StoredRequest, StoredResponse, now_ms};
-use crate::store::inbox::BookLine;
+use crate::store::inbox::{BookLine, Place};
 use crate::store::{Completion, Lease, StoreError};
 use crate::time::millis;
 use crate::upstream::{self, ForwardError, UpstreamAnswer};
@@ -74,14 +74,12 @@ impl Inboxes {
     ) -> Result<Queued, NotQueued> {
         let route = &inbox.settings;
         let rules = &inbox.rules;
-        let indexes = &inbox.indexes;
+        let keys = &inbox.keys;
         // Every owed delivery counts, held ones too: none of them expires,
         // so this is what bounds the store's memory. Checked, then added:
         // instances queueing at the same moment can each pass, so the
         // bound may be exceeded by that many.
-        let (pending, _) = self.store.index_stats(&indexes.since).await?;
-        let (held, _) = self.store.index_stats(&indexes.dead).await?;
-        let owed = pending.saturating_add(held);
+        let owed = self.store.backlog(keys).await?.owed();
         if owed >= rules.max_queued {
             inbox.metrics.full();
             return Err(NotQueued::Full {
@@ -118,15 +116,13 @@ impl Inboxes {
             error
         });
         let hash = lease.key().hash();
-        if held {
-            self.store.index_add(&indexes.dead, hash, now).await?;
+        let place = if held {
+            Place::held(now)
         } else {
             entry.due_ms = now + millis(transition::delay(rules, 0, transition::jitter()));
-            self.store.index_add(&indexes.since, hash, now).await?;
-            self.store
-                .index_add(&indexes.due, hash, entry.due_ms)
-                .await?;
-        }
+            Place::pending(now, entry.due_ms)
+        };
+        self.store.place(keys, hash, place).await?;
         let ack = entry.ack.clone();
         let stage = entry.stage;
         let record = lease
@@ -143,11 +139,10 @@ impl Inboxes {
             Err(error) => Err(error),
         };
         if let Err(error) = written {
-            self.unqueue(inbox, hash, held).await;
+            self.unqueue(inbox, hash).await;
             return Err(NotQueued::Store(error));
         }
-        self.enter(&indexes.books, BookLine::Acknowledged, hash)
-            .await;
+        self.enter(keys, BookLine::Acknowledged, hash).await;
         inbox.metrics.acknowledged();
         tracing::warn!(
             route = route.name,
@@ -164,17 +159,9 @@ impl Inboxes {
     /// Takes back the index entries of a delivery [`Inboxes::enqueue`]
     /// did not queue after all (best effort: a worker or the repair pass
     /// clears what is left).
-    async fn unqueue(&self, inbox: &RouteInbox, hash: &str, held: bool) {
-        let indexes = &inbox.indexes;
-        let written = if held {
-            vec![&indexes.dead]
-        } else {
-            vec![&indexes.since, &indexes.due]
-        };
-        for index in written {
-            if let Err(error) = self.store.index_remove(index, hash).await {
-                tracing::debug!(key = hash, %error, "inbox: index entry of an unqueued delivery left for the workers");
-            }
+    async fn unqueue(&self, inbox: &RouteInbox, hash: &str) {
+        if let Err(error) = self.store.place(&inbox.keys, hash, Place::resolved()).await {
+            tracing::debug!(key = hash, %error, "inbox: index entry of an unqueued delivery left for the workers");
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::record::{
     Fingerprint, InboxEntry, Record, RecordState, Stage, StoredRequest, StoredResponse, now_ms,
 };
 use crate::store::entity::{EntityStep, HoldVerdict};
-use crate::store::inbox::BookLine;
+use crate::store::inbox::{BookLine, Place};
 use crate::store::{StoreError, StoreKey};
 
 /// What [`Inboxes::hold`] did with a notice.
@@ -65,12 +65,11 @@ impl Inboxes {
         }
         // The record is owed (its owed-set entry was written with it), so
         // the repair pass restores these entries should they not land.
-        let indexes = &inbox.indexes;
         let hash = key.hash();
-        self.store.index_add(&indexes.since, hash, now).await?;
-        self.store.index_add(&indexes.due, hash, now).await?;
-        self.enter(&indexes.books, BookLine::Acknowledged, hash)
-            .await;
+        self.store
+            .place(&inbox.keys, hash, Place::pending(now, now))
+            .await?;
+        self.enter(&inbox.keys, BookLine::Acknowledged, hash).await;
         tracing::info!(
             route = inbox.name(),
             key = hash,

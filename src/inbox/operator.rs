@@ -6,7 +6,7 @@
 
 use super::{Inboxes, RouteInbox, transition};
 use crate::record::{InboxEntry, Record, RecordState, Stage, now_ms};
-use crate::store::inbox::{BookLine, IndexPosition};
+use crate::store::inbox::{BookLine, Index, IndexPosition, Place};
 use crate::store::{StoreError, StoreKey};
 
 /// Which deliveries a listing shows.
@@ -45,12 +45,11 @@ impl Inboxes {
         after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let indexes = &inbox.indexes;
         let index = match listing {
-            Listing::Queued => &indexes.since,
-            Listing::Dead => &indexes.dead,
+            Listing::Queued => Index::Since,
+            Listing::Dead => Index::Dead,
         };
-        self.store.index_page(index, after, limit).await
+        self.store.page(&inbox.keys, index, after, limit).await
     }
 
     /// Retries a dead or unknown delivery now, once: if that attempt fails
@@ -65,12 +64,11 @@ impl Inboxes {
             .act(key, seen, |entry| transition::retry_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
-            let indexes = &inbox.indexes;
             let hash = key.hash();
             let now = now_ms();
-            self.store.index_add(&indexes.since, hash, now).await?;
-            self.store.index_add(&indexes.due, hash, now).await?;
-            self.store.index_remove(&indexes.dead, hash).await?;
+            self.store
+                .place(&inbox.keys, hash, Place::pending(now, now))
+                .await?;
             tracing::warn!(
                 route = inbox.name(),
                 key = hash,
@@ -92,15 +90,14 @@ impl Inboxes {
             .act(key, seen, |entry| transition::drop_now(entry, now_ms()))
             .await?;
         if let Action::Done(_) = &action {
-            let indexes = &inbox.indexes;
             let hash = key.hash();
             // Booked as soon as the drop is written: an index that fails
             // to update is repaired later (a worker or the dead-index
             // prune finds the record dropped), a missing book line is not.
-            self.enter(&indexes.books, BookLine::Dropped, hash).await;
-            for index in [&indexes.due, &indexes.since, &indexes.dead] {
-                self.store.index_remove(index, hash).await?;
-            }
+            self.enter(&inbox.keys, BookLine::Dropped, hash).await;
+            self.store
+                .place(&inbox.keys, hash, Place::resolved())
+                .await?;
             tracing::warn!(
                 route = inbox.name(),
                 key = hash,

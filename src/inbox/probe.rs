@@ -21,7 +21,7 @@ use std::time::Duration;
 use super::{Inboxes, RouteInbox, transition};
 use crate::config::Probe;
 use crate::record::{InboxEntry, Record, RecordState, Stage, StoredResponse, now_ms};
-use crate::store::inbox::BookLine;
+use crate::store::inbox::{BookLine, Index, Place};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
 
@@ -88,7 +88,7 @@ impl Inboxes {
         let mut taken = Vec::new();
         let held = self
             .store
-            .index_page(&inbox.indexes.dead, None, DEAD_PAGE)
+            .page(&inbox.keys, Index::Dead, None, DEAD_PAGE)
             .await?;
         for (hash, _) in held {
             if taken.len() >= limit {
@@ -128,7 +128,6 @@ impl Inboxes {
         let now = now_ms();
         let mut next = taken.entry().clone();
         let hash = taken.key.hash();
-        let indexes = &inbox.indexes;
         let after = match end {
             ProbeEnd::Applied(answer) => {
                 next.stage = Stage::Delivered;
@@ -161,17 +160,16 @@ impl Inboxes {
         {
             return Ok(false);
         }
+        let keys = &inbox.keys;
         match after {
             Stage::Delivered => {
-                self.enter(&indexes.books, BookLine::Delivered, hash).await;
-                for index in [&indexes.dead, &indexes.due, &indexes.since] {
-                    self.store.index_remove(index, hash).await?;
-                }
+                self.enter(keys, BookLine::Delivered, hash).await;
+                self.store.place(keys, hash, Place::resolved()).await?;
             }
             Stage::Queued => {
-                self.store.index_add(&indexes.since, hash, now).await?;
-                self.store.index_add(&indexes.due, hash, now).await?;
-                self.store.index_remove(&indexes.dead, hash).await?;
+                self.store
+                    .place(keys, hash, Place::pending(now, now))
+                    .await?;
             }
             _ => {}
         }

@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Inboxes, Indexes};
+use super::Inboxes;
 use crate::record::{RecordState, now_ms};
-use crate::store::inbox::{IndexKey, IndexPosition, OwedKey};
+use crate::store::inbox::{InboxKeys, Index, IndexPosition, Place};
 use crate::store::{StoreError, StoreKey};
 
 /// Index members read per page while a pass reads an index whole.
@@ -55,8 +55,7 @@ pub(crate) struct Repaired {
 #[derive(Debug)]
 pub(super) struct Repair {
     inboxes: Arc<Inboxes>,
-    indexes: Indexes,
-    owed: OwedKey,
+    keys: InboxKeys,
     prefix: String,
     scope: String,
     every: Duration,
@@ -73,8 +72,7 @@ impl Repair {
             .min()
             .unwrap_or(Duration::from_secs(60));
         Self {
-            indexes: Indexes::of(&prefix, scope),
-            owed: OwedKey::new(&prefix, scope),
+            keys: InboxKeys::new(&prefix, scope),
             prefix,
             scope: scope.to_owned(),
             every,
@@ -115,10 +113,10 @@ impl Repair {
     /// One pass (module docs).
     pub(crate) async fn pass(&self) -> Result<Repaired, StoreError> {
         let store = &self.inboxes.store;
-        let due = self.members(&self.indexes.due).await?;
-        let since = self.members(&self.indexes.since).await?;
-        let dead = self.members(&self.indexes.dead).await?;
-        let owed = store.owed(&self.owed).await?;
+        let due = self.members(Index::Due).await?;
+        let since = self.members(Index::Since).await?;
+        let dead = self.members(Index::Dead).await?;
+        let owed = store.owed(&self.keys).await?;
         let mut done = Repaired {
             owed: owed.len(),
             ..Repaired::default()
@@ -144,19 +142,17 @@ impl Repair {
                     continue;
                 }
             };
-            if entry.stage.is_held() {
-                store.index_add(&self.indexes.dead, &hash, now_ms()).await?;
+            let missing = if entry.stage.is_held() {
+                vec![(Index::Dead, now_ms())]
             } else {
-                if !in_since {
-                    store
-                        .index_add(&self.indexes.since, &hash, record.answered_at_ms)
-                        .await?;
-                }
-                if !in_due {
-                    store
-                        .index_add(&self.indexes.due, &hash, entry.due_ms)
-                        .await?;
-                }
+                let since = (!in_since).then_some((Index::Since, record.answered_at_ms));
+                let due = (!in_due).then_some((Index::Due, entry.due_ms));
+                since.into_iter().chain(due).collect()
+            };
+            for (index, at) in missing {
+                store
+                    .place(&self.keys, &hash, Place::into_index(index, at))
+                    .await?;
             }
             done.restored += 1;
             if let Some(inbox) = self.inboxes.route(&entry.route) {
@@ -176,14 +172,14 @@ impl Repair {
     /// Every member of `index`, read a page at a time, each page after
     /// the last member read (an offset would skip members when workers
     /// take some meanwhile, and a skipped member would look missing).
-    async fn members(&self, index: &IndexKey) -> Result<HashSet<String>, StoreError> {
+    async fn members(&self, index: Index) -> Result<HashSet<String>, StoreError> {
         let mut found = HashSet::new();
         let mut after: Option<IndexPosition> = None;
         loop {
             let page = self
                 .inboxes
                 .store
-                .index_page(index, after.as_ref(), PAGE)
+                .page(&self.keys, index, after.as_ref(), PAGE)
                 .await?;
             let last = page.len() < PAGE;
             after = page.last().map(|(member, score)| IndexPosition {

@@ -28,11 +28,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::transition::{self, Attempt, WorkerStep};
-use super::{Inboxes, Indexes, RouteInbox};
+use super::{Inboxes, RouteInbox};
 use crate::backoff::Backoff;
 use crate::record::{InboxEntry, OwnerToken, Record, RecordState, Stage, now_ms};
 use crate::store::entity::{Judgement, KeptBack, decisions};
-use crate::store::inbox::{BookLine, Swapped};
+use crate::store::inbox::{BookLine, InboxKeys, Place, Swapped};
 use crate::store::{StoreError, StoreKey};
 use crate::time::millis;
 use crate::upstream::{self, ForwardError, UpstreamClient};
@@ -58,7 +58,7 @@ const UNREPLICATED_PAUSE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(super) struct Workers {
     inboxes: Arc<Inboxes>,
-    indexes: Indexes,
+    keys: InboxKeys,
     prefix: String,
     scope: String,
     client: UpstreamClient,
@@ -88,7 +88,7 @@ impl Workers {
             .unwrap_or(Duration::from_secs(60));
         let prefix = inboxes.config.store.key_prefix.clone();
         Arc::new(Self {
-            indexes: Indexes::of(&prefix, scope),
+            keys: InboxKeys::new(&prefix, scope),
             prefix,
             scope: scope.to_owned(),
             client: upstream::client(),
@@ -115,7 +115,7 @@ impl Workers {
                 match self
                     .inboxes
                     .store
-                    .index_take(&self.indexes.due, now, free, push_to)
+                    .take_due(&self.keys, now, free, push_to)
                     .await
                 {
                     Ok(taken) => {
@@ -320,7 +320,7 @@ impl Workers {
         inbox.metrics.redelivery(tally);
         if stage == Stage::Delivered {
             self.inboxes
-                .enter(&self.indexes.books, BookLine::Delivered, hash)
+                .enter(&self.keys, BookLine::Delivered, hash)
                 .await;
         }
         match stage {
@@ -423,7 +423,7 @@ impl Workers {
             }
         }
         self.inboxes
-            .enter(&self.indexes.books, BookLine::Dropped, hash)
+            .enter(&self.keys, BookLine::Dropped, hash)
             .await;
         self.unindex(hash, false).await;
         decisions::count(inbox.name(), judgement, to);
@@ -469,19 +469,18 @@ impl Workers {
     }
 
     /// Takes a settled delivery out of the pending indexes; a held one
-    /// (dead or unknown) goes into the dead index first.
+    /// (dead or unknown) goes into the dead index first. A failure is
+    /// logged only: the take already pushed the entry one visibility
+    /// timeout ahead, so the next worker to take it finds the delivery
+    /// settled and tries again.
     async fn unindex(&self, hash: &str, held: bool) {
-        let store = &self.inboxes.store;
-        if held {
-            if let Err(error) = store.index_add(&self.indexes.dead, hash, now_ms()).await {
-                tracing::warn!(key = hash, %error, "inbox: dead index not updated; retried when it is due again");
-                return;
-            }
-        }
-        for index in [&self.indexes.since, &self.indexes.due] {
-            if let Err(error) = store.index_remove(index, hash).await {
-                tracing::debug!(key = hash, %error, "inbox: index entry left; the next worker to take it finds the delivery settled");
-            }
+        let place = if held {
+            Place::held(now_ms())
+        } else {
+            Place::resolved()
+        };
+        if let Err(error) = self.inboxes.store.place(&self.keys, hash, place).await {
+            tracing::warn!(key = hash, %error, "inbox: indexes not updated; the next worker to take the delivery finds it settled");
         }
     }
 
@@ -489,12 +488,8 @@ impl Workers {
     /// logged only: the take already pushed the entry one visibility
     /// timeout ahead, and the repair pass restores a missing one.
     async fn due_at(&self, hash: &str, at: u64) {
-        if let Err(error) = self
-            .inboxes
-            .store
-            .index_add(&self.indexes.due, hash, at)
-            .await
-        {
+        let place = Place::due_at(at);
+        if let Err(error) = self.inboxes.store.place(&self.keys, hash, place).await {
             tracing::debug!(key = hash, %error, "inbox: due index not updated; the delivery is due again when its take expires");
         }
     }

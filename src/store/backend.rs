@@ -7,7 +7,7 @@
 //! | trait | what it keeps | proved by |
 //! |---|---|---|
 //! | [`super::Store`] | records: claim, complete, release, renew, lookup, purge; entity state judged with the claim | `store_contract.rs`, `entity_store.rs`, `entity_model.rs` |
-//! | [`InboxOps`] | the inbox: owner-fenced swaps, holds behind an entity, due indexes, owed sets, the books | `inbox_store.rs` |
+//! | [`InboxOps`] | the inbox in its own verbs: swap, take, hold, place, take due, page, backlog, owed, books | `inbox_store.rs` |
 //! | [`ProbeOps`] | probe plans kept with unknown outcomes | `probe/model.rs` |
 //! | [`AuditOps`] | the operators' audit trail | `admin/audit.rs` |
 //! | [`Listing`] | pages of records and of held entities | `admin/listing.rs` |
@@ -76,7 +76,7 @@ mod scripted {
     use super::super::audit::{AuditId, AuditOps};
     use super::super::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
     use super::super::inbox::{
-        BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+        Backlog, BookLine, Books, InboxKeys, InboxOps, Index, IndexPosition, Place, Swapped,
     };
     use super::super::listing::{Cursor, EntityPage, Filter, Listing, Page};
     use super::super::probe::ProbeOps;
@@ -121,45 +121,40 @@ mod scripted {
         ) -> Call<'a, HoldVerdict> {
             none("inbox")
         }
-        fn index_add<'a>(&'a self, _: &'a IndexKey, _: &'a str, _: u64) -> Call<'a, ()> {
+        fn place<'a>(&'a self, _: &'a InboxKeys, _: &'a str, _: Place) -> Call<'a, ()> {
             none("inbox")
         }
-        fn index_remove<'a>(&'a self, _: &'a IndexKey, _: &'a str) -> Call<'a, bool> {
-            none("inbox")
-        }
-        fn index_take<'a>(
+        fn take_due<'a>(
             &'a self,
-            _: &'a IndexKey,
+            _: &'a InboxKeys,
             _: u64,
             _: usize,
             _: u64,
         ) -> Call<'a, Vec<String>> {
             none("inbox")
         }
-        fn index_page<'a>(
+        fn page<'a>(
             &'a self,
-            _: &'a IndexKey,
+            _: &'a InboxKeys,
+            _: Index,
             _: Option<&'a IndexPosition>,
             _: usize,
         ) -> Call<'a, Vec<(String, u64)>> {
             none("inbox")
         }
-        fn index_stats<'a>(&'a self, _: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {
+        fn backlog<'a>(&'a self, _: &'a InboxKeys) -> Call<'a, Backlog> {
             none("inbox")
         }
-        fn index_prune<'a>(&'a self, _: &'a IndexKey, _: u64) -> Call<'a, u64> {
-            none("inbox")
-        }
-        fn owed<'a>(&'a self, _: &'a OwedKey) -> Call<'a, Vec<String>> {
+        fn owed<'a>(&'a self, _: &'a InboxKeys) -> Call<'a, Vec<String>> {
             none("inbox")
         }
         fn owed_prune<'a>(&'a self, _: &'a StoreKey, _: Option<OwnerToken>) -> Call<'a, bool> {
             none("inbox")
         }
-        fn books_add<'a>(&'a self, _: &'a BooksKey, _: BookLine) -> Call<'a, ()> {
+        fn book<'a>(&'a self, _: &'a InboxKeys, _: BookLine) -> Call<'a, ()> {
             none("inbox")
         }
-        fn books_read<'a>(&'a self, _: &'a BooksKey) -> Call<'a, Books> {
+        fn books<'a>(&'a self, _: &'a InboxKeys) -> Call<'a, Books> {
             none("inbox")
         }
     }

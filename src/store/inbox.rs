@@ -3,14 +3,19 @@
 //! Each is atomic, and each touches one key or keys of one hash slot, so
 //! every one is Redis Cluster safe:
 //!
-//! | op | effect |
+//! | verb | effect |
 //! |----|--------|
-//! | swap | owner-fenced compare-and-set of a whole record, with its owed-set entry: how a worker claims a queued delivery and how it settles it |
-//! | index_add / index_remove | put a key hash into a scope's index at a score, or take it out (Redis `ZADD` / `ZREM`) |
-//! | index_take | hand out up to N due hashes and push each to a later score in one step: taken with a visibility timeout |
-//! | index_page / index_stats / index_prune | list, count and trim an index (admin API, gauges) |
+//! | swap | owner-fenced compare-and-set of a whole record, with its owed-set entry: how a worker settles a delivery, an operator acts on one, a claim is undone |
+//! | take | a worker's claim of a due delivery: the swap to `delivering`, judged first by the delivery's entity |
+//! | hold | a notice kept behind its busy entity, with its owed-set entry |
+//! | place | put a delivery into the scope's indexes its stage belongs in and take it out of the others ([`Place`]) |
+//! | take_due | hand out up to N due deliveries, each pushed one visibility timeout ahead in the same step |
+//! | page / backlog | list an index a page at a time; count the backlog (admin API, gauges, `max_queued`) |
 //! | owed / owed_prune | every delivery a scope owes, read from the owed sets; take out an entry whose record is resolved or gone |
-//! | books_add / books_read | a scope's books |
+//! | book / books | one line more in a scope's books; the books as read |
+//!
+//! Each verb names a scope by its [`InboxKeys`]; how a backend keeps the
+//! indexes (Redis sorted sets, redb tables) is its own affair.
 //!
 //! The record is the truth; the indexes only say where to look. A scope
 //! has three ([`IndexKey`]): `due` (queued or delivering, scored by when a
@@ -207,10 +212,142 @@ impl Books {
     }
 }
 
-/// The inbox operations, futures boxed (one small allocation next to a
-/// network round trip or a durable commit), implemented by both backends.
+/// A scope's inbox keys: its three indexes, its owed set and its books,
+/// built once from the key prefix and the scope and named by every verb
+/// of [`InboxOps`] that is about a scope rather than one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxKeys {
+    due: IndexKey,
+    since: IndexKey,
+    dead: IndexKey,
+    owed: OwedKey,
+    books: BooksKey,
+}
+
+impl InboxKeys {
+    /// The keys of `scope` under `prefix`.
+    pub fn new(prefix: &str, scope: &str) -> Self {
+        Self {
+            due: IndexKey::new(prefix, scope, Index::Due),
+            since: IndexKey::new(prefix, scope, Index::Since),
+            dead: IndexKey::new(prefix, scope, Index::Dead),
+            owed: OwedKey::new(prefix, scope),
+            books: BooksKey::new(prefix, scope),
+        }
+    }
+
+    /// The scope's index `which`.
+    pub fn of(&self, which: Index) -> &IndexKey {
+        match which {
+            Index::Due => &self.due,
+            Index::Since => &self.since,
+            Index::Dead => &self.dead,
+        }
+    }
+
+    /// The scope's owed set.
+    pub fn owed(&self) -> &OwedKey {
+        &self.owed
+    }
+
+    /// The scope's books.
+    pub fn books(&self) -> &BooksKey {
+        &self.books
+    }
+}
+
+/// Where [`InboxOps::place`] puts a delivery: the indexes to enter (each
+/// at a score, unix ms) and those to leave. Entries are written before
+/// any is taken out, so a delivery is never in no index between the two.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    enter: Vec<(Index, u64)>,
+    leave: Vec<Index>,
+}
+
+impl Place {
+    /// Queued or being redelivered: first queued at `since`, due at
+    /// `due`; out of the held deliveries.
+    pub fn pending(since: u64, due: u64) -> Self {
+        Self {
+            enter: vec![(Index::Since, since), (Index::Due, due)],
+            leave: vec![Index::Dead],
+        }
+    }
+
+    /// Due again at `at`: only the due index moves.
+    pub fn due_at(at: u64) -> Self {
+        Self::into_index(Index::Due, at)
+    }
+
+    /// Held (dead or unknown) since `at`: into the dead index, then out of
+    /// the pending ones.
+    pub fn held(at: u64) -> Self {
+        Self {
+            enter: vec![(Index::Dead, at)],
+            leave: vec![Index::Since, Index::Due],
+        }
+    }
+
+    /// Resolved, gone, or never queued after all: out of every index.
+    pub fn resolved() -> Self {
+        Self {
+            enter: Vec::new(),
+            leave: vec![Index::Due, Index::Since, Index::Dead],
+        }
+    }
+
+    /// Into `index` at `at`, nothing else (the repair pass restoring one
+    /// lost entry).
+    pub fn into_index(index: Index, at: u64) -> Self {
+        Self {
+            enter: vec![(index, at)],
+            leave: Vec::new(),
+        }
+    }
+
+    /// Out of `index`, nothing else (a dead-index entry whose record is no
+    /// longer held).
+    pub fn out_of(index: Index) -> Self {
+        Self {
+            enter: Vec::new(),
+            leave: vec![index],
+        }
+    }
+
+    /// The entries to write: each index with its score.
+    pub fn entered(&self) -> &[(Index, u64)] {
+        &self.enter
+    }
+
+    /// The indexes to leave, after every entry is written.
+    pub fn left(&self) -> &[Index] {
+        &self.leave
+    }
+}
+
+/// How much a scope's inbox holds, as its indexes say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Queued or being redelivered.
+    pub pending: u64,
+    /// When the oldest pending delivery was first queued (unix ms).
+    pub oldest_ms: Option<u64>,
+    /// Dead or with an unknown outcome.
+    pub held: u64,
+}
+
+impl Backlog {
+    /// Every delivery the scope owes (what `max_queued` bounds).
+    pub fn owed(&self) -> u64 {
+        self.pending.saturating_add(self.held)
+    }
+}
+
+/// The inbox's verbs, futures boxed (one small allocation next to a
+/// network round trip or a durable commit), implemented by every backend.
 /// The pipeline reaches them through [`AnyStore`]; the trait is public so
-/// the store contract tests can hold both backends to it.
+/// the store contract tests hold every backend to it.
 pub trait InboxOps: Send + Sync + std::fmt::Debug {
     /// See [`AnyStore::swap`].
     fn swap<'a>(
@@ -237,37 +374,34 @@ pub trait InboxOps: Send + Sync + std::fmt::Debug {
         step: &'a EntityStep,
         max: usize,
     ) -> Call<'a, HoldVerdict>;
-    /// See [`AnyStore::index_add`].
-    fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()>;
-    /// See [`AnyStore::index_remove`].
-    fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool>;
-    /// See [`AnyStore::index_take`].
-    fn index_take<'a>(
+    /// See [`AnyStore::place`].
+    fn place<'a>(&'a self, keys: &'a InboxKeys, hash: &'a str, place: Place) -> Call<'a, ()>;
+    /// See [`AnyStore::take_due`].
+    fn take_due<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
         now: u64,
         limit: usize,
         push_to: u64,
     ) -> Call<'a, Vec<String>>;
-    /// See [`AnyStore::index_page`].
-    fn index_page<'a>(
+    /// See [`AnyStore::page`].
+    fn page<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
+        index: Index,
         after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>>;
-    /// See [`AnyStore::index_stats`].
-    fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)>;
-    /// See [`AnyStore::index_prune`].
-    fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64>;
+    /// See [`AnyStore::backlog`].
+    fn backlog<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Backlog>;
     /// See [`AnyStore::owed`].
-    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>>;
+    fn owed<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Vec<String>>;
     /// See [`AnyStore::owed_prune`].
     fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool>;
-    /// See [`AnyStore::books_add`].
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()>;
-    /// See [`AnyStore::books_read`].
-    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books>;
+    /// See [`AnyStore::book`].
+    fn book<'a>(&'a self, keys: &'a InboxKeys, line: BookLine) -> Call<'a, ()>;
+    /// See [`AnyStore::books`].
+    fn books<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Books>;
 }
 
 impl AnyStore {
@@ -327,60 +461,55 @@ impl AnyStore {
         held
     }
 
-    /// Puts `member` into `index` at `score`, or moves it there.
-    pub async fn index_add(
+    /// Puts the delivery `hash` of the scope `keys` where `place` says:
+    /// every entry written first (stopping at the first that fails), then
+    /// every index it leaves (each tried; the first failure returned).
+    pub async fn place(
         &self,
-        index: &IndexKey,
-        member: &str,
-        score: u64,
+        keys: &InboxKeys,
+        hash: &str,
+        place: Place,
     ) -> Result<(), StoreError> {
-        self.inbox().index_add(index, member, score).await
+        self.inbox().place(keys, hash, place).await
     }
 
-    /// Takes `member` out of `index`. Returns whether it was there.
-    pub async fn index_remove(&self, index: &IndexKey, member: &str) -> Result<bool, StoreError> {
-        self.inbox().index_remove(index, member).await
-    }
-
-    /// Hands out up to `limit` members scored at most `now`, lowest first,
-    /// each moved to `push_to` in the same step.
-    pub async fn index_take(
+    /// Hands out up to `limit` deliveries due at `now` or before, the
+    /// earliest first, each pushed to `push_to` in the same step (taken
+    /// with a visibility timeout: due again if the taker vanishes).
+    pub async fn take_due(
         &self,
-        index: &IndexKey,
+        keys: &InboxKeys,
         now: u64,
         limit: usize,
         push_to: u64,
     ) -> Result<Vec<String>, StoreError> {
-        self.inbox().index_take(index, now, limit, push_to).await
+        self.inbox().take_due(keys, now, limit, push_to).await
     }
 
-    /// Up to `limit` members with their scores in (score, member) order,
-    /// lowest first, after `after` (from the start without): a keyset
-    /// walk, so removing a member already listed, or adding one, never
-    /// moves the members still to come.
-    pub async fn index_page(
+    /// Up to `limit` members of the scope's `index` with their scores in
+    /// (score, member) order, lowest first, after `after` (from the start
+    /// without): a keyset walk, so removing a member already listed, or
+    /// adding one, never moves the members still to come.
+    pub async fn page(
         &self,
-        index: &IndexKey,
+        keys: &InboxKeys,
+        index: Index,
         after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inbox().index_page(index, after, limit).await
+        self.inbox().page(keys, index, after, limit).await
     }
 
-    /// How many members `index` has, and the lowest score.
-    pub async fn index_stats(&self, index: &IndexKey) -> Result<(u64, Option<u64>), StoreError> {
-        self.inbox().index_stats(index).await
-    }
-
-    /// Removes the members scored below `below`. Returns how many.
-    pub async fn index_prune(&self, index: &IndexKey, below: u64) -> Result<u64, StoreError> {
-        self.inbox().index_prune(index, below).await
+    /// The scope's backlog: pending and held deliveries, and when the
+    /// oldest pending one was queued.
+    pub async fn backlog(&self, keys: &InboxKeys) -> Result<Backlog, StoreError> {
+        self.inbox().backlog(keys).await
     }
 
     /// Every key hash in the scope's owed set (all slots' sets on a
     /// Cluster), in no particular order.
-    pub async fn owed(&self, set: &OwedKey) -> Result<Vec<String>, StoreError> {
-        self.inbox().owed(set).await
+    pub async fn owed(&self, keys: &InboxKeys) -> Result<Vec<String>, StoreError> {
+        self.inbox().owed(keys).await
     }
 
     /// Takes `key` out of its scope's owed set if its record is absent, or
@@ -394,13 +523,13 @@ impl AnyStore {
         self.inbox().owed_prune(key, read).await
     }
 
-    /// Adds one to `line` of the books under `key`.
-    pub async fn books_add(&self, key: &BooksKey, line: BookLine) -> Result<(), StoreError> {
-        self.inbox().books_add(key, line).await
+    /// Adds one to `line` of the scope's books.
+    pub async fn book(&self, keys: &InboxKeys, line: BookLine) -> Result<(), StoreError> {
+        self.inbox().book(keys, line).await
     }
 
-    /// The books under `key`.
-    pub async fn books_read(&self, key: &BooksKey) -> Result<Books, StoreError> {
-        self.inbox().books_read(key).await
+    /// The scope's books.
+    pub async fn books(&self, keys: &InboxKeys) -> Result<Books, StoreError> {
+        self.inbox().books(keys).await
     }
 }

@@ -11,7 +11,7 @@ use idemgate::record::{
 };
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::inbox::{
-    BookLine, Books, BooksKey, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Swapped,
+    Backlog, BookLine, Books, InboxKeys, InboxOps, Index, IndexPosition, Place, Swapped,
 };
 use idemgate::store::{ClaimOutcome, Completion, Releasing, Store, StoreKey};
 
@@ -72,93 +72,14 @@ async fn contract<S: Store + InboxOps>(store: &S) {
     );
     assert!(Store::lookup(store, &absent).await.unwrap().is_none());
 
-    let due = IndexKey::new("contract", "inbox", Index::Due);
-    let dead = IndexKey::new("contract", "inbox", Index::Dead);
-    for (member, score) in [("a", 10), ("b", 5), ("c", 20)] {
-        store.index_add(&due, member, score).await.unwrap();
-    }
-    store.index_add(&dead, "a", 1).await.unwrap();
-    let page = store.index_page(&due, None, 10).await.unwrap();
-    assert_eq!(page, [("b".into(), 5), ("a".into(), 10), ("c".into(), 20)]);
-    let after = |member: &str, score| IndexPosition {
-        score,
-        member: member.into(),
-    };
-    assert_eq!(
-        store
-            .index_page(&due, Some(&after("b", 5)), 1)
-            .await
-            .unwrap(),
-        [("a".into(), 10)]
-    );
-    // Keyset: members sharing a score resume after the last one shown,
-    // and a position whose member is gone resumes where it stood.
-    for member in ["e", "d", "f"] {
-        store.index_add(&due, member, 10).await.unwrap();
-    }
-    assert_eq!(
-        store
-            .index_page(&due, Some(&after("d", 10)), 2)
-            .await
-            .unwrap(),
-        [("e".into(), 10), ("f".into(), 10)]
-    );
-    assert!(store.index_remove(&due, "d").await.unwrap());
-    assert_eq!(
-        store
-            .index_page(&due, Some(&after("d", 10)), 9)
-            .await
-            .unwrap(),
-        [("e".into(), 10), ("f".into(), 10), ("c".into(), 20)]
-    );
-    for member in ["e", "f"] {
-        assert!(store.index_remove(&due, member).await.unwrap());
-    }
-    assert_eq!(store.index_stats(&due).await.unwrap(), (3, Some(5)));
-    assert_eq!(
-        store.index_take(&due, 15, 10, 100).await.unwrap(),
-        ["b", "a"]
-    );
-    assert!(
-        store
-            .index_take(&due, 15, 10, 100)
-            .await
-            .unwrap()
-            .is_empty(),
-        "taken ones are hidden"
-    );
-    assert_eq!(
-        store.index_take(&due, 100, 1, 200).await.unwrap(),
-        ["c"],
-        "the lowest due first, one by limit"
-    );
-    assert_eq!(
-        store.index_stats(&dead).await.unwrap(),
-        (1, Some(1)),
-        "indexes are apart"
-    );
-    assert_eq!(
-        store.index_take(&due, 100, 10, 300).await.unwrap(),
-        ["a", "b"],
-        "due again at push_to"
-    );
-    assert!(store.index_remove(&due, "b").await.unwrap());
-    assert!(!store.index_remove(&due, "b").await.unwrap());
-    assert_eq!(
-        store.index_prune(&due, 250).await.unwrap(),
-        1,
-        "c at 200 goes, a at 300 stays"
-    );
-    assert_eq!(
-        store.index_page(&due, None, 10).await.unwrap(),
-        [("a".into(), 300)]
-    );
+    indexes_contract(store).await;
+    places_contract(store).await;
 
     // The books: zero before anything is written, one per addition, per
     // scope.
-    let books = BooksKey::new("contract", "inbox");
-    let other = BooksKey::new("contract", "elsewhere");
-    assert_eq!(store.books_read(&books).await.unwrap(), Books::default());
+    let books = InboxKeys::new("contract", "inbox");
+    let other = InboxKeys::new("contract", "elsewhere");
+    assert_eq!(store.books(&books).await.unwrap(), Books::default());
     for line in [
         BookLine::Acknowledged,
         BookLine::Acknowledged,
@@ -166,23 +87,157 @@ async fn contract<S: Store + InboxOps>(store: &S) {
         BookLine::Delivered,
         BookLine::Dropped,
     ] {
-        store.books_add(&books, line).await.unwrap();
+        store.book(&books, line).await.unwrap();
     }
-    store.books_add(&other, BookLine::Dropped).await.unwrap();
-    let read = store.books_read(&books).await.unwrap();
+    store.book(&other, BookLine::Dropped).await.unwrap();
+    let read = store.books(&books).await.unwrap();
     assert_eq!(
         BookLine::ALL.map(|line| read.get(line)),
         [3, 1, 1],
         "acknowledged, delivered, dropped"
     );
+    assert_eq!(store.books(&other).await.unwrap().get(BookLine::Dropped), 1);
+}
+
+/// Puts `member` where `place` says in the scope `keys`.
+async fn place<S: InboxOps>(store: &S, keys: &InboxKeys, member: &str, place: Place) {
+    store.place(keys, member, place).await.unwrap();
+}
+
+/// The whole of the scope's `index`, lowest score first.
+async fn all<S: InboxOps>(store: &S, keys: &InboxKeys, index: Index) -> Vec<(String, u64)> {
+    store.page(keys, index, None, usize::MAX).await.unwrap()
+}
+
+/// The due index: keyset pages, and taking due deliveries with a
+/// visibility timeout.
+async fn indexes_contract<S: InboxOps>(store: &S) {
+    let keys = InboxKeys::new("contract", "inbox");
+    for (member, score) in [("a", 10), ("b", 5), ("c", 20)] {
+        place(store, &keys, member, Place::due_at(score)).await;
+    }
+    place(store, &keys, "a", Place::into_index(Index::Dead, 1)).await;
+    let due = async |after: Option<IndexPosition>, limit| {
+        let page = store.page(&keys, Index::Due, after.as_ref(), limit);
+        page.await.unwrap()
+    };
+    let page = due(None, 10).await;
+    assert_eq!(page, [("b".into(), 5), ("a".into(), 10), ("c".into(), 20)]);
+    let after = |member: &str, score| IndexPosition {
+        score,
+        member: member.into(),
+    };
+    assert_eq!(due(Some(after("b", 5)), 1).await, [("a".into(), 10)]);
+    // Keyset: members sharing a score resume after the last one shown,
+    // and a position whose member is gone resumes where it stood.
+    for member in ["e", "d", "f"] {
+        place(store, &keys, member, Place::due_at(10)).await;
+    }
     assert_eq!(
+        due(Some(after("d", 10)), 2).await,
+        [("e".into(), 10), ("f".into(), 10)]
+    );
+    place(store, &keys, "d", Place::out_of(Index::Due)).await;
+    assert_eq!(
+        due(Some(after("d", 10)), 9).await,
+        [("e".into(), 10), ("f".into(), 10), ("c".into(), 20)]
+    );
+    for member in ["e", "f"] {
+        place(store, &keys, member, Place::out_of(Index::Due)).await;
+    }
+    assert!(due(None, 0).await.is_empty());
+    assert_eq!(
+        store.take_due(&keys, 15, 10, 100).await.unwrap(),
+        ["b", "a"]
+    );
+    assert!(
+        store.take_due(&keys, 15, 10, 100).await.unwrap().is_empty(),
+        "taken ones are hidden"
+    );
+    assert_eq!(
+        store.take_due(&keys, 100, 1, 200).await.unwrap(),
+        ["c"],
+        "the lowest due first, one by limit"
+    );
+    assert_eq!(
+        all(store, &keys, Index::Dead).await,
+        [("a".into(), 1)],
+        "indexes are apart"
+    );
+    assert_eq!(
+        store.take_due(&keys, 100, 10, 300).await.unwrap(),
+        ["a", "b"],
+        "due again at push_to"
+    );
+    place(store, &keys, "b", Place::out_of(Index::Due)).await;
+    place(store, &keys, "b", Place::out_of(Index::Due)).await;
+    assert_eq!(
+        all(store, &keys, Index::Due).await,
+        [("c".into(), 200), ("a".into(), 300)],
+        "leaving an index twice is leaving it once"
+    );
+    let elsewhere = InboxKeys::new("contract", "elsewhere");
+    assert!(
         store
-            .books_read(&other)
+            .take_due(&elsewhere, 1_000, 10, 2_000)
             .await
             .unwrap()
-            .get(BookLine::Dropped),
-        1
+            .is_empty(),
+        "scopes are apart"
     );
+}
+
+/// A delivery's places as its stage changes, and the backlog they add up
+/// to.
+async fn places_contract<S: InboxOps>(store: &S) {
+    let keys = InboxKeys::new("contract", "places");
+    let backlog = async || store.backlog(&keys).await.unwrap();
+    assert_eq!(backlog().await, Backlog::default());
+    place(store, &keys, "p", Place::pending(7, 50)).await;
+    place(store, &keys, "q", Place::pending(3, 60)).await;
+    place(store, &keys, "h", Place::held(9)).await;
+    assert_eq!(
+        backlog().await,
+        Backlog {
+            pending: 2,
+            oldest_ms: Some(3),
+            held: 1
+        }
+    );
+    assert_eq!(backlog().await.owed(), 3);
+    assert_eq!(
+        all(store, &keys, Index::Due).await,
+        [("p".into(), 50), ("q".into(), 60)]
+    );
+    // Held: into dead, out of both pending indexes.
+    place(store, &keys, "q", Place::held(70)).await;
+    assert_eq!(all(store, &keys, Index::Since).await, [("p".into(), 7)]);
+    assert_eq!(all(store, &keys, Index::Due).await, [("p".into(), 50)]);
+    assert_eq!(
+        all(store, &keys, Index::Dead).await,
+        [("h".into(), 9), ("q".into(), 70)]
+    );
+    // Pending again (an operator's retry): out of dead.
+    place(store, &keys, "h", Place::pending(80, 80)).await;
+    assert_eq!(all(store, &keys, Index::Dead).await, [("q".into(), 70)]);
+    // A new due time moves only the due entry.
+    place(store, &keys, "h", Place::due_at(90)).await;
+    assert_eq!(
+        all(store, &keys, Index::Since).await,
+        [("p".into(), 7), ("h".into(), 80)]
+    );
+    assert_eq!(
+        all(store, &keys, Index::Due).await,
+        [("p".into(), 50), ("h".into(), 90)]
+    );
+    // Resolved: out of every index, whichever it was in.
+    for member in ["p", "q", "h"] {
+        place(store, &keys, member, Place::resolved()).await;
+    }
+    assert_eq!(backlog().await, Backlog::default());
+    for index in [Index::Due, Index::Since, Index::Dead] {
+        assert!(all(store, &keys, index).await.is_empty(), "{index:?}");
+    }
 }
 
 /// An inbox record in `stage` over `base` (fresh owner).
@@ -231,7 +286,7 @@ async fn queue<S: Store>(store: &S, mint: &OwnerMint, key: &StoreKey) -> Record 
     queued
 }
 
-async fn owed<S: InboxOps>(store: &S, set: &OwedKey) -> Vec<String> {
+async fn owed<S: InboxOps>(store: &S, set: &InboxKeys) -> Vec<String> {
     let mut members = store.owed(set).await.unwrap();
     members.sort();
     members
@@ -242,7 +297,7 @@ async fn owed<S: InboxOps>(store: &S, set: &OwedKey) -> Vec<String> {
 /// only when the record is gone or still the one read.
 async fn owed_contract<S: Store + InboxOps>(store: &S) {
     let mint = OwnerMint::new();
-    let set = OwedKey::new("contract", "owed");
+    let set = InboxKeys::new("contract", "owed");
     let hashes: Vec<String> = ["1", "2", "3"].map(|c| c.repeat(64)).to_vec();
     let keys: Vec<StoreKey> = hashes
         .iter()

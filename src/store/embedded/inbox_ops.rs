@@ -9,7 +9,7 @@ use super::EmbeddedStore;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{
-    BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+    Backlog, BookLine, Books, InboxKeys, InboxOps, Index, IndexPosition, Place, Swapped,
 };
 use crate::store::{Call, StoreKey};
 
@@ -67,54 +67,61 @@ impl InboxOps for EmbeddedStore {
         })
     }
 
-    fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, score: u64) -> Call<'a, ()> {
-        Box::pin(Self::index_add(self, index.as_str(), member, score))
+    fn place<'a>(&'a self, keys: &'a InboxKeys, hash: &'a str, place: Place) -> Call<'a, ()> {
+        Box::pin(Self::index_place(self, keys, hash, place))
     }
 
-    fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool> {
-        Box::pin(Self::index_remove(self, index.as_str(), member))
-    }
-
-    fn index_take<'a>(
+    fn take_due<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
         now: u64,
         limit: usize,
         push_to: u64,
     ) -> Call<'a, Vec<String>> {
-        Box::pin(Self::index_take(self, index.as_str(), now, limit, push_to))
+        let due = keys.of(Index::Due).as_str();
+        Box::pin(Self::index_take(self, due, now, limit, push_to))
     }
 
-    fn index_page<'a>(
+    fn page<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
+        index: Index,
         after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>> {
-        Box::pin(Self::index_page(self, index.as_str(), after, limit))
+        Box::pin(Self::index_page(
+            self,
+            keys.of(index).as_str(),
+            after,
+            limit,
+        ))
     }
 
-    fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {
-        Box::pin(Self::index_stats(self, index.as_str()))
+    fn backlog<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Backlog> {
+        Box::pin(async move {
+            let (pending, oldest_ms) = self.index_stats(keys.of(Index::Since).as_str()).await?;
+            let (held, _) = self.index_stats(keys.of(Index::Dead).as_str()).await?;
+            Ok(Backlog {
+                pending,
+                oldest_ms,
+                held,
+            })
+        })
     }
 
-    fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64> {
-        Box::pin(Self::index_prune(self, index.as_str(), below))
-    }
-
-    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>> {
-        Box::pin(Self::owed(self, set.as_str()))
+    fn owed<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Vec<String>> {
+        Box::pin(Self::owed(self, keys.owed().as_str()))
     }
 
     fn owed_prune<'a>(&'a self, key: &'a StoreKey, read: Option<OwnerToken>) -> Call<'a, bool> {
         Box::pin(Self::owed_prune(self, key, read))
     }
 
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()> {
-        Box::pin(Self::books_add(self, key.as_str(), line))
+    fn book<'a>(&'a self, keys: &'a InboxKeys, line: BookLine) -> Call<'a, ()> {
+        Box::pin(Self::books_add(self, keys.books().as_str(), line))
     }
 
-    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books> {
-        Box::pin(Self::books_read(self, key.as_str()))
+    fn books<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Books> {
+        Box::pin(Self::books_read(self, keys.books().as_str()))
     }
 }

@@ -18,7 +18,7 @@ use redb::{ReadableTable, Table, TableDefinition};
 
 use super::{EmbeddedStore, backend};
 use crate::store::StoreError;
-use crate::store::inbox::IndexPosition;
+use crate::store::inbox::{InboxKeys, IndexPosition, Place};
 
 /// `(index, member) -> score`: membership and current score.
 pub(super) const SCORES: TableDefinition<'static, (&str, &str), u64> =
@@ -26,10 +26,6 @@ pub(super) const SCORES: TableDefinition<'static, (&str, &str), u64> =
 /// `(index, score, member)`: the order scans walk.
 pub(super) const ORDER: TableDefinition<'static, (&str, u64, &str), ()> =
     TableDefinition::new("inbox_order");
-
-/// How many members one prune pass collects before deleting them, so a
-/// large prune never holds a whole index in memory.
-const PRUNE_BATCH: usize = 1_000;
 
 /// The key type of [`ORDER`], spelled once.
 type OrderKey = (&'static str, u64, &'static str);
@@ -138,34 +134,56 @@ impl EmbeddedStore {
         self.read(ORDER, op).await
     }
 
-    /// ZADD: set `member`'s score in index `index` (insert or move).
-    pub(crate) async fn index_add(
+    /// Puts `hash` into every index of `keys` that `place` enters and
+    /// takes it out of those it leaves, in one durable transaction (so
+    /// the two halves land together here).
+    pub(crate) async fn index_place(
         &self,
-        index: &str,
-        member: &str,
-        score: u64,
+        keys: &InboxKeys,
+        hash: &str,
+        place: Place,
     ) -> Result<(), StoreError> {
-        let (index, member) = (index.to_owned(), member.to_owned());
-        self.index_write(move |tables| {
-            let unchanged = tables
-                .scores
-                .get((index.as_str(), member.as_str()))
-                .map_err(backend)?
-                .is_some_and(|guard| guard.value() == score);
-            if !unchanged {
-                tables.set(&index, &member, score)?;
-            }
-            Ok(((), !unchanged))
-        })
-        .await
+        let enter = place
+            .entered()
+            .iter()
+            .map(|(index, at)| (keys.of(*index).as_str().to_owned(), *at))
+            .collect();
+        let leave = place
+            .left()
+            .iter()
+            .map(|index| keys.of(*index).as_str().to_owned())
+            .collect();
+        self.index_apply(hash, enter, leave).await.map(|_| ())
     }
 
-    /// ZREM: returns whether the member was there.
-    pub(crate) async fn index_remove(&self, index: &str, member: &str) -> Result<bool, StoreError> {
-        let (index, member) = (index.to_owned(), member.to_owned());
+    /// Sets `member`'s score in each index of `enter` (insert or move),
+    /// then takes it out of each of `leave`, in one write transaction.
+    /// Returns whether any `leave` index held it.
+    async fn index_apply(
+        &self,
+        member: &str,
+        enter: Vec<(String, u64)>,
+        leave: Vec<String>,
+    ) -> Result<bool, StoreError> {
+        let member = member.to_owned();
         self.index_write(move |tables| {
-            let removed = tables.unset(&index, &member)?.is_some();
-            Ok((removed, removed))
+            let mut changed = false;
+            for (index, score) in &enter {
+                let unchanged = tables
+                    .scores
+                    .get((index.as_str(), member.as_str()))
+                    .map_err(backend)?
+                    .is_some_and(|guard| guard.value() == *score);
+                if !unchanged {
+                    tables.set(index, &member, *score)?;
+                    changed = true;
+                }
+            }
+            let mut removed = false;
+            for index in &leave {
+                removed |= tables.unset(index, &member)?.is_some();
+            }
+            Ok((removed, changed || removed))
         })
         .await
     }
@@ -243,28 +261,6 @@ impl EmbeddedStore {
         })
         .await
     }
-
-    /// Remove every member whose score is < `below`; return how many.
-    pub(crate) async fn index_prune(&self, index: &str, below: u64) -> Result<u64, StoreError> {
-        let index = index.to_owned();
-        self.index_write(move |tables| {
-            let mut removed = 0_u64;
-            let Some(up_to) = below.checked_sub(1) else {
-                return Ok((0, false));
-            };
-            loop {
-                let batch = due(&tables.order, &index, up_to, PRUNE_BATCH)?;
-                for member in &batch {
-                    tables.unset(&index, member)?;
-                }
-                removed += batch.len() as u64;
-                if batch.len() < PRUNE_BATCH {
-                    return Ok((removed, removed > 0));
-                }
-            }
-        })
-        .await
-    }
 }
 
 #[cfg(test)]
@@ -284,6 +280,25 @@ mod tests {
         EmbeddedStore::open(&dir.path().join("inbox.redb")).expect("open")
     }
 
+    async fn add(
+        store: &EmbeddedStore,
+        index: &str,
+        member: &str,
+        score: u64,
+    ) -> Result<(), StoreError> {
+        let enter = vec![(index.to_owned(), score)];
+        store
+            .index_apply(member, enter, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    async fn remove(store: &EmbeddedStore, index: &str, member: &str) -> Result<bool, StoreError> {
+        store
+            .index_apply(member, Vec::new(), vec![index.to_owned()])
+            .await
+    }
+
     async fn members(store: &EmbeddedStore, index: &str) -> Vec<(String, u64)> {
         store.index_page(index, None, usize::MAX).await.unwrap()
     }
@@ -294,23 +309,23 @@ mod tests {
         let store = open(&dir);
         assert_eq!(store.index_stats(DUE).await.unwrap(), (0, None));
 
-        store.index_add(DUE, &hash(1), 30).await.unwrap();
-        store.index_add(DUE, &hash(2), 10).await.unwrap();
-        store.index_add(DUE, &hash(3), 20).await.unwrap();
+        add(&store, DUE, &hash(1), 30).await.unwrap();
+        add(&store, DUE, &hash(2), 10).await.unwrap();
+        add(&store, DUE, &hash(3), 20).await.unwrap();
         assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(10)));
 
         // A move leaves one entry, at the new score.
-        store.index_add(DUE, &hash(2), 40).await.unwrap();
-        store.index_add(DUE, &hash(1), 30).await.unwrap();
+        add(&store, DUE, &hash(2), 40).await.unwrap();
+        add(&store, DUE, &hash(1), 30).await.unwrap();
         assert_eq!(
             members(&store, DUE).await,
             vec![(hash(3), 20), (hash(1), 30), (hash(2), 40)]
         );
         assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(20)));
 
-        assert!(store.index_remove(DUE, &hash(3)).await.unwrap());
-        assert!(!store.index_remove(DUE, &hash(3)).await.unwrap());
-        assert!(!store.index_remove(DUE, &hash(9)).await.unwrap());
+        assert!(remove(&store, DUE, &hash(3)).await.unwrap());
+        assert!(!remove(&store, DUE, &hash(3)).await.unwrap());
+        assert!(!remove(&store, DUE, &hash(9)).await.unwrap());
         assert_eq!(store.index_stats(DUE).await.unwrap(), (2, Some(30)));
         assert_eq!(
             members(&store, DUE).await,
@@ -323,7 +338,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
         for (n, score) in [(4, 5), (2, 5), (3, 1), (1, 9), (5, 0)] {
-            store.index_add(DUE, &hash(n), score).await.unwrap();
+            add(&store, DUE, &hash(n), score).await.unwrap();
         }
         let all = members(&store, DUE).await;
         assert_eq!(
@@ -362,13 +377,13 @@ mod tests {
         );
         assert!(store.index_page(DUE, None, 0).await.unwrap().is_empty());
         // A position whose member is gone still resumes in order.
-        store.index_remove(DUE, &hash(2)).await.unwrap();
+        remove(&store, DUE, &hash(2)).await.unwrap();
         assert_eq!(
             store.index_page(DUE, Some(&after(2)), 10).await.unwrap(),
             all[3..]
         );
         // Other indexes never leak in.
-        store.index_add(OTHER, &hash(9), 0).await.unwrap();
+        add(&store, OTHER, &hash(9), 0).await.unwrap();
         assert_eq!(
             store.index_page(DUE, Some(&after(4)), 10).await.unwrap(),
             []
@@ -381,15 +396,15 @@ mod tests {
         let store = open(&dir);
         // Prefix-related names must not bleed into each other either.
         let longer = format!("{DUE}:x");
-        store.index_add(DUE, &hash(1), 10).await.unwrap();
-        store.index_add(OTHER, &hash(1), 20).await.unwrap();
-        store.index_add(&longer, &hash(2), 1).await.unwrap();
+        add(&store, DUE, &hash(1), 10).await.unwrap();
+        add(&store, OTHER, &hash(1), 20).await.unwrap();
+        add(&store, &longer, &hash(2), 1).await.unwrap();
 
         assert_eq!(members(&store, DUE).await, vec![(hash(1), 10)]);
         assert_eq!(members(&store, OTHER).await, vec![(hash(1), 20)]);
         assert_eq!(store.index_stats(DUE).await.unwrap(), (1, Some(10)));
 
-        assert!(store.index_remove(OTHER, &hash(1)).await.unwrap());
+        assert!(remove(&store, OTHER, &hash(1)).await.unwrap());
         assert_eq!(members(&store, DUE).await, vec![(hash(1), 10)]);
         assert_eq!(
             store.index_take(OTHER, 100, 10, 500).await.unwrap(),
@@ -407,7 +422,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
         for (n, score) in [(1, 100), (2, 50), (3, 75), (4, 101), (5, 60)] {
-            store.index_add(DUE, &hash(n), score).await.unwrap();
+            add(&store, DUE, &hash(n), score).await.unwrap();
         }
         // Due at 100: 2 (50), 5 (60), 3 (75), 1 (100); limit 3.
         let taken = store.index_take(DUE, 100, 3, 1_000).await.unwrap();
@@ -453,8 +468,8 @@ mod tests {
     async fn take_at_the_end_of_time() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
-        store.index_add(DUE, &hash(1), u64::MAX).await.unwrap();
-        store.index_add(OTHER, &hash(2), 0).await.unwrap();
+        add(&store, DUE, &hash(1), u64::MAX).await.unwrap();
+        add(&store, OTHER, &hash(2), 0).await.unwrap();
         assert_eq!(
             store.index_take(DUE, u64::MAX, 10, u64::MAX).await.unwrap(),
             vec![hash(1)]
@@ -463,64 +478,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn prune_removes_only_below() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
-        for (n, score) in [(1, 10), (2, 20), (3, 30), (4, 19)] {
-            store.index_add(DUE, &hash(n), score).await.unwrap();
-        }
-        store.index_add(OTHER, &hash(1), 1).await.unwrap();
-        assert_eq!(store.index_prune(DUE, 0).await.unwrap(), 0);
-        assert_eq!(store.index_prune(DUE, 20).await.unwrap(), 2);
-        assert_eq!(
-            members(&store, DUE).await,
-            vec![(hash(2), 20), (hash(3), 30)]
-        );
-        assert_eq!(store.index_prune(DUE, 20).await.unwrap(), 0);
-        assert_eq!(members(&store, OTHER).await, vec![(hash(1), 1)]);
-        // A pruned member can come back.
-        store.index_add(DUE, &hash(1), 5).await.unwrap();
-        assert_eq!(store.index_stats(DUE).await.unwrap(), (3, Some(5)));
-    }
-
-    #[tokio::test]
-    async fn prune_spans_batches() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
-        let total = PRUNE_BATCH as u64 * 2 + 7;
-        let db = store.inner.shared.database().unwrap();
-        // One transaction for the setup: thousands of durable commits are slow.
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().unwrap();
-            {
-                let mut tables = Tables {
-                    scores: txn.open_table(SCORES).unwrap(),
-                    order: txn.open_table(ORDER).unwrap(),
-                };
-                for n in 0..total {
-                    tables.set(DUE, &format!("{n:064x}"), n).unwrap();
-                }
-            }
-            txn.commit().unwrap();
-        })
-        .await
-        .unwrap();
-        assert_eq!(store.index_prune(DUE, total - 1).await.unwrap(), total - 1);
-        assert_eq!(store.index_stats(DUE).await.unwrap(), (1, Some(total - 1)));
-    }
-
-    #[tokio::test]
     async fn state_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
-        store.index_add(DUE, &hash(1), 10).await.unwrap();
-        store.index_add(DUE, &hash(2), 20).await.unwrap();
-        store.index_add(OTHER, &hash(3), 30).await.unwrap();
+        add(&store, DUE, &hash(1), 10).await.unwrap();
+        add(&store, DUE, &hash(2), 20).await.unwrap();
+        add(&store, OTHER, &hash(3), 30).await.unwrap();
         assert_eq!(
             store.index_take(DUE, 10, 5, 99).await.unwrap(),
             vec![hash(1)]
         );
-        assert!(store.index_remove(OTHER, &hash(3)).await.unwrap());
+        assert!(remove(&store, OTHER, &hash(3)).await.unwrap());
         drop(store);
 
         let store = open(&dir);

@@ -21,7 +21,8 @@ use crate::record::inbox_entry::UNRESOLVED_KEPT;
 use crate::record::{OwnerToken, Record};
 use crate::store::entity::{EntityEffect, EntityStep, HoldVerdict, KeptBack};
 use crate::store::inbox::{
-    BookLine, Books, BooksKey, InboxOps, IndexKey, IndexPosition, OwedKey, Swapped,
+    Backlog, BookLine, Books, InboxKeys, InboxOps, Index, IndexKey, IndexPosition, OwedKey, Place,
+    Swapped,
 };
 use crate::store::{Call, StoreError, StoreKey};
 
@@ -111,6 +112,56 @@ impl RedisStore {
             }
         }
         Ok(found)
+    }
+
+    /// Up to `limit` members of `index` in (score, member) order after
+    /// `after` (`AnyStore::page`).
+    async fn index_page(
+        &self,
+        index: &IndexKey,
+        after: Option<&IndexPosition>,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(after) = after else {
+            let args = vec![count(0), count(limit - 1), Value::from("WITHSCORES")];
+            return scored(self.zcommand("ZRANGE", index, args).await?);
+        };
+        // From the last score listed on: the members sharing it up to
+        // the last member listed are skipped here (a sorted set
+        // orders equal scores by member bytes, as `str` compares).
+        let mut page = Vec::new();
+        let mut offset = 0;
+        let fetch = limit.saturating_add(16);
+        loop {
+            let args = vec![
+                Value::from(after.score.to_string()),
+                Value::from("+inf"),
+                Value::from("BYSCORE"),
+                Value::from("LIMIT"),
+                count(offset),
+                count(fetch),
+                Value::from("WITHSCORES"),
+            ];
+            let batch = scored(self.zcommand("ZRANGE", index, args).await?)?;
+            let fetched = batch.len();
+            page.extend(batch.into_iter().filter(|(member, score)| {
+                (*score, member.as_str()) > (after.score, after.member.as_str())
+            }));
+            if page.len() >= limit || fetched < fetch {
+                page.truncate(limit);
+                return Ok(page);
+            }
+            offset += fetched;
+        }
+    }
+
+    /// How many members `index` has.
+    async fn index_count(&self, index: &IndexKey) -> Result<u64, StoreError> {
+        let total = self.zcommand("ZCARD", index, Vec::new()).await?;
+        Ok(u64::try_from(total.as_i64().unwrap_or(0)).unwrap_or(0))
     }
 
     /// One sorted-set command on `index`.
@@ -266,35 +317,39 @@ impl InboxOps for RedisStore {
         })
     }
 
-    fn index_add<'a>(&'a self, index: &'a IndexKey, member: &'a str, at: u64) -> Call<'a, ()> {
+    fn place<'a>(&'a self, keys: &'a InboxKeys, hash: &'a str, place: Place) -> Call<'a, ()> {
         Box::pin(async move {
-            let args = vec![score(at), Value::from(member)];
-            self.zcommand("ZADD", index, args).await.map(|_| ())
+            for (index, at) in place.entered() {
+                let args = vec![score(*at), Value::from(hash)];
+                self.zcommand("ZADD", keys.of(*index), args).await?;
+            }
+            let mut outcome = Ok(());
+            for index in place.left() {
+                let removed = self
+                    .zcommand("ZREM", keys.of(*index), vec![Value::from(hash)])
+                    .await;
+                if let (Ok(()), Err(error)) = (&outcome, removed) {
+                    outcome = Err(error);
+                }
+            }
+            outcome
         })
     }
 
-    fn index_remove<'a>(&'a self, index: &'a IndexKey, member: &'a str) -> Call<'a, bool> {
-        Box::pin(async move {
-            let reply = self
-                .zcommand("ZREM", index, vec![Value::from(member)])
-                .await?;
-            Ok(reply.as_i64().unwrap_or(0) > 0)
-        })
-    }
-
-    fn index_take<'a>(
+    fn take_due<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
         now: u64,
         limit: usize,
         push_to: u64,
     ) -> Call<'a, Vec<String>> {
         Box::pin(async move {
+            let due = keys.of(Index::Due).as_str();
             let args = vec![score(now), count(limit), score(push_to)];
             let reply = self
                 .scripts
                 .take
-                .evalsha_with_reload(&self.routed(index.as_str()), index.as_str(), args)
+                .evalsha_with_reload(&self.routed(due), due, args)
                 .await
                 .map_err(|e| {
                     self.follow_topology(&e);
@@ -304,69 +359,31 @@ impl InboxOps for RedisStore {
         })
     }
 
-    fn index_page<'a>(
+    fn page<'a>(
         &'a self,
-        index: &'a IndexKey,
+        keys: &'a InboxKeys,
+        index: Index,
         after: Option<&'a IndexPosition>,
         limit: usize,
     ) -> Call<'a, Vec<(String, u64)>> {
+        Box::pin(self.index_page(keys.of(index), after, limit))
+    }
+
+    fn backlog<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Backlog> {
         Box::pin(async move {
-            if limit == 0 {
-                return Ok(Vec::new());
-            }
-            let Some(after) = after else {
-                let args = vec![count(0), count(limit - 1), Value::from("WITHSCORES")];
-                return scored(self.zcommand("ZRANGE", index, args).await?);
-            };
-            // From the last score listed on: the members sharing it up to
-            // the last member listed are skipped here (a sorted set
-            // orders equal scores by member bytes, as `str` compares).
-            let mut page = Vec::new();
-            let mut offset = 0;
-            let fetch = limit.saturating_add(16);
-            loop {
-                let args = vec![
-                    Value::from(after.score.to_string()),
-                    Value::from("+inf"),
-                    Value::from("BYSCORE"),
-                    Value::from("LIMIT"),
-                    count(offset),
-                    count(fetch),
-                    Value::from("WITHSCORES"),
-                ];
-                let batch = scored(self.zcommand("ZRANGE", index, args).await?)?;
-                let fetched = batch.len();
-                page.extend(batch.into_iter().filter(|(member, score)| {
-                    (*score, member.as_str()) > (after.score, after.member.as_str())
-                }));
-                if page.len() >= limit || fetched < fetch {
-                    page.truncate(limit);
-                    return Ok(page);
-                }
-                offset += fetched;
-            }
+            let since = keys.of(Index::Since);
+            let oldest = self.index_page(since, None, 1).await?;
+            Ok(Backlog {
+                pending: self.index_count(since).await?,
+                oldest_ms: oldest.first().map(|(_, at)| *at),
+                held: self.index_count(keys.of(Index::Dead)).await?,
+            })
         })
     }
 
-    fn index_stats<'a>(&'a self, index: &'a IndexKey) -> Call<'a, (u64, Option<u64>)> {
+    fn owed<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Vec<String>> {
         Box::pin(async move {
-            let total = self.zcommand("ZCARD", index, Vec::new()).await?;
-            let first = self.index_page(index, None, 1).await?;
-            let total = u64::try_from(total.as_i64().unwrap_or(0)).unwrap_or(0);
-            Ok((total, first.first().map(|(_, at)| *at)))
-        })
-    }
-
-    fn index_prune<'a>(&'a self, index: &'a IndexKey, below: u64) -> Call<'a, u64> {
-        Box::pin(async move {
-            let args = vec![Value::from("-inf"), Value::from(format!("({below}"))];
-            let removed = self.zcommand("ZREMRANGEBYSCORE", index, args).await?;
-            Ok(u64::try_from(removed.as_i64().unwrap_or(0)).unwrap_or(0))
-        })
-    }
-
-    fn owed<'a>(&'a self, set: &'a OwedKey) -> Call<'a, Vec<String>> {
-        Box::pin(async move {
+            let set = keys.owed();
             if self.clustered {
                 return self.owed_by_slot(set).await;
             }
@@ -392,20 +409,22 @@ impl InboxOps for RedisStore {
         })
     }
 
-    fn books_add<'a>(&'a self, key: &'a BooksKey, line: BookLine) -> Call<'a, ()> {
+    fn book<'a>(&'a self, keys: &'a InboxKeys, line: BookLine) -> Call<'a, ()> {
         Box::pin(async move {
             let args = vec![Value::from(line.as_str()), Value::Integer(1)];
-            self.keyed("HINCRBY", key.as_str(), args).await.map(|_| ())
+            self.keyed("HINCRBY", keys.books().as_str(), args)
+                .await
+                .map(|_| ())
         })
     }
 
-    fn books_read<'a>(&'a self, key: &'a BooksKey) -> Call<'a, Books> {
+    fn books<'a>(&'a self, keys: &'a InboxKeys) -> Call<'a, Books> {
         Box::pin(async move {
             let fields = BookLine::ALL
                 .iter()
                 .map(|line| Value::from(line.as_str()))
                 .collect();
-            let reply = self.keyed("HMGET", key.as_str(), fields).await?;
+            let reply = self.keyed("HMGET", keys.books().as_str(), fields).await?;
             let mut books = Books::default();
             for (line, value) in BookLine::ALL.into_iter().zip(reply.into_array()) {
                 let count = match value {
