@@ -28,25 +28,21 @@
 //! `IDEMGATE_MODEL_SEED` replays one seed.
 
 
-use idemgate::store::embedded::EmbeddedStore;
+use idemgate::store::Store;
+use idemgate::store::inbox::InboxOps;
 
-use crate::support::{RedisServer, explore};
+use crate::support::explore;
 
 /// Histories per store in the fast tier.
 const CASES: u32 = 48;
 
-#[test]
-fn redis_store_keeps_the_entity_promise_over_random_histories() {
-    let redis = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = runtime.block_on(redis.store());
-    explore((&store, None), runtime.handle(), 0, CASES);
+/// Random histories on one backend, checked against the reference model.
+fn keeps_the_entity_promise_over_random_histories<S: Store + InboxOps>(
+    store: &S,
+    runtime: &tokio::runtime::Runtime,
+    lane: u64,
+) {
+    explore((store, None), runtime.handle(), lane, CASES);
 }
 
-#[test]
-fn embedded_store_keeps_the_entity_promise_over_random_histories() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = EmbeddedStore::open(&dir.path().join("model.redb")).unwrap();
-    explore((&store, None), runtime.handle(), 1 << 32, CASES);
-}
+crate::support::for_every_backend!(blocking: keeps_the_entity_promise_over_random_histories);

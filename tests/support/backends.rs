@@ -27,7 +27,30 @@ pub fn fresh_embedded_backend() -> (tempfile::TempDir, EmbeddedStore) {
 /// `for_every_backend!(case, …)`: for each async fn `case(&store)` of the
 /// calling module, a module `case` with one test per backend (`redis`,
 /// `embedded`), each on a fresh store.
+///
+/// `for_every_backend!(blocking: case, …)`: the same for a model-based
+/// suite, a plain fn `case(&store, &runtime, lane)` that drives its own
+/// runtime (a proptest runner blocks on each history). `lane` is the
+/// backend's own range of case numbers (`n << 32`), so the two backends'
+/// histories are told apart in a failure's message.
 macro_rules! for_every_backend {
+    (blocking: $($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[test]
+            fn redis() {
+                let runtime = tokio::runtime::Runtime::new().unwrap();
+                let (_redis, store) = runtime.block_on(crate::support::fresh_redis_backend());
+                super::$case(&store, &runtime, 0);
+            }
+
+            #[test]
+            fn embedded() {
+                let runtime = tokio::runtime::Runtime::new().unwrap();
+                let (_dir, store) = crate::support::fresh_embedded_backend();
+                super::$case(&store, &runtime, 1 << 32);
+            }
+        }
+    )*};
     ($($case:ident),* $(,)?) => {$(
         mod $case {
             #[tokio::test]

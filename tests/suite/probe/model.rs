@@ -25,13 +25,12 @@ use std::time::Duration;
 use idemgate::record::{
     Fingerprint, OwnerMint, OwnerToken, Record, RecordState, StoredBody, StoredResponse,
 };
-use idemgate::store::embedded::EmbeddedStore;
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::probe::{ProbeOps, ProbePlan};
 use idemgate::store::{ClaimOutcome, Releasing, Store, StoreKey};
 use proptest::prelude::*;
 
-use crate::support::{RedisServer, model_runner};
+use crate::support::model_runner;
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(150);
@@ -325,7 +324,12 @@ impl<S: Store + ProbeOps> Run<'_, S> {
     }
 }
 
-fn explore<S: Store + ProbeOps>(store: &S, runtime: &tokio::runtime::Runtime, offset: u64) {
+/// Random histories on one backend, checked against the reference model.
+fn never_lets_a_probe_apply_a_key_twice<S: Store + ProbeOps>(
+    store: &S,
+    runtime: &tokio::runtime::Runtime,
+    offset: u64,
+) {
     let case = std::cell::Cell::new(offset);
     let started = std::time::Instant::now();
     model_runner(8)
@@ -354,18 +358,4 @@ fn explore<S: Store + ProbeOps>(store: &S, runtime: &tokio::runtime::Runtime, of
     );
 }
 
-#[test]
-fn redis_store_never_lets_a_probe_apply_a_key_twice() {
-    let redis = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = runtime.block_on(redis.store());
-    explore(&store, &runtime, 0);
-}
-
-#[test]
-fn embedded_store_never_lets_a_probe_apply_a_key_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store = EmbeddedStore::open(&dir.path().join("model.redb")).unwrap();
-    explore(&store, &runtime, 1 << 32);
-}
+crate::support::for_every_backend!(blocking: never_lets_a_probe_apply_a_key_twice);
