@@ -11,16 +11,49 @@ use std::time::{Duration, Instant};
 /// Ports [`free_port`] has handed out in this test process.
 static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
-/// A port nobody listens on right now, and never handed out before in this
-/// process: two tests running side by side never get the same one. (The
-/// port is free, not reserved: a server spawned on it must still prove it
-/// holds it, see [`listens`].)
+/// Where [`free_port`] draws from: the ports below the kernel's ephemeral
+/// range (`ip_local_port_range`, 32768–60999 by default). The kernel never
+/// gives those to an outgoing connection or a `bind` to port 0, so a port
+/// found free here stays free until the server meant for it binds it,
+/// whatever the many HTTP clients and servers of the other test binary
+/// (`.ci/run` runs two at once) are doing meanwhile.
+fn unclaimed_ports() -> std::ops::Range<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    10_000..ephemeral_low.max(20_000)
+}
+
+/// A random number: each test process draws its own sequence, so the
+/// two test binaries running at once do not walk the pool in step.
+fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = STATE
+        .get_or_init(std::collections::hash_map::RandomState::new)
+        .build_hasher();
+    hasher.write_u64(DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// A port nobody listens on right now, never handed out before in this
+/// process, and outside the kernel's ephemeral range ([`unclaimed_ports`]):
+/// two tests running side by side never get the same one, and no client
+/// socket takes it meanwhile. (The port is free, not reserved: a server
+/// spawned on it must still prove it holds it, see [`listens`].)
 pub fn free_port() -> u16 {
+    let pool = unclaimed_ports();
+    let width = u64::from(pool.end - pool.start);
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let offset = u16::try_from(random() % width).expect("within the pool");
+        let port = pool.start + offset;
+        if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
         if HANDED_OUT
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -179,23 +212,33 @@ impl Drop for Proc {
 /// Runs a short command to completion within `limit` (killed by PID and a
 /// panic otherwise) and returns its standard output.
 pub fn run_bounded<S: AsRef<OsStr>>(program: &str, args: &[S], limit: Duration) -> String {
-    let mut child = Command::new(program)
-        .args(args)
+    let output = output_within(Command::new(program).args(args), limit);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `command` to completion within `limit` (killed by PID and a panic
+/// otherwise): its exit status, standard output and standard error.
+pub fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = stdout.read_to_end(&mut out);
-        out
-    });
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = pipe.read_to_end(&mut out);
+            out
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
     let deadline = Instant::now() + limit;
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
             _ => {
                 let _ = child.kill();
@@ -203,8 +246,12 @@ pub fn run_bounded<S: AsRef<OsStr>>(program: &str, args: &[S], limit: Duration) 
                 panic!("{program} did not finish within {limit:?}");
             }
         }
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
-    String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned()
 }
 
 /// `idemgate check-config` on `text`: (exit code, stdout + stderr).
