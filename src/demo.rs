@@ -58,12 +58,22 @@ const LIFECYCLE_PATH: &str = "/notify/state";
 /// What the `orders` route's inbox answers for a delivery it queued.
 const ACK_BODY: &str = "success";
 
-/// Runs the demonstration and prints its table.
+/// Where `idemgate demo` writes idemgate's own log unless `--verbose`:
+/// `idemgate-demo.log` in the temporary directory (`TMPDIR`), replaced by
+/// each run, so the demo's output ends with its verdict rather than with
+/// the warnings scenario 8 provokes on purpose.
+pub fn log_file() -> std::path::PathBuf {
+    std::env::temp_dir().join("idemgate-demo.log")
+}
+
+/// Runs the demonstration and prints its table, then its verdict, last.
+/// `log` names the file idemgate's log goes to (`None`: it is on stderr),
+/// for the reader.
 ///
 /// Returns `Ok(true)` if every scenario behaved as specified, `Ok(false)`
 /// if any did not, and `Err` if the demo could not run at all (a socket,
 /// the temporary directory, idemgate failing to start).
-pub async fn run() -> Result<bool, String> {
+pub async fn run(log: Option<&std::path::Path>) -> Result<bool, String> {
     let workdir = setup::work_dir()?;
     let handler = LegacyHandler::start(scenarios::behaviours()).await?;
     let config = Config::parse(&setup::config_text(workdir.path(), handler.addr)?)
@@ -86,5 +96,5 @@ pub async fn run() -> Result<bool, String> {
 
     let reports = reports?;
     report::print_table(&reports);
-    Ok(report::print_summary(&reports))
+    Ok(report::print_summary(&reports, log))
 }

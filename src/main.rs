@@ -79,7 +79,12 @@ enum Command {
     /// Validate the configuration and print it with secrets redacted.
     CheckConfig,
     /// Run a self-contained demonstration on loopback.
-    Demo,
+    Demo {
+        /// Show idemgate's own log (warnings and errors) here, on stderr,
+        /// instead of in the file the demo names.
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Operator commands over a running instance's admin API: records,
     /// inbox, hot keys, configuration, info.
     Admin(Box<idemgate::cli::AdminArgs>),
@@ -103,6 +108,17 @@ fn init_logging(
     default: &str,
     telemetry: Option<&Telemetry>,
 ) -> Result<FlushGuard, ExitCode> {
+    init_logging_to(Box::new(std::io::stderr()), format, default, telemetry)
+}
+
+/// [`init_logging`] into `sink` instead of stderr.
+fn init_logging_to(
+    sink: Box<dyn std::io::Write + Send>,
+    format: LogFormat,
+    default: &str,
+    telemetry: Option<&Telemetry>,
+) -> Result<FlushGuard, ExitCode> {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(default))
         .add_directive(
@@ -117,12 +133,11 @@ fn init_logging(
         LogFormat::Text => log_writer::LineFormat::Text,
         LogFormat::Json => log_writer::LineFormat::Json,
     };
-    let (writer, guard) = log_writer::batched(std::io::stderr(), line_format).map_err(|error| {
+    let (writer, guard) = log_writer::batched(sink, line_format).map_err(|error| {
         eprintln!("could not start the log writer thread: {error}");
         ExitCode::FAILURE
     })?;
-    let lines = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let lines = tracing_subscriber::fmt::layer().with_ansi(terminal);
     let lines = match format {
         LogFormat::Text => lines.with_writer(writer).boxed(),
         // serde_json leaves U+2028, C1 controls and the like raw; the
@@ -311,16 +326,35 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Demo => {
+        Command::Demo { verbose } => {
             // Scenario 7 has the inbox acknowledge and queue deliveries on
             // purpose; its row reports that, so its warnings would be noise.
-            let _flush_on_exit =
-                match init_logging(cli.log_format, "warn,idemgate::inbox=error", None) {
-                    Ok(guard) => guard,
-                    Err(code) => return code,
-                };
+            let filter = "warn,idemgate::inbox=error";
+            // The demo's own output is its table and its verdict, last:
+            // idemgate's log goes to a file the demo names, unless asked
+            // for here.
+            let mut log_file = (!verbose).then(idemgate::demo::log_file);
+            let file = log_file
+                .as_ref()
+                .map(|path| (path, std::fs::File::create(path)));
+            let sink: Box<dyn std::io::Write + Send> = match file {
+                Some((_, Ok(file))) => Box::new(file),
+                Some((path, Err(error))) => {
+                    eprintln!(
+                        "idemgate demo: its log file {}: {error}; the log goes to stderr",
+                        path.display()
+                    );
+                    log_file = None;
+                    Box::new(std::io::stderr())
+                }
+                None => Box::new(std::io::stderr()),
+            };
+            let _flush_on_exit = match init_logging_to(sink, cli.log_format, filter, None) {
+                Ok(guard) => guard,
+                Err(code) => return code,
+            };
             let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-            match runtime.block_on(idemgate::demo::run()) {
+            match runtime.block_on(idemgate::demo::run(log_file.as_deref())) {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::FAILURE,
                 Err(error) => {

@@ -268,13 +268,20 @@ pub(super) fn print_table(reports: &[Report]) {
     }
 }
 
-/// Prints the closing line; returns whether every scenario was ok.
-pub(super) fn print_summary(reports: &[Report]) -> bool {
+/// Prints where idemgate's log went, then the verdict, last; returns
+/// whether every scenario was ok.
+pub(super) fn print_summary(reports: &[Report], log: Option<&Path>) -> bool {
     let sent: usize = reports.iter().map(|r| r.sent).sum();
     let calls: u32 = reports.iter().map(|r| r.calls).sum();
     let shipped: u32 = reports.iter().map(|r| r.shipped).sum();
     let failed = reports.iter().filter(|r| !r.ok()).count();
     println!();
+    if let Some(log) = log {
+        println!(
+            "idemgate's own log (warnings and errors; `idemgate demo --verbose` shows it here): {}",
+            log.display()
+        );
+    }
     if failed == 0 {
         println!(
             "all {} scenarios ok: {sent} deliveries sent, {calls} reached the handler, \
