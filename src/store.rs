@@ -54,6 +54,7 @@ pub(crate) mod metrics;
 pub mod probe;
 pub mod redis;
 mod release;
+pub(crate) mod server;
 mod upkeep;
 
 pub use self::lease::{ENTITY_HASH_LEN, EntityKey, Lease, StoreKey, is_record_hash};
@@ -232,6 +233,10 @@ pub enum StoreError {
     /// 64 KiB, …): refused whole rather than stored truncated, never retried.
     #[error("answer can not be stored: {0}")]
     Unstorable(#[from] TooLong),
+    /// The server is one idemgate does not run on (`store::server`): at
+    /// start-up, the refusal to start.
+    #[error("{0}")]
+    Unsupported(String),
     /// Any other backend failure.
     #[error("store failure: {0}")]
     Backend(String),

@@ -55,6 +55,15 @@ impl AnyStore {
         if let Err(error) = store.probe_settings().await {
             tracing::debug!(%error, "first settings check deferred");
         }
+        // A server idemgate does not run on is refused here, before any
+        // delivery; one met later fails `/readyz` (`store::server`).
+        let unsupported = store.upkeep.unsupported_servers();
+        if !unsupported.is_empty() {
+            return Err(StoreError::Unsupported(format!(
+                "the store runs a server idemgate does not support: {}",
+                unsupported.join("; ")
+            )));
+        }
         Ok(store)
     }
 }

@@ -37,6 +37,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use super::server::Server;
 use crate::config::{Choice as _, Durability, ReplicaAck};
 
 /// What every write an acknowledgement rests on must survive, and the
@@ -62,65 +63,6 @@ impl WritePolicy {
     fn replicas(self) -> u32 {
         self.replica_ack.map_or(0, |ack| ack.replicas)
     }
-}
-
-/// Which server a primary runs, from `INFO server`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Server {
-    /// `redis` or `valkey` (`server_name`, absent before Valkey).
-    pub name: String,
-    /// `major.minor.patch` of that server (`valkey_version` for Valkey).
-    pub version: (u32, u32, u32),
-    /// The Redis version it is compatible with (`redis_version`).
-    pub redis_compatible: (u32, u32, u32),
-}
-
-impl Server {
-    /// Reads `INFO server`; `None` when it names no version.
-    pub(crate) fn from_info(text: &str) -> Option<Self> {
-        let redis_compatible = parse_version(info_field(text, "redis_version")?)?;
-        let name = info_field(text, "server_name")
-            .unwrap_or("redis")
-            .to_owned();
-        let own = format!("{name}_version");
-        let version = info_field(text, &own)
-            .and_then(parse_version)
-            .unwrap_or(redis_compatible);
-        Some(Self {
-            name,
-            version,
-            redis_compatible,
-        })
-    }
-
-    /// Whether `WAITAOF` exists (Redis 7.2; every Valkey says 7.2.4).
-    pub(crate) fn has_waitaof(&self) -> bool {
-        self.redis_compatible >= (7, 2, 0)
-    }
-}
-
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (major, minor, patch) = self.version;
-        write!(f, "{} {major}.{minor}.{patch}", self.name)
-    }
-}
-
-/// `7.0.15` → `(7, 0, 15)`; a missing part is 0.
-fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = text.trim().split('.').map(str::parse::<u32>);
-    let major = parts.next()?.ok()?;
-    let minor = parts.next().transpose().ok()?.unwrap_or(0);
-    let patch = parts.next().transpose().ok()?.unwrap_or(0);
-    Some((major, minor, patch))
-}
-
-/// The value of `name:value` in an `INFO` reply.
-pub(crate) fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    text.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key == name).then(|| value.trim())
-    })
 }
 
 /// One primary's persistence, as far as it could be read.
@@ -304,6 +246,9 @@ pub(crate) struct Findings {
     pub warnings: Vec<String>,
     /// Each primary's server, `node server`.
     pub servers: Vec<String>,
+    /// `node: why` for every primary whose server idemgate does not run
+    /// on (`store::server`), whatever the level.
+    pub unsupported: Vec<String>,
 }
 
 /// The durability check shared by the background upkeep and `/readyz`.
@@ -350,6 +295,13 @@ impl DurabilityWatch {
                 .iter()
                 .map(|n| format!("{} {}", n.node, n.server_name()))
                 .collect(),
+            unsupported: nodes
+                .iter()
+                .filter_map(|n| {
+                    let why = super::server::unsupported(n.server.as_ref()?)?;
+                    Some(format!("{}: {why}", n.node))
+                })
+                .collect(),
         };
         crate::store::metrics::durability_met(findings.shortfalls.is_empty());
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
@@ -362,6 +314,12 @@ impl DurabilityWatch {
 
     fn log(&self, policy: WritePolicy, findings: &Findings, first: bool) {
         let level = policy.level.name();
+        for unsupported in &findings.unsupported {
+            tracing::error!(
+                "the store runs a server idemgate does not support: {unsupported}; readyz \
+                 answers 503"
+            );
+        }
         for shortfall in &findings.shortfalls {
             tracing::error!(
                 durability = level,
@@ -401,13 +359,32 @@ impl DurabilityWatch {
                 level.name()
             )),
             None => None,
-            Some(findings) if findings.shortfalls.is_empty() => None,
-            Some(findings) => Some(format!(
-                "the store can not give durability {}: {}",
-                level.name(),
-                findings.shortfalls.join("; ")
-            )),
+            Some(findings) => {
+                let unsupported = (!findings.unsupported.is_empty()).then(|| {
+                    format!(
+                        "the store runs a server idemgate does not support: {}",
+                        findings.unsupported.join("; ")
+                    )
+                });
+                let shortfall = (!findings.shortfalls.is_empty()).then(|| {
+                    format!(
+                        "the store can not give durability {}: {}",
+                        level.name(),
+                        findings.shortfalls.join("; ")
+                    )
+                });
+                let why: Vec<String> = unsupported.into_iter().chain(shortfall).collect();
+                (!why.is_empty()).then(|| why.join("; "))
+            }
         }
+    }
+
+    /// The servers the last check found idemgate does not run on (`node:
+    /// why`), for the start-up refusal.
+    pub(crate) fn unsupported(&self) -> Vec<String> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .map_or_else(Vec::new, |findings| findings.unsupported.clone())
     }
 
     /// The last findings, for `/admin/info`.
@@ -430,6 +407,7 @@ mod tests {
         let info = match server {
             "valkey" => "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
             "redis72" => "redis_version:7.2.5\r\n",
+            "redis60" => "redis_version:6.0.16\r\n",
             _ => "redis_version:7.0.15\r\n",
         };
         Persistence {
@@ -463,8 +441,6 @@ mod tests {
         assert!(!redis.has_waitaof());
         assert!(node("redis72", true, "always").waitaof());
         assert_eq!(Server::from_info("uptime:3\r\n"), None);
-        assert_eq!(parse_version("7"), Some((7, 0, 0)));
-        assert_eq!(parse_version("x.1"), None);
     }
 
     #[test]
@@ -557,5 +533,26 @@ mod tests {
         let memory =
             DurabilityWatch::new(std::sync::Arc::new(Confirmation::new(WritePolicy::MEMORY)));
         assert_eq!(memory.not_ready(), None, "memory needs no check");
+    }
+
+    #[test]
+    fn an_unsupported_server_fails_readiness_at_every_level_and_is_named() {
+        for level in [Durability::Memory, Durability::Fsync] {
+            let policy = WritePolicy {
+                level,
+                replica_ack: None,
+            };
+            let watch = DurabilityWatch::new(std::sync::Arc::new(Confirmation::new(policy)));
+            watch.record(&[node("redis60", true, "always")], false);
+            let why = watch.not_ready().expect("not ready");
+            assert!(
+                why.contains("does not support: h:1: runs redis 6.0.16; idemgate needs Redis 6.2"),
+                "{why}"
+            );
+            assert_eq!(watch.unsupported().len(), 1);
+            watch.record(&[node("redis", true, "always")], false);
+            assert_eq!(watch.not_ready(), None, "{level:?}");
+            assert!(watch.unsupported().is_empty());
+        }
     }
 }

@@ -47,10 +47,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
-use super::durability::{Persistence, info_field};
+use super::durability::Persistence;
 use super::metrics::EvictionMetrics;
 use super::redis::primaries::cluster_primaries;
 use super::redis::{RedisStore, classify, settings};
+use super::server::info_field;
 
 /// Time between two checks while Redis answers: once a minute (contract §4 rule 10).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);

@@ -84,6 +84,14 @@ impl Upkeep {
         }
     }
 
+    /// The primaries the last check found running a server idemgate does
+    /// not support (`node: why`); none on the embedded store.
+    pub(super) fn unsupported_servers(&self) -> Vec<String> {
+        self.durability
+            .as_ref()
+            .map_or_else(Vec::new, DurabilityWatch::unsupported)
+    }
+
     /// The upkeep state of a scripted test store: eviction not allowed,
     /// no marker (a test backend has no tracking).
     #[cfg(test)]

@@ -62,7 +62,7 @@ mod upstream;
 mod wait;
 
 pub(crate) use backends::for_every_backend;
-pub use backends::{fresh_embedded_backend, fresh_redis_backend};
+pub use backends::{fresh_embedded_backend, fresh_redis_backend, fresh_valkey_backend};
 pub use browser::*;
 pub use client::*;
 pub use entity::*;

@@ -10,7 +10,8 @@ use fred::types::{ClusterHash, CustomCommand, InfoKind};
 
 use super::classify;
 use crate::store::StoreError;
-use crate::store::durability::{Persistence, Server, info_field};
+use crate::store::durability::Persistence;
+use crate::store::server::{Server, info_field};
 
 /// `node`'s persistence. Only "unreachable" is an error; a setting the
 /// server refuses to show (managed Redis without `CONFIG`) is `None`.

@@ -92,6 +92,7 @@ fn error_type(error: &StoreError) -> &'static str {
         StoreError::Full(_) => "full",
         StoreError::Corrupt(_) => "corrupt",
         StoreError::Unstorable(_) => "unstorable",
+        StoreError::Unsupported(_) => "unsupported",
         StoreError::Backend(_) => "backend",
     }
 }
