@@ -17,7 +17,7 @@ the shared machine's load cancels out.
 
 The embedded-store rows (emb_first, emb_replay: a second idemgate on a redb
 file) are also paired with idemgate's Redis rows of the same round index:
-the "Embedded store against Redis" section and one target (issue 30).
+the "Embedded store against Redis" section and one target.
 """
 
 import os
@@ -118,7 +118,7 @@ def fmt(value, digits=1, suffix=""):
 KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 body flood",
                  "## Embedded store, before and after group commit", "## Peak RSS per store",
                  "## Redis memory per completed key", "## Entity state check",
-                 "## Entity rules of issue 43 (held notices, events, unresolved changes)",
+                 "## Entity rules (held notices, events, unresolved changes)",
                  "## A probe plan kept with every claim (`[route.probe]`)",
                  "## Durability: the cost of fsync and WAITAOF per first delivery")
 

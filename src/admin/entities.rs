@@ -1,6 +1,6 @@
 //! `GET /admin/entities/{route}?id=<value>|hash=<32 hex>`: an entity's
 //! current state, its pending change and its last transitions with the
-//! deliveries that made them (issue 31), so an operator can see why a
+//! deliveries that made them, so an operator can see why a
 //! notice was refused or acknowledged without forwarding. Every
 //! `delivery` is the key hash `GET /admin/records/{route}?hash=` takes.
 //!

@@ -186,3 +186,91 @@ fn the_readme_is_a_front_page_indexing_docs() {
         assert!(linked.contains(&name), "README.md does not link {name}");
     }
 }
+
+/// Whether `line` points outside the repository, at something a reader
+/// of it can not look up: an issue by its number (with or without `#`,
+/// either case) or the specification the contract grew from (named in
+/// capitals).
+/// The needles are put together here so that this file does not match.
+fn points_outside(line: &str) -> bool {
+    let spec = ["SP", "EC"].concat();
+    let spec_named = line.match_indices(&spec).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + spec.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+    });
+    let issue = ["ssue", " "].concat();
+    let issue_numbered = line.match_indices(&issue).any(|(at, _)| {
+        let mut before = line[..at].chars().rev();
+        let word_starts = matches!(before.next(), Some('i' | 'I'))
+            && !before.next().is_some_and(char::is_alphanumeric);
+        let rest = line[at + issue.len()..].trim_start_matches('#');
+        word_starts && rest.starts_with(|c: char| c.is_ascii_digit())
+    });
+    spec_named || issue_numbered
+}
+
+/// Every text file in the repository (not `target/`, not `.git/`), as
+/// (path, contents); files that are not UTF-8 are skipped.
+fn repository_texts() -> Vec<(PathBuf, String)> {
+    let mut found = Vec::new();
+    let mut dirs = vec![repo_path("")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "target" && name != ".git" {
+                    dirs.push(path);
+                }
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                found.push((path, text));
+            }
+        }
+    }
+    found
+}
+
+/// Code, configuration comments, docs, benchmarks and the changelog cite
+/// what the repository holds (`docs/contract.md §N`, a doc page), never an
+/// issue number or the outside specification.
+#[test]
+fn nothing_cites_an_issue_number_or_the_outside_specification() {
+    let mut cited = Vec::new();
+    for (path, text) in repository_texts() {
+        for (n, line) in text.lines().enumerate() {
+            if points_outside(line) {
+                cited.push(format!("{}:{}: {line}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        cited.is_empty(),
+        "point these at docs/:\n{}",
+        cited.join("\n")
+    );
+}
+
+#[test]
+fn the_reference_check_finds_issue_numbers_and_the_specification() {
+    let spec = ["SP", "EC"].concat();
+    let (issue, capital) = (["iss", "ue"].concat(), ["Iss", "ue"].concat());
+    for line in [
+        format!("# Entity state ({spec} §9)"),
+        format!("see {spec}.md"),
+        format!("deliveries that made them ({issue} 31), so"),
+        format!("{capital} 26 §4: HTTP/2 connections"),
+        format!("fixed in {issue} #7"),
+    ] {
+        assert!(points_outside(&line), "{line}");
+    }
+    for line in [
+        "Adyen issues 64 hex characters",
+        "an issue with the handler",
+        "docs/contract.md §9",
+        "a KEYSPECS table, a specification",
+        "tissue 3",
+    ] {
+        assert!(!points_outside(line), "{line}");
+    }
+}

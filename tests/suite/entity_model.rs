@@ -1,4 +1,4 @@
-//! Model-based test of the entity rules with faults (issue 43 §5), at the
+//! Model-based test of the entity rules with faults, at the
 //! store's operations, on a real Redis (the Lua of `lua/entity.lua`) and
 //! on the embedded store (the same rules in Rust).
 //!

@@ -282,7 +282,7 @@ async fn claims_whose_reply_was_abandoned_are_released() {
 /// A release that meets a store outage longer than the old five tries
 /// (about 2.75 s, shorter than a Cluster failover) still frees the key once
 /// the store is back: the next delivery is forwarded, not refused as in
-/// flight or unknown for the lease and `unknown_hold` (issue 30 §2).
+/// flight or unknown for the lease and `unknown_hold`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_outlasts_a_store_outage() {
     let mut redis = RedisServer::start_persistent();

@@ -1,4 +1,4 @@
-//! The entity model (issue 43 §5), shared by the fast tier's runs on
+//! The entity model, shared by the fast tier's runs on
 //! Redis and the embedded store (`tests/suite/entity_model.rs`) and the
 //! system tier's run on a real Redis Cluster: a reference model of one
 //! entity, random histories with faults, and the promise's checker. The

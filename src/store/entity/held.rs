@@ -1,4 +1,4 @@
-//! Notices held in order behind a busy entity (issue 43 §2), on a route
+//! Notices held in order behind a busy entity, on a route
 //! with an inbox: instead of 409, a notice whose entity has a change
 //! pending (in flight, unknown, owed by the inbox, unresolved) or other
 //! notices already waiting is acknowledged, kept as a queued inbox

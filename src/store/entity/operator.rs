@@ -1,4 +1,4 @@
-//! An operator's correction of an entity (issue 43 §4): set its state
+//! An operator's correction of an entity: set its state
 //! (the handler did apply a change idemgate could not settle) or clear it,
 //! judged against the state and pending change the operator saw, so an
 //! action taken on a stale view is refused rather than applied over a

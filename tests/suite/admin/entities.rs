@@ -1,4 +1,4 @@
-//! `GET /admin/entities/{route}` (issue 31): an entity's state, pending
+//! `GET /admin/entities/{route}`: an entity's state, pending
 //! change and history with the deliveries that made them, on a real
 //! Redis behind a real gate driving the entity route of `entity.rs`.
 

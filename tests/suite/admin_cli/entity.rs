@@ -1,4 +1,4 @@
-//! `idemgate admin entity …` (issue 31): an entity's state and history as
+//! `idemgate admin entity …`: an entity's state and history as
 //! a table and as the API's JSON, by id and by hash, against a real gate
 //! on a real `redis-server`.
 
