@@ -108,17 +108,28 @@ fn init_logging(
     default: &str,
     telemetry: Option<&Telemetry>,
 ) -> Result<FlushGuard, ExitCode> {
-    init_logging_to(Box::new(std::io::stderr()), format, default, telemetry)
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let sink = LogSink {
+        writer: Box::new(std::io::stderr()),
+        colours: terminal,
+    };
+    init_logging_to(sink, format, default, telemetry)
+}
+
+/// Where log lines go, and whether they may carry colours (only a
+/// terminal shows them; a file would keep the escape codes).
+struct LogSink {
+    writer: Box<dyn std::io::Write + Send>,
+    colours: bool,
 }
 
 /// [`init_logging`] into `sink` instead of stderr.
 fn init_logging_to(
-    sink: Box<dyn std::io::Write + Send>,
+    sink: LogSink,
     format: LogFormat,
     default: &str,
     telemetry: Option<&Telemetry>,
 ) -> Result<FlushGuard, ExitCode> {
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(default))
         .add_directive(
@@ -133,11 +144,11 @@ fn init_logging_to(
         LogFormat::Text => log_writer::LineFormat::Text,
         LogFormat::Json => log_writer::LineFormat::Json,
     };
-    let (writer, guard) = log_writer::batched(sink, line_format).map_err(|error| {
+    let (writer, guard) = log_writer::batched(sink.writer, line_format).map_err(|error| {
         eprintln!("could not start the log writer thread: {error}");
         ExitCode::FAILURE
     })?;
-    let lines = tracing_subscriber::fmt::layer().with_ansi(terminal);
+    let lines = tracing_subscriber::fmt::layer().with_ansi(sink.colours);
     let lines = match format {
         LogFormat::Text => lines.with_writer(writer).boxed(),
         // serde_json leaves U+2028, C1 controls and the like raw; the
@@ -337,17 +348,25 @@ fn main() -> ExitCode {
             let file = log_file
                 .as_ref()
                 .map(|path| (path, std::fs::File::create(path)));
-            let sink: Box<dyn std::io::Write + Send> = match file {
-                Some((_, Ok(file))) => Box::new(file),
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let stderr = || LogSink {
+                writer: Box::new(std::io::stderr()),
+                colours: terminal,
+            };
+            let sink = match file {
+                Some((_, Ok(file))) => LogSink {
+                    writer: Box::new(file),
+                    colours: false,
+                },
                 Some((path, Err(error))) => {
                     eprintln!(
                         "idemgate demo: its log file {}: {error}; the log goes to stderr",
                         path.display()
                     );
                     log_file = None;
-                    Box::new(std::io::stderr())
+                    stderr()
                 }
-                None => Box::new(std::io::stderr()),
+                None => stderr(),
             };
             let _flush_on_exit = match init_logging_to(sink, cli.log_format, filter, None) {
                 Ok(guard) => guard,
