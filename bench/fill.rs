@@ -1,0 +1,146 @@
+//! Fills a store with completed records, for the scale curve
+//! (`bench/scale`): what start-up, memory, file size and throughput cost
+//! as the store grows.
+//!
+//! ```text
+//! cargo run --release --example fill -- embedded PATH COUNT [ANSWER] [SECONDS]
+//! cargo run --release --example fill -- redis URL COUNT [ANSWER] [SECONDS]
+//! ```
+//!
+//! Each record is written through the store's own API, as the pipeline
+//! writes a completed answer (`Store::complete` on a free key, one call a
+//! record, up to [`IN_FLIGHT`] at once, so the embedded store's group
+//! commit and Redis's pipelining both see a busy proxy's traffic). The
+//! keys are those of route scope `pay` under prefix `idemgate`, hashes
+//! that no request would ever make (`fill` spelled into them), kept for 7
+//! days. `ANSWER` is `alipay` (the 7-byte `success` acknowledgement,
+//! `text/plain`: the smallest real answer) or `github` (a 22-byte JSON
+//! body and three headers); default `alipay`. The fill stops at `COUNT`
+//! records or after `SECONDS` (default 900), whichever comes first, and
+//! prints one line: `filled N records in S s (R records/s)`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
+use idemgate::store::entity::EntityEffect;
+use idemgate::store::{Store, StoreKey};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Writes in flight at once.
+const IN_FLIGHT: usize = 256;
+
+/// How long each record is kept.
+const KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The answer every record holds.
+fn answer(kind: &str) -> StoredResponse {
+    let header = |name: &'static str, value: &'static str| {
+        (
+            Bytes::from_static(name.as_bytes()),
+            Bytes::from_static(value.as_bytes()),
+        )
+    };
+    match kind {
+        "github" => StoredResponse {
+            status: 200,
+            headers: vec![
+                header("content-type", "application/json"),
+                header("date", "Mon, 07 Dec 2026 10:00:00 GMT"),
+                header("x-request-id", "0f2c7a9e-61d4-4b8e-9a53-6b1f0e2d4c11"),
+            ],
+            body: StoredBody::Kept(Bytes::from_static(br#"{"ok":true,"id":123456}"#)),
+        },
+        _ => StoredResponse {
+            status: 200,
+            headers: vec![header("content-type", "text/plain")],
+            body: StoredBody::Kept(Bytes::from_static(b"success")),
+        },
+    }
+}
+
+/// The `n`th record's key: 64 hex digits, `f111` first so no request's
+/// SHA-256 is likely to meet it.
+fn key(n: u64) -> StoreKey {
+    StoreKey::new("idemgate", "pay", &format!("f111{n:060x}"))
+}
+
+async fn fill<S: Store + Send + Sync + 'static>(
+    store: Arc<S>,
+    count: u64,
+    answer: StoredResponse,
+    budget: Duration,
+) -> u64 {
+    let started = Instant::now();
+    let mint = OwnerMint::new();
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut writes = JoinSet::new();
+    let mut sent = 0;
+    while sent < count && started.elapsed() < budget {
+        let permit = Arc::clone(&permits).acquire_owned().await.expect("open");
+        let record = Record::in_flight(mint.next(), Fingerprint([7; 32]), None)
+            .with_state(RecordState::Completed(answer.clone()));
+        let store = Arc::clone(&store);
+        let key = key(sent);
+        writes.spawn(async move {
+            let written = store
+                .complete(&key, record.owner, &record, KEPT, EntityEffect::Keep)
+                .await;
+            drop(permit);
+            written.is_ok()
+        });
+        sent += 1;
+        while let Some(done) = writes.try_join_next() {
+            assert!(done.expect("a write task"), "a write failed");
+        }
+    }
+    while let Some(done) = writes.join_next().await {
+        assert!(done.expect("a write task"), "a write failed");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    #[expect(clippy::cast_precision_loss, reason = "a rate to print")]
+    let rate = sent as f64 / seconds;
+    println!("filled {sent} records in {seconds:.1} s ({rate:.0} records/s)");
+    sent
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: fill embedded PATH COUNT [alipay|github] [SECONDS] | fill redis URL COUNT [alipay|github] [SECONDS]";
+    let (Some(kind), Some(place), Some(count)) = (args.first(), args.get(1), args.get(2)) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let count: u64 = count.parse().expect("COUNT is a whole number");
+    let answer = answer(args.get(3).map_or("alipay", String::as_str));
+    let budget = Duration::from_secs(args.get(4).map_or(900, |s| s.parse().expect("SECONDS")));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        match kind.as_str() {
+            "embedded" => {
+                let store =
+                    idemgate::store::embedded::EmbeddedStore::open(std::path::Path::new(place))
+                        .expect("open the embedded store");
+                fill(Arc::new(store), count, answer, budget).await;
+            }
+            "redis" => {
+                let store = idemgate::store::redis::RedisStore::connect(
+                    place,
+                    Duration::from_secs(10),
+                    None,
+                    4,
+                )
+                .await
+                .expect("connect to redis");
+                fill(Arc::new(store), count, answer, budget).await;
+            }
+            _ => {
+                eprintln!("{usage}");
+                std::process::exit(2);
+            }
+        }
+    });
+}
