@@ -120,7 +120,9 @@ KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 bod
                  "## Redis memory per completed key", "## Entity state check",
                  "## Entity rules (held notices, events, unresolved changes)",
                  "## A probe plan kept with every claim (`[route.probe]`)",
-                 "## Durability: the cost of fsync and WAITAOF per first delivery")
+                 "## Durability: the cost of fsync and WAITAOF per first delivery",
+                 "## Scripts that declare the pending change (`bench/ab --entity`)",
+                 "## Scale curve (`bench/scale`)")
 
 
 def main():
@@ -473,7 +475,7 @@ def main():
     out = [
         "# idemgate benchmark results",
         "",
-        "Written by `bench/run` (overwritten on every run; the Optimisations, Stage micro-benchmarks, HTTP/2 body flood, Embedded store before and after group commit, Peak RSS per store and History sections are kept). "
+        "Written by `bench/run` (overwritten on every run; the hand-kept sections, from Optimisations to the Scale curve, and History are kept). "
         "The 2-core machine is shared and noisy: compare ratios against the two references measured in the same run "
         "(the nginx pass-through and the nginx+Lua gate), not absolute numbers across runs.",
         "",
