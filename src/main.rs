@@ -108,12 +108,7 @@ fn init_logging(
     default: &str,
     telemetry: Option<&Telemetry>,
 ) -> Result<FlushGuard, ExitCode> {
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let sink = LogSink {
-        writer: Box::new(std::io::stderr()),
-        colours: terminal,
-    };
-    init_logging_to(sink, format, default, telemetry)
+    init_logging_to(LogSink::stderr(), format, default, telemetry)
 }
 
 /// Where log lines go, and whether they may carry colours (only a
@@ -121,6 +116,16 @@ fn init_logging(
 struct LogSink {
     writer: Box<dyn std::io::Write + Send>,
     colours: bool,
+}
+
+impl LogSink {
+    /// Standard error, coloured when it is a terminal.
+    fn stderr() -> Self {
+        Self {
+            writer: Box::new(std::io::stderr()),
+            colours: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }
+    }
 }
 
 /// [`init_logging`] into `sink` instead of stderr.
@@ -344,29 +349,27 @@ fn main() -> ExitCode {
             // The demo's own output is its table and its verdict, last:
             // idemgate's log goes to a file the demo names, unless asked
             // for here.
-            let mut log_file = (!verbose).then(idemgate::demo::log_file);
-            let file = log_file
-                .as_ref()
-                .map(|path| (path, std::fs::File::create(path)));
-            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let stderr = || LogSink {
-                writer: Box::new(std::io::stderr()),
-                colours: terminal,
-            };
-            let sink = match file {
-                Some((_, Ok(file))) => LogSink {
-                    writer: Box::new(file),
-                    colours: false,
-                },
-                Some((path, Err(error))) => {
-                    eprintln!(
-                        "idemgate demo: its log file {}: {error}; the log goes to stderr",
-                        path.display()
-                    );
-                    log_file = None;
-                    stderr()
+            let opened = (!verbose).then(idemgate::demo::log_file).and_then(|path| {
+                match std::fs::File::create(&path) {
+                    Ok(file) => Some((path, file)),
+                    Err(error) => {
+                        eprintln!(
+                            "idemgate demo: its log file {}: {error}; the log goes to stderr",
+                            path.display()
+                        );
+                        None
+                    }
                 }
-                None => stderr(),
+            });
+            let (sink, log_file) = match opened {
+                Some((path, file)) => {
+                    let sink = LogSink {
+                        writer: Box::new(file),
+                        colours: false,
+                    };
+                    (sink, Some(path))
+                }
+                None => (LogSink::stderr(), None),
             };
             let _flush_on_exit = match init_logging_to(sink, cli.log_format, filter, None) {
                 Ok(guard) => guard,
