@@ -101,7 +101,7 @@ pub use otel::{DEFAULT_SERVICE_NAME, Tracing};
 pub use probe::{Probe, ProbeAnswer};
 pub(crate) use redact::redact_url;
 pub use status::CacheStatus;
-pub use store::{Durability, ReplicaAck, StoreBackend, StoreConfig};
+pub use store::{Durability, IntegrityCheck, ReplicaAck, StoreBackend, StoreConfig};
 pub use tls::RedisTls;
 
 /// Every problem found in a configuration file, each prefixed by its key.

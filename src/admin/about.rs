@@ -118,6 +118,8 @@ impl Admin {
                 "ready": readiness.is_ok(),
                 "problem": readiness.err(),
                 "durability": self.durability(),
+                // The embedded store's check of its whole file (null on Redis).
+                "integrity": self.store.integrity(),
             },
             "routes": routes,
         })

@@ -351,14 +351,19 @@ pub(crate) fn info(view: &Value, now_ms: u64) -> String {
         (Some(at), Some(up)) => format!("{} (up {})", relative(at, now_ms), duration(up)),
         _ => "-".to_owned(),
     };
-    let mut out = fields(&[
+    let mut pairs = vec![
         ("version".into(), cell(view.get("version"))),
         ("revision".into(), cell(view.get("revision"))),
         ("started".into(), started),
         ("store".into(), cell(store.get("kind"))),
         ("store location".into(), cell(store.get("location"))),
         ("store ready".into(), ready),
-    ]);
+    ];
+    // The embedded store's check of its whole file.
+    if let Some(integrity) = store["integrity"].as_str() {
+        pairs.push(("store integrity".into(), integrity.to_owned()));
+    }
+    let mut out = fields(&pairs);
     let rows: Vec<Vec<String>> = view["routes"]
         .as_array()
         .map(Vec::as_slice)

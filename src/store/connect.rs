@@ -40,6 +40,7 @@ impl AnyStore {
                     room: embedded::room_for_answers(config.largest_answer),
                     ..embedded::GroupCommit::default()
                 },
+                config.integrity_check,
             )?),
         };
         let confirmation = backend.redis().map(redis::RedisStore::confirmation);

@@ -42,6 +42,7 @@ mod probes;
 pub(crate) use disk_room::needed_for as room_for_answers;
 mod key_write;
 mod start;
+mod verify;
 mod writer;
 
 use std::sync::{Arc, mpsc};
@@ -125,6 +126,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.shared.stop_integrity_check();
         drop(self.jobs.take());
         if let Some(writer) = self.writer.take()
             && writer.join().is_err()

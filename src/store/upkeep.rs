@@ -213,6 +213,14 @@ impl AnyStore {
         (!problems.is_empty()).then(|| problems.join("; "))
     }
 
+    /// Where the embedded store's check of its whole file stands (for
+    /// `/admin/info`); `None` on Redis.
+    pub(crate) fn integrity(&self) -> Option<String> {
+        self.backend
+            .embedded()
+            .and_then(super::embedded::EmbeddedStore::integrity)
+    }
+
     /// The declared durability and, on Redis, the last check's findings
     /// (for `/admin/info`).
     pub(crate) fn durability(&self) -> (Durability, Option<Findings>) {

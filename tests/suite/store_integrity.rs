@@ -16,7 +16,8 @@ const KEYS: usize = 300;
 async fn answered_store(upstream: &Upstream) -> (tempfile::TempDir, PathBuf, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemgate.redb");
-    let text = config_text(&embedded_store(&path), &upstream.url(), "");
+    let admin = format!("[admin]\ntoken = \"literal:{TOKEN}\"\n");
+    let text = config_text(&embedded_store(&path), &upstream.url(), &admin);
     let gate = Gate::start(&text).await;
     let url = gate.url("/notify");
     let tasks: Vec<_> = (0..8)
@@ -54,6 +55,17 @@ async fn closed(path: &Path) {
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
+}
+
+/// The admin token of [`answered_store`]'s configuration.
+const TOKEN: &str = "store-integrity-admin-token";
+
+/// `/admin/info` of `gate`, as text.
+async fn info(gate: &Gate) -> String {
+    let headers: Headers = vec![("authorization".to_owned(), format!("Bearer {TOKEN}"))];
+    let answer = send("GET", &format!("http://{}/admin/info", gate.admin), &headers, "").await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    String::from_utf8_lossy(&answer.body).into_owned()
 }
 
 /// Why idemgate refused to start on `text`.
@@ -165,38 +177,130 @@ async fn a_deleted_store_with_its_marker_left_is_refused_and_deleting_the_marker
     gate.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flipped_byte_in_a_stored_key_is_refused() {
+/// Where the default check (`background`) caught a damaged file.
+#[derive(Debug, PartialEq, Eq)]
+enum Caught {
+    /// The open itself read a damaged page: refused before serving.
+    AtStart,
+    /// Found by the check while serving.
+    WhileServing,
+}
+
+/// `damage` done to a store of answered deliveries, met by both integrity
+/// checks, each on its own copy of the damaged file and marker: with
+/// `before_serving`, idemgate refuses to start; with the default
+/// (`background`), it is refused at start-up too if the open reads a
+/// damaged page, else it starts and finds the damage while serving, and
+/// from then on `/readyz` and `/admin/info` name it and a new delivery is
+/// refused (503) without reaching the handler.
+async fn damage_is_caught_by_both_checks(damage: impl Fn(&mut Vec<u8>)) -> Caught {
     let upstream = Upstream::start().await;
-    let (_dir, path, text) = answered_store(&upstream).await;
+    let (dir, path, text) = answered_store(&upstream).await;
     let mut file = std::fs::read(&path).unwrap();
-    // The last hex digit of a stored key, in every page that holds it: a
-    // key may be found only in pages an earlier commit left free (harmless,
-    // and not checked), so ten keys spread over the file are damaged.
-    for at in spread_key_copies(&file, 10) {
-        file[at + KEY_LEN - 1] ^= 0x01;
-    }
+    damage(&mut file);
     std::fs::write(&path, &file).unwrap();
-    let error = refusal(&text).await;
+    let copy = dir.path().join("copy").join("idemgate.redb");
+    std::fs::create_dir(copy.parent().unwrap()).unwrap();
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(marker(&path), marker(&copy)).unwrap();
+
+    let before_serving = config_text(
+        &format!("{}\nintegrity_check = \"before_serving\"", embedded_store(&copy)),
+        &upstream.url(),
+        "",
+    );
+    let error = refusal(&before_serving).await;
     assert!(error.contains("is damaged"), "{error}");
     assert!(error.contains("restore it from a backup"), "{error}");
+
+    let config = idemgate::config::Config::parse(&text).unwrap();
+    let app = match idemgate::app::start(config, None).await {
+        Ok(app) => app,
+        Err(error) => {
+            let error = error.to_string();
+            assert!(error.contains("is damaged"), "{error}");
+            assert!(error.contains("restore it from a backup"), "{error}");
+            return Caught::AtStart;
+        }
+    };
+    let gate = Gate {
+        addr: app.proxy_addr,
+        admin: app.admin_addr,
+        app: Some(app),
+    };
+    let why = readyz_says(gate.admin, 503, "is damaged").await;
+    assert!(why.contains("restore it from a backup"), "{why}");
+    assert!(why.contains(&path.display().to_string()), "{why}");
+    let shown = info(&gate).await;
+    assert!(shown.contains("is damaged"), "{shown}");
+    let answer = deliver(&gate.url("/notify"), &payment("after-the-damage")).await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert_eq!(answer.reason().as_deref(), Some("store_unavailable"));
+    assert_eq!(upstream.calls(), KEYS, "nothing reached the handler");
+    gate.stop().await;
+    Caught::WhileServing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_written_mid_file_is_refused() {
+async fn a_flipped_byte_in_a_stored_key_is_caught() {
+    let caught = damage_is_caught_by_both_checks(|file| {
+        // The last hex digit of a stored key, in every page that holds it:
+        // a key may be found only in pages an earlier commit left free
+        // (harmless, and not checked), so ten keys spread over the file
+        // are damaged.
+        for at in spread_key_copies(file, 10) {
+            file[at + KEY_LEN - 1] ^= 0x01;
+        }
+    })
+    .await;
+    // Keys live in the trees' leaves, which the open does not read.
+    assert_eq!(caught, Caught::WhileServing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_written_mid_file_is_caught() {
+    damage_is_caught_by_both_checks(|file| {
+        // 16 KiB of garbage from the start of the 4 KiB page that holds
+        // the key nearest the middle.
+        let page = middle_key_copies(file)[0] / 4096 * 4096;
+        let end = (page + 16 * 1024).min(file.len());
+        for (i, byte) in file[page..end].iter_mut().enumerate() {
+            *byte = i.to_le_bytes()[0].wrapping_mul(151).wrapping_add(7);
+        }
+    })
+    .await;
+    // Either way: the open may need one of the pages.
+}
+
+/// An intact store verifies in the background and says so; a store that
+/// checks before serving says that instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intact_store_is_verified_in_the_background() {
     let upstream = Upstream::start().await;
     let (_dir, path, text) = answered_store(&upstream).await;
-    let mut file = std::fs::read(&path).unwrap();
-    // 16 KiB of garbage from the start of the 4 KiB page that holds the
-    // key nearest the middle.
-    let page = middle_key_copies(&file)[0] / 4096 * 4096;
-    let end = (page + 16 * 1024).min(file.len());
-    for (i, byte) in file[page..end].iter_mut().enumerate() {
-        *byte = i.to_le_bytes()[0].wrapping_mul(151).wrapping_add(7);
-    }
-    std::fs::write(&path, &file).unwrap();
-    let error = refusal(&text).await;
-    assert!(error.contains("is damaged"), "{error}");
+    let gate = Gate::start(&text).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let shown = loop {
+        let shown = info(&gate).await;
+        if shown.contains("verified") || std::time::Instant::now() > deadline {
+            break shown;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(shown.contains("in the background"), "{shown}");
+    assert_eq!(readyz_becomes(gate.admin, 200).await.trim(), "ready");
+    let answer = deliver(&gate.url("/notify"), &payment("k-3")).await;
+    assert_eq!(answer.replayed(), Some("true"));
+    gate.stop().await;
+    closed(&path).await;
+    let before_serving = text.replace(
+        &embedded_store(&path),
+        &format!("{}\nintegrity_check = \"before_serving\"", embedded_store(&path)),
+    );
+    let gate = Gate::start(&before_serving).await;
+    let shown = info(&gate).await;
+    assert!(shown.contains("checked before serving"), "{shown}");
+    gate.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,4 +403,39 @@ fn the_binary_exits_non_zero_with_one_line_naming_the_file() {
     let lines: Vec<&str> = printed.lines().filter(|l| l.contains("0 bytes")).collect();
     assert_eq!(lines.len(), 1, "{printed}");
     assert!(lines[0].contains(&path.display().to_string()), "{printed}");
+}
+
+/// A SIGKILL mid-traffic: the next start loads the allocator state the
+/// last commit recorded (quick repair) instead of rebuilding it from the
+/// whole file, which is what keeps start-up flat as the store grows; and
+/// every answered delivery still replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_store_starts_without_walking_its_file() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.redb");
+    let text = config_text(&embedded_store(&path), &upstream.url(), "");
+    let mut gate = GateProcess::start(&text);
+    let url = gate.url("/notify");
+    for i in 0..40 {
+        let answer = deliver(&url, &payment(&format!("kill-{i}"))).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+    gate.kill();
+    let log = dir.path().join("restart.log");
+    let mut gate = GateProcess::launch(&text, &[], Some(&log));
+    let opened = log_with_line(&log, "saying the store opened", |line| {
+        line.contains("embedded store opened")
+    })
+    .await;
+    assert!(
+        !opened.contains("rebuilding the allocator state"),
+        "the start after the kill walked the whole file:\n{opened}"
+    );
+    for i in [0, 39] {
+        let answer = deliver(&gate.url("/notify"), &payment(&format!("kill-{i}"))).await;
+        assert_eq!(answer.replayed(), Some("true"), "kill-{i}");
+    }
+    assert_eq!(upstream.calls(), 40);
+    assert!(gate.terminate().success());
 }

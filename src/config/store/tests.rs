@@ -76,6 +76,38 @@ fn commit_delay_defaults_to_zero_is_bounded_and_needs_embedded() {
 }
 
 #[test]
+fn integrity_check_defaults_to_background_and_needs_embedded() {
+    use crate::config::IntegrityCheck;
+    assert_eq!(
+        Config::parse(MINIMAL).unwrap().store.integrity_check,
+        IntegrityCheck::Background
+    );
+    let set = MINIMAL.replace(
+        "[upstream]",
+        "integrity_check = \"before_serving\"\n[upstream]",
+    );
+    assert_eq!(
+        Config::parse(&set).unwrap().store.integrity_check,
+        IntegrityCheck::BeforeServing
+    );
+    let wrong = MINIMAL.replace("[upstream]", "integrity_check = \"never\"\n[upstream]");
+    assert!(
+        problems_of(&wrong).contains("\"never\" is not valid"),
+        "{}",
+        problems_of(&wrong)
+    );
+    let redis = set.replace(
+        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+        "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379\"",
+    );
+    assert!(
+        problems_of(&redis).contains("store.integrity_check: only valid with kind = \"embedded\""),
+        "{}",
+        problems_of(&redis)
+    );
+}
+
+#[test]
 fn durability_defaults_to_fsync_and_is_checked_against_the_backend() {
     use crate::config::Durability;
     let redis = |extra: &str| {

@@ -7,10 +7,17 @@
 //! altered outside redb (a flipped byte, garbage written mid-file) opens
 //! as if nothing happened, then misreads or panics. So:
 //!
-//! - every open of an existing file runs redb's integrity check
-//!   ([`redb::Builder::set_check_integrity_on_open`]: the checksum of every
-//!   page of the committed trees, then the allocator rebuilt), and a file
-//!   that fails it is refused;
+//! - the checksum of every page of the committed trees is verified: by
+//!   default in the background while the store serves (`verify`: start-up
+//!   takes the same time at any size, and a file that fails is marked
+//!   damaged, failing `/readyz` and every write); with `[store]
+//!   integrity_check = "before_serving"`, by redb's integrity check in the
+//!   open ([`redb::Builder::set_check_integrity_on_open`]: also the
+//!   allocator rebuilt), and a file that fails it is refused. Either way
+//!   redb reads the header and the commit slot it trusts before serving:
+//!   the store commits with quick repair (`writer`), so after a crash the
+//!   open loads the allocator state the last commit recorded instead of
+//!   rebuilding it from the whole file;
 //! - a small sidecar file, the *marker* (`<file>.marker`), is written once
 //!   the database is durably created. It holds a random store id that is
 //!   also stored inside the database (table `meta`). A marker with a
@@ -39,11 +46,16 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use tokio::time::Instant;
 
 use redb::{Builder, Database, DatabaseError, ReadableTable, StorageError, TableDefinition};
+
+use crate::config::IntegrityCheck;
+
+mod marker;
+pub(super) use marker::write_marker;
+use marker::{FoundId, Marker, StoreId, read_marker};
 
 /// Store-wide facts, one value per name: today only [`STORE_ID`].
 const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("meta");
@@ -51,14 +63,6 @@ const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("meta")
 const STORE_ID: &str = "store_id";
 /// The name of the generation in [`META`] (8 bytes, big-endian).
 const GENERATION: &str = "generation";
-/// The marker's first line, for whoever finds the file.
-const MARKER_HEADER: &str = "# idemgate embedded store marker: the database file next to me was created by idemgate \
-     and holds answered deliveries. Delete me only to start with an empty store on purpose \
-     (docs/operations.md, \"Embedded store start-up check\").";
-/// The prefix of the marker line that holds the id.
-const MARKER_ID: &str = "store_id ";
-/// The prefix of the marker line that holds the generation.
-const MARKER_GENERATION: &str = "generation ";
 
 /// Why the store file was not opened. Each message is one line naming the
 /// file, what was found and what the operator can do.
@@ -169,56 +173,6 @@ pub(crate) enum OpenError {
     },
 }
 
-/// A store's random identity, shared by the database and its marker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StoreId([u8; 16]);
-
-impl StoreId {
-    fn random() -> Self {
-        let mut id = [0; 16];
-        getrandom::fill(&mut id).expect("the operating system has no random source");
-        Self(id)
-    }
-
-    fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        <[u8; 16]>::try_from(bytes).ok().map(Self)
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        hex::decode(text.trim())
-            .ok()
-            .and_then(|b| Self::from_bytes(&b))
-    }
-}
-
-impl fmt::Display for StoreId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-/// The id found in a database, if it has one (for [`OpenError::Foreign`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FoundId(Option<StoreId>);
-
-impl fmt::Display for FoundId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(id) => id.fmt(f),
-            None => f.write_str("none"),
-        }
-    }
-}
-
-/// What the marker holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Marker {
-    /// The store id.
-    pub(super) id: StoreId,
-    /// The highest generation written (0 in a marker from before them).
-    pub(super) generation: u64,
-}
-
 /// An opened database, with what later raises of its generation need.
 pub(super) struct Opened {
     /// The database.
@@ -294,7 +248,7 @@ fn sync_folder(dir: &Path) -> Result<(), OpenError> {
 /// Opens the database at `path` for the embedded store (see the module
 /// docs): creates it on a first start, checks it otherwise, and returns it
 /// with every table the store uses created.
-pub(super) fn open_database(path: &Path) -> Result<Opened, OpenError> {
+pub(super) fn open_database(path: &Path, check: IntegrityCheck) -> Result<Opened, OpenError> {
     std::fs::create_dir_all(folder(path)).map_err(io("create the folder of", path))?;
     let marker = marker_path(path);
     let expected = read_marker(path, &marker)?;
@@ -314,59 +268,19 @@ pub(super) fn open_database(path: &Path) -> Result<Opened, OpenError> {
             marker,
         }),
         (None, FileState::Missing | FileState::Empty) => create(path, &marker),
-        (expected, FileState::Present) => open_existing(path, &marker, expected),
+        (expected, FileState::Present) => open_existing(path, &marker, expected, check),
     }
 }
 
-/// What the marker holds; `None` when there is no marker.
-fn read_marker(path: &Path, marker: &Path) -> Result<Option<Marker>, OpenError> {
-    let text = match std::fs::read_to_string(marker) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            return Err(bad_marker(path, marker, "not UTF-8"));
-        }
-        Err(e) => return Err(io("read", marker)(e)),
-    };
-    let id = text
-        .lines()
-        .find_map(|line| line.strip_prefix(MARKER_ID))
-        .and_then(StoreId::parse)
-        .ok_or_else(|| bad_marker(path, marker, "no store_id line"))?;
-    let generation = match text
-        .lines()
-        .find_map(|line| line.strip_prefix(MARKER_GENERATION))
-    {
-        None => 0,
-        Some(number) => number
-            .trim()
-            .parse()
-            .map_err(|_| bad_marker(path, marker, "a generation that is not a number"))?,
-    };
-    Ok(Some(Marker { id, generation }))
-}
-
-fn bad_marker(path: &Path, marker: &Path, reason: &str) -> OpenError {
-    OpenError::BadMarker {
+/// The words of [`OpenError::Damaged`] for the database at `path`, for a
+/// damage found after the open (`verify`).
+pub(super) fn damaged(path: &Path, reason: String) -> String {
+    OpenError::Damaged {
         path: path.to_owned(),
-        marker: marker.to_owned(),
-        reason: reason.to_owned(),
+        marker: marker_path(path),
+        reason,
     }
-}
-
-/// Writes the marker for `id` at `generation` atomically (temporary file,
-/// fsync, rename, fsync of the folder).
-pub(super) fn write_marker(marker: &Path, id: StoreId, generation: u64) -> Result<(), OpenError> {
-    let temporary = sibling(marker, ".tmp");
-    let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
-    writeln!(
-        file,
-        "{MARKER_HEADER}\n{MARKER_ID}{id}\n{MARKER_GENERATION}{generation}"
-    )
-    .and_then(|()| file.sync_all())
-    .map_err(io("write", &temporary))?;
-    std::fs::rename(&temporary, marker).map_err(io("write", marker))?;
-    sync_folder(folder(marker))
+    .to_string()
 }
 
 /// Maps redb's refusal of the file at `path`.
@@ -416,27 +330,51 @@ fn create(path: &Path, marker: &Path) -> Result<Opened, OpenError> {
     })
 }
 
-/// Opens an existing database with the integrity check and matches its id
-/// against the marker's (`expected`; `None`: no marker).
+/// Opens an existing database (with redb's integrity check when `check`
+/// says so) and matches its id against the marker's (`expected`; `None`:
+/// no marker).
 fn open_existing(
     path: &Path,
     marker: &Path,
     expected: Option<Marker>,
+    check: IntegrityCheck,
 ) -> Result<Opened, OpenError> {
     let started = Instant::now();
-    let db = Builder::new()
-        .set_check_integrity_on_open(true)
-        .open(path)
-        .map_err(|e| refused(path, marker, e))?;
+    let before_serving = check == IntegrityCheck::BeforeServing;
+    // Without the check, redb reads the pages the open needs (the
+    // allocator state, the tables' roots) unverified, and may panic on a
+    // damaged one: damage found before serving, refused like the check's.
+    let (db, (found, generation)) = panic_is_damage(path, marker, || {
+        let db = Builder::new()
+            .set_check_integrity_on_open(before_serving)
+            .set_repair_callback(move |session| {
+                // Called at each stage of a walk of the whole file: here
+                // only when the last commit recorded no allocator state.
+                if !before_serving && session.progress() == 0.0 {
+                    tracing::warn!(
+                        "embedded store: rebuilding the allocator state from the whole file \
+                         (its last commit recorded none); start-up grows with the file"
+                    );
+                }
+            })
+            .open(path)
+            .map_err(|e| refused(path, marker, e))?;
+        let settle = expected.map_or(Settle::Adopt, Settle::Expect);
+        let prepared = prepare(&db, path, marker, settle)?;
+        Ok((db, prepared))
+    })?;
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     tracing::info!(
         path = %path.display(),
         bytes,
         elapsed_ms = started.elapsed().as_millis(),
-        "embedded store passed its integrity check"
+        "{}",
+        if before_serving {
+            "embedded store passed its integrity check"
+        } else {
+            "embedded store opened (its integrity check runs in the background)"
+        }
     );
-    let settle = expected.map_or(Settle::Adopt, Settle::Expect);
-    let (found, generation) = prepare(&db, path, marker, settle)?;
     write_marker(marker, found, generation)?;
     if expected.is_none() {
         tracing::warn!(
@@ -450,6 +388,26 @@ fn open_existing(
         db,
         marker: marker.to_owned(),
         id: found,
+    })
+}
+
+/// Runs `open`, taking a panic inside redb for [`OpenError::Damaged`].
+fn panic_is_damage<T>(
+    path: &Path,
+    marker: &Path,
+    open: impl FnOnce() -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(OpenError::Damaged {
+            path: path.to_owned(),
+            marker: marker.to_owned(),
+            reason: format!("redb panicked reading it: {what}"),
+        })
     })
 }
 
@@ -479,7 +437,10 @@ fn prepare(
         marker: marker.to_owned(),
         reason: e.to_string(),
     };
-    let txn = db.begin_write().map_err(|e| damaged(&e))?;
+    let mut txn = db.begin_write().map_err(|e| damaged(&e))?;
+    // As every commit of the store (`writer`): a crash leaves the
+    // allocator state recorded, so the next open need not rebuild it.
+    txn.set_quick_repair(true);
     for result in [
         txn.open_table(super::RECORDS).map(drop),
         txn.open_table(super::EXPIRIES).map(drop),

@@ -176,6 +176,9 @@ pub(super) struct Shared {
     room: super::disk_room::DiskRoom,
     db: RwLock<Option<Arc<Database>>>,
     health: Mutex<Health>,
+    /// The background check of the whole file (`verify`): damage found
+    /// there fails every write for good.
+    integrity: std::sync::OnceLock<Arc<super::verify::IntegrityCell>>,
     /// Test seam: the next commits that fail, as if the disk did.
     #[cfg(test)]
     fail_commits: std::sync::atomic::AtomicUsize,
@@ -192,6 +195,7 @@ impl Shared {
             room,
             db: RwLock::new(Some(Arc::new(db))),
             health: Mutex::new(Health::Ready),
+            integrity: std::sync::OnceLock::new(),
             #[cfg(test)]
             fail_commits: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
@@ -209,8 +213,31 @@ impl Shared {
             .ok_or_else(|| self.failure().unwrap_or_else(reopening))
     }
 
-    /// Why writes fail now, if they do.
+    /// Follows `cell` from now on: its damage fails every write.
+    pub(super) fn watch_integrity(&self, cell: Arc<super::verify::IntegrityCell>) {
+        // Set once, by the open, before any handle is shared.
+        drop(self.integrity.set(cell));
+    }
+
+    /// Where the check of the whole file stands; `None` for a store a
+    /// test built over its own backend.
+    pub(super) fn integrity(&self) -> Option<super::verify::Integrity> {
+        self.integrity.get().map(|cell| cell.get())
+    }
+
+    /// Stops the background check of the file, if it still runs.
+    pub(super) fn stop_integrity_check(&self) {
+        if let Some(cell) = self.integrity.get() {
+            cell.stop();
+        }
+    }
+
+    /// Why writes fail now, if they do: damage found in the file, or the
+    /// last write's failure.
     pub(super) fn failure(&self) -> Option<StoreError> {
+        if let Some(reason) = self.integrity.get().and_then(|cell| cell.damage()) {
+            return Some(StoreError::Backend(reason));
+        }
         match &*self.health.lock().unwrap_or_else(PoisonError::into_inner) {
             Health::Ready => None,
             Health::Failing { error, .. } => Some(error.clone()),
@@ -317,8 +344,13 @@ impl Shared {
         self.commit(txn)
     }
 
-    /// Commits `txn` durably (redb's default durability).
-    fn commit(&self, txn: WriteTransaction) -> Result<(), StoreError> {
+    /// Commits `txn` durably (redb's default durability), with quick
+    /// repair: the commit records the allocator state, so the open after
+    /// a crash loads it instead of walking the whole file (start-up after
+    /// a SIGKILL stays the same at any size), at the cost of a second
+    /// fsync per commit (redb's two-phase commit), shared by the batch.
+    fn commit(&self, mut txn: WriteTransaction) -> Result<(), StoreError> {
+        txn.set_quick_repair(true);
         #[cfg(test)]
         {
             use std::sync::atomic::Ordering;

@@ -27,7 +27,12 @@ fn grouped(dir: &tempfile::TempDir, delay_ms: u64) -> EmbeddedStore {
         commit_delay: Duration::from_millis(delay_ms),
         ..GroupCommit::default()
     };
-    EmbeddedStore::open_with(&dir.path().join("writer.redb"), group).unwrap()
+    EmbeddedStore::open_with(
+        &dir.path().join("writer.redb"),
+        group,
+        crate::config::IntegrityCheck::default(),
+    )
+    .unwrap()
 }
 
 /// Writes `value` under `name` in [`SCRATCH`].
