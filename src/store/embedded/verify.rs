@@ -181,16 +181,18 @@ pub(super) fn start(
     // every time it was pinned right after such a commit. A commit
     // without quick repair drops the record.
     commit_nothing(db, false)?;
+    // The pin and the copy of the header name the same commit: nothing
+    // commits between them.
     let pin = db.begin_read().map_err(std::io::Error::other)?;
-    // And one that records it again, so a crash from here on still finds
-    // it (`writer`: every commit of the store records it).
-    commit_nothing(db, true)?;
     #[allow(unused_mut)]
     let mut frozen = FrozenFile::freeze(path, Arc::clone(&cell.stop))?;
     #[cfg(test)]
     {
         frozen.read_pause = cell.read_pause;
     }
+    // And a commit that records the allocator state again, so a crash from
+    // here on still finds it (`writer`: every commit of the store does).
+    commit_nothing(db, true)?;
     let bytes = frozen.frozen_len;
     cell.set(Integrity::Checking { bytes });
     std::thread::Builder::new()
