@@ -405,10 +405,10 @@ fn the_binary_exits_non_zero_with_one_line_naming_the_file() {
     assert!(lines[0].contains(&path.display().to_string()), "{printed}");
 }
 
-/// A SIGKILL mid-traffic: the next start loads the allocator state the
-/// last commit recorded (quick repair) instead of rebuilding it from the
-/// whole file, which is what keeps start-up flat as the store grows; and
-/// every answered delivery still replays.
+/// A SIGKILL once the writer went idle: the next start loads the allocator
+/// state the idle checkpoint recorded (quick repair) instead of rebuilding
+/// it from the whole file, which is what keeps start-up flat as the store
+/// grows; and every answered delivery still replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_store_starts_without_walking_its_file() {
     let upstream = Upstream::start().await;
@@ -421,6 +421,9 @@ async fn a_killed_store_starts_without_walking_its_file() {
         let answer = deliver(&url, &payment(&format!("kill-{i}"))).await;
         assert_eq!(answer.status, 200, "{answer:?}");
     }
+    // The writer records the allocator state once idle for 20 ms
+    // (`store/embedded/writer.rs`, the idle checkpoint): a wide margin.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     gate.kill();
     let log = dir.path().join("restart.log");
     let mut gate = GateProcess::launch(&text, &[], Some(&log));

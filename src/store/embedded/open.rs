@@ -15,9 +15,9 @@
 //!   open ([`redb::Builder::set_check_integrity_on_open`]: also the
 //!   allocator rebuilt), and a file that fails it is refused. Either way
 //!   redb reads the header and the commit slot it trusts before serving:
-//!   the store commits with quick repair (`writer`), so after a crash the
-//!   open loads the allocator state the last commit recorded instead of
-//!   rebuilding it from the whole file;
+//!   the writer records the allocator state (quick repair) whenever it
+//!   goes idle (`writer`), so after a crash the open loads it instead of
+//!   rebuilding it from the whole file, unless the crash came amid writes;
 //! - a small sidecar file, the *marker* (`<file>.marker`), is written once
 //!   the database is durably created. It holds a random store id that is
 //!   also stored inside the database (table `meta`). A marker with a
@@ -349,11 +349,13 @@ fn open_existing(
             .set_check_integrity_on_open(before_serving)
             .set_repair_callback(move |session| {
                 // Called at each stage of a walk of the whole file: here
-                // only when the last commit recorded no allocator state.
+                // only when the last commit recorded no allocator state
+                // (`writer`: the process died amid writes).
                 if !before_serving && session.progress() == 0.0 {
                     tracing::warn!(
                         "embedded store: rebuilding the allocator state from the whole file \
-                         (its last commit recorded none); start-up grows with the file"
+                         (the process stopped amid writes, before the writer recorded it); \
+                         this start grows with the file"
                     );
                 }
             })
@@ -438,8 +440,8 @@ fn prepare(
         reason: e.to_string(),
     };
     let mut txn = db.begin_write().map_err(|e| damaged(&e))?;
-    // As every commit of the store (`writer`): a crash leaves the
-    // allocator state recorded, so the next open need not rebuild it.
+    // As the writer's idle checkpoint (`writer`): a crash right after the
+    // start leaves the allocator state recorded.
     txn.set_quick_repair(true);
     for result in [
         txn.open_table(super::RECORDS).map(drop),

@@ -190,8 +190,8 @@ pub(super) fn start(
     {
         frozen.read_pause = cell.read_pause;
     }
-    // And a commit that records the allocator state again, so a crash from
-    // here on still finds it (`writer`: every commit of the store does).
+    // And a commit that records the allocator state again, so a crash
+    // before the writer's first checkpoint (`writer`) still finds it.
     commit_nothing(db, true)?;
     let bytes = frozen.frozen_len;
     cell.set(Integrity::Checking { bytes });
