@@ -8,11 +8,14 @@
 //! of their own, against a frozen view of the file:
 //!
 //! - right after the open, before the writer thread starts (so nothing
-//!   commits in between), a read transaction is begun on the live
-//!   database and the file's header and length are copied. The read
-//!   transaction pins that commit: redb never reuses a page a live reader
-//!   can see, so every page of the pinned trees stays as it is on disk
-//!   while the store goes on writing elsewhere in the file;
+//!   else commits in between): an empty commit without quick repair (the
+//!   pinned commit must record no allocator state, see [`start`]), then a
+//!   read transaction begun on the live database and, at once, the file's
+//!   header and length copied, so both name the same commit; then an empty
+//!   commit that records the allocator state again. The read transaction
+//!   pins its commit: redb does not reuse a page of its trees while a live
+//!   reader can see it, so they stay as they are on disk while the store
+//!   goes on writing elsewhere in the file;
 //! - [`FrozenFile`] is a redb storage backend that reads the file through
 //!   its own descriptor, answers the header from the copy, and keeps every
 //!   write in memory: a second, private [`Database`] opened on it with
@@ -20,11 +23,11 @@
 //!   and throws its own repair away.
 //!
 //! The outcome is the store's [`Integrity`]: while it runs the store
-//! serves and `/readyz` says so in its detail; a verified file changes
-//! nothing; a damaged one marks the store damaged for good (writes and
-//! `/readyz` fail with the same words the start-up check would have used),
-//! since answers read from it can no longer be trusted. Dropping the store
-//! stops the check at its next read.
+//! serves and `/admin/info` (`idemgate info`) says so; a verified file
+//! changes nothing; a damaged one marks the store damaged for good (writes
+//! and `/readyz` fail with the same words the start-up check would have
+//! used), since answers read from it can no longer be trusted. Dropping
+//! the store stops the check at its next read.
 //!
 //! `[store] integrity_check = "before_serving"` keeps redb's check in the
 //! open instead (`open`), for whoever prefers a start-up that grows with
