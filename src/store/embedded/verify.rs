@@ -147,7 +147,8 @@ impl IntegrityCell {
             .clone()
     }
 
-    fn set(&self, state: Integrity) {
+    /// Sets where the check stands (the check's thread; tests).
+    pub(super) fn set(&self, state: Integrity) {
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
     }
 

@@ -41,7 +41,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 #[cfg(test)]
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -50,6 +50,9 @@ use redb::{Database, TableDefinition, WriteTransaction};
 use tokio::time::Instant;
 
 use crate::store::StoreError;
+
+mod record;
+use record::{CHECKPOINT_IDLE, Record, Recorded};
 
 /// Where the check write goes: one row, rewritten by every check. The
 /// table keeps its first name, `writer_probe`, so existing files need no
@@ -210,6 +213,7 @@ impl Shared {
             recorded: Mutex::new(Recorded {
                 at: Instant::now(),
                 last: false,
+                gave_up: false,
             }),
             #[cfg(test)]
             fail_commits: std::sync::atomic::AtomicUsize::new(0),
@@ -219,36 +223,6 @@ impl Shared {
             quick_commits: AtomicUsize::new(0),
             #[cfg(test)]
             checkpoints: AtomicUsize::new(0),
-        }
-    }
-
-    fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
-        self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether the last commit left the allocator state unrecorded: a
-    /// crash now would make the next open walk the whole file.
-    fn unrecorded(&self) -> bool {
-        !self.recorded().last
-    }
-
-    /// The idle checkpoint: an empty commit that records the allocator
-    /// state, after [`CHECKPOINT_IDLE`] without writes. A failure is left
-    /// to the next write to find.
-    fn checkpoint(&self) {
-        let outcome = self.database().and_then(|db| {
-            guarded(|| {
-                let txn = db.begin_write().map_err(storage)?;
-                self.commit_recording(txn, Record::Now)
-            })
-        });
-        match outcome {
-            Ok(()) => {
-                tracing::debug!("embedded store: recorded the allocator state (idle checkpoint)")
-            }
-            Err(error) => {
-                tracing::debug!(%error, "embedded store: the idle checkpoint did not commit")
-            }
         }
     }
 
@@ -399,85 +373,7 @@ impl Shared {
     fn commit(&self, txn: WriteTransaction) -> Result<(), StoreError> {
         self.commit_recording(txn, Record::WhenDue)
     }
-
-    /// Commits `txn` durably, recording the allocator state (redb's quick
-    /// repair) when `record` says: an open after a crash that follows such
-    /// a commit loads that state instead of walking the whole file, so the
-    /// start after a SIGKILL takes the same time at any size. The record
-    /// costs a second fsync and CPU that grows with the file (measured
-    /// when every commit recorded it: -13% first deliveries on a small
-    /// store, -31% at 10 million records), so a write's commit records it
-    /// at most once per [`RECORD_EVERY`], and the writer records it in an
-    /// empty commit once it has been idle for [`CHECKPOINT_IDLE`]
-    /// ([`Shared::checkpoint`]). Only a crash amid back-to-back writes
-    /// makes the next start walk the file.
-    fn commit_recording(
-        &self,
-        mut txn: WriteTransaction,
-        record: Record,
-    ) -> Result<(), StoreError> {
-        let quick = match record {
-            Record::Now => true,
-            Record::WhenDue => self.recorded().at.elapsed() >= RECORD_EVERY,
-        };
-        txn.set_quick_repair(quick);
-        #[cfg(test)]
-        if record == Record::WhenDue {
-            let failing = self.fail_commits.load(Ordering::SeqCst);
-            if failing > 0 {
-                self.fail_commits.store(failing - 1, Ordering::SeqCst);
-                txn.abort().map_err(storage)?;
-                return Err(StoreError::Backend("injected commit failure".into()));
-            }
-        }
-        txn.commit().map_err(storage)?;
-        {
-            let mut recorded = self.recorded();
-            recorded.last = quick;
-            if quick {
-                recorded.at = Instant::now();
-            }
-        }
-        #[cfg(test)]
-        {
-            let counter = match record {
-                Record::Now => &self.checkpoints,
-                Record::WhenDue => &self.commits,
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            self.quick_commits.fetch_add(
-                usize::from(quick && record == Record::WhenDue),
-                Ordering::SeqCst,
-            );
-        }
-        Ok(())
-    }
 }
-
-/// When a commit records the allocator state ([`Shared::commit_recording`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Record {
-    /// Now: the idle checkpoint.
-    Now,
-    /// When [`RECORD_EVERY`] has passed since the last record.
-    WhenDue,
-}
-
-/// The allocator state's last record.
-#[derive(Debug)]
-struct Recorded {
-    /// When a commit last recorded it.
-    at: Instant,
-    /// Whether the last commit recorded it.
-    last: bool,
-}
-
-/// How long the writer waits, idle after a commit that left the allocator
-/// state unrecorded, before recording it in an empty commit.
-const CHECKPOINT_IDLE: Duration = Duration::from_millis(20);
-/// Under steady writes, a write's commit records the allocator state at
-/// most this often.
-const RECORD_EVERY: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -9,7 +9,7 @@ use redb::backends::FileBackend;
 use redb::{Builder, Database, StorageBackend, TableDefinition};
 
 use super::super::{EXPIRIES, EmbeddedStore, RECORDS, backend};
-use super::{CHECKPOINT_IDLE, GroupCommit};
+use super::GroupCommit;
 use crate::record::{OwnerToken, Record, RecordState};
 use crate::store::entity::EntityEffect;
 use crate::store::{ClaimOutcome, Store, StoreError, StoreKey};
@@ -18,11 +18,11 @@ use crate::store::{ClaimOutcome, Store, StoreError, StoreKey};
 const SCRATCH: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("scratch");
 
 /// How long a test waits at most for the writer to recover.
-const RECOVERY: Duration = Duration::from_secs(10);
+pub(super) const RECOVERY: Duration = Duration::from_secs(10);
 
 /// A store whose first write of a batch waits `delay_ms` for company, so
 /// concurrent writes share a commit.
-fn grouped(dir: &tempfile::TempDir, delay_ms: u64) -> EmbeddedStore {
+pub(super) fn grouped(dir: &tempfile::TempDir, delay_ms: u64) -> EmbeddedStore {
     let group = GroupCommit {
         commit_delay: Duration::from_millis(delay_ms),
         ..GroupCommit::default()
@@ -36,7 +36,11 @@ fn grouped(dir: &tempfile::TempDir, delay_ms: u64) -> EmbeddedStore {
 }
 
 /// Writes `value` under `name` in [`SCRATCH`].
-async fn put(store: &EmbeddedStore, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
+pub(super) async fn put(
+    store: &EmbeddedStore,
+    name: &str,
+    value: Vec<u8>,
+) -> Result<(), StoreError> {
     let name = name.to_owned();
     store
         .transact(move |txn| {
@@ -63,7 +67,7 @@ async fn get(store: &EmbeddedStore, name: &str) -> Option<Vec<u8>> {
         .unwrap()
 }
 
-fn commits(store: &EmbeddedStore) -> usize {
+pub(super) fn commits(store: &EmbeddedStore) -> usize {
     store.inner.shared.commits.load(Ordering::SeqCst)
 }
 
@@ -101,63 +105,10 @@ async fn concurrent_writes_share_one_durable_commit() {
     }
 }
 
-/// Waits until the writer's last commit recorded the allocator state (the
-/// idle checkpoint); panics after [`RECOVERY`].
-async fn recorded(store: &EmbeddedStore) {
-    let deadline = tokio::time::Instant::now() + RECOVERY;
-    while store.inner.shared.unrecorded() {
-        assert!(tokio::time::Instant::now() < deadline, "no checkpoint");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Writes' commits record the allocator state at most once a second; an
-/// idle writer records it in an empty commit (an open after a crash then
-/// loads it instead of walking the file).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_record_the_allocator_state_rarely_and_an_idle_writer_records_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = grouped(&dir, 0);
-    let shared = &store.inner.shared;
-    let quick = || shared.quick_commits.load(Ordering::SeqCst);
-    let checkpoints = || shared.checkpoints.load(Ordering::SeqCst);
-    recorded(&store).await;
-
-    let (commits_before, quick_before, checkpoints_before) =
-        (commits(&store), quick(), checkpoints());
-    let started = tokio::time::Instant::now();
-    let writes = (0..400).map(|n| {
-        let store = store.clone();
-        tokio::spawn(async move { put(&store, &format!("burst-{n}"), vec![2; 512]).await })
-    });
-    for write in futures_join(writes).await {
-        write.unwrap();
-    }
-    let seconds = started.elapsed().as_secs();
-    let used = commits(&store) - commits_before;
-    let recorded_by_writes = quick() - quick_before;
-    assert!(used >= 2, "400 writes in {used} commits");
-    assert!(
-        usize::try_from(seconds).unwrap() + 1 >= recorded_by_writes,
-        "{recorded_by_writes} of {used} write commits in {seconds} s recorded the allocator state"
-    );
-    recorded(&store).await;
-    assert!(checkpoints() > checkpoints_before);
-
-    // Idle and recorded: no further checkpoint until the next write.
-    let idle = checkpoints();
-    tokio::time::sleep(CHECKPOINT_IDLE * 5).await;
-    assert_eq!(
-        checkpoints(),
-        idle,
-        "a recorded, idle writer commits nothing"
-    );
-    put(&store, "one-more", vec![1]).await.unwrap();
-    recorded(&store).await;
-}
-
 /// Awaits every task, in order.
-async fn futures_join<T>(tasks: impl Iterator<Item = tokio::task::JoinHandle<T>>) -> Vec<T> {
+pub(super) async fn futures_join<T>(
+    tasks: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<T> {
     let mut out = Vec::new();
     for task in tasks.collect::<Vec<_>>() {
         out.push(task.await.unwrap());
