@@ -37,7 +37,13 @@
 //! disk still full) and then tries a small check write; the first check
 //! write or batch that commits makes the store ready again. (The `probe`
 //! of `[route.probe]`, which asks a handler, is another thing.) `/readyz` follows
-//! [`Shared::health`].
+//! [`Shared::failure`]: that health, and damage the background check of the
+//! file (`verify`) found, which fails every write for good.
+//!
+//! Crash recovery (`record`): once idle for 20 ms the writer records
+//! redb's allocator state in an empty commit, so the open after a crash
+//! loads it instead of walking the whole file; writes' own commits record
+//! it at most once a second, since on every commit it costs throughput.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 #[cfg(test)]
@@ -51,6 +57,8 @@ use tokio::time::Instant;
 
 use crate::store::StoreError;
 
+mod job;
+pub(super) use job::{Job, Pending};
 mod record;
 use record::{CHECKPOINT_IDLE, Record, Recorded};
 
@@ -86,72 +94,6 @@ impl Default for GroupCommit {
             max_batch: 256,
             room: super::disk_room::needed_for(crate::config::DEFAULT_MAX_STORED_ANSWER_BYTES),
         }
-    }
-}
-
-/// One queued write: runs inside the batch's transaction (maybe again, if
-/// a batch-mate failed), then is answered once with the batch's outcome.
-pub(super) trait Pending: Send {
-    /// Runs the operation in `txn`; whether it changed anything. An
-    /// operation that failed once is not run again (`Ok(false)`).
-    fn run(&mut self, txn: &WriteTransaction) -> Result<bool, StoreError>;
-    /// Answers the caller: its own error if it failed, else `Ok` once the
-    /// commit holding the write is durable, or the batch's error.
-    fn answer(self: Box<Self>, outcome: Result<(), StoreError>);
-}
-
-/// A [`Pending`] with its caller's reply channel.
-pub(super) struct Job<T, F> {
-    op: F,
-    /// The last run's result: the value (valid once committed) or the
-    /// operation's own error.
-    result: Option<Result<T, StoreError>>,
-    reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
-}
-
-impl<T, F> Job<T, F> {
-    /// A job answering on `reply`.
-    pub(super) fn new(op: F, reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>) -> Self {
-        Self {
-            op,
-            result: None,
-            reply,
-        }
-    }
-}
-
-impl<T, F> Pending for Job<T, F>
-where
-    T: Send,
-    F: FnMut(&WriteTransaction) -> Result<(T, bool), StoreError> + Send,
-{
-    fn run(&mut self, txn: &WriteTransaction) -> Result<bool, StoreError> {
-        if let Some(Err(_)) = self.result {
-            return Ok(false);
-        }
-        match (self.op)(txn) {
-            Ok((value, changed)) => {
-                self.result = Some(Ok(value));
-                Ok(changed)
-            }
-            Err(error) => {
-                self.result = Some(Err(error.clone()));
-                Err(error)
-            }
-        }
-    }
-
-    fn answer(self: Box<Self>, outcome: Result<(), StoreError>) {
-        let Self { result, reply, .. } = *self;
-        let answer = match result {
-            Some(Err(own)) => Err(own),
-            Some(Ok(value)) => outcome.map(|()| value),
-            None => Err(outcome.err().unwrap_or_else(|| {
-                StoreError::Backend("embedded write answered before it ran".into())
-            })),
-        };
-        // A caller that stopped waiting (timed out) needs no answer.
-        drop(reply.send(answer));
     }
 }
 

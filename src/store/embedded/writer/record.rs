@@ -3,19 +3,19 @@
 //! checkpoint, and by a write's commit at most once per [`RECORD_EVERY`]
 //! ([`Shared::commit_recording`] says why not on every commit).
 
+use std::sync::PoisonError;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redb::WriteTransaction;
 use tokio::time::Instant;
 
-use std::sync::PoisonError;
-#[cfg(test)]
-use std::sync::atomic::Ordering;
-
 use super::{Shared, guarded, storage};
 use crate::store::StoreError;
 
 impl Shared {
+    /// The allocator state's last record, locked.
     pub(super) fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
     }
