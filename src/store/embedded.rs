@@ -142,6 +142,16 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
+/// What a panic inside redb said (it panics on some damaged files), for
+/// the error that reports it.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
+
 /// A backend failure as a [`StoreError`]: [`StoreError::Full`] for a full
 /// disk, [`StoreError::Backend`] for everything else.
 fn backend<E: std::error::Error + 'static>(error: E) -> StoreError {

@@ -1,12 +1,25 @@
 use crate::config::Config;
 use crate::config::tests::{MINIMAL, problems_of};
 
+/// `text` (MINIMAL's embedded store) on Redis at `url` instead.
+fn on_redis(text: &str, url: &str) -> String {
+    let redis = text.replace(
+        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
+        &format!("kind = \"redis\"\n        url = \"{url}\""),
+    );
+    assert_ne!(redis, text, "the embedded store section was not found");
+    redis
+}
+
+/// Whether the problems of `text` include `expected`; they are printed if not.
+fn problems_include(text: &str, expected: &str) {
+    let problems = problems_of(text);
+    assert!(problems.contains(expected), "{problems}");
+}
+
 #[test]
 fn redis_passwords_never_print() {
-    let text = MINIMAL.replace(
-        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
-        "kind = \"redis\"\n        url = \"redis://app:hunter2@127.0.0.1:6379/0\"",
-    );
+    let text = on_redis(MINIMAL, "redis://app:hunter2@127.0.0.1:6379/0");
     let printed = format!("{:?}", Config::parse(&text).unwrap());
     assert!(!printed.contains("hunter2"), "{printed}");
     assert!(
@@ -64,14 +77,10 @@ fn commit_delay_defaults_to_zero_is_bounded_and_needs_embedded() {
     );
     let long = MINIMAL.replace("[upstream]", "commit_delay = \"1s\"\n[upstream]");
     assert!(problems_of(&long).contains("store.commit_delay: must be at most 100ms"));
-    let redis = set.replace(
-        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
-        "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379\"",
-    );
-    assert!(
-        problems_of(&redis).contains("store.commit_delay: only valid with kind = \"embedded\""),
-        "{}",
-        problems_of(&redis)
+    let redis = on_redis(&set, "redis://127.0.0.1:6379");
+    problems_include(
+        &redis,
+        "store.commit_delay: only valid with kind = \"embedded\"",
     );
 }
 
@@ -91,19 +100,11 @@ fn integrity_check_defaults_to_background_and_needs_embedded() {
         IntegrityCheck::BeforeServing
     );
     let wrong = MINIMAL.replace("[upstream]", "integrity_check = \"never\"\n[upstream]");
-    assert!(
-        problems_of(&wrong).contains("\"never\" is not valid"),
-        "{}",
-        problems_of(&wrong)
-    );
-    let redis = set.replace(
-        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
-        "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379\"",
-    );
-    assert!(
-        problems_of(&redis).contains("store.integrity_check: only valid with kind = \"embedded\""),
-        "{}",
-        problems_of(&redis)
+    problems_include(&wrong, "\"never\" is not valid");
+    let redis = on_redis(&set, "redis://127.0.0.1:6379");
+    problems_include(
+        &redis,
+        "store.integrity_check: only valid with kind = \"embedded\"",
     );
 }
 
@@ -159,9 +160,6 @@ fn allow_eviction_defaults_off_and_needs_redis() {
         err.contains("store.allow_eviction: only valid with kind = \"redis\""),
         "{err}"
     );
-    let redis = embedded.replace(
-        "kind = \"embedded\"\n        path = \"/tmp/x.redb\"",
-        "kind = \"redis\"\n        url = \"redis://127.0.0.1:6379/0\"",
-    );
+    let redis = on_redis(&embedded, "redis://127.0.0.1:6379/0");
     assert!(Config::parse(&redis).unwrap().store.allow_eviction);
 }

@@ -400,15 +400,13 @@ fn panic_is_damage<T>(
     open: impl FnOnce() -> Result<T, OpenError>,
 ) -> Result<T, OpenError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("no message");
         Err(OpenError::Damaged {
             path: path.to_owned(),
             marker: marker.to_owned(),
-            reason: format!("redb panicked reading it: {what}"),
+            reason: format!(
+                "redb panicked reading it: {}",
+                super::panic_message(panic.as_ref())
+            ),
         })
     })
 }

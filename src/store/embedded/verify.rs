@@ -38,7 +38,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redb::{Builder, Database, ReadTransaction, ReadableDatabase, StorageBackend};
@@ -111,6 +111,8 @@ impl std::fmt::Display for Integrity {
 #[derive(Debug)]
 pub(super) struct IntegrityCell {
     state: Mutex<Integrity>,
+    /// The damage found, once: read on every write, without a lock.
+    damage: OnceLock<String>,
     /// Set when the store is dropped: the check's next read fails.
     stop: Arc<AtomicBool>,
     /// Test seam: a pause before each of the check's reads, so that a
@@ -124,6 +126,7 @@ impl IntegrityCell {
     pub(super) fn new(state: Integrity) -> Self {
         Self {
             state: Mutex::new(state),
+            damage: OnceLock::new(),
             stop: Arc::new(AtomicBool::new(false)),
             #[cfg(test)]
             read_pause: Duration::ZERO,
@@ -147,17 +150,19 @@ impl IntegrityCell {
             .clone()
     }
 
-    /// Sets where the check stands (the check's thread; tests).
+    /// Sets where the check stands (the check's thread; tests). Damage,
+    /// once set, stays.
     pub(super) fn set(&self, state: Integrity) {
+        if let Integrity::Damaged { reason } = &state {
+            // Only the first damage is kept: the check runs once.
+            drop(self.damage.set(reason.clone()));
+        }
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
     }
 
     /// The damage found, if any: why every write now fails.
-    pub(super) fn damage(&self) -> Option<String> {
-        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
-            Integrity::Damaged { reason } => Some(reason.clone()),
-            _ => None,
-        }
+    pub(super) fn damage(&self) -> Option<&str> {
+        self.damage.get().map(String::as_str)
     }
 
     /// Stops a running check at its next read.
@@ -251,7 +256,12 @@ fn check(frozen: FrozenFile, pin: ReadTransaction) -> Result<(), String> {
             .map_err(|error| error.to_string())
     }));
     drop(pin);
-    outcome.unwrap_or_else(|_| Err("redb panicked reading it".into()))
+    outcome.unwrap_or_else(|panic| {
+        Err(format!(
+            "redb panicked reading it: {}",
+            super::panic_message(panic.as_ref())
+        ))
+    })
 }
 
 /// The database file as it was when frozen: reads come from the file (the

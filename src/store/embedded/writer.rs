@@ -201,7 +201,7 @@ impl Shared {
     /// last write's failure.
     pub(super) fn failure(&self) -> Option<StoreError> {
         if let Some(reason) = self.integrity.get().and_then(|cell| cell.damage()) {
-            return Some(StoreError::Backend(reason));
+            return Some(StoreError::Backend(reason.to_owned()));
         }
         match &*self.health.lock().unwrap_or_else(PoisonError::into_inner) {
             Health::Ready => None,
@@ -373,13 +373,9 @@ fn disk_full(cause: &(dyn std::error::Error + 'static)) -> bool {
 /// panic on a damaged file, and the writer thread must outlive it.
 fn guarded<T>(work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
     catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
         Err(StoreError::Backend(format!(
-            "embedded store panicked: {what}"
+            "embedded store panicked: {}",
+            super::panic_message(panic.as_ref())
         )))
     })
 }

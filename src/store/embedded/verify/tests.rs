@@ -31,6 +31,15 @@ fn filled(path: &std::path::Path, rows: u64) -> Database {
     db
 }
 
+/// A fresh database of `rows` rows ([`filled`]) in a folder of its own:
+/// the folder (keep it), the file, the database.
+fn fresh(rows: u64) -> (tempfile::TempDir, std::path::PathBuf, Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let db = filled(&path, rows);
+    (dir, path, db)
+}
+
 fn settled(cell: &IntegrityCell) -> Integrity {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -122,7 +131,7 @@ fn a_flipped_byte_in_a_row_is_damage() {
         panic!("not found: {state}");
     };
     assert!(reason.starts_with("damaged: "), "{reason}");
-    assert_eq!(cell.damage().as_deref(), Some(reason.as_str()));
+    assert_eq!(cell.damage(), Some(reason.as_str()));
     // The live store was not touched by the check.
     let read = db.begin_read().unwrap();
     assert_eq!(read.open_table(DATA).unwrap().len().unwrap(), 5_000);
@@ -130,9 +139,7 @@ fn a_flipped_byte_in_a_row_is_damage() {
 
 #[test]
 fn dropping_the_store_stops_the_check() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db.redb");
-    let db = filled(&path, 20_000);
+    let (_dir, path, db) = fresh(20_000);
     let cell = checking();
     cell.stop();
     start(&db, &path, Arc::clone(&cell), |reason| reason).unwrap();
@@ -141,9 +148,7 @@ fn dropping_the_store_stops_the_check() {
 
 #[test]
 fn a_quiet_file_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db.redb");
-    let db = filled(&path, 20_000);
+    let (_dir, path, db) = fresh(20_000);
     let cell = checking();
     start(&db, &path, Arc::clone(&cell), |reason| reason).unwrap();
     let state = settled(&cell);
