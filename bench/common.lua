@@ -5,6 +5,9 @@
 --   BENCH_SIGNATURE   "sha256=<hex HMAC-SHA256(secret, body)>", computed once
 --                     with openssl by bench/run
 --   BENCH_PATH        request path (default /hook)
+--   BENCH_KEY_HEADER  the header that carries the delivery id (default
+--                     X-GitHub-Delivery; the peer proxy's rows use
+--                     Idempotency-Key, the only key it reads)
 --
 -- Every request is built per call with wrk.format in every round (direct,
 -- nginx, first, replay), so wrk spends the same CPU per request whichever
@@ -28,8 +31,10 @@ M.headers = {
   ["X-Hub-Signature-256"] = assert(os.getenv("BENCH_SIGNATURE"), "BENCH_SIGNATURE unset"),
 }
 
+local key_header = os.getenv("BENCH_KEY_HEADER") or "X-GitHub-Delivery"
+
 function M.request(delivery)
-  M.headers["X-GitHub-Delivery"] = delivery
+  M.headers[key_header] = delivery
   return wrk.format("POST", M.path, M.headers, M.body)
 end
 

@@ -18,92 +18,18 @@ the shared machine's load cancels out.
 The embedded-store rows (emb_first, emb_replay: a second idemgate on a redb
 file) are also paired with idemgate's Redis rows of the same round index:
 the "Embedded store against Redis" section and one target.
+
+The peer rows (peer_first, peer_replay: idempotent-proxy-server, from
+bench/setup) are paired with idemgate's Redis rows; bench/peer_report.py
+writes their targets and the burst section.
 """
 
 import os
 import statistics
 import sys
 
-MIB = 1024
-
-
-def load_tsv(path):
-    with open(path) as f:
-        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
-    header, rows = lines[0], lines[1:]
-    return [dict(zip(header, row)) for row in rows]
-
-
-def load_env(path):
-    meta = {}
-    with open(path) as f:
-        for line in f:
-            if "=" in line:
-                key, value = line.rstrip("\n").split("=", 1)
-                meta[key] = value
-    return meta
-
-
-def parse_commands(text):
-    counts = {}
-    if text and text != "-":
-        for item in text.split(","):
-            name, value = item.rsplit(":", 1)
-            counts[name] = counts.get(name, 0) + int(value)
-    return counts
-
-
-def read_optional(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-class Round:
-    def __init__(self, row, clk_tck):
-        self.kind = row["kind"]
-        self.label = row["label"]
-        self.index = self.label.rsplit("-", 1)[-1]
-        self.conns = int(row["conns"])
-        self.requests = int(row["requests"])
-        self.rps = float(row["rps"])
-        self.p50 = float(row["p50_us"]) / 1000
-        self.p90 = float(row["p90_us"]) / 1000
-        self.p99 = float(row["p99_us"]) / 1000
-        self.non2xx = int(row["non2xx"])
-        self.socket_errors = int(row["socket_errors"])
-        self.gate_total = int(row["gate_total"])
-        self.gate_forwarded = int(row["gate_forwarded"])
-        self.gate_replayed = int(row["gate_replayed"])
-        self.gate_rejected = int(row["gate_rejected"])
-        # idemgate rounds (the cache fill passes and the embedded-store
-        # instance included), nginx+Lua rounds.
-        self.is_emb = self.kind.startswith("emb_")
-        self.is_gate = self.kind.startswith(("first", "replay", "fill_", "emb_", "alw_"))
-        self.is_lua = self.kind.startswith("lua_")
-        self.uses_redis = (self.is_gate and not self.is_emb) or self.is_lua
-        # The alw rows run on a Redis of their own, whose commandstats the
-        # harness does not read (its CPU, though, is that server's).
-        self.own_redis = self.kind.startswith("alw_")
-        # idemgate's own count also covers requests still in flight when wrk
-        # stopped (they are served and settled); wrk's count does not.
-        self.served = self.gate_total if self.is_gate and self.gate_total > 0 else self.requests
-        tick_us = 1e6 / clk_tck
-        self.cpu_us = int(row["server_ticks"]) * tick_us / max(self.served, 1)
-        self.backend_cpu_us = int(row["backend_ticks"]) * tick_us / max(self.served, 1)
-        self.redis_cpu_us = int(row["redis_ticks"]) * tick_us / max(self.served, 1)
-        self.commands = parse_commands(row["commands"])
-        self.redis_calls = sum(self.commands.values()) / max(self.served, 1)
-        self.evalsha = self.commands.get("evalsha", 0) / max(self.served, 1)
-        # EVALSHAs beyond 2 per forwarded / 1 per replayed request: requests
-        # whose claim reached Redis but which wrk's stop cancelled (the
-        # connection closed) before idemgate counted them.
-        expected = 2 * self.gate_forwarded + self.gate_replayed
-        self.uncounted = self.commands.get("evalsha", 0) - expected if self.is_gate else 0
-        self.hwm_kb = int(row["hwm_kb"] or 0)
-        self.rss_kb = int(row["rss_kb"] or 0)
+import peer_report
+from rounds import MIB, Round, load_env, load_tsv, parse_commands, read_optional
 
 
 def median(values):
@@ -160,6 +86,11 @@ def main():
                       "rounds": by_kind.get("alw_first", [])},
         "alw_replay": {"by_index": index_of("alw_replay"), "peak": None,
                        "rounds": by_kind.get("alw_replay", [])},
+        # The peer proxy, idemgate on Redis compared with it.
+        "peer_first": {"by_index": index_of("peer_first"), "peak": None,
+                       "rounds": by_kind.get("peer_first", [])},
+        "peer_replay": {"by_index": index_of("peer_replay"), "peak": None,
+                        "rounds": by_kind.get("peer_replay", [])},
     }
 
     def lua_ref(kind):
@@ -196,6 +127,8 @@ def main():
         ("emb_replay", "idemgate replays, embedded store"),
         ("alw_first", "idemgate first deliveries, Redis appendfsync always"),
         ("alw_replay", "idemgate replays, Redis appendfsync always"),
+        ("peer_first", "idempotent-proxy-server first deliveries"),
+        ("peer_replay", "idempotent-proxy-server replays"),
         ("nginx_peak", "nginx pass-through"),
         ("lua_first_peak", "nginx+Lua first deliveries"),
         ("first_peak", "idemgate first deliveries"),
@@ -239,6 +172,10 @@ def main():
             # ... and against idemgate on the appendfsync-always Redis.
             "ratio_always": paired(rs, "rps", ratio, "alw_" + kind[4:]) if rs[0].is_emb else None,
             "dp99_always": paired(rs, "p99", diff, "alw_" + kind[4:]) if rs[0].is_emb else None,
+            # idemgate on Redis against the peer proxy, same round index.
+            "ratio_peer": paired(rs, "rps", ratio, "peer_" + kind) if kind in ("first", "replay") else None,
+            "cpu_peer": paired(rs, "cpu_us", ratio, "peer_" + kind) if kind in ("first", "replay") else None,
+            "dp99_peer": paired(rs, "p99", diff, "peer_" + kind) if kind in ("first", "replay") else None,
             "conns": rs[0].conns,
             "rounds": len(rs),
         }
@@ -359,6 +296,7 @@ def main():
                  f"{rss_limit_kb / MIB:.1f} MiB (replay_cache_bytes = {cache_bytes}, "
                  f"{'set in the config' if cache_on else 'the binary default, line commented'}); {fill_text}")),
     ]
+    targets += peer_report.targets(first, replay, target)
     measurable = sum(1 for _, verdict, _ in targets if verdict != "n/a")
     passed = sum(1 for _, verdict, _ in targets if verdict == "PASS")
 
@@ -603,6 +541,7 @@ def main():
         *monitor_rows,
         "",
     ]
+    out += peer_report.section(meta, summary, read_optional(os.path.join(work, "burst.tsv")))
     if info_lines:
         out += ["## Per-request log line", "", *info_lines, ""]
     if perf_lines:
