@@ -30,7 +30,7 @@ local existing = redis.call('GET', KEYS[1])
 if not existing then
   redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   if ARGV[3] then
-    probe_arm(KEYS[2], KEYS[3], KEYS[1], ARGV[3], ARGV[4])
+    probe_rules().arm(KEYS[2], KEYS[3], KEYS[1], ARGV[3], ARGV[4])
   end
   return nil
 end

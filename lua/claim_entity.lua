@@ -44,7 +44,8 @@ if existing then
   return { existing, redis.call('PTTL', KEYS[1]) }
 end
 local entity = KEYS[2]
-local busy = entity_blocker(entity, KEYS[3])
+local rules = entity_rules()
+local busy = rules.blocker(entity, KEYS[3])
 if busy then
   return busy
 end
@@ -52,13 +53,13 @@ local sources = {}
 for i = 9, #ARGV do
   sources[#sources + 1] = ARGV[i]
 end
-local verdict = entity_judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources, ARGV[6])
+local verdict = rules.judge(entity, KEYS[1], ARGV[3], ARGV[5] == '1', sources, ARGV[6])
 redis.call('PEXPIRE', entity, ARGV[4])
 if verdict then
   return verdict
 end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if ARGV[7] ~= '' then
-  probe_arm(KEYS[4], KEYS[5], KEYS[1], ARGV[7], ARGV[8])
+  probe_rules().arm(KEYS[4], KEYS[5], KEYS[1], ARGV[7], ARGV[8])
 end
 return nil

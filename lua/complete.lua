@@ -35,11 +35,11 @@ if ARGV[4] ~= '' then
   next_key = next_key + 1
 end
 if ARGV[6] and ARGV[6] ~= '' then
-  probe_settle(KEYS[next_key], KEYS[next_key + 1], KEYS[1], record_state(ARGV[2]), ARGV[6])
+  probe_rules().settle(KEYS[next_key], KEYS[next_key + 1], KEYS[1], record_state(ARGV[2]), ARGV[6])
   next_key = next_key + 2
 end
 if ARGV[5] and ARGV[5] ~= '' then
-  entity_settle(KEYS[next_key], KEYS[1], ARGV[5])
+  entity_rules().settle(KEYS[next_key], KEYS[1], ARGV[5])
 end
 if current then
   return 1

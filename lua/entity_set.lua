@@ -22,17 +22,18 @@ end
 if state ~= ARGV[1] or pending ~= ARGV[2] then
   return 0
 end
-local now = entity_now()
+local rules = entity_rules()
+local now = rules.now()
 local from = fields[1] or nil
 if ARGV[3] == 'set' then
-  local history = entity_history(KEYS[1], 's', from, ARGV[4], ARGV[5], now)
+  local history = rules.history(KEYS[1], 's', from, ARGV[4], ARGV[5], now)
   -- Set to the pending change's own state: that change was made, its
   -- event is the entity's (a copy of it is then a repeat).
   local event = ''
   if fields[2] and fields[3] == ARGV[4] and fields[4] then
     event = fields[4]
   end
-  local events = entity_events_after(KEYS[1], ARGV[4], event)
+  local events = rules.events_after(KEYS[1], ARGV[4], event)
   redis.call('HSET', KEYS[1], 's', ARGV[4], 'at', now, 'h', history)
   if events then
     redis.call('HSET', KEYS[1], 'e', events)
@@ -40,7 +41,7 @@ if ARGV[3] == 'set' then
     redis.call('HDEL', KEYS[1], 'e')
   end
 else
-  local history = entity_history(KEYS[1], 'c', from, '', ARGV[5], now)
+  local history = rules.history(KEYS[1], 'c', from, '', ARGV[5], now)
   redis.call('HSET', KEYS[1], 'h', history)
   redis.call('HDEL', KEYS[1], 's', 'at')
 end

@@ -30,7 +30,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 'exists'
 end
 local entity = KEYS[2]
-local busy = entity_blocker(entity, KEYS[4])
+local rules = entity_rules()
+local busy = rules.blocker(entity, KEYS[4])
 if not busy then
   return 'free'
 end
@@ -40,7 +41,7 @@ end
 if redis.call('HGET', entity, 'pk') == KEYS[1] then
   return 'itself'
 end
-local held = entity_held(entity)
+local held = rules.held(entity)
 if #held >= tonumber(ARGV[4]) then
   return 'full'
 end
@@ -51,7 +52,7 @@ end
 held[#held + 1] = {
   line = KEYS[1] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. table.concat(sources, '|') .. '\t' .. ARGV[8],
 }
-entity_store_held(entity, held)
+rules.store_held(entity, held)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[3])
 redis.call('PEXPIRE', entity, ARGV[5])

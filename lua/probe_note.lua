@@ -20,5 +20,5 @@ if not after then
   local pttl = redis.call('PTTL', KEYS[1])
   after = math.max(pttl, 0) + 1000
 end
-redis.call('ZADD', KEYS[2], probe_now() + after, KEYS[1])
+redis.call('ZADD', KEYS[2], probe_rules().now() + after, KEYS[1])
 return 1

@@ -24,18 +24,19 @@ if not plan then
   redis.call('ZREM', KEYS[2], member)
   return { 0 }
 end
-local start_after, hold, attempts, done, rest = probe_parse(plan)
+local probe = probe_rules()
+local start_after, hold, attempts, done, rest = probe.parse(plan)
 local record = redis.call('GET', KEYS[1])
 if not start_after or not record or record_version(record) == 4 then
-  probe_forget(KEYS[2], KEYS[3], member)
+  probe.forget(KEYS[2], KEYS[3], member)
   return { 0 }
 end
 local state = record_state(record)
 if state ~= IN_FLIGHT and state ~= UNKNOWN then
-  probe_forget(KEYS[2], KEYS[3], member)
+  probe.forget(KEYS[2], KEYS[3], member)
   return { 0 }
 end
-local now = probe_now()
+local now = probe.now()
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   pttl = hold

@@ -28,10 +28,10 @@ if ARGV[1] ~= '' then
 end
 local deleted = redis.call('DEL', KEYS[1])
 if ARGV[3] == '1' then
-  probe_forget(KEYS[2], KEYS[3], KEYS[1])
+  probe_rules().forget(KEYS[2], KEYS[3], KEYS[1])
 end
 if ARGV[2] and ARGV[2] ~= '' and redis.call('HGET', KEYS[#KEYS], 'pk') == KEYS[1] then
-  entity_settle(KEYS[#KEYS], KEYS[1], ARGV[2])
+  entity_rules().settle(KEYS[#KEYS], KEYS[1], ARGV[2])
   return 1
 end
 return deleted

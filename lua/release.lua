@@ -21,10 +21,10 @@ if current and record_owner(current) == ARGV[1]
     and (ARGV[2] ~= '1' or record_state(current) == IN_FLIGHT) then
   redis.call('DEL', KEYS[1])
   if ARGV[4] == '1' then
-    probe_forget(KEYS[2], KEYS[3], KEYS[1])
+    probe_rules().forget(KEYS[2], KEYS[3], KEYS[1])
   end
   if ARGV[3] and ARGV[3] ~= '' then
-    entity_settle(KEYS[#KEYS], KEYS[1], ARGV[3])
+    entity_rules().settle(KEYS[#KEYS], KEYS[1], ARGV[3])
   end
   return 1
 end

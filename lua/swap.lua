@@ -34,7 +34,7 @@ if not current then
 end
 if record_owner(current) == ARGV[1] then
   if ARGV[7] == 'take' then
-    local verdict = entity_take(KEYS[3], KEYS[1])
+    local verdict = entity_rules().take(KEYS[3], KEYS[1])
     if verdict then
       return verdict
     end
@@ -46,7 +46,7 @@ if record_owner(current) == ARGV[1] then
     redis.call('SREM', KEYS[2], ARGV[4])
   end
   if ARGV[6] then
-    entity_settle(KEYS[3], KEYS[1], ARGV[6])
+    entity_rules().settle(KEYS[3], KEYS[1], ARGV[6])
   end
   return 1
 end

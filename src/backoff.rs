@@ -16,7 +16,11 @@
 //!
 //! Each backoff draws from its own small generator seeded from the
 //! operating system, so two retry loops (in one process or in two) never
-//! share a schedule; tests seed it to pin one. The schedule is kept apart
+//! share a schedule; tests seed it to pin one. The seed is read at the
+//! first draw, not when the backoff is made: a claim makes one for every
+//! request and almost never pauses twice, and a `getrandom` call per
+//! request was measurable (bench/RESULTS.md, "Back what the features
+//! cost"). The schedule is kept apart
 //! from the store calls so it can be pinned by tests of its own.
 
 use std::time::Duration;
@@ -29,25 +33,30 @@ pub(crate) struct Backoff {
     max: Duration,
     /// The previous pause; `None` before the first.
     last: Option<Duration>,
-    draws: SplitMix,
+    /// The generator; `None` until the first draw (the first pause draws
+    /// nothing).
+    draws: Option<SplitMix>,
 }
 
 impl Backoff {
     /// Starts at `first`; no pause is shorter than `first` (unless `max`
-    /// is) nor longer than `max`. Seeded from the operating system.
+    /// is) nor longer than `max`. Seeded from the operating system at its
+    /// first draw.
     pub(crate) fn new(first: Duration, max: Duration) -> Self {
-        // A failed read of the random source still gives a working,
-        // merely less independent, schedule.
-        Self::seeded(first, max, getrandom::u64().unwrap_or(0x1de9_6a7e))
-    }
-
-    /// [`Backoff::new`] with a chosen seed: the same seed, the same pauses.
-    pub(crate) fn seeded(first: Duration, max: Duration, seed: u64) -> Self {
         Self {
             first,
             max,
             last: None,
-            draws: SplitMix(seed),
+            draws: None,
+        }
+    }
+
+    /// [`Backoff::new`] with a chosen seed: the same seed, the same pauses.
+    #[cfg(test)]
+    pub(crate) fn seeded(first: Duration, max: Duration, seed: u64) -> Self {
+        Self {
+            draws: Some(SplitMix(seed)),
+            ..Self::new(first, max)
         }
     }
 
@@ -60,7 +69,12 @@ impl Backoff {
             None => floor,
             Some(last) => {
                 let top = last.saturating_mul(3).min(self.max).max(floor);
-                floor + (top - floor).mul_f64(self.draws.unit())
+                // A failed read of the random source still gives a
+                // working, merely less independent, schedule.
+                let draws = self
+                    .draws
+                    .get_or_insert_with(|| SplitMix(getrandom::u64().unwrap_or(0x1de9_6a7e)));
+                floor + (top - floor).mul_f64(draws.unit())
             }
         };
         self.last = Some(pause);
@@ -149,6 +163,16 @@ mod tests {
         let a: Vec<_> = (0..8).map(|_| a.next_pause()).collect();
         let b: Vec<_> = (0..8).map(|_| b.next_pause()).collect();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_random_source_is_read_at_the_first_draw_not_before() {
+        let mut backoff = Backoff::new(ms(50), ms(1_000));
+        assert!(backoff.draws.is_none());
+        assert_eq!(backoff.next_pause(), ms(50));
+        assert!(backoff.draws.is_none(), "the first pause draws nothing");
+        backoff.next_pause();
+        assert!(backoff.draws.is_some());
     }
 
     #[test]

@@ -245,10 +245,24 @@ pub struct Authenticity {
     /// Index into the route's `secrets` of the secret that verified
     /// (`None` for `scheme = "none"`). Logged and counted, never the secret.
     pub secret_index: Option<usize>,
-    /// The event id the signature covers, where the scheme signs one
-    /// (standard-webhooks) or the preset derives one from signed fields
-    /// ([`signed_id`]); the preset's default idempotency key.
-    pub signed_id: Option<Bytes>,
+    /// The event id the signature covers: read it with
+    /// [`Authenticity::signed_id`].
+    event: SignedEvent,
+}
+
+/// Where a verified request's event id comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum SignedEvent {
+    /// The scheme establishes none.
+    #[default]
+    None,
+    /// Signed as is (standard-webhooks), or derived from signed fields
+    /// ([`signed_id`]), or absent from a request that lacks those fields.
+    Id(Option<Bytes>),
+    /// The signed body itself ([`body_id`]): hashed only when a key asks
+    /// for it, so a route keyed on something else does not hash its body
+    /// a second time.
+    Body,
 }
 
 impl Authenticity {
@@ -256,16 +270,37 @@ impl Authenticity {
     pub fn by_secret(index: usize) -> Self {
         Self {
             secret_index: Some(index),
-            signed_id: None,
+            event: SignedEvent::None,
         }
     }
 
     /// Verified by the key at `index`, with the event id derived from the
-    /// signed fields.
+    /// signed fields (or signed as is).
     pub fn with_signed_id(index: usize, signed_id: Option<Bytes>) -> Self {
         Self {
             secret_index: Some(index),
-            signed_id,
+            event: SignedEvent::Id(signed_id),
+        }
+    }
+
+    /// Verified by the key at `index`, a scheme that signs the body and
+    /// nothing else (GitHub, Shopify): the event id is the body's.
+    pub fn with_signed_body(index: usize) -> Self {
+        Self {
+            secret_index: Some(index),
+            event: SignedEvent::Body,
+        }
+    }
+
+    /// The event id the signature covers, where the scheme signs one
+    /// (standard-webhooks) or the preset derives one from signed content
+    /// ([`signed_id`], [`body_id`] of `body`, the body this verified); the
+    /// preset's default idempotency key.
+    pub fn signed_id(&self, body: &[u8]) -> Option<Bytes> {
+        match &self.event {
+            SignedEvent::None => None,
+            SignedEvent::Id(id) => id.clone(),
+            SignedEvent::Body => body_id(body),
         }
     }
 }

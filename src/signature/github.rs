@@ -10,7 +10,7 @@
 //! default key: a redelivery (same body, same delivery id) is a replay,
 //! and two events with byte-identical bodies are one delivery.
 
-use super::{Authenticity, Preset, SignatureEncoding, body_id, preset_signature, single_header};
+use super::{Authenticity, Preset, SignatureEncoding, preset_signature, single_header};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -23,5 +23,5 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
         .ok_or(Rejection::SignatureInvalid)?;
     let message: [&[u8]; 1] = [&request.body];
     let index = preset_signature(preset, &message, &[signature], SignatureEncoding::LowerHex)?;
-    Ok(Authenticity::with_signed_id(index, body_id(&request.body)))
+    Ok(Authenticity::with_signed_body(index))
 }

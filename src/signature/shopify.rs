@@ -12,7 +12,7 @@
 //! key: a retry (same body, same webhook id) is a replay, and two
 //! webhooks with byte-identical bodies are one delivery.
 
-use super::{Authenticity, Preset, SignatureEncoding, body_id, preset_signature, single_header};
+use super::{Authenticity, Preset, SignatureEncoding, preset_signature, single_header};
 use crate::error::Rejection;
 use crate::extract::Inbound;
 
@@ -35,5 +35,5 @@ pub fn verify(preset: &Preset, request: &Inbound) -> Result<Authenticity, Reject
     }
     let message: [&[u8]; 1] = [&request.body];
     let index = preset_signature(preset, &message, &[signature], SignatureEncoding::Base64)?;
-    Ok(Authenticity::with_signed_id(index, body_id(&request.body)))
+    Ok(Authenticity::with_signed_body(index))
 }

@@ -52,10 +52,10 @@ pub fn verify(preset: &Preset, request: &Inbound, now_ms: u64) -> Result<Authent
     let message: [&[u8]; 5] = [id, b".", timestamp_text.as_bytes(), b".", &request.body];
     let index = preset_signature(preset, &message, &candidates, SignatureEncoding::Base64)?;
     preset_window(preset, timestamp, Direction::Both, now_ms)?;
-    Ok(Authenticity {
-        secret_index: Some(index),
-        signed_id: Some(Bytes::copy_from_slice(id)),
-    })
+    Ok(Authenticity::with_signed_id(
+        index,
+        Some(Bytes::copy_from_slice(id)),
+    ))
 }
 
 #[cfg(test)]

@@ -294,10 +294,18 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         let span = self.spans.span("EVALSHA", Some(script.name));
-        let sent_to = self
-            .shards
-            .as_ref()
-            .and_then(|shards| shards.owner_of(slots::slot_of(key.as_str())));
+        let Some(shards) = self.shards.as_deref() else {
+            // A single server: no redirect or slot migration to follow, so
+            // nothing is kept for a second try.
+            let result = script
+                .evalsha_with_reload::<Value, _, _>(client, keys, args)
+                .instrument(span.clone())
+                .await
+                .map_err(|e| classify(&e));
+            span::ended(&span, &result);
+            return result;
+        };
+        let sent_to = shards.owner_of(slots::slot_of(key.as_str()));
         let mut result = script
             .evalsha_with_reload::<Value, _, _>(client, keys.clone(), args.clone())
             .instrument(span.clone())
@@ -313,8 +321,7 @@ impl RedisStore {
         }
         if let Err(error) = result {
             result = if migrating::is_migrating(&error) {
-                let shards = self.shards.as_deref();
-                migrating::follow(shards, client, script, (keys, args), error)
+                migrating::follow(Some(shards), client, script, (keys, args), error)
                     .instrument(span.clone())
                     .await
             } else {

@@ -327,9 +327,10 @@ fn event_key(vector: &PaymentVector) -> Vec<u8> {
         return body["id"].as_str().unwrap().as_bytes().to_vec();
     }
     let scheme = scheme_with(vector, &[right_credential(vector)], &options(vector));
-    check(&scheme, &Delivery::of(vector), now_of(vector))
+    let delivery = Delivery::of(vector);
+    check(&scheme, &delivery, now_of(vector))
         .unwrap()
-        .signed_id
+        .signed_id(delivery.body.as_bytes())
         .unwrap_or_else(|| panic!("{}: a signed event id", vector.name))
         .to_vec()
 }

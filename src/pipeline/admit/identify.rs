@@ -148,9 +148,8 @@ fn key_digest(verified: &Verified, route: &Route) -> Result<Option<KeyDigest>, R
             KeyPart::Value(selector) => request.value(selector)?,
             KeyPart::SignedId => verified
                 .authenticity()
-                .signed_id
-                .as_deref()
-                .map(Cow::Borrowed),
+                .signed_id(&request.body)
+                .map(|id| Cow::Owned(id.to_vec())),
         };
         let Some(raw) = raw else {
             if route.idempotency.require_key {

@@ -119,14 +119,12 @@ pub fn body_overrides(headers: &HeaderMap, body: &[u8]) -> BodyOverride {
 }
 
 /// Whether `body` holds `_method` in any case (run on every routed JSON or
-/// form body, so it looks only where a `_` is).
+/// form body, so it looks only where a `_` is, found by SIMD search).
 fn mentions(body: &[u8]) -> bool {
     let rest = &METHOD_PARAMETER.as_bytes()[1..];
-    body.iter().enumerate().any(|(at, byte)| {
-        *byte == b'_'
-            && body
-                .get(at + 1..at + METHOD_PARAMETER.len())
-                .is_some_and(|next| next.eq_ignore_ascii_case(rest))
+    memchr::memchr_iter(b'_', body).any(|at| {
+        body.get(at + 1..at + METHOD_PARAMETER.len())
+            .is_some_and(|next| next.eq_ignore_ascii_case(rest))
     })
 }
 

@@ -45,7 +45,7 @@ use std::fmt::Write as _;
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, Method};
 
 use crate::config::{Config, Route, Unmatched};
 use crate::path::{LooseText, canonical_path, canonical_prefix, fold, is_plain, loose_text};
@@ -54,10 +54,11 @@ use crate::pipeline::admit::parameters::{self, BodyOverride};
 /// Headers that frameworks (Rails, Laravel, ASP.NET, Express's
 /// method-override) read as the "real" method of a request: a request
 /// carrying one that names a protected method is not passed through.
-pub const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
+/// Parsed names, so looking them up on every request does not parse them.
+pub const METHOD_OVERRIDE_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static("x-http-method-override"),
+    HeaderName::from_static("x-http-method"),
+    HeaderName::from_static("x-method-override"),
 ];
 
 /// The request as a protected route sees it: what the fingerprint's
@@ -226,13 +227,14 @@ impl<R: Clone> Router<R> {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Selection<R>> {
-        let from_body = parameters::body_overrides(headers, body);
-        let mut overrides = method_overrides(headers, query);
-        match from_body {
+        // The body first: without a `_method` field the selection stands,
+        // and the headers are not looked at a second time.
+        let mut overrides: Vec<Cow<'_, str>> = match parameters::body_overrides(headers, body) {
             BodyOverride::None => return None,
-            BodyOverride::Methods(methods) => overrides.extend(methods.into_iter().map(Cow::Owned)),
-            BodyOverride::Any => overrides.extend(self.all_methods()),
-        }
+            BodyOverride::Methods(methods) => methods.into_iter().map(Cow::Owned).collect(),
+            BodyOverride::Any => self.all_methods().collect(),
+        };
+        overrides.extend(method_overrides(headers, query));
         Some(self.decide(method, path, &overrides))
     }
 
@@ -323,7 +325,7 @@ impl<R: Clone> Router<R> {
 fn method_overrides<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Vec<Cow<'a, str>> {
     let mut overrides: Vec<Cow<'a, str>> = METHOD_OVERRIDE_HEADERS
         .iter()
-        .flat_map(|name| headers.get_all(*name))
+        .flat_map(|name| headers.get_all(name))
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .map(str::trim)

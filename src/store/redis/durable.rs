@@ -29,12 +29,14 @@ impl RedisStore {
         client: &Client,
         key: &StoreKey,
     ) -> Result<Result<(), String>, StoreError> {
-        let slot = fred::util::redis_keyslot(key.as_str().as_bytes());
+        // Only a WAIT or WAITAOF needs the slot: the common reply-only
+        // write does not hash its key.
+        let slot = || fred::util::redis_keyslot(key.as_str().as_bytes());
         match self.confirmation.confirm() {
             Confirm::Reply | Confirm::FsyncedReply => {}
             Confirm::WaitAof => {
                 let reply = self
-                    .wait_command(client, "WAITAOF", slot, [1, 0], FSYNC_TIMEOUT)
+                    .wait_command(client, "WAITAOF", slot(), [1, 0], FSYNC_TIMEOUT)
                     .await?;
                 let local = reply.into_array().first().and_then(Value::as_i64);
                 if local.unwrap_or(0) < 1 {
@@ -55,7 +57,7 @@ impl RedisStore {
         };
         let replicas = i64::from(ack.replicas);
         let reply = self
-            .wait_command(client, "WAIT", slot, [replicas], ack.timeout)
+            .wait_command(client, "WAIT", slot(), [replicas], ack.timeout)
             .await?;
         let acknowledged = reply.as_i64().unwrap_or(0);
         if acknowledged < replicas {

@@ -225,3 +225,28 @@ fn hmac_takes_the_query_parameters_its_message_signs() {
         Ok(())
     );
 }
+
+#[test]
+fn a_body_mentions_method_in_any_case_anywhere_but_not_in_part() {
+    let long = [&b"x"[..]; 60].concat();
+    for (body, mentioned) in [
+        (&b"_method"[..], true),
+        (b"x_METHOD", true),
+        (b"__MeThOd=", true),
+        (b"a_b_c_method", true),
+        (b"_metho_method", true),
+        (b"", false),
+        (b"_", false),
+        (b"_metho", false),
+        (b"method", false),
+        (b"_ method", false),
+        (&[&long[..], b"_metho"].concat(), false),
+    ] {
+        assert_eq!(
+            mentions(body),
+            mentioned,
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
