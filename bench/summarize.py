@@ -51,7 +51,8 @@ KEPT_SECTIONS = ("## Optimisations", "## Stage micro-benchmarks", "## HTTP/2 bod
                  "## A probe plan kept with every claim (`[route.probe]`)",
                  "## Durability: the cost of fsync and WAITAOF per first delivery",
                  "## Scripts that declare the pending change (`bench/ab --entity`)",
-                 "## Scale curve (`bench/scale`)")
+                 "## Scale curve (`bench/scale`)",
+                 "## What the features cost, and what was won back (`bench/ab --legacy-a`)")
 
 
 def main():
