@@ -21,7 +21,7 @@
 -- them by their names without the entity_ prefix: a script that does not
 -- touch an entity this time (complete.lua on a route without one) then
 -- makes one closure instead of a dozen, which measured about 1.3 µs of
--- Redis CPU per call (bench/RESULTS.md, "Back what the features cost").
+-- Redis CPU per call (bench/RESULTS.md, "What the features cost").
 local function entity_rules()
   local ENTITY_HISTORY = 16
   local ENTITY_EVENTS = 64

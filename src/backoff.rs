@@ -19,7 +19,7 @@
 //! share a schedule; tests seed it to pin one. The seed is read at the
 //! first draw, not when the backoff is made: a claim makes one for every
 //! request and almost never pauses twice, and a `getrandom` call per
-//! request was measurable (bench/RESULTS.md, "Back what the features
+//! request was measurable (bench/RESULTS.md, "What the features
 //! cost"). The schedule is kept apart
 //! from the store calls so it can be pinned by tests of its own.
 
