@@ -20,7 +20,7 @@
 //! `IDEMGATE_MODEL_CASES` sets the histories per store (default 8),
 //! `IDEMGATE_MODEL_SEED` replays one seed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idemgate::record::{
     Fingerprint, OwnerMint, OwnerToken, Record, RecordState, StoredBody, StoredResponse,
@@ -100,6 +100,8 @@ struct Call {
     key: usize,
     owner: OwnerToken,
     applies: Applies,
+    /// When its last renewal was sent (the lease runs from a moment after).
+    renewed: Instant,
 }
 
 struct Run<'a, S> {
@@ -109,6 +111,10 @@ struct Run<'a, S> {
     /// How many times the handler applied each key.
     applied: [u32; KEYS],
     calls: Vec<Call>,
+    /// Claims a probe took from an owner the model held live, after that
+    /// owner had not renewed for a whole lease: a machine too loaded for
+    /// the model's timing (see `Run::taken_from`).
+    stalled: u32,
 }
 
 /// The fingerprint of key `key`'s deliveries (copies are the same).
@@ -178,6 +184,7 @@ impl<S: Store + ProbeOps> Run<'_, S> {
                 key,
                 owner,
                 applies,
+                renewed: Instant::now(),
             });
         }
     }
@@ -213,15 +220,42 @@ impl<S: Store + ProbeOps> Run<'_, S> {
         }
     }
 
-    /// Live owners renew their claims.
-    async fn renew(&self) {
-        for call in &self.calls {
-            let key = self.key(call.key);
-            self.store
-                .renew(&key, call.owner, LEASE + HOLD)
-                .await
-                .unwrap();
+    /// Live owners renew their claims (of `only` that key, if given).
+    async fn renew_of(&mut self, only: Option<usize>) {
+        for index in 0..self.calls.len() {
+            let call = &self.calls[index];
+            if only.is_some_and(|key| key != call.key) {
+                continue;
+            }
+            let (key, owner) = (self.key(call.key), call.owner);
+            let sent = Instant::now();
+            self.store.renew(&key, owner, LEASE + HOLD).await.unwrap();
+            self.calls[index].renewed = sent;
         }
+    }
+
+    async fn renew(&mut self) {
+        self.renew_of(None).await;
+    }
+
+    /// A probe took `key`'s claim: from no live owner, as the promise
+    /// wants, or from one that had not renewed for a whole lease (its
+    /// renewal was slower than the lease on a loaded machine). That owner
+    /// counts as dead from now, as the real one's call is over by the time
+    /// a probe may start (contract rule 5); one taken within its lease is
+    /// the bug this model looks for.
+    fn taken_from(&mut self, key: usize) {
+        let Some(index) = self.calls.iter().position(|call| call.key == key) else {
+            return;
+        };
+        let since = self.calls[index].renewed.elapsed();
+        assert!(
+            since >= LEASE,
+            "case {}: a probe took key {key}'s claim from a live owner {since:?} after it renewed",
+            self.case
+        );
+        self.calls.remove(index);
+        self.stalled += 1;
     }
 
     /// Time passes (live owners renewed just before).
@@ -242,6 +276,9 @@ impl<S: Store + ProbeOps> Run<'_, S> {
             };
             let taker = self.mint.next();
             let store_key = self.key(key);
+            // A live owner renews every third of its lease; here, right
+            // before the look, so the model's timing holds on a slow disk.
+            self.renew_of(Some(key)).await;
             let Some((record, _, plan)) = self
                 .store
                 .probe_take(&store_key, taker, PROBE_LEASE)
@@ -250,6 +287,7 @@ impl<S: Store + ProbeOps> Run<'_, S> {
             else {
                 continue;
             };
+            self.taken_from(key);
             let mut plan = ProbePlan::decode(&plan).unwrap();
             match heard {
                 Heard::TakerDies => {}
@@ -331,7 +369,8 @@ fn never_lets_a_probe_apply_a_key_twice<S: Store + ProbeOps>(
     offset: u64,
 ) {
     let case = std::cell::Cell::new(offset);
-    let started = std::time::Instant::now();
+    let stalled = std::cell::Cell::new(0);
+    let started = Instant::now();
     model_runner(8)
         .run(&proptest::collection::vec(op(), 1..30), |ops| {
             case.set(case.get() + 1);
@@ -342,19 +381,22 @@ fn never_lets_a_probe_apply_a_key_twice<S: Store + ProbeOps>(
                     case: case.get(),
                     applied: [0; KEYS],
                     calls: Vec::new(),
+                    stalled: 0,
                 };
                 for op in ops {
                     run.step(op).await;
                 }
                 run.settle_and_check().await;
+                stalled.set(stalled.get() + run.stalled);
             });
             Ok(())
         })
         .unwrap();
     eprintln!(
-        "probe model: {} histories in {:.1}s",
+        "probe model: {} histories in {:.1}s ({} claim(s) taken from an owner that had not renewed for a lease)",
         case.get() - offset,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        stalled.get()
     );
 }
 
