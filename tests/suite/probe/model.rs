@@ -17,6 +17,13 @@
 //! that took a live owner's claim, or a release that outran a late apply,
 //! breaks the first; a lost or forgotten plan breaks the second.
 //!
+//! Time is real: a live owner renews before every step and right before a
+//! probe looks at its key. When even that renewal took longer than a lease
+//! (a loaded machine), a probe may take the claim as the promise allows; the
+//! model then counts that owner as dead from that moment, as a real call is
+//! over by the time a probe may start, and says how often it happened. A
+//! claim taken within its owner's lease fails the test.
+//!
 //! `IDEMGATE_MODEL_CASES` sets the histories per store (default 8),
 //! `IDEMGATE_MODEL_SEED` replays one seed.
 
