@@ -8,13 +8,15 @@ targets). The burst (bench/burst, one line per proxy in burst.tsv) shows
 what each does with many copies of one new delivery at the same instant.
 """
 
+from rounds import fmt
+
 # idemgate against the peer: the bars of docs/performance.md.
 FIRST_BAR = 2.0
 REPLAY_BAR = 3.0
 
 
-def fmt(value, digits=2, suffix="×"):
-    return "—" if value is None else f"{value:,.{digits}f}{suffix}"
+def ratio(value):
+    return fmt(value, 2, "×")
 
 
 def targets(first, replay, target):
@@ -27,12 +29,12 @@ def targets(first, replay, target):
     return [
         (f"against idempotent-proxy-server (same Redis, backend and load; paired): first deliveries "
          f"≥ {FIRST_BAR:g}× its req/s",
-         *target(first_ok, f"{fmt(first.get('ratio_peer'))} its req/s; idemgate CPU per request "
-                           f"{fmt(first.get('cpu_peer'))} its CPU; paired Δp99 "
+         *target(first_ok, f"{ratio(first.get('ratio_peer'))} its req/s; idemgate CPU per request "
+                           f"{ratio(first.get('cpu_peer'))} its CPU; paired Δp99 "
                            f"{'—' if first.get('dp99_peer') is None else format(first['dp99_peer'], '+.2f')} ms")),
         (f"against idempotent-proxy-server: replays ≥ {REPLAY_BAR:g}× its req/s",
-         *target(replay_ok, f"{fmt(replay.get('ratio_peer'))} its req/s; idemgate CPU per request "
-                            f"{fmt(replay.get('cpu_peer'))} its CPU")),
+         *target(replay_ok, f"{ratio(replay.get('ratio_peer'))} its req/s; idemgate CPU per request "
+                            f"{ratio(replay.get('cpu_peer'))} its CPU")),
     ]
 
 
@@ -66,9 +68,9 @@ def section(meta, summary, burst_text):
             f"(`URL_HOOK`, requests for `/URL_HOOK`), `TOKIO_WORKER_THREADS` = idemgate's worker_threads, "
             f"`REQUEST_TIMEOUT=60000` (its answer's lifetime in Redis is its request timeout, so a primed key "
             f"outlives a round); the key in `Idempotency-Key`. It verifies no signature. Paired by round: "
-            f"idemgate first deliveries {fmt(first.get('ratio_peer'))} its req/s at "
-            f"{fmt(first.get('cpu_peer'))} its CPU per request; replays {fmt(replay.get('ratio_peer'))} "
-            f"at {fmt(replay.get('cpu_peer'))}.",
+            f"idemgate first deliveries {ratio(first.get('ratio_peer'))} its req/s at "
+            f"{ratio(first.get('cpu_peer'))} its CPU per request; replays {ratio(replay.get('ratio_peer'))} "
+            f"at {ratio(replay.get('cpu_peer'))}.",
             "",
         ]
     if rows:

@@ -1,5 +1,6 @@
 """bench/rounds.py — bench/run's raw files, read: rounds.tsv rows as Round
-objects (per-request figures derived once), meta.env, command counts.
+objects (per-request figures derived once), meta.env, command counts; and
+how a figure is written in the report (fmt).
 
 Used by bench/summarize.py, which pairs and reports them.
 """
@@ -86,3 +87,10 @@ class Round:
         self.uncounted = self.commands.get("evalsha", 0) - expected if self.is_gate else 0
         self.hwm_kb = int(row["hwm_kb"] or 0)
         self.rss_kb = int(row["rss_kb"] or 0)
+
+
+def fmt(value, digits=1, suffix=""):
+    """A figure for the report: "—" when it was not measured."""
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{suffix}"

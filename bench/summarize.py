@@ -29,18 +29,12 @@ import statistics
 import sys
 
 import peer_report
-from rounds import MIB, Round, load_env, load_tsv, parse_commands, read_optional
+from rounds import MIB, Round, fmt, load_env, load_tsv, parse_commands, read_optional
 
 
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
-
-
-def fmt(value, digits=1, suffix=""):
-    if value is None:
-        return "—"
-    return f"{value:,.{digits}f}{suffix}"
 
 
 # Sections of RESULTS.md written by hand and carried over by every run.

@@ -251,13 +251,11 @@ pub struct Authenticity {
 }
 
 /// Where a verified request's event id comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum SignedEvent {
-    /// The scheme establishes none.
-    #[default]
-    None,
     /// Signed as is (standard-webhooks), or derived from signed fields
-    /// ([`signed_id`]), or absent from a request that lacks those fields.
+    /// ([`signed_id`]); `None` where the scheme establishes none or the
+    /// request lacks those fields.
     Id(Option<Bytes>),
     /// The signed body itself ([`body_id`]): hashed only when a key asks
     /// for it, so a route keyed on something else does not hash its body
@@ -265,12 +263,18 @@ enum SignedEvent {
     Body,
 }
 
+impl Default for SignedEvent {
+    fn default() -> Self {
+        Self::Id(None)
+    }
+}
+
 impl Authenticity {
     /// Verified by the secret at `index`.
     pub fn by_secret(index: usize) -> Self {
         Self {
             secret_index: Some(index),
-            event: SignedEvent::None,
+            event: SignedEvent::default(),
         }
     }
 
@@ -298,7 +302,6 @@ impl Authenticity {
     /// preset's default idempotency key.
     pub fn signed_id(&self, body: &[u8]) -> Option<Bytes> {
         match &self.event {
-            SignedEvent::None => None,
             SignedEvent::Id(id) => id.clone(),
             SignedEvent::Body => body_id(body),
         }

@@ -294,21 +294,39 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         let span = self.spans.span("EVALSHA", Some(script.name));
-        let Some(shards) = self.shards.as_deref() else {
+        let result = match self.shards.as_deref() {
             // A single server: no redirect or slot migration to follow, so
             // nothing is kept for a second try.
-            let result = script
-                .evalsha_with_reload::<Value, _, _>(client, keys, args)
-                .instrument(span.clone())
-                .await
-                .map_err(|e| classify(&e));
-            span::ended(&span, &result);
-            return result;
+            None => {
+                script
+                    .evalsha_with_reload::<Value, _, _>(client, keys, args)
+                    .instrument(span.clone())
+                    .await
+            }
+            Some(shards) => {
+                self.eval_on_cluster(shards, client, (script, key), (keys, args))
+                    .instrument(span.clone())
+                    .await
+            }
         };
+        let result = result.map_err(|e| classify(&e));
+        span::ended(&span, &result);
+        result
+    }
+
+    /// `script` on a Cluster: a `MOVED` reply re-reads the slot map and
+    /// retries once on the new owner, and a slot being migrated is
+    /// followed (`migrating`); `client` then names who took the write.
+    async fn eval_on_cluster(
+        &self,
+        shards: &shards::Shards,
+        client: &mut Client,
+        (script, key): (&Named, &StoreKey),
+        (keys, args): (Vec<String>, Vec<Value>),
+    ) -> Result<Value, FredError> {
         let sent_to = shards.owner_of(slots::slot_of(key.as_str()));
         let mut result = script
             .evalsha_with_reload::<Value, _, _>(client, keys.clone(), args.clone())
-            .instrument(span.clone())
             .await;
         if let Err(error) = &result
             && let Some(home) = self.new_home(script, key.as_str(), sent_to, error).await
@@ -316,21 +334,14 @@ impl RedisStore {
             *client = home;
             result = script
                 .evalsha_with_reload(client, keys.clone(), args.clone())
-                .instrument(span.clone())
                 .await;
         }
-        if let Err(error) = result {
-            result = if migrating::is_migrating(&error) {
-                migrating::follow(Some(shards), client, script, (keys, args), error)
-                    .instrument(span.clone())
-                    .await
-            } else {
-                Err(error)
-            };
+        match result {
+            Err(error) if migrating::is_migrating(&error) => {
+                migrating::follow(shards, client, script, (keys, args), error).await
+            }
+            done => done,
         }
-        let result = result.map_err(|e| classify(&e));
-        span::ended(&span, &result);
-        result
     }
 
     async fn eval_flag(

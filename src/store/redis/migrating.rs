@@ -57,7 +57,7 @@ pub(super) fn is_migrating(error: &FredError) -> bool {
 /// client that took the write, so a `WAIT` after it follows the same
 /// connection.
 pub(super) async fn follow(
-    shards: Option<&Shards>,
+    shards: &Shards,
     client: &mut Client,
     script: &Named,
     (keys, args): (Vec<String>, Vec<Value>),
@@ -68,7 +68,7 @@ pub(super) async fn follow(
     for _ in 1..ATTEMPTS {
         let result = match redirect(&error) {
             Some(Redirect::Ask(server)) => {
-                let Some(pool) = shards.and_then(|shards| shards.pool_at(&server)) else {
+                let Some(pool) = shards.pool_at(&server) else {
                     return Err(error);
                 };
                 *client = pool.next_connected().clone();
