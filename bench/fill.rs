@@ -11,9 +11,13 @@
 //! writes a completed answer (`Store::complete` on a free key, one call a
 //! record, up to [`IN_FLIGHT`] at once, so the embedded store's group
 //! commit and Redis's pipelining both see a busy proxy's traffic). The
-//! keys are those of route scope `pay` under prefix `idemgate`, hashes
-//! that no request would ever make (`fill` spelled into them), kept for 7
-//! days. `ANSWER` is `alipay` (the 7-byte `success` acknowledgement,
+//! keys are those of route scope `pay` under prefix `idemgate`, kept for 7
+//! days: by default hashes that no request would ever make (`f111` first);
+//! with `FILL_DELIVERIES=PREFIX` and `FILL_BODY=FILE`, the records of the
+//! deliveries `PREFIX-1` … `PREFIX-COUNT` (the id in `X-GitHub-Delivery`,
+//! the body in `FILE`) as `bench/scale`'s route keys and fingerprints them
+//! (key `["header:X-GitHub-Delivery"]`, fingerprint `["body"]`), so a
+//! request can replay any of them. `ANSWER` is `alipay` (the 7-byte `success` acknowledgement,
 //! `text/plain`: the smallest real answer) or `github` (a 22-byte JSON
 //! body and three headers); default `alipay`. The fill stops at `COUNT`
 //! records or after `SECONDS` (default 900), whichever comes first, and
@@ -23,9 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use idemgate::pipeline::admit::identify::hash_key_parts;
 use idemgate::record::{Fingerprint, OwnerMint, Record, RecordState, StoredBody, StoredResponse};
 use idemgate::store::entity::EntityEffect;
 use idemgate::store::{Store, StoreKey};
+use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -62,16 +68,79 @@ fn answer(kind: &str) -> StoredResponse {
     }
 }
 
-/// The `n`th record's key: 64 hex digits, `f111` first so no request's
-/// SHA-256 is likely to meet it.
-fn key(n: u64) -> StoreKey {
-    StoreKey::new("idemgate", "pay", &format!("f111{n:060x}"))
+/// Which records the fill writes: their keys and their fingerprint.
+enum Shape {
+    /// Keys no request makes: 64 hex digits, `f111` first so no
+    /// request's SHA-256 is likely to meet them.
+    Unreachable,
+    /// The records of deliveries `{prefix}-{n}`, all with one body.
+    Deliveries {
+        prefix: String,
+        fingerprint: Fingerprint,
+    },
+}
+
+impl Shape {
+    /// From `FILL_DELIVERIES` and `FILL_BODY`.
+    fn from_env() -> Self {
+        let Ok(prefix) = std::env::var("FILL_DELIVERIES") else {
+            return Self::Unreachable;
+        };
+        let path = std::env::var("FILL_BODY").expect("FILL_DELIVERIES needs FILL_BODY");
+        let body = std::fs::read(&path).expect("read FILL_BODY");
+        Self::Deliveries {
+            prefix,
+            fingerprint: body_fingerprint(&body),
+        }
+    }
+
+    /// The `n`th record's key (from 0).
+    fn key(&self, n: u64) -> StoreKey {
+        let hash = match self {
+            Self::Unreachable => format!("f111{n:060x}"),
+            Self::Deliveries { prefix, .. } => {
+                let id = format!("{prefix}-{}", n + 1);
+                hex(&hash_key_parts([id.as_bytes()]))
+            }
+        };
+        StoreKey::new("idemgate", "pay", &hash)
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Self::Unreachable => Fingerprint([7; 32]),
+            Self::Deliveries { fingerprint, .. } => *fingerprint,
+        }
+    }
+}
+
+/// The fingerprint a route with `fingerprint = ["body"]` (and no
+/// `fingerprint_ignore`) gives `body`: SHA-256 over the part's tag `B`,
+/// its length and the body's SHA-256, as
+/// `pipeline::admit::identify::fingerprint` writes it. Should that layout
+/// change, `bench/scale`'s spread rounds answer 422 and the run fails.
+fn body_fingerprint(body: &[u8]) -> Fingerprint {
+    let body_digest = Sha256::digest(body);
+    let mut hasher = Sha256::new();
+    hasher.update([b'B']);
+    hasher.update((body_digest.len() as u64).to_be_bytes());
+    hasher.update(body_digest);
+    Fingerprint(hasher.finalize().into())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 async fn fill<S: Store + Send + Sync + 'static>(
     store: Arc<S>,
     count: u64,
     answer: StoredResponse,
+    shape: &Shape,
     budget: Duration,
 ) -> u64 {
     let started = Instant::now();
@@ -81,10 +150,10 @@ async fn fill<S: Store + Send + Sync + 'static>(
     let mut sent = 0;
     while sent < count && started.elapsed() < budget {
         let permit = Arc::clone(&permits).acquire_owned().await.expect("open");
-        let record = Record::in_flight(mint.next(), Fingerprint([7; 32]), None)
+        let record = Record::in_flight(mint.next(), shape.fingerprint(), None)
             .with_state(RecordState::Completed(answer.clone()));
         let store = Arc::clone(&store);
-        let key = key(sent);
+        let key = shape.key(sent);
         writes.spawn(async move {
             let written = store
                 .complete(&key, record.owner, &record, KEPT, EntityEffect::Keep)
@@ -117,6 +186,7 @@ fn main() {
     let count: u64 = count.parse().expect("COUNT is a whole number");
     let answer = answer(args.get(3).map_or("alipay", String::as_str));
     let budget = Duration::from_secs(args.get(4).map_or(900, |s| s.parse().expect("SECONDS")));
+    let shape = Shape::from_env();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         match kind.as_str() {
@@ -124,7 +194,7 @@ fn main() {
                 let store =
                     idemgate::store::embedded::EmbeddedStore::open(std::path::Path::new(place))
                         .expect("open the embedded store");
-                fill(Arc::new(store), count, answer, budget).await;
+                fill(Arc::new(store), count, answer, &shape, budget).await;
             }
             "redis" => {
                 let store = idemgate::store::redis::RedisStore::connect(
@@ -135,7 +205,7 @@ fn main() {
                 )
                 .await
                 .expect("connect to redis");
-                fill(Arc::new(store), count, answer, budget).await;
+                fill(Arc::new(store), count, answer, &shape, budget).await;
             }
             _ => {
                 eprintln!("{usage}");
