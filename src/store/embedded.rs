@@ -221,7 +221,7 @@ impl EmbeddedStore {
     }
 
     /// [`Store::lookup`] on the calling thread, not the blocking pool: the
-    /// read before every claim. It descends the records B-tree through
+    /// read before every claim, and every replay cache fill. It descends the records B-tree through
     /// pages redb keeps in its cache (the branch pages every lookup shares
     /// stay there), which takes microseconds, less than the two thread
     /// hand-offs of [`EmbeddedStore::read`] (measured: docs/performance.md,
@@ -505,15 +505,10 @@ impl Store for EmbeddedStore {
     }
 
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
-        let name = key.0.clone();
-        self.read(RECORDS, move |table| {
-            let now = now_ms();
-            Ok(read_entry(table, &name, now)?.map(|entry| Existing {
-                ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
-                record: entry.record,
-            }))
-        })
-        .await
+        // On the calling thread, like the claim's read: the replay cache
+        // fills through here once per key, at the pace of replays, and
+        // must not queue behind the blocking pool (`lookup_here`).
+        self.lookup_here(key)
     }
 
     async fn purge(&self, key: &StoreKey, seen: Option<SeenRecord>) -> Result<Purged, StoreError> {

@@ -97,3 +97,38 @@ async fn swap_of_an_absent_or_expired_record_fails() {
     assert!(store.lookup(&key()).await.unwrap().is_none());
     assert_eq!(store.sweep().await.unwrap(), 1);
 }
+
+/// The replay cache's fills read their records with `lookup`, one per
+/// key, as fast as replays of uncached keys arrive: a lookup that waited
+/// for the blocking pool queued them there (bench/scale's spread rounds:
+/// fills landing seconds late kept evicting the keys being replayed).
+/// With the pool's one thread busy, a lookup still answers.
+#[test]
+fn a_lookup_does_not_wait_for_the_blocking_pool() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("lookup.redb")).unwrap();
+        let claimed = record(1, RecordState::InFlight(Default::default()));
+        store
+            .claim(
+                &key(),
+                claimed.clone(),
+                Duration::from_secs(60),
+                (None, None),
+            )
+            .await
+            .unwrap();
+        let (release, parked) = std::sync::mpsc::channel::<()>();
+        let busy = tokio::task::spawn_blocking(move || parked.recv());
+        let found = tokio::time::timeout(Duration::from_secs(5), store.lookup(&key())).await;
+        release.send(()).unwrap();
+        busy.await.unwrap().unwrap();
+        let found = found.expect("the lookup waited for the blocking pool");
+        assert_eq!(found.unwrap().expect("the claim").record, claimed);
+    });
+}
