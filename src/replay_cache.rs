@@ -13,6 +13,12 @@
 //! recently replayed first out. So the cache can only ever answer with
 //! what the store would have answered.
 //!
+//! Once the cache has had to evict, a fill must pass the doorkeeper: a
+//! key is taken on its second miss within moments, not its first
+//! ([`doorkeeper`]), so replays spread over far more keys than it holds do
+//! not churn it. Admission decides only what is worth a slot; coherence
+//! never rests on it.
+//!
 //! # Staying coherent
 //!
 //! An entry is only ever added by a *fill*: a store read made after a
@@ -45,6 +51,7 @@
 //! the listener above as part of its own upkeep. Its metrics live beside
 //! it (`metrics.rs`).
 
+mod doorkeeper;
 pub(crate) mod metrics;
 
 use std::collections::HashMap;
@@ -54,6 +61,7 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
+use self::doorkeeper::Doorkeeper;
 use self::metrics::{CacheMetrics, Eviction};
 use crate::record::{Record, RecordState, StoredBody};
 
@@ -113,6 +121,11 @@ struct State {
     next_ticket: u64,
     /// Whether invalidations reach us, so fills may land.
     coherent: bool,
+    /// Whether a fill has had to evict since the cache was last emptied:
+    /// from then on a fill must pass the doorkeeper.
+    full: bool,
+    /// Admission to a full cache ([`doorkeeper`]).
+    doorkeeper: Doorkeeper,
 }
 
 #[derive(Debug)]
@@ -147,6 +160,8 @@ impl ReplayCache {
                 fills: HashMap::new(),
                 next_ticket: 0,
                 coherent,
+                full: false,
+                doorkeeper: Doorkeeper::new(capacity / ENTRY_OVERHEAD),
             }),
             capacity,
             metrics: CacheMetrics::new(),
@@ -158,9 +173,7 @@ impl ReplayCache {
         // recency list; dropping everything is always safe for a cache.
         self.state.lock().unwrap_or_else(|poisoned| {
             let mut state = poisoned.into_inner();
-            state.entries.clear();
-            state.bytes = 0;
-            state.fills.clear();
+            Self::clear(&mut state);
             state
         })
     }
@@ -193,10 +206,15 @@ impl ReplayCache {
     }
 
     /// Starts a fill of `key`: `None` while the cache is not coherent,
-    /// while another fill of `key` is out, or if `key` is cached already.
+    /// while another fill of `key` is out, if `key` is cached already, or
+    /// when the cache is full and `key` has not missed recently
+    /// ([`doorkeeper`]).
     pub fn begin_fill(self: &Arc<Self>, key: &str) -> Option<Fill> {
         let mut state = self.state();
         if !state.coherent || state.fills.contains_key(key) || state.entries.contains(key) {
+            return None;
+        }
+        if state.full && !state.doorkeeper.admits(key) {
             return None;
         }
         state.next_ticket += 1;
@@ -249,6 +267,7 @@ impl ReplayCache {
         state.entries.clear();
         state.bytes = 0;
         state.fills.clear();
+        state.full = false;
     }
 
     /// Bytes the entries hold now (for tests and the bytes gauge).
@@ -289,6 +308,7 @@ impl ReplayCache {
             };
             state.bytes -= old.weight;
             evicted += 1;
+            state.full = true;
         }
         state.bytes += weight;
         let bytes = state.bytes;

@@ -227,3 +227,46 @@ async fn a_landed_answer_owns_its_bytes_and_pins_no_reply_buffer() {
         "the cached body shares the reply's buffer"
     );
 }
+
+/// Fills keys 0..=4 of 1,500-byte answers into an 8 KiB cache: the fifth
+/// evicts the first, so the cache is full from then on.
+fn full_cache() -> Arc<ReplayCache> {
+    let cache = coherent(8 * 1024);
+    for n in 0..5 {
+        fill(&cache, &key(n), 1500, secs(60));
+    }
+    assert!(cache.get(&key(0)).is_none(), "the fifth fill evicted");
+    cache
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_full_a_key_is_cached_on_its_second_miss_not_its_first() {
+    let cache = full_cache();
+    assert!(
+        cache.begin_fill(&key(10)).is_none(),
+        "a key's first miss in a full cache evicts nothing"
+    );
+    fill(&cache, &key(10), 1500, secs(60));
+    assert!(cache.get(&key(10)).is_some(), "its second miss fills");
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_replayed_once_each_do_not_wash_a_full_cache_out() {
+    let cache = full_cache();
+    // A sender re-sending a backlog: every key once, none again.
+    for n in 100..10_100 {
+        if let Some(fill) = cache.begin_fill(&key(n)) {
+            fill.land(found(completed(1500), secs(60)));
+        }
+    }
+    let kept = (1..5).filter(|n| cache.get(&key(*n)).is_some()).count();
+    assert_eq!(kept, 4, "the entries replayed before stay");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_empties_the_cache_and_it_fills_on_first_misses_again() {
+    let cache = full_cache();
+    cache.flush(FlushReason::Server);
+    fill(&cache, &key(10), 1500, secs(60));
+    assert!(cache.get(&key(10)).is_some());
+}
