@@ -18,8 +18,10 @@
 //! the body in `FILE`) as `bench/scale`'s route keys and fingerprints them
 //! (key `["header:X-GitHub-Delivery"]`, fingerprint `["body"]`), so a
 //! request can replay any of them. `ANSWER` is `alipay` (the 7-byte `success` acknowledgement,
-//! `text/plain`: the smallest real answer) or `github` (a 22-byte JSON
-//! body and three headers); default `alipay`. The fill stops at `COUNT`
+//! `text/plain`: the smallest real answer), `alipay-ack` (the same answer
+//! as the route's acknowledgement: a route with `[route.inbox]` `ack_*`
+//! keeps it as a 60-byte marker, `src/record/compact.rs`) or `github` (a
+//! 22-byte JSON body and three headers); default `alipay`. The fill stops at `COUNT`
 //! records or after `SECONDS` (default 900), whichever comes first, and
 //! prints one line: `filled N records in S s (R records/s)`.
 
@@ -140,6 +142,7 @@ async fn fill<S: Store + Send + Sync + 'static>(
     store: Arc<S>,
     count: u64,
     answer: StoredResponse,
+    compact: bool,
     shape: &Shape,
     budget: Duration,
 ) -> u64 {
@@ -152,6 +155,11 @@ async fn fill<S: Store + Send + Sync + 'static>(
         let permit = Arc::clone(&permits).acquire_owned().await.expect("open");
         let record = Record::in_flight(mint.next(), shape.fingerprint(), None)
             .with_state(RecordState::Completed(answer.clone()));
+        let record = if compact {
+            record.compacted(Some(&answer))
+        } else {
+            record
+        };
         let store = Arc::clone(&store);
         let key = shape.key(sent);
         writes.spawn(async move {
@@ -178,13 +186,15 @@ async fn fill<S: Store + Send + Sync + 'static>(
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: fill embedded PATH COUNT [alipay|github] [SECONDS] | fill redis URL COUNT [alipay|github] [SECONDS]";
+    let usage = "usage: fill embedded PATH COUNT [alipay|alipay-ack|github] [SECONDS] | fill redis URL COUNT [alipay|alipay-ack|github] [SECONDS]";
     let (Some(kind), Some(place), Some(count)) = (args.first(), args.get(1), args.get(2)) else {
         eprintln!("{usage}");
         std::process::exit(2);
     };
     let count: u64 = count.parse().expect("COUNT is a whole number");
-    let answer = answer(args.get(3).map_or("alipay", String::as_str));
+    let kind_of_answer = args.get(3).map_or("alipay", String::as_str);
+    let answer = answer(kind_of_answer);
+    let compact = kind_of_answer == "alipay-ack";
     let budget = Duration::from_secs(args.get(4).map_or(900, |s| s.parse().expect("SECONDS")));
     let shape = Shape::from_env();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -194,7 +204,7 @@ fn main() {
                 let store =
                     idemgate::store::embedded::EmbeddedStore::open(std::path::Path::new(place))
                         .expect("open the embedded store");
-                fill(Arc::new(store), count, answer, &shape, budget).await;
+                fill(Arc::new(store), count, answer, compact, &shape, budget).await;
             }
             "redis" => {
                 let store = idemgate::store::redis::RedisStore::connect(
@@ -205,7 +215,7 @@ fn main() {
                 )
                 .await
                 .expect("connect to redis");
-                fill(Arc::new(store), count, answer, &shape, budget).await;
+                fill(Arc::new(store), count, answer, compact, &shape, budget).await;
             }
             _ => {
                 eprintln!("{usage}");
