@@ -17,6 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestRunner};
 
 mod history;
+mod model;
 use history::Run;
 
 const STATES: [&str; 4] = ["pending", "success", "failed", "refunded"];
