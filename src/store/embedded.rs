@@ -152,6 +152,18 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("no message")
 }
 
+/// Runs `work`, turning a panic into [`StoreError::Backend`]: redb can
+/// panic on a damaged file, and neither the writer thread nor a task
+/// reading on its own thread must die of it.
+pub(super) fn guarded<T>(work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        Err(StoreError::Backend(format!(
+            "embedded store panicked: {}",
+            panic_message(panic.as_ref())
+        )))
+    })
+}
+
 /// A backend failure as a [`StoreError`]: [`StoreError::Full`] for a full
 /// disk, [`StoreError::Backend`] for everything else.
 fn backend<E: std::error::Error + 'static>(error: E) -> StoreError {
@@ -221,26 +233,27 @@ impl EmbeddedStore {
     }
 
     /// [`Store::lookup`] on the calling thread, not the blocking pool: the
-    /// read before every claim, and every replay cache fill. It descends the records B-tree through
-    /// pages redb keeps in its cache (the branch pages every lookup shares
-    /// stay there), which takes microseconds, less than the two thread
-    /// hand-offs of [`EmbeddedStore::read`] (measured: docs/performance.md,
-    /// "Embedded store"). A page missing from the cache is one `pread`.
+    /// read before every claim and every replay cache fill. It descends the
+    /// records B-tree through pages redb keeps in its cache (the branch
+    /// pages every lookup shares stay there), which takes microseconds,
+    /// less than the two thread hand-offs of [`EmbeddedStore::read`]
+    /// (measured: docs/performance.md, "Embedded store"). A page missing
+    /// from the cache is one `pread`. A page that makes redb panic is an
+    /// error ([`guarded`]): the background integrity check may not have
+    /// reached it yet.
     fn lookup_here(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
-        let txn = self
-            .inner
-            .shared
-            .database()?
-            .begin_read()
-            .map_err(backend)?;
-        let table = txn.open_table(RECORDS).map_err(backend)?;
-        let now = now_ms();
-        Ok(
-            read_entry(&table, key.as_str(), now)?.map(|entry| Existing {
-                ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
-                record: entry.record,
-            }),
-        )
+        let database = self.inner.shared.database()?;
+        guarded(|| {
+            let txn = database.begin_read().map_err(backend)?;
+            let table = txn.open_table(RECORDS).map_err(backend)?;
+            let now = now_ms();
+            Ok(
+                read_entry(&table, key.as_str(), now)?.map(|entry| Existing {
+                    ttl: Some(Duration::from_millis(entry.expires_at_ms - now)),
+                    record: entry.record,
+                }),
+            )
+        })
     }
 
     /// Runs `op` on the record tables in one write transaction (see

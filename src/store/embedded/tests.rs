@@ -132,3 +132,40 @@ fn a_lookup_does_not_wait_for_the_blocking_pool() {
         assert_eq!(found.unwrap().expect("the claim").record, claimed);
     });
 }
+
+/// A damaged page that makes redb panic while reading it (here, a leaf
+/// claiming more entries than it holds) is a store error for the caller,
+/// never a panic in its task: reads run on the calling thread (the claim,
+/// the replay cache's fills, the admin views) before the background
+/// integrity check may have reached that page.
+#[tokio::test]
+async fn a_read_of_a_damaged_page_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.redb");
+    {
+        let store = EmbeddedStore::open(&path).unwrap();
+        let claimed = record(1, RecordState::InFlight(Default::default()));
+        store
+            .claim(&key(), claimed, Duration::from_secs(600), (None, None))
+            .await
+            .unwrap();
+    }
+    let mut file = std::fs::read(&path).unwrap();
+    let name = key();
+    let pages: std::collections::BTreeSet<usize> = (file.windows(name.as_str().len()))
+        .enumerate()
+        .filter(|(_, w)| *w == name.as_str().as_bytes())
+        .map(|(at, _)| at - at % 4096)
+        .collect();
+    assert!(!pages.is_empty(), "the key is in the file");
+    // Every leaf page that holds it: its entry count (bytes 2..4) says far
+    // more than the page can hold.
+    for page in pages {
+        file[page + 2..page + 4].copy_from_slice(&u16::MAX.to_le_bytes());
+    }
+    std::fs::write(&path, &file).unwrap();
+    let store = EmbeddedStore::open(&path).unwrap();
+    let read = tokio::spawn(async move { store.lookup(&key()).await.map(|_| ()) });
+    let outcome = read.await.expect("the read's task did not panic");
+    assert!(outcome.is_err(), "a damaged page read as {outcome:?}");
+}

@@ -55,6 +55,7 @@ use std::time::Duration;
 use redb::{Database, TableDefinition, WriteTransaction};
 use tokio::time::Instant;
 
+use super::guarded;
 use crate::store::StoreError;
 
 mod job;
@@ -367,17 +368,6 @@ fn disk_full(cause: &(dyn std::error::Error + 'static)) -> bool {
         return false;
     };
     io(storage)
-}
-
-/// Runs `work`, turning a panic into [`StoreError::Backend`]: redb can
-/// panic on a damaged file, and the writer thread must outlive it.
-fn guarded<T>(work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
-    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        Err(StoreError::Backend(format!(
-            "embedded store panicked: {}",
-            super::panic_message(panic.as_ref())
-        )))
-    })
 }
 
 /// The writer thread: batches what arrives on `jobs` until every sender is

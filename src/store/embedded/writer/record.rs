@@ -11,7 +11,8 @@ use std::time::Duration;
 use redb::WriteTransaction;
 use tokio::time::Instant;
 
-use super::{Shared, guarded, storage};
+use super::super::guarded;
+use super::{Shared, storage};
 use crate::store::StoreError;
 
 impl Shared {
