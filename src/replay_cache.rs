@@ -15,10 +15,9 @@
 //!
 //! Once the cache has had to evict (and until a flush empties it), a fill
 //! must pass the doorkeeper: a key is taken on its second miss within
-//! moments, not its first
-//! ([`doorkeeper`]), so replays spread over far more keys than it holds do
-//! not churn it. Admission decides only what is worth a slot; coherence
-//! never rests on it.
+//! moments, not its first ([`doorkeeper`]), so replays spread over far
+//! more keys than it holds do not churn it. Admission decides only what
+//! is worth a slot; coherence never rests on it.
 //!
 //! # Staying coherent
 //!
