@@ -520,8 +520,12 @@ impl Store for EmbeddedStore {
     async fn lookup(&self, key: &StoreKey) -> Result<Option<Existing>, StoreError> {
         // On the calling thread, like the claim's read: the replay cache
         // fills through here once per key, at the pace of replays, and
-        // must not queue behind the blocking pool (`lookup_here`).
-        self.lookup_here(key)
+        // must not queue behind the blocking pool (`lookup_here`). A loop
+        // of lookups (the inbox's repair pass) still yields to other tasks
+        // once its turn's budget is spent: the read itself never waits.
+        let found = self.lookup_here(key);
+        tokio::task::consume_budget().await;
+        found
     }
 
     async fn purge(&self, key: &StoreKey, seen: Option<SeenRecord>) -> Result<Purged, StoreError> {

@@ -169,3 +169,27 @@ async fn a_read_of_a_damaged_page_is_an_error_not_a_panic() {
     let outcome = read.await.expect("the read's task did not panic");
     assert!(outcome.is_err(), "a damaged page read as {outcome:?}");
 }
+
+/// A lookup reads on the calling thread and never waits, so a loop of
+/// them (the inbox's repair pass over owed keys) would hold a
+/// current-thread runtime until it ended; each lookup spends the task's
+/// cooperative budget, so the loop yields and other tasks run meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loop_of_lookups_lets_other_tasks_run() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&dir.path().join("loop.redb")).unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+    let mut lookups = 0;
+    while !ran.load(Ordering::SeqCst) && lookups < 10_000 {
+        store.lookup(&key()).await.unwrap();
+        lookups += 1;
+    }
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "no other task ran during {lookups} lookups"
+    );
+}
