@@ -102,7 +102,7 @@ impl Shape {
             Self::Unreachable => format!("f111{n:060x}"),
             Self::Deliveries { prefix, .. } => {
                 let id = format!("{prefix}-{}", n + 1);
-                hex(&hash_key_parts([id.as_bytes()]))
+                hex::encode(hash_key_parts([id.as_bytes()]))
             }
         };
         StoreKey::new("idemgate", "pay", &hash)
@@ -128,14 +128,6 @@ fn body_fingerprint(body: &[u8]) -> Fingerprint {
     hasher.update((body_digest.len() as u64).to_be_bytes());
     hasher.update(body_digest);
     Fingerprint(hasher.finalize().into())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
 }
 
 async fn fill<S: Store + Send + Sync + 'static>(
